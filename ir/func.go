@@ -1,0 +1,249 @@
+package ir
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/lcc-dev/lcc/tensor"
+)
+
+// Type is a tensor type: an element type and a concrete shape. Labels, when not
+// nil, has one entry per dim naming the symbolic dim it was bound from ("" if none);
+// only parameter types carry labels.
+type Type struct {
+	DType  tensor.DType
+	Shape  []int64
+	Labels []string
+}
+
+// T is shorthand for a Type without labels.
+func T(dt tensor.DType, shape ...int64) Type {
+	return Type{DType: dt, Shape: append([]int64{}, shape...)}
+}
+
+// Rank is the number of dims.
+func (t Type) Rank() int { return len(t.Shape) }
+
+// Numel is the number of elements (shapes in a verified Func never overflow).
+func (t Type) Numel() int64 {
+	n := int64(1)
+	for _, d := range t.Shape {
+		n *= d
+	}
+	return n
+}
+
+// Bytes is the storage size in the type's dtype.
+func (t Type) Bytes() int64 { return t.Numel() * int64(t.DType.Size()) }
+
+// SameShape reports whether t and u have equal shapes (labels ignored).
+func (t Type) SameShape(u Type) bool { return shapeEq(t.Shape, u.Shape) }
+
+// Equal reports whether t and u have the same dtype and shape (labels ignored).
+func (t Type) Equal(u Type) bool { return t.DType == u.DType && t.SameShape(u) }
+
+func shapeEq(a, b []int64) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// String renders the type as in the text form: "f32[2,16,64]" or, with labels,
+// "i64[batch=2,seq=16]".
+func (t Type) String() string {
+	var sb strings.Builder
+	sb.WriteString(t.DType.String())
+	sb.WriteByte('[')
+	for i, d := range t.Shape {
+		if i > 0 {
+			sb.WriteByte(',')
+		}
+		if t.Labels != nil && t.Labels[i] != "" {
+			sb.WriteString(t.Labels[i])
+			sb.WriteByte('=')
+		}
+		fmt.Fprint(&sb, d)
+	}
+	sb.WriteByte(']')
+	return sb.String()
+}
+
+// Role says what a parameter is for; it drives autodiff and memory planning.
+type Role uint8
+
+// Parameter roles.
+const (
+	RoleInput  Role = iota // data fed each step (token ids, activations)
+	RoleWeight             // a trainable or frozen model parameter
+	RoleLabel              // training targets, fed each step
+	RoleState              // optimizer state and other persistent buffers
+)
+
+var roleNames = [...]string{RoleInput: "input", RoleWeight: "weight", RoleLabel: "label",
+	RoleState: "state"}
+
+func (r Role) String() string {
+	if int(r) < len(roleNames) {
+		return roleNames[r]
+	}
+	return fmt.Sprintf("role(%d)", uint8(r))
+}
+
+// Value is an SSA value: a parameter or one result of a node.
+type Value struct {
+	Type  Type
+	Def   *Node  // defining node; nil for parameters
+	Index int    // which result of Def
+	Param *Param // non-nil for parameters
+}
+
+// Param is a function parameter. Data holds a weight's or state's initial value
+// (nil for inputs and labels, and for weights whose data lives elsewhere).
+type Param struct {
+	Name  string
+	Role  Role
+	Value *Value
+	Data  *tensor.Tensor
+	// Frozen weights get no gradient.
+	Frozen bool
+}
+
+// Node is one operation. Name is where it came from (an ONNX node name) and is
+// used in error messages; it does not affect semantics.
+type Node struct {
+	Op      Op
+	Args    []*Value
+	Attrs   Attrs
+	Results []*Value
+	Name    string
+}
+
+// Result returns the node's only result; it panics if the node has several.
+func (n *Node) Result() *Value {
+	if len(n.Results) != 1 {
+		panic(fmt.Sprintf("lcc: BUG: %s has %d results", n.Op, len(n.Results)))
+	}
+	return n.Results[0]
+}
+
+// Where describes the node for error messages: `matmul "/attn/MatMul"`.
+func (n *Node) Where() string {
+	if n.Name != "" {
+		return fmt.Sprintf("%s %q", n.Op, n.Name)
+	}
+	return n.Op.String()
+}
+
+// Output is a named function result.
+type Output struct {
+	Name  string
+	Value *Value
+}
+
+// Func is a function: parameters, a body in topological order, named results.
+type Func struct {
+	Name    string
+	Params  []*Param
+	Body    []*Node
+	Outputs []Output
+}
+
+// Param returns the parameter called name, or nil.
+func (f *Func) Param(name string) *Param {
+	for _, p := range f.Params {
+		if p.Name == name {
+			return p
+		}
+	}
+	return nil
+}
+
+// Output returns the result called name, or nil.
+func (f *Func) Output(name string) *Value {
+	for _, o := range f.Outputs {
+		if o.Name == name {
+			return o.Value
+		}
+	}
+	return nil
+}
+
+// AddParam appends a parameter of type t and returns its value.
+func (f *Func) AddParam(name string, role Role, t Type, data *tensor.Tensor) *Value {
+	p := &Param{Name: name, Role: role, Data: data}
+	p.Value = &Value{Type: t, Param: p}
+	f.Params = append(f.Params, p)
+	return p.Value
+}
+
+// Uses maps each value to the nodes that read it, in body order (a node reading a
+// value twice appears twice). Outputs are not nodes; see IsOutput.
+func (f *Func) Uses() map[*Value][]*Node {
+	uses := make(map[*Value][]*Node)
+	for _, n := range f.Body {
+		for _, a := range n.Args {
+			uses[a] = append(uses[a], n)
+		}
+	}
+	return uses
+}
+
+// IsOutput reports whether v is one of f's results.
+func (f *Func) IsOutput(v *Value) bool {
+	for _, o := range f.Outputs {
+		if o.Value == v {
+			return true
+		}
+	}
+	return false
+}
+
+// ReplaceUses makes every node argument and output that reads old read new instead.
+func (f *Func) ReplaceUses(old, new *Value) {
+	for _, n := range f.Body {
+		for i, a := range n.Args {
+			if a == old {
+				n.Args[i] = new
+			}
+		}
+	}
+	for i := range f.Outputs {
+		if f.Outputs[i].Value == old {
+			f.Outputs[i].Value = new
+		}
+	}
+}
+
+// Clone returns a deep copy of f's structure; parameter Data tensors are shared.
+func (f *Func) Clone() *Func {
+	g := &Func{Name: f.Name}
+	m := make(map[*Value]*Value)
+	for _, p := range f.Params {
+		q := &Param{Name: p.Name, Role: p.Role, Data: p.Data, Frozen: p.Frozen}
+		q.Value = &Value{Type: p.Value.Type, Param: q}
+		m[p.Value] = q.Value
+		g.Params = append(g.Params, q)
+	}
+	for _, n := range f.Body {
+		c := &Node{Op: n.Op, Attrs: n.Attrs.Clone(), Name: n.Name}
+		for _, a := range n.Args {
+			c.Args = append(c.Args, m[a])
+		}
+		for i, r := range n.Results {
+			v := &Value{Type: r.Type, Def: c, Index: i}
+			m[r] = v
+			c.Results = append(c.Results, v)
+		}
+		g.Body = append(g.Body, c)
+	}
+	for _, o := range f.Outputs {
+		g.Outputs = append(g.Outputs, Output{Name: o.Name, Value: m[o.Value]})
+	}
+	return g
+}
