@@ -128,7 +128,12 @@ const (
 	OpSoftmaxCrossEntropy
 	// %loss = nll_loss(%logprobs, %labels) {ignore_index=-100, reduction="mean"}
 	OpNLLLoss
+	// %dq, %dk, %dv = attention_grad(%q, %k, %v, %o, %lse, %do, [%mask]) {causal, scale}
+	OpAttentionGrad
+	// %dq, %dk, %dv = dilated_attention_grad(%q, %k, %v, %o, %lse, %do) {segments, ...}
+	OpDilatedAttentionGrad
 
+	// New ops go above this line; their rows may live in the file of their feature.
 	numOps
 )
 
@@ -285,6 +290,13 @@ func init() {
 		Attrs: []AttrSpec{{"segments", AttrInts}, {"dilations", AttrInts},
 			{"offsets", AttrString}, {"causal", AttrBool}, {"scale", AttrFloat}},
 		Infer: inferDilatedAttention})
+	def(OpAttentionGrad, OpInfo{Name: "attention_grad", MinArgs: 6, MaxArgs: 7,
+		Attrs: []AttrSpec{{"causal", AttrBool}, {"scale", AttrFloat}}, Infer: inferAttentionGrad,
+		NoGrad: true})
+	def(OpDilatedAttentionGrad, OpInfo{Name: "dilated_attention_grad", MinArgs: 6, MaxArgs: 6,
+		Attrs: []AttrSpec{{"segments", AttrInts}, {"dilations", AttrInts},
+			{"offsets", AttrString}, {"causal", AttrBool}, {"scale", AttrFloat}},
+		Infer: inferAttentionGrad, NoGrad: true})
 	def(OpSoftmaxCrossEntropy, OpInfo{Name: "softmax_cross_entropy", MinArgs: 2, MaxArgs: 2,
 		Attrs: lossAt, Infer: inferLoss})
 	def(OpNLLLoss, OpInfo{Name: "nll_loss", MinArgs: 2, MaxArgs: 2, Attrs: lossAt,
@@ -354,7 +366,9 @@ func inferRange(n *Node) ([]Type, error) {
 	return one(T(n.Attrs.DType("dtype", tensor.I64), c)), nil
 }
 
-func inferSame(n *Node) ([]Type, error) { return one(T(n.Args[0].Type.DType, n.Args[0].Type.Shape...)), nil }
+func inferSame(n *Node) ([]Type, error) {
+	return one(T(n.Args[0].Type.DType, n.Args[0].Type.Shape...)), nil
+}
 
 func inferFloatUnary(n *Node) ([]Type, error) {
 	if !n.Args[0].Type.DType.IsFloat() {
@@ -820,4 +834,19 @@ func inferLoss(n *Node) ([]Type, error) {
 	default:
 		return nil, fmt.Errorf("reduction %q: want mean, sum or none", r)
 	}
+}
+
+// inferAttentionGrad types (q, k, v, o, lse, do [, mask]) -> (dq, dk, dv).
+func inferAttentionGrad(n *Node) ([]Type, error) {
+	fwd := &Node{Op: n.Op, Args: n.Args[:3], Attrs: n.Attrs}
+	ts, err := attentionTypes(fwd)
+	if err != nil {
+		return nil, err
+	}
+	o, lse, do := n.Args[3].Type, n.Args[4].Type, n.Args[5].Type
+	if !o.Equal(ts[0]) || !do.Equal(ts[0]) || !lse.Equal(ts[1]) {
+		return nil, fmt.Errorf("o %v, lse %v, do %v do not fit q %v", o, lse, do, n.Args[0].Type)
+	}
+	a := n.Args
+	return []Type{a[0].Type, a[1].Type, a[2].Type}, nil
 }
