@@ -261,7 +261,7 @@ func (d *decoder) decodeAttr(ap *onnxpb.AttributeProto) (Attr, error) {
 		if ap.T == nil {
 			return a, fmt.Errorf("%w: tensor attribute without a tensor", ErrMalformed)
 		}
-		t, err := d.decodeTensor(ap.T, "tensor")
+		t, err := d.decodeTensorData(ap.T)
 		if err != nil {
 			return a, err
 		}
