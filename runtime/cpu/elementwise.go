@@ -1,0 +1,305 @@
+package cpu
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/lcc-dev/lcc/ir"
+	"github.com/lcc-dev/lcc/tensor"
+)
+
+// Unary float functions, in float64.
+var unaryFloat = map[ir.Op]func(float64) float64{
+	ir.OpNeg:     func(x float64) float64 { return -x },
+	ir.OpExp:     math.Exp,
+	ir.OpLog:     math.Log,
+	ir.OpSqrt:    math.Sqrt,
+	ir.OpRsqrt:   func(x float64) float64 { return 1 / math.Sqrt(x) },
+	ir.OpRecip:   func(x float64) float64 { return 1 / x },
+	ir.OpTanh:    math.Tanh,
+	ir.OpErf:     math.Erf,
+	ir.OpSigmoid: sigmoid,
+	ir.OpRelu:    relu,
+	ir.OpAbs:     math.Abs,
+	ir.OpCos:     math.Cos,
+	ir.OpSin:     math.Sin,
+	ir.OpSilu:    func(x float64) float64 { return x * sigmoid(x) },
+}
+
+// sigmoid is 1/(1+e^-x), evaluated so that neither branch overflows.
+func sigmoid(x float64) float64 {
+	if x >= 0 {
+		return 1 / (1 + math.Exp(-x))
+	}
+	e := math.Exp(x)
+	return e / (1 + e)
+}
+
+// relu keeps NaN, as PyTorch does.
+func relu(x float64) float64 {
+	if x < 0 {
+		return 0
+	}
+	return x
+}
+
+// geluErf is the exact GELU, 0.5·x·(1+erf(x/√2)).
+func geluErf(x float64) float64 { return 0.5 * x * (1 + math.Erf(x/math.Sqrt2)) }
+
+// geluTanh is the tanh approximation 0.5·x·(1+tanh(√(2/π)·(x+0.044715·x³))).
+func geluTanh(x float64) float64 {
+	return 0.5 * x * (1 + math.Tanh(math.Sqrt(2/math.Pi)*(x+0.044715*x*x*x)))
+}
+
+// Binary float functions, in float64.
+var binaryFloat = map[ir.Op]func(a, b float64) float64{
+	ir.OpAdd: func(a, b float64) float64 { return a + b },
+	ir.OpSub: func(a, b float64) float64 { return a - b },
+	ir.OpMul: func(a, b float64) float64 { return a * b },
+	ir.OpDiv: func(a, b float64) float64 { return a / b },
+	ir.OpPow: math.Pow,
+	ir.OpMax: fmax,
+	ir.OpMin: fmin,
+}
+
+// fmax and fmin propagate NaN, like torch.maximum and torch.minimum.
+func fmax(a, b float64) float64 {
+	if a != a || b != b {
+		return math.NaN()
+	}
+	return math.Max(a, b)
+}
+
+func fmin(a, b float64) float64 {
+	if a != a || b != b {
+		return math.NaN()
+	}
+	return math.Min(a, b)
+}
+
+// Binary integer functions; the result is wrapped to the dtype afterwards.
+var binaryInt = map[ir.Op]func(a, b int64) int64{
+	ir.OpAdd: func(a, b int64) int64 { return a + b },
+	ir.OpSub: func(a, b int64) int64 { return a - b },
+	ir.OpMul: func(a, b int64) int64 { return a * b },
+	ir.OpDiv: func(a, b int64) int64 { return a / b }, // truncates, as ONNX Div; b == 0 panics → error
+	ir.OpPow: ipow,
+	ir.OpMax: func(a, b int64) int64 { return max(a, b) },
+	ir.OpMin: func(a, b int64) int64 { return min(a, b) },
+}
+
+// ipow is integer power by squaring; negative exponents give the truncated
+// reciprocal (0 unless the base is ±1).
+func ipow(a, b int64) int64 {
+	if b < 0 {
+		switch a {
+		case 1:
+			return 1
+		case -1:
+			if b%2 == 0 {
+				return 1
+			}
+			return -1
+		case 0:
+			panic("integer 0 raised to a negative power")
+		}
+		return 0
+	}
+	r := int64(1)
+	for b > 0 {
+		if b&1 == 1 {
+			r *= a
+		}
+		a *= a
+		b >>= 1
+	}
+	return r
+}
+
+// Comparisons, on floats and on integers.
+var compareOps = map[ir.Op]struct {
+	f func(a, b float64) bool
+	i func(a, b int64) bool
+}{
+	ir.OpEq: {func(a, b float64) bool { return a == b }, func(a, b int64) bool { return a == b }},
+	ir.OpLt: {func(a, b float64) bool { return a < b }, func(a, b int64) bool { return a < b }},
+	ir.OpLe: {func(a, b float64) bool { return a <= b }, func(a, b int64) bool { return a <= b }},
+	ir.OpGt: {func(a, b float64) bool { return a > b }, func(a, b int64) bool { return a > b }},
+	ir.OpGe: {func(a, b float64) bool { return a >= b }, func(a, b int64) bool { return a >= b }},
+}
+
+var logicOps = map[ir.Op]func(a, b bool) bool{
+	ir.OpAnd: func(a, b bool) bool { return a && b },
+	ir.OpOr:  func(a, b bool) bool { return a || b },
+	ir.OpXor: func(a, b bool) bool { return a != b },
+}
+
+func init() {
+	for op, fn := range unaryFloat {
+		Register(op, unaryKernel(fn))
+	}
+	Register(ir.OpGelu, func(n *ir.Node, args []*tensor.Tensor, opts Options) ([]*tensor.Tensor, error) {
+		fn := geluErf
+		if n.Attrs.Bool("tanh") {
+			fn = geluTanh
+		}
+		return unaryKernel(fn)(n, args, opts)
+	})
+	Register(ir.OpNot, kernelNot)
+	Register(ir.OpIsNaN, kernelIsNaN)
+	Register(ir.OpCast, kernelCast)
+	for op := range binaryFloat {
+		Register(op, kernelArith)
+	}
+	for op := range compareOps {
+		Register(op, kernelCompare)
+	}
+	for op := range logicOps {
+		Register(op, kernelLogic)
+	}
+	registerMove(ir.OpWhere, kernelWhere)
+}
+
+func unaryKernel(fn func(float64) float64) Kernel {
+	return func(n *ir.Node, args []*tensor.Tensor, _ Options) ([]*tensor.Tensor, error) {
+		out := newResult(n, 0)
+		for i, v := range args[0].F {
+			out.F[i] = fn(v)
+		}
+		return one(out), nil
+	}
+}
+
+func kernelNot(n *ir.Node, args []*tensor.Tensor, _ Options) ([]*tensor.Tensor, error) {
+	out := newResult(n, 0)
+	for i, v := range args[0].I {
+		if v == 0 {
+			out.I[i] = 1
+		}
+	}
+	return one(out), nil
+}
+
+func kernelIsNaN(n *ir.Node, args []*tensor.Tensor, _ Options) ([]*tensor.Tensor, error) {
+	out := newResult(n, 0)
+	for i, v := range args[0].F { // integer tensors have no NaN: F is nil
+		if v != v {
+			out.I[i] = 1
+		}
+	}
+	return one(out), nil
+}
+
+// kernelCast converts between dtypes: float→int truncates toward zero (then wraps
+// to the width), float→bool is x ≠ 0 (NaN is true), bool→float is 0 or 1, and a
+// float destination is rounded to its precision by the interpreter.
+func kernelCast(n *ir.Node, args []*tensor.Tensor, _ Options) ([]*tensor.Tensor, error) {
+	x, out := args[0], newResult(n, 0)
+	to := out.DType
+	switch {
+	case to.IsFloat():
+		for i := range out.F {
+			out.F[i] = x.Float(i)
+		}
+	case x.DType.IsFloat() && to == tensor.Bool:
+		for i, v := range x.F {
+			if v != 0 {
+				out.I[i] = 1
+			}
+		}
+	case x.DType.IsFloat():
+		for i, v := range x.F {
+			if v != v || math.IsInf(v, 0) {
+				return nil, fmt.Errorf("cannot cast %v to %v", v, to)
+			}
+			out.I[i] = wrapInt(int64(v), to)
+		}
+	default:
+		for i, v := range x.I {
+			out.I[i] = wrapInt(v, to)
+		}
+	}
+	return one(out), nil
+}
+
+// binary calls fn(o, ia, ib) for every output element o with the broadcast
+// element offsets of a and b.
+func binary(out []int64, a, b *tensor.Tensor, fn func(o, ia, ib int)) {
+	if sameShape(a.Shape, out) && sameShape(b.Shape, out) {
+		for i, n := 0, prod(out); i < n; i++ {
+			fn(i, i, i)
+		}
+		return
+	}
+	walk(out, [][]int{bcastStrides(a.Shape, out), bcastStrides(b.Shape, out)},
+		func(i int, offs []int) { fn(i, offs[0], offs[1]) })
+}
+
+func kernelArith(n *ir.Node, args []*tensor.Tensor, _ Options) ([]*tensor.Tensor, error) {
+	a, b, out := args[0], args[1], newResult(n, 0)
+	if out.DType.IsFloat() {
+		fn := binaryFloat[n.Op]
+		af, bf, of := a.F, b.F, out.F
+		switch n.Op {
+		case ir.OpAdd: // the hot ones get closures without an indirect call
+			binary(out.Shape, a, b, func(o, i, j int) { of[o] = af[i] + bf[j] })
+		case ir.OpMul:
+			binary(out.Shape, a, b, func(o, i, j int) { of[o] = af[i] * bf[j] })
+		default:
+			binary(out.Shape, a, b, func(o, i, j int) { of[o] = fn(af[i], bf[j]) })
+		}
+		return one(out), nil
+	}
+	fn, dt := binaryInt[n.Op], out.DType
+	binary(out.Shape, a, b, func(o, i, j int) { out.I[o] = wrapInt(fn(a.I[i], b.I[j]), dt) })
+	return one(out), nil
+}
+
+func kernelCompare(n *ir.Node, args []*tensor.Tensor, _ Options) ([]*tensor.Tensor, error) {
+	a, b, out := args[0], args[1], newResult(n, 0)
+	c := compareOps[n.Op]
+	if a.DType.IsFloat() {
+		binary(out.Shape, a, b, func(o, i, j int) { out.I[o] = b2i(c.f(a.F[i], b.F[j])) })
+	} else {
+		binary(out.Shape, a, b, func(o, i, j int) { out.I[o] = b2i(c.i(a.I[i], b.I[j])) })
+	}
+	return one(out), nil
+}
+
+func kernelLogic(n *ir.Node, args []*tensor.Tensor, _ Options) ([]*tensor.Tensor, error) {
+	a, b, out := args[0], args[1], newResult(n, 0)
+	fn := logicOps[n.Op]
+	binary(out.Shape, a, b, func(o, i, j int) { out.I[o] = b2i(fn(a.I[i] != 0, b.I[j] != 0)) })
+	return one(out), nil
+}
+
+func kernelWhere(n *ir.Node, args []*tensor.Tensor, _ Options) ([]*tensor.Tensor, error) {
+	c, a, b, out := args[0], args[1], args[2], newResult(n, 0)
+	sts := [][]int{bcastStrides(c.Shape, out.Shape), bcastStrides(a.Shape, out.Shape),
+		bcastStrides(b.Shape, out.Shape)}
+	if out.DType.IsFloat() {
+		walk(out.Shape, sts, func(o int, offs []int) {
+			if c.I[offs[0]] != 0 {
+				out.F[o] = a.F[offs[1]]
+			} else {
+				out.F[o] = b.F[offs[2]]
+			}
+		})
+	} else {
+		walk(out.Shape, sts, func(o int, offs []int) {
+			if c.I[offs[0]] != 0 {
+				out.I[o] = a.I[offs[1]]
+			} else {
+				out.I[o] = b.I[offs[2]]
+			}
+		})
+	}
+	return one(out), nil
+}
+
+func b2i(b bool) int64 {
+	if b {
+		return 1
+	}
+	return 0
+}
