@@ -9,7 +9,8 @@ import (
 )
 
 // libcublasLt is cuBLASLt, the GEMM library with explicit algorithm selection.
-var libcublasLt = newLibrary("libcublasLt", EnvCublasLt, func(c config) string { return c.cublasLt },
+var libcublasLt = newLibrary("libcublasLt", EnvCublasLt,
+	func(c config) string { return c.cublasLt },
 	"libcublasLt.so.13", "libcublasLt.so.12", "libcublasLt.so.11", "libcublasLt.so")
 
 // cuBLASLt entry points.

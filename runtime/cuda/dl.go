@@ -21,7 +21,7 @@ var ErrUnavailable = errors.New("cuda: library unavailable")
 type LibraryError struct {
 	Lib      string   // short name, e.g. "libnvrtc"
 	Override string   // the environment variable whose value was tried alone, if set
-	Tried    []string // "name: dlopen message", in the order tried
+	Tried    []string // the loader's message for each name, in the order tried
 }
 
 func (e *LibraryError) Error() string {
@@ -111,7 +111,11 @@ func (l *library) open() error {
 				l.handle, l.path = h, n
 				return
 			}
-			lerr.Tried = append(lerr.Tried, fmt.Sprintf("%s: %v", n, err))
+			msg := err.Error() // glibc's message already starts with the name
+			if !strings.Contains(msg, n) {
+				msg = n + ": " + msg
+			}
+			lerr.Tried = append(lerr.Tried, msg)
 		}
 		l.err = lerr
 	})

@@ -5,13 +5,12 @@
 //
 // # Design
 //
-// Each library is a [library] value that is opened on first use, trying an
-// environment override (see env.go) or else a fixed list of sonames, plain and under
-// the toolkit's lib64 directories. Each entry point is a [symbol] resolved on its first
-// call and cached. A missing library, a missing symbol, an absent GPU or a failing
-// call is an error value that names the library, the names tried and the loader's or
-// the library's own message; nothing in this package panics on a missing piece or
-// calls os.Exit. That is the main reason lcc does not use gorgonia.org/cu, which
+// Each library is opened on first use, trying an environment override (see env.go)
+// or else a fixed list of sonames, plain and under the toolkit's lib64 directories.
+// Each entry point is resolved on its first call and cached. A missing library, a
+// missing symbol, an absent GPU or a failing call is an error value that names the
+// library, the names tried and the loader's or the library's own message; nothing
+// in this package panics on a missing piece or calls os.Exit. That is the main reason lcc does not use gorgonia.org/cu, which
 // needs cgo, exits from init without a GPU and copies every kernel argument as
 // eight bytes.
 //

@@ -104,10 +104,12 @@ func (e *Error) Error() string {
 func driverError(fn, what string, code int32) error {
 	msg := "unknown error"
 	var name, text uintptr
-	if r, err := cuGetErrorName.call(uintptr(code), uintptr(unsafe.Pointer(&name))); err == nil && int32(r) == cudaSuccess {
+	r, err := cuGetErrorName.call(uintptr(code), uintptr(unsafe.Pointer(&name)))
+	if err == nil && int32(r) == cudaSuccess {
 		msg = goString(name)
 	}
-	if r, err := cuGetErrorString.call(uintptr(code), uintptr(unsafe.Pointer(&text))); err == nil && int32(r) == cudaSuccess {
+	r, err = cuGetErrorString.call(uintptr(code), uintptr(unsafe.Pointer(&text)))
+	if err == nil && int32(r) == cudaSuccess {
 		msg += ": " + goString(text)
 	}
 	return &Error{Lib: "libcuda", Func: fn, What: what, Code: int(code), Msg: msg}

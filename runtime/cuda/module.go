@@ -125,7 +125,8 @@ func (f *Function) SetMaxDynamicSharedMem(bytes int) error {
 //
 // Go's int and uint are refused: C's int is 4 bytes, so say int32 or int64. When the
 // driver reports the kernel's parameter sizes, the count and each size are checked.
-func (f *Function) Launch(grid, block [3]uint32, sharedMem uint32, stream *Stream, args ...any) error {
+func (f *Function) Launch(grid, block [3]uint32, sharedMem uint32, stream *Stream,
+	args ...any) error {
 	buf, err := packArgs(args)
 	if err != nil {
 		return fmt.Errorf("cuda: launch %s: %w", f.name, err)

@@ -170,7 +170,8 @@ func (c *Comm) collective(t tensor.DType, call func(dt uintptr) error) error {
 }
 
 // AllReduce reduces count elements of send across ranks into recv on every rank.
-func (c *Comm) AllReduce(send, recv DevicePtr, count int, t tensor.DType, op ReduceOp, s *Stream) error {
+func (c *Comm) AllReduce(send, recv DevicePtr, count int, t tensor.DType, op ReduceOp,
+	s *Stream) error {
 	return c.collective(t, func(dt uintptr) error {
 		return nccl(ncclAllReduce, fmt.Sprint(count, " elements"), uintptr(send), uintptr(recv),
 			uintptr(count), dt, uintptr(op), c.handle, s.Handle())
@@ -188,7 +189,8 @@ func (c *Comm) AllGather(send, recv DevicePtr, sendCount int, t tensor.DType, s 
 
 // ReduceScatter reduces nranks·recvCount elements of send across ranks and leaves
 // block rank of the result (recvCount elements) in recv.
-func (c *Comm) ReduceScatter(send, recv DevicePtr, recvCount int, t tensor.DType, op ReduceOp, s *Stream) error {
+func (c *Comm) ReduceScatter(send, recv DevicePtr, recvCount int, t tensor.DType,
+	op ReduceOp, s *Stream) error {
 	return c.collective(t, func(dt uintptr) error {
 		return nccl(ncclReduceScatter, fmt.Sprint(recvCount, " elements"), uintptr(send),
 			uintptr(recv), uintptr(recvCount), dt, uintptr(op), c.handle, s.Handle())

@@ -94,7 +94,11 @@ func (e *CompileError) Error() string {
 	if e.SourcePath != "" {
 		fmt.Fprintf(&b, " (source saved to %s)", e.SourcePath)
 	}
-	fmt.Fprintf(&b, ": %v\n%s", e.Err, strings.TrimRight(e.Log, "\n"))
+	status := e.Err.Error()
+	if ne, ok := e.Err.(*Error); ok {
+		status = ne.Msg
+	}
+	fmt.Fprintf(&b, ": %s\n%s", status, strings.TrimRight(e.Log, "\n"))
 	return b.String()
 }
 
@@ -181,7 +185,8 @@ func compile(src, name, arch string, opts []string, cubin bool) ([]byte, string,
 		cstrs[i] = cString(o)
 		ptrs[i] = uintptr(unsafe.Pointer(&cstrs[i][0]))
 	}
-	cerr := nvrtc(nvrtcCompileProgram, name, prog, uintptr(len(ptrs)), uintptr(unsafe.Pointer(&ptrs[0])))
+	cerr := nvrtc(nvrtcCompileProgram, name, prog, uintptr(len(ptrs)),
+		uintptr(unsafe.Pointer(&ptrs[0])))
 	runtime.KeepAlive(cstrs)
 	log, lerr := programLog(prog, name)
 	if cerr != nil {
