@@ -24,6 +24,7 @@ type LibraryError struct {
 	Tried    []string // the loader's message for each name, in the order tried
 }
 
+// Error lists every name tried with the loader's message.
 func (e *LibraryError) Error() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "cuda: cannot load %s: tried %s", e.Lib, strings.Join(e.Tried, "; "))
@@ -43,6 +44,7 @@ type SymbolError struct {
 	Err               error // the loader's message
 }
 
+// Error names the library, its path and the missing symbol.
 func (e *SymbolError) Error() string {
 	return fmt.Sprintf("cuda: %s (%s) has no symbol %s: %v", e.Lib, e.Path, e.Symbol, e.Err)
 }

@@ -10,9 +10,9 @@
 // Each entry point is resolved on its first call and cached. A missing library, a
 // missing symbol, an absent GPU or a failing call is an error value that names the
 // library, the names tried and the loader's or the library's own message; nothing
-// in this package panics on a missing piece or calls os.Exit. That is the main reason lcc does not use gorgonia.org/cu, which
-// needs cgo, exits from init without a GPU and copies every kernel argument as
-// eight bytes.
+// in this package panics on a missing piece or calls os.Exit. That is the main
+// reason lcc does not use gorgonia.org/cu, which needs cgo, exits from init without
+// a GPU and copies every kernel argument as eight bytes.
 //
 // A [Device] owns the device's primary context, the one the CUDA runtime, cuBLASLt
 // and NCCL use, so all four libraries share allocations and streams. A CUDA context

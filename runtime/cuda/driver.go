@@ -92,6 +92,7 @@ type Error struct {
 	Msg  string // the library's name and description of Code
 }
 
+// Error formats the call, its arguments and the library's message.
 func (e *Error) Error() string {
 	what := ""
 	if e.What != "" {

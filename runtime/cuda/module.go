@@ -79,7 +79,7 @@ func paramSizes(fn uintptr) []int {
 	if _, err := cuFuncGetParamInfo.resolve(); err != nil {
 		return nil
 	}
-	sizes := []int{}
+	var sizes []int
 	for i := 0; i < 4096; i++ {
 		var off, size uint64
 		r, err := cuFuncGetParamInfo.call(fn, uintptr(i),
@@ -88,6 +88,12 @@ func paramSizes(fn uintptr) []int {
 			return nil
 		}
 		if int32(r) == cudaErrorInvalidValue {
+			if i == 0 {
+				// No parameters, or a function the driver cannot describe: the two
+				// look alike, so leave such kernels unchecked rather than refuse
+				// every argument.
+				return nil
+			}
 			return sizes // past the last parameter
 		}
 		if int32(r) != cudaSuccess {

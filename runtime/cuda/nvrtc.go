@@ -88,6 +88,7 @@ type CompileError struct {
 	Err        error  // the NVRTC status
 }
 
+// Error names the kernel and the saved source, then gives NVRTC's log.
 func (e *CompileError) Error() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "cuda: NVRTC could not compile kernel %q for %s", e.Name, e.Arch)
@@ -102,6 +103,7 @@ func (e *CompileError) Error() string {
 	return b.String()
 }
 
+// Unwrap returns the NVRTC status.
 func (e *CompileError) Unwrap() error { return e.Err }
 
 // Compile compiles CUDA C++ source with NVRTC for arch ("compute_80" gives PTX the
