@@ -1,0 +1,70 @@
+# lcc's build, test and demo entry points. `make test` is what CI (.ci/run) runs.
+# Everything builds with CGO_ENABLED=0; no target needs a GPU except gpu-tests' binaries.
+
+GO          ?= go
+PKGS        ?= ./...
+# Short fuzz runs that `make test` appends; `make fuzz` runs the same list longer.
+# Each entry is PACKAGE_DIR:FuzzFunc. Entries whose directory or function does not
+# exist yet are skipped, so the list can name packages before they land.
+FUZZ        ?= ./frontends/onnx:FuzzDecode ./safetensors:FuzzDecode ./ir:FuzzParse
+FUZZTIME    ?= 10s
+LONGFUZZTIME ?= 5m
+# Go minimizes each new interesting input, which with the megabyte seed files can
+# stall a short run; bound it.
+FUZZMINTIME ?= 5s
+# Packages whose tests need a GPU; gpu-tests builds their test binaries into .gpu/.
+GPU_PKGS    ?= ./runtime/cuda ./runtime/nccl ./codegen/cuda
+
+.PHONY: all build test unit-test fuzz-short fuzz gpu-tests demo vet fmt clean
+
+all: build
+
+build:
+	CGO_ENABLED=0 $(GO) build -o bin/lcc ./cmd/lcc
+
+test: unit-test fuzz-short
+
+unit-test:
+	$(GO) test -count=1 -timeout 15m $(PKGS)
+
+# run-fuzz TIME: runs each FUZZ entry for TIME, skipping absent packages/functions.
+define run-fuzz
+	@set -e; for entry in $(FUZZ); do \
+		dir=$${entry%%:*}; fn=$${entry##*:}; \
+		if [ ! -d "$$dir" ]; then echo "fuzz: skip $$fn: no package $$dir yet"; continue; fi; \
+		if ! grep -qs "^func $$fn(" "$$dir"/*_test.go; then \
+			echo "fuzz: skip $$dir: no $$fn"; continue; fi; \
+		echo "fuzz: $$dir $$fn for $(1)"; \
+		$(GO) test -run='^$$' -fuzz="^$$fn\$$" -fuzztime=$(1) -fuzzminimizetime=$(FUZZMINTIME) "$$dir"; \
+	done
+endef
+
+fuzz-short:
+	$(call run-fuzz,$(FUZZTIME))
+
+fuzz:
+	$(call run-fuzz,$(LONGFUZZTIME))
+
+# Test binaries for a GPU machine: copy .gpu/ there and run each NAME.test.
+gpu-tests:
+	@mkdir -p .gpu
+	@set -e; for pkg in $(GPU_PKGS); do \
+		if ! ls "$$pkg"/*_test.go >/dev/null 2>&1; then \
+			echo "gpu-tests: skip $$pkg: no such package or no tests yet"; continue; fi; \
+		name=$$(echo "$${pkg#./}" | tr / _); \
+		echo "gpu-tests: $$pkg -> .gpu/$$name.test"; \
+		CGO_ENABLED=0 $(GO) test -c -o ".gpu/$$name.test" "$$pkg"; \
+	done
+
+demo:
+	$(GO) run ./cmd/lcc compile testdata/onnx/llama_mini.onnx --target=a100x8 \
+		--seq-len=1048576 -o /tmp/lcc-demo --report=text
+
+vet:
+	$(GO) vet $(PKGS)
+
+fmt:
+	gofmt -l -w .
+
+clean:
+	rm -rf bin .gpu

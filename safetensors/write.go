@@ -1,0 +1,193 @@
+package safetensors
+
+import (
+	"bytes"
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/lcc-dev/lcc/tensor"
+)
+
+// Encode returns the safetensors bytes of the tensors listed in names (nil names means
+// every tensor in the map; tensors may hold more than names) and metadata (nil or
+// empty for none). The bytes depend only on the arguments: tensors are sorted by
+// name whatever the order of names. Errors name the offending tensor.
+func Encode(names []string, tensors map[string]*tensor.Tensor,
+	metadata map[string]string) ([]byte, error) {
+	return encode("<memory>", names, tensors, metadata)
+}
+
+// Write writes Encode's bytes to path atomically: a temp file in the same directory
+// is written, fsynced and renamed over path, then the directory is fsynced. On error
+// the temp file is removed and path is untouched. The file gets mode 0644.
+func Write(path string, names []string, tensors map[string]*tensor.Tensor,
+	metadata map[string]string) error {
+	data, err := encode(path, names, tensors, metadata)
+	if err != nil {
+		return err
+	}
+	if err := writeAtomic(path, data); err != nil {
+		return &Error{File: path, Err: err}
+	}
+	return nil
+}
+
+// encode is Encode with a file name for errors.
+func encode(file string, names []string, tensors map[string]*tensor.Tensor,
+	metadata map[string]string) ([]byte, error) {
+	if names == nil {
+		names = sortedNames(tensors)
+	}
+	sel := make(map[string]*tensor.Tensor, len(names))
+	for _, name := range names {
+		if err := checkTensor(name, tensors[name], sel); err != nil {
+			return nil, wrap(file, name, err)
+		}
+		sel[name] = tensors[name]
+	}
+
+	// The header is written by hand: encoding/json would sort "__metadata__" among
+	// the tensor names instead of first, and this keeps the bytes obviously fixed.
+	var hdr bytes.Buffer
+	hdr.WriteByte('{')
+	first := true
+	sep := func() {
+		if !first {
+			hdr.WriteByte(',')
+		}
+		first = false
+	}
+	if len(metadata) > 0 {
+		sep()
+		writeString(&hdr, metadataKey)
+		hdr.WriteString(":{")
+		for i, k := range sortedNames(metadata) {
+			if i > 0 {
+				hdr.WriteByte(',')
+			}
+			writeString(&hdr, k)
+			hdr.WriteByte(':')
+			writeString(&hdr, metadata[k])
+		}
+		hdr.WriteByte('}')
+	}
+	order := sortedNames(sel)
+	var off int64
+	for _, name := range order {
+		t := sel[name]
+		ds, _ := formatDType(t.DType) // checked by checkTensor
+		sep()
+		writeString(&hdr, name)
+		fmt.Fprintf(&hdr, `:{"dtype":%q,"shape":[`, ds)
+		for i, d := range t.Shape {
+			if i > 0 {
+				hdr.WriteByte(',')
+			}
+			fmt.Fprint(&hdr, d)
+		}
+		fmt.Fprintf(&hdr, `],"data_offsets":[%d,%d]}`, off, off+t.Bytes())
+		off += t.Bytes()
+	}
+	hdr.WriteByte('}')
+	// Pad with spaces so the data section starts 8-byte aligned (the prefix is 8).
+	for hdr.Len()%8 != 0 {
+		hdr.WriteByte(' ')
+	}
+	if hdr.Len() > MaxHeaderBytes {
+		return nil, errorf(file, "", "header of %d bytes exceeds the limit of %d",
+			hdr.Len(), MaxHeaderBytes)
+	}
+
+	out := make([]byte, 8, 8+int64(hdr.Len())+off)
+	binary.LittleEndian.PutUint64(out, uint64(hdr.Len()))
+	out = append(out, hdr.Bytes()...)
+	for _, name := range order {
+		out = append(out, sel[name].Encode()...)
+	}
+	return out, nil
+}
+
+// checkTensor validates one tensor to be written; sel holds those already accepted.
+func checkTensor(name string, t *tensor.Tensor, sel map[string]*tensor.Tensor) error {
+	switch {
+	case name == "":
+		return fmt.Errorf("empty tensor name")
+	case name == metadataKey:
+		return fmt.Errorf("%q is reserved for metadata", metadataKey)
+	case t == nil:
+		return fmt.Errorf("listed in names but missing from the tensor map (or nil)")
+	}
+	if _, dup := sel[name]; dup {
+		return fmt.Errorf("listed twice in names")
+	}
+	if _, err := formatDType(t.DType); err != nil {
+		return err
+	}
+	n, err := tensor.Numel(t.Shape)
+	if err != nil {
+		return err
+	}
+	have, other := len(t.I), len(t.F)
+	if t.DType.IsFloat() {
+		have, other = len(t.F), len(t.I)
+	}
+	if int64(have) != n || other != 0 {
+		return fmt.Errorf("%v%s holds %d elements, want %d",
+			t.DType, tensor.ShapeString(t.Shape), have, n)
+	}
+	return nil
+}
+
+// writeString appends s as a JSON string, without encoding/json's HTML escaping.
+func writeString(b *bytes.Buffer, s string) {
+	enc := json.NewEncoder(b)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(s)       // a string always encodes
+	b.Truncate(b.Len() - 1) // Encode appends '\n'
+}
+
+// writeAtomic replaces path with data so that readers see the old file or the new
+// one, never a mix, even across a crash.
+func writeAtomic(path string, data []byte) error {
+	dir, base := filepath.Split(path)
+	if dir == "" {
+		dir = "."
+	}
+	tmp, err := os.CreateTemp(dir, "."+base+".tmp-*")
+	if err != nil {
+		return err
+	}
+	if err := fillAndClose(tmp, data); err != nil {
+		os.Remove(tmp.Name())
+		return err
+	}
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		os.Remove(tmp.Name())
+		return err
+	}
+	// The rename is durable only once the directory entry is.
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}
+
+// fillAndClose writes data to f, makes it readable, fsyncs and closes it.
+func fillAndClose(f *os.File, data []byte) error {
+	_, err := f.Write(data)
+	if err == nil {
+		err = f.Chmod(0o644)
+	}
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
