@@ -3,6 +3,7 @@ package cpu
 import (
 	"runtime"
 	"sync"
+	"sync/atomic"
 
 	"gonum.org/v1/gonum/blas"
 	"gonum.org/v1/gonum/blas/blas64"
@@ -13,63 +14,131 @@ import (
 
 func init() { Register(ir.OpMatMul, kernelMatMul) }
 
+const (
+	// rowChunk is how many result rows one task computes: a multiple of gonum's
+	// 64-wide blocks, small enough that the thin GEMMs of a backward pass
+	// (xᵀ·dy, 64×64 results with long k) still spread over cores.
+	rowChunk = 64
+	// serialWork is the multiply-add count below which goroutines cost more than
+	// they save.
+	serialWork = 1 << 17
+)
+
 // kernelMatMul is a batched matmul with numpy-broadcast batch dims and optional
-// transposes of the last two dims, one blas64.Gemm per batch element. When b has no
-// batch (x·W, the common case) the batch folds into the rows of a single GEMM;
-// otherwise batch elements are spread over goroutines, each owning its output
-// block, so results do not depend on scheduling.
+// transposes of the last two dims, computed with blas64.Gemm. When b has no batch
+// (x·W, the common case) the batch folds into the rows of one GEMM. The work is
+// cut into tasks of rowChunk result rows of one batch element; each task owns its
+// rows of the result and Gemm sums over k in the same order however the rows are
+// cut, so results are bit-for-bit independent of scheduling and core count.
 func kernelMatMul(n *ir.Node, args []*tensor.Tensor, _ Options) ([]*tensor.Tensor, error) {
 	a, b, out := args[0], args[1], newResult(n, 0)
 	ta, tb := n.Attrs.Bool("transpose_a"), n.Attrs.Bool("transpose_b")
 	ra, rb := len(a.Shape), len(b.Shape)
-	ar, ac := int(a.Shape[ra-2]), int(a.Shape[ra-1])
-	br, bc := int(b.Shape[rb-2]), int(b.Shape[rb-1])
-	m, k := ar, ac
+	g := gemmShape{ar: int(a.Shape[ra-2]), ac: int(a.Shape[ra-1]),
+		br: int(b.Shape[rb-2]), bc: int(b.Shape[rb-1]), ta: ta, tb: tb}
+	g.m, g.k = g.ar, g.ac
 	if ta {
-		m, k = ac, ar
+		g.m, g.k = g.ac, g.ar
 	}
-	nn := bc
+	g.n = g.bc
 	if tb {
-		nn = br
-	}
-	if m == 0 || nn == 0 {
-		return one(out), nil
+		g.n = g.br
 	}
 	batch := out.Shape[:len(out.Shape)-2]
 	nb := prod(batch)
-	if k == 0 {
-		return one(out), nil // out is already zero
+	if g.m == 0 || g.n == 0 || g.k == 0 || nb == 0 {
+		return one(out), nil // empty, or all zeros when k = 0
 	}
-	opA, opB := blas.NoTrans, blas.NoTrans
-	if ta {
-		opA = blas.Trans
-	}
-	if tb {
-		opB = blas.Trans
-	}
-	// x·W with a shared W: one tall GEMM over all batch rows.
+	var aOff, bOff []int
 	if !ta && prod(b.Shape[:rb-2]) == 1 && prod(a.Shape[:ra-2]) == nb {
-		gemm(opA, opB, a.F, nb*m, k, b.F, br, bc, out.F, nb*m, nn)
-		return one(out), nil
+		// x·W with a shared W: one tall GEMM over every batch row.
+		g.m *= nb
+		g.ar = g.m
+		nb = 1
+		aOff, bOff = []int{0}, []int{0}
+	} else {
+		aOff = batchOffsets(a.Shape[:ra-2], batch, g.ar*g.ac)
+		bOff = batchOffsets(b.Shape[:rb-2], batch, g.br*g.bc)
 	}
-	// Batch offsets of a and b under broadcasting.
-	aOff, bOff := batchOffsets(a.Shape[:ra-2], batch, ar*ac), batchOffsets(b.Shape[:rb-2], batch, br*bc)
-	workers := min(runtime.GOMAXPROCS(0), nb)
-	// Small products are cheaper run in a row than handed to goroutines.
-	if workers <= 1 || m*nn*k < 32*32*32 && nb < 64 {
+	chunks := (g.m + rowChunk - 1) / rowChunk
+	tasks := nb * chunks
+	run := func(t int) {
+		i, r0 := t/chunks, (t%chunks)*rowChunk
+		r1 := min(r0+rowChunk, g.m)
+		g.rows(a.F[aOff[i]:aOff[i]+g.ar*g.ac], b.F[bOff[i]:bOff[i]+g.br*g.bc],
+			out.F[i*g.m*g.n:(i+1)*g.m*g.n], r0, r1)
+	}
+	workers := runtime.GOMAXPROCS(0)
+	if nb*g.m*g.n*g.k < serialWork {
 		workers = 1
 	}
+	parallelFor(tasks, workers, run)
+	return one(out), nil
+}
+
+// parallelFor runs body(0..n-1) on up to workers goroutines. A panic in a worker
+// is re-raised in the caller's goroutine, where the interpreter's recover turns it
+// into an error naming the node (a panic left in a worker would kill the process).
+func parallelFor(n, workers int, body func(i int)) {
+	workers = min(workers, n)
+	if workers <= 1 {
+		for i := range n {
+			body(i)
+		}
+		return
+	}
+	var next atomic.Int64
 	var wg sync.WaitGroup
-	for w := 0; w < workers; w++ {
+	var mu sync.Mutex
+	var panicked any
+	for range workers {
 		wg.Go(func() {
-			for i := w; i < nb; i += workers {
-				gemm(opA, opB, a.F[aOff[i]:aOff[i]+ar*ac], ar, ac, b.F[bOff[i]:bOff[i]+br*bc],
-					br, bc, out.F[i*m*nn:(i+1)*m*nn], m, nn)
+			defer func() {
+				if r := recover(); r != nil {
+					mu.Lock()
+					if panicked == nil {
+						panicked = r
+					}
+					mu.Unlock()
+					next.Store(int64(n)) // stop the other workers early
+				}
+			}()
+			for i := int(next.Add(1)) - 1; i < n; i = int(next.Add(1)) - 1 {
+				body(i)
 			}
 		})
 	}
 	wg.Wait()
-	return one(out), nil
+	if panicked != nil {
+		panic(panicked)
+	}
+}
+
+// gemmShape is one matrix product c (m×n) = op(a)·op(b), with a stored ar×ac and
+// b stored br×bc before their transposes.
+type gemmShape struct {
+	ar, ac, br, bc int
+	m, n, k        int
+	ta, tb         bool
+}
+
+// rows computes result rows [r0, r1) of c = op(a)·op(b).
+func (g gemmShape) rows(a, b, c []float64, r0, r1 int) {
+	var av blas64.General
+	opA, opB := blas.NoTrans, blas.NoTrans
+	if g.ta {
+		// op(a) rows are columns of the stored a.
+		av = blas64.General{Rows: g.ar, Cols: r1 - r0, Stride: g.ac, Data: a[r0:]}
+		opA = blas.Trans
+	} else {
+		av = blas64.General{Rows: r1 - r0, Cols: g.ac, Stride: g.ac, Data: a[r0*g.ac:]}
+	}
+	if g.tb {
+		opB = blas.Trans
+	}
+	blas64.Gemm(opA, opB, 1, av,
+		blas64.General{Rows: g.br, Cols: g.bc, Stride: g.bc, Data: b},
+		0, blas64.General{Rows: r1 - r0, Cols: g.n, Stride: g.n, Data: c[r0*g.n : r1*g.n]})
 }
 
 // batchOffsets returns, for each element of the broadcast batch shape out, the
@@ -79,17 +148,6 @@ func batchOffsets(in, out []int64, sz int) []int {
 	if len(out) == 0 {
 		return offs
 	}
-	st := bcastStrides(in, out)
-	walk(out, [][]int{st}, func(i int, o []int) { offs[i] = o[0] * sz })
+	walk(out, [][]int{bcastStrides(in, out)}, func(i int, o []int) { offs[i] = o[0] * sz })
 	return offs
-}
-
-// gemm computes c (m×nn) = op(a)·op(b), with a stored as ar×ac and b as br×bc
-// before their transposes.
-func gemm(opA, opB blas.Transpose, a []float64, ar, ac int, b []float64, br, bc int,
-	c []float64, m, nn int) {
-	blas64.Gemm(opA, opB, 1,
-		blas64.General{Rows: ar, Cols: ac, Stride: ac, Data: a},
-		blas64.General{Rows: br, Cols: bc, Stride: bc, Data: b},
-		0, blas64.General{Rows: m, Cols: nn, Stride: nn, Data: c})
 }

@@ -80,7 +80,7 @@ func kernelConcat(n *ir.Node, args []*tensor.Tensor, _ Options) ([]*tensor.Tenso
 	for _, x := range args {
 		w := int(x.Shape[axis]) * inner
 		for o := 0; o < outer; o++ {
-			dst := (o*m+at)*inner
+			dst := (o*m + at) * inner
 			if out.DType.IsFloat() {
 				copy(out.F[dst:dst+w], x.F[o*w:(o+1)*w])
 			} else {
