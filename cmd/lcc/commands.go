@@ -1,0 +1,165 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"sort"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+
+	"github.com/lcc-dev/lcc/driver"
+	"github.com/lcc-dev/lcc/passes"
+	"github.com/lcc-dev/lcc/report"
+	"github.com/lcc-dev/lcc/targets"
+)
+
+// shapeFlags are the dim-binding flags shared by compile, run and check.
+type shapeFlags struct {
+	seqLen, batch int64
+	shapes        []string
+}
+
+func (s *shapeFlags) add(cmd *cobra.Command) {
+	cmd.Flags().Int64Var(&s.seqLen, "seq-len", 0, "bind the sequence dim (seq, sequence_length, ...)")
+	cmd.Flags().Int64Var(&s.batch, "batch", 0, "bind the batch dim (default 1)")
+	cmd.Flags().StringArrayVar(&s.shapes, "shape", nil, "bind a named dim: NAME=VALUE (repeatable)")
+}
+
+func (s *shapeFlags) bindings() (driver.Bindings, error) {
+	shape, err := driver.ParseShapeFlags(s.shapes)
+	if err != nil {
+		return driver.Bindings{}, err
+	}
+	if s.seqLen < 0 {
+		return driver.Bindings{}, fmt.Errorf("--seq-len %d: want a positive integer", s.seqLen)
+	}
+	if s.batch < 0 {
+		return driver.Bindings{}, fmt.Errorf("--batch %d: want a positive integer", s.batch)
+	}
+	return driver.Bindings{SeqLen: s.seqLen, Batch: s.batch, Shape: shape}, nil
+}
+
+func lookupTarget(name, file string) (targets.Target, error) {
+	if file != "" {
+		ts, err := targets.LoadFile(file)
+		if err != nil {
+			return targets.Target{}, err
+		}
+		for _, t := range ts {
+			if t.Name == name || (name == "" && len(ts) == 1) {
+				return t, nil
+			}
+		}
+		return targets.Target{}, fmt.Errorf("--target %q is not in --target-file %s", name, file)
+	}
+	t, err := targets.Lookup(name)
+	if err != nil {
+		return targets.Target{}, fmt.Errorf("--target: %w", err)
+	}
+	return t, nil
+}
+
+func compileCmd() *cobra.Command {
+	var (
+		sf                      shapeFlags
+		target, targetFile, out string
+		reportFmt, printAfter   string
+	)
+	cmd := &cobra.Command{
+		Use:   "compile MODEL",
+		Short: "compile a model (.onnx or .lcc) for a target: plan, kernels and report, no GPU needed",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if reportFmt != "text" && reportFmt != "json" {
+				return fmt.Errorf("--report %q: want text or json", reportFmt)
+			}
+			if printAfter != "" && printAfter != "all" {
+				if _, ok := passes.Lookup(printAfter); !ok {
+					return fmt.Errorf("--print-ir-after %q: no such pass (see lcc passes)", printAfter)
+				}
+			}
+			t, err := lookupTarget(target, targetFile)
+			if err != nil {
+				return err
+			}
+			b, err := sf.bindings()
+			if err != nil {
+				return err
+			}
+			f, err := driver.Load(args[0], b)
+			if err != nil {
+				return err
+			}
+			res, err := driver.Compile(f, driver.CompileOptions{Target: t, PrintAfter: printAfter,
+				Model: args[0]})
+			if err != nil {
+				return err
+			}
+			if out != "" {
+				if err := driver.WriteOutputs(out, res); err != nil {
+					return err
+				}
+			}
+			w := cmd.OutOrStdout()
+			if reportFmt == "json" {
+				js, err := driver.ReportJSON(res.Report)
+				if err != nil {
+					return err
+				}
+				_, err = w.Write(js)
+				return err
+			}
+			res.Report.WriteText(w)
+			if out != "" {
+				fmt.Fprintf(w, "wrote      %s/{graph.lcc,weights.safetensors,report.json}\n", strings.TrimSuffix(out, "/"))
+			}
+			return nil
+		},
+	}
+	sf.add(cmd)
+	cmd.Flags().StringVar(&target, "target", "h200x1", "target machine (see lcc targets)")
+	cmd.Flags().StringVar(&targetFile, "target-file", "", "JSON file with extra targets")
+	cmd.Flags().StringVarP(&out, "output", "o", "", "write graph.lcc, weights and report.json to this folder")
+	cmd.Flags().StringVar(&reportFmt, "report", "text", "report format: text or json")
+	cmd.Flags().StringVar(&printAfter, "print-ir-after", "", "print the IR after this pass (or all) to stderr")
+	return cmd
+}
+
+func targetsCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "targets",
+		Short: "list the built-in targets",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			w := tabwriter.NewWriter(cmd.OutOrStdout(), 2, 4, 2, ' ', 0)
+			fmt.Fprintln(w, "NAME\tGPUS\tGPU\tARCH\tMEMORY/GPU\tBF16 PEAK\tHBM\tINTERCONNECT")
+			for _, t := range targets.All() {
+				fmt.Fprintf(w, "%s\t%d\t%s\t%s\t%s\t%.0f TFLOP/s\t%.2f TB/s\t%.0f GB/s\n", t.Name, t.GPUs, t.GPU,
+					t.Arch, report.Bytes(t.MemoryBytes), t.PeakBF16FLOPs/1e12, t.HBMBytesPerSec/1e12,
+					t.InterconnectBytesPerSec/1e9)
+			}
+			return w.Flush()
+		},
+	}
+}
+
+func passesCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "passes",
+		Short: "list lcc's passes",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ps := append([]passes.Pass{}, passes.Registry...)
+			sort.Slice(ps, func(i, j int) bool { return ps[i].Name < ps[j].Name })
+			w := tabwriter.NewWriter(cmd.OutOrStdout(), 2, 4, 2, ' ', 0)
+			for _, p := range ps {
+				fmt.Fprintf(w, "%s\t%s\n", p.Name, p.Doc)
+			}
+			return w.Flush()
+		},
+	}
+}
+
+var _ = os.Stderr

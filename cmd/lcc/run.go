@@ -1,0 +1,143 @@
+package main
+
+import (
+	"fmt"
+	"sort"
+
+	"github.com/spf13/cobra"
+
+	"github.com/lcc-dev/lcc/driver"
+	"github.com/lcc-dev/lcc/runtime/cpu"
+	"github.com/lcc-dev/lcc/safetensors"
+	"github.com/lcc-dev/lcc/tensor"
+)
+
+func checkDevice(d string) error {
+	if d != "cpu" {
+		return fmt.Errorf("--device %q: want cpu (the CUDA executor is not part of this build yet)", d)
+	}
+	return nil
+}
+
+func runCmd() *cobra.Command {
+	var (
+		sf              shapeFlags
+		inputs, outputs string
+		device          string
+	)
+	cmd := &cobra.Command{
+		Use:   "run MODEL --inputs X.safetensors",
+		Short: "run a model on given inputs and print or save its outputs",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := checkDevice(device); err != nil {
+				return err
+			}
+			if inputs == "" {
+				return fmt.Errorf("--inputs is required")
+			}
+			b, err := sf.bindings()
+			if err != nil {
+				return err
+			}
+			in, shapes, err := driver.ReadRef(inputs)
+			if err != nil {
+				return err
+			}
+			b.InputShapes = shapes
+			f, err := driver.Load(args[0], b)
+			if err != nil {
+				return err
+			}
+			feeds, err := driver.Feeds(f, in, inputs)
+			if err != nil {
+				return err
+			}
+			outs, err := cpu.Run(f, feeds, cpu.Options{Precision: tensor.F32})
+			if err != nil {
+				return err
+			}
+			var names []string
+			for _, o := range f.Outputs {
+				names = append(names, o.Name)
+			}
+			w := cmd.OutOrStdout()
+			for _, n := range names {
+				t := outs[n]
+				fmt.Fprintf(w, "%s %v%s %s\n", n, t.DType, tensor.ShapeString(t.Shape), summary(t))
+			}
+			if outputs != "" {
+				sort.Strings(names)
+				return safetensors.Write(outputs, names, outs, map[string]string{"producer": "lcc run"})
+			}
+			return nil
+		},
+	}
+	sf.add(cmd)
+	cmd.Flags().StringVar(&inputs, "inputs", "", "safetensors file with one tensor per model input")
+	cmd.Flags().StringVar(&outputs, "outputs", "", "write the outputs to this safetensors file")
+	cmd.Flags().StringVar(&device, "device", "cpu", "where to run: cpu")
+	return cmd
+}
+
+// summary prints a few statistics of a tensor.
+func summary(t *tensor.Tensor) string {
+	n := t.Numel()
+	if n == 0 {
+		return "(empty)"
+	}
+	var sum, mn, mx float64
+	mn, mx = t.Float(0), t.Float(0)
+	for i := 0; i < n; i++ {
+		v := t.Float(i)
+		sum += v
+		mn, mx = min(mn, v), max(mx, v)
+	}
+	return fmt.Sprintf("mean=%.6g min=%.6g max=%.6g", sum/float64(n), mn, mx)
+}
+
+func checkCmd() *cobra.Command {
+	var (
+		sf        shapeFlags
+		ref       string
+		device    string
+		tolerance float64
+	)
+	cmd := &cobra.Command{
+		Use:   "check MODEL --ref REF.safetensors",
+		Short: "run a model on a reference's inputs and compare its outputs with the reference",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := checkDevice(device); err != nil {
+				return err
+			}
+			if ref == "" {
+				return fmt.Errorf("--ref is required")
+			}
+			if !(tolerance > 0) {
+				return fmt.Errorf("--tolerance %g: want a positive number", tolerance)
+			}
+			b, err := sf.bindings()
+			if err != nil {
+				return err
+			}
+			rf, shapes, err := driver.ReadRef(ref)
+			if err != nil {
+				return err
+			}
+			b.InputShapes = shapes
+			f, err := driver.Load(args[0], b)
+			if err != nil {
+				return err
+			}
+			_, err = driver.Check(f, rf, ref, driver.CheckOptions{Tolerance: tolerance, Device: device,
+				Out: cmd.OutOrStdout()})
+			return err
+		},
+	}
+	sf.add(cmd)
+	cmd.Flags().StringVar(&ref, "ref", "", "reference safetensors: inputs by input name, outputs by output name")
+	cmd.Flags().StringVar(&device, "device", "cpu", "where to run: cpu")
+	cmd.Flags().Float64Var(&tolerance, "tolerance", 1e-4, "largest accepted ‖a−ref‖/‖ref‖")
+	return cmd
+}

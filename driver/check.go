@@ -1,0 +1,194 @@
+package driver
+
+import (
+	"fmt"
+	"io"
+	"math"
+	"sort"
+	"strings"
+
+	"github.com/lcc-dev/lcc/ir"
+	"github.com/lcc-dev/lcc/runtime/cpu"
+	"github.com/lcc-dev/lcc/safetensors"
+	"github.com/lcc-dev/lcc/tensor"
+)
+
+// Comparison is one compared tensor.
+type Comparison struct {
+	Name   string
+	Shape  []int64
+	RelErr float64 // ‖a − ref‖ / ‖ref‖ (‖a − ref‖ when ref is zero)
+	MaxAbs float64
+}
+
+// Compare measures a against ref (same element count required).
+func Compare(name string, a, ref *tensor.Tensor) (Comparison, error) {
+	c := Comparison{Name: name, Shape: ref.Shape}
+	if a.Numel() != ref.Numel() {
+		return c, fmt.Errorf("%s: lcc gives %v%s, the reference %v%s", name, a.DType,
+			tensor.ShapeString(a.Shape), ref.DType, tensor.ShapeString(ref.Shape))
+	}
+	var num, den float64
+	for i := 0; i < a.Numel(); i++ {
+		x, y := a.Float(i), ref.Float(i)
+		d := x - y
+		if math.IsNaN(x) != math.IsNaN(y) || (math.IsInf(y, 0) && x != y) {
+			d = math.Inf(1)
+		} else if math.IsNaN(x) || x == y {
+			d = 0
+		}
+		num += d * d
+		den += y * y
+		c.MaxAbs = math.Max(c.MaxAbs, math.Abs(d))
+	}
+	c.RelErr = math.Sqrt(num)
+	if den > 0 {
+		c.RelErr /= math.Sqrt(den)
+	}
+	return c, nil
+}
+
+// CheckOptions controls Check.
+type CheckOptions struct {
+	Tolerance float64
+	Device    string
+	Out       io.Writer
+}
+
+// CheckResult summarises a check.
+type CheckResult struct {
+	Comparisons []Comparison
+	MaxRelErr   float64
+}
+
+// ErrTolerance is returned (wrapped) when a comparison exceeds the tolerance.
+var ErrTolerance = fmt.Errorf("results differ from the reference")
+
+// ReadRef reads a reference file and returns its tensors with input shapes bound:
+// every tensor becomes a candidate input shape (only names the model has matter).
+func ReadRef(path string) (*safetensors.File, map[string][]int64, error) {
+	ref, err := safetensors.Read(path)
+	if err != nil {
+		return nil, nil, err
+	}
+	shapes := map[string][]int64{}
+	for name, t := range ref.Tensors {
+		shapes[name] = t.Shape
+	}
+	return ref, shapes, nil
+}
+
+// Feeds returns the inputs for f from ref: every input and label parameter must
+// have a tensor of that name; a missing one is an error listing all that are missing.
+func Feeds(f *ir.Func, ref *safetensors.File, refPath string) (map[string]*tensor.Tensor, error) {
+	feeds := map[string]*tensor.Tensor{}
+	var missing []string
+	for _, p := range f.Params {
+		if p.Role != ir.RoleInput && p.Role != ir.RoleLabel {
+			continue
+		}
+		t, ok := ref.Tensors[p.Name]
+		if !ok {
+			missing = append(missing, p.Name)
+			continue
+		}
+		feeds[p.Name] = convert(t, p.Value.Type.DType)
+	}
+	if len(missing) > 0 {
+		return nil, fmt.Errorf("%s: no tensor for model input(s) %s (the file has: %s)", refPath,
+			strings.Join(missing, ", "), strings.Join(ref.Names, ", "))
+	}
+	return feeds, nil
+}
+
+// convert returns t in dtype dt (a copy when the dtype differs).
+func convert(t *tensor.Tensor, dt tensor.DType) *tensor.Tensor {
+	if t.DType == dt {
+		return t
+	}
+	out := tensor.New(dt, t.Shape...)
+	for i := 0; i < t.Numel(); i++ {
+		if dt.IsFloat() {
+			out.F[i] = t.Float(i)
+		} else {
+			out.I[i] = t.Int(i)
+		}
+	}
+	out.RoundTo(dt)
+	return out
+}
+
+// Check runs f on the reference inputs and compares every output that the
+// reference holds. It prints one line per tensor and a summary line.
+func Check(f *ir.Func, ref *safetensors.File, refPath string, opts CheckOptions) (*CheckResult, error) {
+	if opts.Device != "" && opts.Device != "cpu" {
+		return nil, fmt.Errorf("--device %q: this build checks on cpu only", opts.Device)
+	}
+	if missing := MissingWeights(f); len(missing) > 0 {
+		return nil, fmt.Errorf("weights without data: %s", strings.Join(missing, ", "))
+	}
+	feeds, err := Feeds(f, ref, refPath)
+	if err != nil {
+		return nil, err
+	}
+	outs, err := cpu.Run(f, feeds, cpu.Options{Precision: tensor.F32})
+	if err != nil {
+		return nil, err
+	}
+	var names []string
+	for _, o := range f.Outputs {
+		if _, ok := ref.Tensors[o.Name]; ok {
+			names = append(names, o.Name)
+		}
+	}
+	if len(names) == 0 {
+		var outNames []string
+		for _, o := range f.Outputs {
+			outNames = append(outNames, o.Name)
+		}
+		return nil, fmt.Errorf("%s: no tensor named like a model output (outputs: %s)", refPath,
+			strings.Join(outNames, ", "))
+	}
+	res := &CheckResult{}
+	for _, name := range names {
+		c, err := Compare(name, outs[name], ref.Tensors[name])
+		if err != nil {
+			return nil, err
+		}
+		res.Comparisons = append(res.Comparisons, c)
+	}
+	return res, res.Print(opts)
+}
+
+// Print writes the per-tensor lines and the summary, and returns an error naming
+// the worst tensors when the tolerance is exceeded.
+func (r *CheckResult) Print(opts CheckOptions) error {
+	w := opts.Out
+	for _, c := range r.Comparisons {
+		fmt.Fprintf(w, "%-40s %-16s rel_err=%.3e max_abs=%.3e\n", c.Name, tensor.ShapeString(c.Shape),
+			c.RelErr, c.MaxAbs)
+		if c.RelErr > r.MaxRelErr || math.IsNaN(c.RelErr) {
+			r.MaxRelErr = c.RelErr
+		}
+	}
+	fmt.Fprintf(w, "max_rel_err=%.3e compared=%d tolerance=%g\n", r.MaxRelErr, len(r.Comparisons), opts.Tolerance)
+	var bad []Comparison
+	for _, c := range r.Comparisons {
+		if !(c.RelErr <= opts.Tolerance) {
+			bad = append(bad, c)
+		}
+	}
+	if len(bad) == 0 {
+		return nil
+	}
+	sort.Slice(bad, func(i, j int) bool { return bad[i].RelErr > bad[j].RelErr })
+	var worst []string
+	for i, c := range bad {
+		if i == 5 {
+			worst = append(worst, fmt.Sprintf("and %d more", len(bad)-5))
+			break
+		}
+		worst = append(worst, fmt.Sprintf("%s (%.3e)", c.Name, c.RelErr))
+	}
+	return fmt.Errorf("%w beyond tolerance %g: %s", ErrTolerance, opts.Tolerance, strings.Join(worst, ", "))
+}

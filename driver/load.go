@@ -1,0 +1,190 @@
+// Package driver wires lcc's stages together for the command line and for Go
+// programs that want the same behaviour: load a model (ONNX or text IR), bind its
+// symbolic dims, run the pass pipeline for a target, and write the results.
+//
+// The CLI in cmd/lcc only parses flags and calls this package, so everything the
+// CLI can do is available, and tested, as Go.
+package driver
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"github.com/lcc-dev/lcc/frontends/onnx"
+	"github.com/lcc-dev/lcc/ir"
+	"github.com/lcc-dev/lcc/safetensors"
+)
+
+// seqNames and batchNames are the dim_param names --seq-len and --batch bind.
+// Exporters spell them differently (torch.export's "s0" aside, which needs --shape).
+var (
+	seqNames   = []string{"seq", "seq_len", "seqlen", "sequence", "sequence_length", "seq_length", "tokens", "T"}
+	batchNames = []string{"batch", "batch_size", "bsz", "B", "N"}
+)
+
+// Bindings holds what the user said about symbolic dims.
+type Bindings struct {
+	SeqLen int64            // --seq-len; 0 when not given
+	Batch  int64            // --batch; 0 when not given
+	Shape  map[string]int64 // --shape name=value
+	// InputShapes fixes whole input shapes (lcc check and run take them from the
+	// tensors they are given).
+	InputShapes map[string][]int64
+}
+
+// ParseShapeFlags parses --shape values "name=value" (several may be given, each
+// possibly comma-separated).
+func ParseShapeFlags(vals []string) (map[string]int64, error) {
+	out := map[string]int64{}
+	for _, v := range vals {
+		for _, kv := range strings.Split(v, ",") {
+			k, s, ok := strings.Cut(strings.TrimSpace(kv), "=")
+			var n int64
+			if _, err := fmt.Sscan(s, &n); !ok || k == "" || err != nil || n <= 0 {
+				return nil, fmt.Errorf("--shape %q: want name=positive-integer", kv)
+			}
+			out[k] = n
+		}
+	}
+	return out, nil
+}
+
+// dims resolves the bindings against the dim names the model actually uses.
+func (b Bindings) dims(used []string) (map[string]int64, error) {
+	dims := map[string]int64{}
+	has := map[string]bool{}
+	for _, u := range used {
+		has[u] = true
+	}
+	bind := func(flag string, v int64, names []string) error {
+		if v == 0 {
+			return nil
+		}
+		if v < 0 {
+			return fmt.Errorf("%s %d: want a positive integer", flag, v)
+		}
+		found := false
+		for _, n := range names {
+			if has[n] {
+				dims[n] = v
+				found = true
+			}
+		}
+		if !found && len(used) > 0 {
+			return fmt.Errorf("%s: the model has no dim named %s (its dims: %s); use --shape NAME=%d",
+				flag, strings.Join(names[:3], ", "), strings.Join(used, ", "), v)
+		}
+		return nil
+	}
+	if err := bind("--seq-len", b.SeqLen, seqNames); err != nil {
+		return nil, err
+	}
+	if err := bind("--batch", b.Batch, batchNames); err != nil {
+		return nil, err
+	}
+	for k, v := range b.Shape {
+		if !has[k] && len(used) > 0 {
+			return nil, fmt.Errorf("--shape %s=%d: the model has no dim %q (its dims: %s)", k, v, k,
+				strings.Join(used, ", "))
+		}
+		dims[k] = v
+	}
+	// Batch defaults to 1: long-context training runs one sequence per GPU.
+	for _, n := range batchNames {
+		if _, ok := dims[n]; !ok && has[n] {
+			dims[n] = 1
+		}
+	}
+	return dims, nil
+}
+
+// Load reads a model: an .onnx file (decoded, validated, lowered with dims bound)
+// or an .lcc text IR file (whose weights, if any, come from a safetensors file of
+// the same base name, or weights.safetensors beside it).
+func Load(path string, b Bindings) (*ir.Func, error) {
+	switch strings.ToLower(filepath.Ext(path)) {
+	case ".onnx":
+		m, err := onnx.Load(path, onnx.LoadOptions{})
+		if err != nil {
+			return nil, err
+		}
+		dims, err := b.dims(dimNames(m))
+		if err != nil {
+			return nil, err
+		}
+		return onnx.Import(m, onnx.ImportOptions{Dims: dims, InputShapes: b.InputShapes})
+	case ".lcc":
+		return loadText(path)
+	}
+	return nil, fmt.Errorf("%s: unknown model format (want .onnx or .lcc)", path)
+}
+
+func dimNames(m *onnx.Model) []string {
+	seen := map[string]bool{}
+	var out []string
+	for _, in := range m.Graph.Inputs {
+		for _, d := range in.Dims {
+			if d.Param != "" && !seen[d.Param] {
+				seen[d.Param] = true
+				out = append(out, d.Param)
+			}
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+func loadText(path string) (*ir.Func, error) {
+	src, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	f, err := ir.Parse(string(src))
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	var weights string
+	for _, cand := range []string{strings.TrimSuffix(path, filepath.Ext(path)) + ".safetensors",
+		filepath.Join(filepath.Dir(path), "weights.safetensors")} {
+		if _, err := os.Stat(cand); err == nil {
+			weights = cand
+			break
+		}
+	}
+	if weights == "" {
+		return f, nil
+	}
+	st, err := safetensors.Read(weights)
+	if err != nil {
+		return nil, err
+	}
+	for _, p := range f.Params {
+		if p.Role != ir.RoleWeight && p.Role != ir.RoleState {
+			continue
+		}
+		t, ok := st.Tensors[p.Name]
+		if !ok {
+			continue
+		}
+		if !ir.T(t.DType, t.Shape...).Equal(p.Value.Type) {
+			return nil, fmt.Errorf("%s: weight %q is %v%v, the graph declares %v", weights, p.Name,
+				t.DType, t.Shape, p.Value.Type)
+		}
+		p.Data = t
+	}
+	return f, nil
+}
+
+// MissingWeights lists weight parameters without data.
+func MissingWeights(f *ir.Func) []string {
+	var out []string
+	for _, p := range f.Params {
+		if (p.Role == ir.RoleWeight || p.Role == ir.RoleState) && p.Data == nil {
+			out = append(out, p.Name)
+		}
+	}
+	return out
+}

@@ -1,0 +1,343 @@
+package onnx
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/lcc-dev/lcc/ir"
+	"github.com/lcc-dev/lcc/runtime/cpu"
+	"github.com/lcc-dev/lcc/tensor"
+)
+
+// ErrUnboundDim is wrapped by Import's error when a symbolic input dim has no value.
+var ErrUnboundDim = errors.New("unbound dimension")
+
+// DefaultFoldLimit caps the elements of a tensor that Import folds to a constant.
+// Shape arithmetic is always tiny; a folded [seq, seq] mask or [seq, d] RoPE table
+// at a million tokens is not, and stays a computation.
+const DefaultFoldLimit = 1 << 16
+
+// ImportOptions controls the lowering to IR.
+type ImportOptions struct {
+	// Dims binds symbolic dims (ONNX dim_param) by name, e.g. {"batch": 1, "seq": 4096}.
+	Dims map[string]int64
+	// InputShapes binds whole input shapes by input name; it overrides Dims and the
+	// file's shape for that input (lcc check takes them from the reference tensors).
+	InputShapes map[string][]int64
+	// FoldLimit caps constant folding (elements); 0 means DefaultFoldLimit.
+	FoldLimit int64
+	// LabelInputs names the integer inputs that are training targets; nil means
+	// any integer input called "labels", "label" or "targets".
+	LabelInputs []string
+}
+
+// Import lowers a decoded model to an IR function with concrete shapes. Symbolic
+// dims are bound from opts; values computed from shapes alone (Shape, Range,
+// ConstantOfShape, mask arithmetic) fold to constants up to opts.FoldLimit.
+// Unsupported ops are reported all at once, each with domain, opset and node.
+func Import(m *Model, opts ImportOptions) (*ir.Func, error) {
+	if opts.FoldLimit == 0 {
+		opts.FoldLimit = DefaultFoldLimit
+	}
+	if err := checkOps(m); err != nil {
+		return nil, err
+	}
+	name := m.Graph.Name
+	if name == "" {
+		name = "main"
+	}
+	l := &lowerer{m: m, opts: opts, b: ir.NewBuilder(name), env: make(map[string]*val)}
+	if err := l.params(); err != nil {
+		return nil, err
+	}
+	for i := range m.Graph.Nodes {
+		if err := l.node(&m.Graph.Nodes[i]); err != nil {
+			return nil, fmt.Errorf("%s: %s: %w", m.Source, m.Graph.Nodes[i].String(), err)
+		}
+	}
+	for _, o := range m.Graph.Outputs {
+		v, err := l.value(l.b, o.Name)
+		if err != nil {
+			return nil, fmt.Errorf("%s: output %q: %w", m.Source, o.Name, err)
+		}
+		l.b.Output(o.Name, v)
+	}
+	f, err := l.b.Build()
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", m.Source, err)
+	}
+	return f, nil
+}
+
+// checkOps reports every op lcc cannot lower, with its domain, opset and a node.
+func checkOps(m *Model) error {
+	var bad []string
+	seen := map[string]bool{}
+	for i := range m.Graph.Nodes {
+		n := &m.Graph.Nodes[i]
+		if n.Domain == "" && lowerings[n.OpType] != nil {
+			continue
+		}
+		key := n.Domain + "/" + n.OpType
+		if seen[key] {
+			continue
+		}
+		seen[key] = true
+		dom := n.Domain
+		if dom == "" {
+			dom = "ai.onnx"
+		}
+		bad = append(bad, fmt.Sprintf("op %s (domain %q, opset %d) at %s", n.OpType, dom,
+			m.Opsets[n.Domain], n.String()))
+	}
+	if len(bad) == 0 {
+		return nil
+	}
+	sort.Strings(bad)
+	return fmt.Errorf("%s: %w: %s", m.Source, ErrUnsupported, strings.Join(bad, "; "))
+}
+
+// val is an ONNX value during lowering: an IR value, a known constant, or both.
+type val struct {
+	v *ir.Value
+	c *tensor.Tensor
+}
+
+type lowerer struct {
+	m    *Model
+	opts ImportOptions
+	b    *ir.Builder
+	env  map[string]*val
+}
+
+func (l *lowerer) isLabel(name string) bool {
+	if l.opts.LabelInputs != nil {
+		for _, n := range l.opts.LabelInputs {
+			if n == name {
+				return true
+			}
+		}
+		return false
+	}
+	return name == "labels" || name == "label" || name == "targets"
+}
+
+func (l *lowerer) params() error {
+	g := &l.m.Graph
+	isInit := map[string]bool{}
+	for _, n := range g.InitializerNames {
+		isInit[n] = true
+	}
+	for _, in := range g.Inputs {
+		if isInit[in.Name] {
+			continue
+		}
+		t, err := l.inputType(in)
+		if err != nil {
+			return fmt.Errorf("%s: input %q: %w", l.m.Source, in.Name, err)
+		}
+		role := ir.RoleInput
+		if in.DType.IsInt() && l.isLabel(in.Name) {
+			role = ir.RoleLabel
+		}
+		l.env[in.Name] = &val{v: l.b.Func().AddParam(in.Name, role, t, nil)}
+	}
+	for _, name := range g.InitializerNames {
+		t := g.Initializers[name]
+		// Float tensors of rank >= 1 are weights; integer, boolean and scalar
+		// initializers are constants the exporter hoisted (shapes, eps, -inf).
+		if t.DType.IsFloat() && len(t.Shape) > 0 {
+			l.env[name] = &val{v: l.b.Weight(name, t), c: nil}
+			continue
+		}
+		l.env[name] = &val{c: t}
+	}
+	return nil
+}
+
+func (l *lowerer) inputType(in ValueInfo) (ir.Type, error) {
+	if in.DType == tensor.Invalid {
+		return ir.Type{}, fmt.Errorf("unsupported element type")
+	}
+	t := ir.Type{DType: in.DType}
+	if s, ok := l.opts.InputShapes[in.Name]; ok {
+		if in.HasShape && len(s) != len(in.Dims) {
+			return ir.Type{}, fmt.Errorf("given shape %v has rank %d, the model declares rank %d",
+				s, len(s), len(in.Dims))
+		}
+		t.Shape = append([]int64{}, s...)
+	} else if !in.HasShape {
+		return ir.Type{}, fmt.Errorf("%w: the model gives no shape; pass its shape", ErrUnboundDim)
+	}
+	labels := make([]string, len(in.Dims))
+	hasLabel := false
+	for i, d := range in.Dims {
+		labels[i] = d.Param
+		hasLabel = hasLabel || d.Param != ""
+		if t.Shape != nil && len(t.Shape) == len(in.Dims) && l.opts.InputShapes[in.Name] != nil {
+			if d.Known && d.Value != t.Shape[i] {
+				return ir.Type{}, fmt.Errorf("given dim %d is %d, the model fixes it at %d", i, t.Shape[i], d.Value)
+			}
+			continue
+		}
+		switch {
+		case d.Known:
+			t.Shape = append(t.Shape, d.Value)
+		case d.Param != "":
+			v, ok := l.opts.Dims[d.Param]
+			if !ok {
+				return ir.Type{}, fmt.Errorf("%w: dim %d %q (pass --shape %s=N%s)", ErrUnboundDim,
+					i, d.Param, d.Param, flagHint(d.Param))
+			}
+			if v <= 0 {
+				return ir.Type{}, fmt.Errorf("dim %q bound to %d, want > 0", d.Param, v)
+			}
+			t.Shape = append(t.Shape, v)
+		default:
+			return ir.Type{}, fmt.Errorf("%w: dim %d has no size and no name", ErrUnboundDim, i)
+		}
+	}
+	if hasLabel {
+		t.Labels = labels
+	}
+	if _, err := tensor.Numel(t.Shape); err != nil {
+		return ir.Type{}, err
+	}
+	return t, nil
+}
+
+func flagHint(param string) string {
+	switch strings.ToLower(param) {
+	case "seq", "sequence", "sequence_length", "seq_len", "seqlen":
+		return " or --seq-len N"
+	case "batch", "batch_size", "n":
+		return " or --batch N"
+	}
+	return ""
+}
+
+// value returns the IR value of an ONNX value, emitting a constant into b if the
+// value is only known as a constant.
+func (l *lowerer) value(b *ir.Builder, name string) (*ir.Value, error) {
+	e, ok := l.env[name]
+	if !ok {
+		return nil, fmt.Errorf("value %q is not defined", name)
+	}
+	if b != l.b {
+		if e.c != nil {
+			return b.Const(e.c), nil
+		}
+		return nil, fmt.Errorf("lcc: BUG: folding reads a non-constant %q", name)
+	}
+	if e.v == nil {
+		e.v = b.Const(e.c)
+	}
+	return e.v, nil
+}
+
+// node lowers one ONNX node. When every input is a known constant, the node is
+// lowered into a scratch function and evaluated on the CPU; results within the
+// fold limit become constants.
+func (l *lowerer) node(n *Node) error {
+	lower := lowerings[n.OpType]
+	allConst := true
+	for _, in := range n.Inputs {
+		if in == "" {
+			continue
+		}
+		e, ok := l.env[in]
+		if !ok {
+			return fmt.Errorf("input %q is not defined", in)
+		}
+		allConst = allConst && e.c != nil
+	}
+	if allConst {
+		folded, err := l.fold(n, lower)
+		if err != nil {
+			return err
+		}
+		if folded {
+			return nil
+		}
+	}
+	c := &nodeCtx{l: l, n: n, b: l.b}
+	l.b.SetName(nodeName(n))
+	outs, err := lower(c)
+	if err == nil {
+		err = l.b.Err()
+	}
+	if err != nil {
+		return err
+	}
+	return l.bind(n, outs, nil)
+}
+
+func nodeName(n *Node) string {
+	if n.Name != "" {
+		return n.Name
+	}
+	for _, o := range n.Outputs {
+		if o != "" {
+			return o
+		}
+	}
+	return n.OpType
+}
+
+func (l *lowerer) bind(n *Node, outs []*ir.Value, consts []*tensor.Tensor) error {
+	for i, name := range n.Outputs {
+		if name == "" {
+			continue
+		}
+		if i >= len(outs) && i >= len(consts) {
+			return fmt.Errorf("%w: output %d (%q) is not supported", ErrUnsupported, i, name)
+		}
+		e := &val{}
+		if consts != nil {
+			e.c = consts[i]
+		} else {
+			e.v = outs[i]
+			// Shape, Size and the like give constants even from run-time inputs.
+			if d := e.v.Def; d != nil && d.Op == ir.OpConstant {
+				e.c = d.Attrs.Tensor("value")
+			}
+		}
+		l.env[name] = e
+	}
+	return nil
+}
+
+func (l *lowerer) fold(n *Node, lower lowerFunc) (bool, error) {
+	sb := ir.NewBuilder("fold")
+	c := &nodeCtx{l: l, n: n, b: sb}
+	outs, err := lower(c)
+	if err == nil {
+		err = sb.Err()
+	}
+	if err != nil {
+		return false, err
+	}
+	for _, o := range outs {
+		if o.Type.Numel() > l.opts.FoldLimit {
+			return false, nil
+		}
+	}
+	for i, o := range outs {
+		sb.Output(fmt.Sprint(i), o)
+	}
+	f, err := sb.Build()
+	if err != nil {
+		return false, err
+	}
+	res, err := cpu.Run(f, nil, cpu.Options{Precision: tensor.F32})
+	if err != nil {
+		return false, fmt.Errorf("evaluating a constant: %w", err)
+	}
+	consts := make([]*tensor.Tensor, len(outs))
+	for i := range outs {
+		consts[i] = res[fmt.Sprint(i)]
+	}
+	return true, l.bind(n, nil, consts)
+}

@@ -1,0 +1,836 @@
+package onnx
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/lcc-dev/lcc/ir"
+	"github.com/lcc-dev/lcc/tensor"
+)
+
+// lowerFunc lowers one ONNX node to IR values, one per ONNX output it supports.
+type lowerFunc func(c *nodeCtx) ([]*ir.Value, error)
+
+// nodeCtx gives a lowering typed access to its node's inputs and attributes.
+type nodeCtx struct {
+	l *lowerer
+	n *Node
+	b *ir.Builder
+}
+
+// has reports whether optional input i is present.
+func (c *nodeCtx) has(i int) bool { return i < len(c.n.Inputs) && c.n.Inputs[i] != "" }
+
+// in returns input i as an IR value.
+func (c *nodeCtx) in(i int) *ir.Value {
+	if !c.has(i) {
+		c.b.Fail(fmt.Errorf("required input %d is missing", i))
+		return c.b.Scalar(tensor.F32, 0)
+	}
+	v, err := c.l.value(c.b, c.n.Inputs[i])
+	if err != nil {
+		c.b.Fail(err)
+		return c.b.Scalar(tensor.F32, 0)
+	}
+	return v
+}
+
+// constIn returns input i's value, which must be known at compile time.
+func (c *nodeCtx) constIn(i int) (*tensor.Tensor, error) {
+	if !c.has(i) {
+		return nil, fmt.Errorf("required input %d is missing", i)
+	}
+	e := c.l.env[c.n.Inputs[i]]
+	if e == nil || e.c == nil {
+		return nil, fmt.Errorf("input %d (%q) is computed at run time; lcc needs it constant once dims are bound",
+			i, c.n.Inputs[i])
+	}
+	return e.c, nil
+}
+
+func (c *nodeCtx) constInts(i int) ([]int64, error) {
+	t, err := c.constIn(i)
+	if err != nil {
+		return nil, err
+	}
+	return t.Ints(), nil
+}
+
+func (c *nodeCtx) attr(name string) (Attr, bool) {
+	a, ok := c.n.Attrs[name]
+	return a, ok
+}
+
+func (c *nodeCtx) aInt(name string, def int64) int64 {
+	if a, ok := c.attr(name); ok && a.Kind == AttrInt {
+		return a.Int
+	}
+	return def
+}
+
+func (c *nodeCtx) aFloat(name string, def float64) float64 {
+	if a, ok := c.attr(name); ok && a.Kind == AttrFloat {
+		return a.Float
+	}
+	return def
+}
+
+func (c *nodeCtx) aInts(name string) ([]int64, bool) {
+	if a, ok := c.attr(name); ok && a.Kind == AttrInts {
+		return a.Ints, true
+	}
+	return nil, false
+}
+
+func (c *nodeCtx) aString(name, def string) string {
+	if a, ok := c.attr(name); ok && a.Kind == AttrString {
+		return a.String
+	}
+	return def
+}
+
+// opset is the default domain's opset version.
+func (c *nodeCtx) opset() int64 { return c.l.m.Opsets[""] }
+
+func one(v *ir.Value) ([]*ir.Value, error) { return []*ir.Value{v}, nil }
+
+var lowerings map[string]lowerFunc
+
+func init() {
+	lowerings = map[string]lowerFunc{
+		"Identity": func(c *nodeCtx) ([]*ir.Value, error) { return one(c.in(0)) },
+		// Dropout is the identity in the exported (eval-mode) graph; its mask output
+		// is not supported.
+		"Dropout":        func(c *nodeCtx) ([]*ir.Value, error) { return one(c.in(0)) },
+		"Neg":            unary(ir.OpNeg),
+		"Exp":            unary(ir.OpExp),
+		"Log":            unary(ir.OpLog),
+		"Sqrt":           unary(ir.OpSqrt),
+		"Reciprocal":     unary(ir.OpRecip),
+		"Tanh":           unary(ir.OpTanh),
+		"Erf":            unary(ir.OpErf),
+		"Sigmoid":        unary(ir.OpSigmoid),
+		"Relu":           unary(ir.OpRelu),
+		"Abs":            unary(ir.OpAbs),
+		"Cos":            unary(ir.OpCos),
+		"Sin":            unary(ir.OpSin),
+		"Not":            unary(ir.OpNot),
+		"IsNaN":          unary(ir.OpIsNaN),
+		"Gelu":           lowerGelu,
+		"Cast":           lowerCast,
+		"CastLike":       func(c *nodeCtx) ([]*ir.Value, error) { return one(c.b.Cast(c.in(0), c.in(1).Type.DType)) },
+		"Add":            binaryOp(ir.OpAdd),
+		"Sub":            binaryOp(ir.OpSub),
+		"Mul":            binaryOp(ir.OpMul),
+		"Div":            lowerDiv,
+		"Pow":            lowerPow,
+		"Equal":          binaryOp(ir.OpEq),
+		"Less":           binaryOp(ir.OpLt),
+		"LessOrEqual":    binaryOp(ir.OpLe),
+		"Greater":        binaryOp(ir.OpGt),
+		"GreaterOrEqual": binaryOp(ir.OpGe),
+		"And":            binaryOp(ir.OpAnd),
+		"Or":             binaryOp(ir.OpOr),
+		"Xor":            binaryOp(ir.OpXor),
+		"Max":            variadic(ir.OpMax),
+		"Min":            variadic(ir.OpMin),
+		"Sum":            variadic(ir.OpAdd),
+		"Mean":           lowerMean,
+		"Where": func(c *nodeCtx) ([]*ir.Value, error) {
+			return one(c.b.Apply1(ir.OpWhere, nil, c.in(0), c.in(1), c.in(2)))
+		},
+		"MatMul":    lowerMatMul,
+		"Gemm":      lowerGemm,
+		"Reshape":   lowerReshape,
+		"Transpose": lowerTranspose,
+		"Expand":    lowerExpand,
+		"Slice":     lowerSlice,
+		"Concat":    lowerConcat,
+		"Split":     lowerSplit,
+		"Gather":    lowerGather,
+		"GatherElements": func(c *nodeCtx) ([]*ir.Value, error) {
+			return one(c.b.Apply1(ir.OpGatherElements, ir.A("axis", c.aInt("axis", 0)), c.in(0), c.in(1)))
+		},
+		"GatherND": func(c *nodeCtx) ([]*ir.Value, error) {
+			return one(c.b.Apply1(ir.OpGatherND, ir.A("batch_dims", c.aInt("batch_dims", 0)), c.in(0), c.in(1)))
+		},
+		"Squeeze":         lowerSqueeze,
+		"Unsqueeze":       lowerUnsqueeze,
+		"Flatten":         lowerFlatten,
+		"Shape":           lowerShape,
+		"Size":            lowerSize,
+		"ConstantOfShape": lowerConstantOfShape,
+		"Constant":        lowerConstant,
+		"Range":           lowerRange,
+		"Tile":            lowerTile,
+		"CumSum":          lowerCumSum,
+		"Trilu":           lowerTrilu,
+		"ReduceSum":       reduce(ir.OpReduceSum, 13),
+		"ReduceMean":      reduce(ir.OpReduceMean, 18),
+		"ReduceMax":       reduce(ir.OpReduceMax, 18),
+		"ReduceMin":       reduce(ir.OpReduceMin, 18),
+		"Softmax": func(c *nodeCtx) ([]*ir.Value, error) {
+			return one(c.b.Apply1(ir.OpSoftmax, ir.A("axis", c.aInt("axis", -1)), c.in(0)))
+		},
+		"LogSoftmax": func(c *nodeCtx) ([]*ir.Value, error) {
+			return one(c.b.Apply1(ir.OpLogSoftmax, ir.A("axis", c.aInt("axis", -1)), c.in(0)))
+		},
+		"LayerNormalization":        lowerLayerNorm,
+		"RMSNormalization":          lowerRMSNorm,
+		"Attention":                 lowerAttention,
+		"SoftmaxCrossEntropyLoss":   lowerLoss(ir.OpSoftmaxCrossEntropy),
+		"NegativeLogLikelihoodLoss": lowerLoss(ir.OpNLLLoss),
+	}
+}
+
+func unary(op ir.Op) lowerFunc {
+	return func(c *nodeCtx) ([]*ir.Value, error) { return one(c.b.Unary(op, c.in(0))) }
+}
+
+func binaryOp(op ir.Op) lowerFunc {
+	return func(c *nodeCtx) ([]*ir.Value, error) { return one(c.b.Apply1(op, nil, c.in(0), c.in(1))) }
+}
+
+func variadic(op ir.Op) lowerFunc {
+	return func(c *nodeCtx) ([]*ir.Value, error) {
+		acc := c.in(0)
+		for i := 1; i < len(c.n.Inputs); i++ {
+			acc = c.b.Apply1(op, nil, acc, c.in(i))
+		}
+		return one(acc)
+	}
+}
+
+func lowerMean(c *nodeCtx) ([]*ir.Value, error) {
+	sum, _ := variadic(ir.OpAdd)(c)
+	return one(c.b.Div(sum[0], c.b.Scalar(sum[0].Type.DType, float64(len(c.n.Inputs)))))
+}
+
+// lowerDiv is Div; integer division truncates in ONNX, which the CPU kernel does.
+func lowerDiv(c *nodeCtx) ([]*ir.Value, error) { return binaryOp(ir.OpDiv)(c) }
+
+// Pow allows an exponent of another type; lcc casts it to the base's type.
+func lowerPow(c *nodeCtx) ([]*ir.Value, error) {
+	x, y := c.in(0), c.in(1)
+	return one(c.b.Apply1(ir.OpPow, nil, x, c.b.Cast(y, x.Type.DType)))
+}
+
+func lowerGelu(c *nodeCtx) ([]*ir.Value, error) {
+	approx := c.aString("approximate", "none")
+	if approx != "none" && approx != "tanh" {
+		return nil, fmt.Errorf("approximate=%q: want none or tanh", approx)
+	}
+	return one(c.b.Apply1(ir.OpGelu, ir.A("tanh", approx == "tanh"), c.in(0)))
+}
+
+func lowerCast(c *nodeCtx) ([]*ir.Value, error) {
+	to, ok := DType(int32(c.aInt("to", 0)))
+	if !ok {
+		return nil, fmt.Errorf("%w: cast to ONNX type %d", ErrUnsupported, c.aInt("to", 0))
+	}
+	return one(c.b.Cast(c.in(0), to))
+}
+
+// MatMul follows numpy: a 1-D operand is promoted to a matrix and the added dim
+// removed from the result.
+func lowerMatMul(c *nodeCtx) ([]*ir.Value, error) {
+	a, b := c.in(0), c.in(1)
+	if a.Type.Rank() == 0 || b.Type.Rank() == 0 {
+		return nil, fmt.Errorf("MatMul of a scalar")
+	}
+	aVec, bVec := a.Type.Rank() == 1, b.Type.Rank() == 1
+	if aVec {
+		a = c.b.Reshape(a, 1, a.Type.Shape[0])
+	}
+	if bVec {
+		b = c.b.Reshape(b, b.Type.Shape[0], 1)
+	}
+	y := c.b.MatMul(a, b, false, false)
+	if aVec || bVec {
+		shape := append([]int64{}, y.Type.Shape...)
+		if bVec {
+			shape = shape[:len(shape)-1]
+		}
+		if aVec {
+			shape = append(shape[:len(shape)-1-btoi(!bVec)], shape[len(shape)-btoi(!bVec):]...)
+		}
+		y = c.b.Reshape(y, shape...)
+	}
+	return one(y)
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// Gemm: alpha·A'·B' + beta·C.
+func lowerGemm(c *nodeCtx) ([]*ir.Value, error) {
+	y := c.b.MatMul(c.in(0), c.in(1), c.aInt("transA", 0) != 0, c.aInt("transB", 0) != 0)
+	if alpha := c.aFloat("alpha", 1); alpha != 1 {
+		y = c.b.Mul(y, c.b.Scalar(y.Type.DType, alpha))
+	}
+	if c.has(2) {
+		bias := c.in(2)
+		if beta := c.aFloat("beta", 1); beta != 1 {
+			bias = c.b.Mul(bias, c.b.Scalar(bias.Type.DType, beta))
+		}
+		y = c.b.Add(y, bias)
+	}
+	return one(y)
+}
+
+func lowerReshape(c *nodeCtx) ([]*ir.Value, error) {
+	x := c.in(0)
+	spec, err := c.constInts(1)
+	if err != nil {
+		return nil, err
+	}
+	allowZero := c.aInt("allowzero", 0) != 0
+	shape := make([]int64, len(spec))
+	infer := -1
+	known := int64(1)
+	for i, d := range spec {
+		switch {
+		case d == 0 && !allowZero:
+			if i >= x.Type.Rank() {
+				return nil, fmt.Errorf("shape %v copies dim %d of a rank-%d input", spec, i, x.Type.Rank())
+			}
+			shape[i] = x.Type.Shape[i]
+		case d == -1:
+			if infer >= 0 {
+				return nil, fmt.Errorf("shape %v has two -1 dims", spec)
+			}
+			infer = i
+			continue
+		case d < -1:
+			return nil, fmt.Errorf("shape %v has a negative dim", spec)
+		default:
+			shape[i] = d
+		}
+		known *= shape[i]
+	}
+	if infer >= 0 {
+		if known == 0 || x.Type.Numel()%known != 0 {
+			return nil, fmt.Errorf("cannot reshape %v to %v", x.Type, spec)
+		}
+		shape[infer] = x.Type.Numel() / known
+	}
+	return one(c.b.Reshape(x, shape...))
+}
+
+func lowerTranspose(c *nodeCtx) ([]*ir.Value, error) {
+	x := c.in(0)
+	perm, ok := c.aInts("perm")
+	if !ok {
+		for i := x.Type.Rank() - 1; i >= 0; i-- {
+			perm = append(perm, int64(i))
+		}
+	}
+	return one(c.b.Transpose(x, perm...))
+}
+
+// Expand broadcasts both ways: the result has the broadcast of x's shape and the
+// given shape.
+func lowerExpand(c *nodeCtx) ([]*ir.Value, error) {
+	x := c.in(0)
+	shape, err := c.constInts(1)
+	if err != nil {
+		return nil, err
+	}
+	out, err := ir.Broadcast(x.Type.Shape, shape)
+	if err != nil {
+		return nil, err
+	}
+	if len(out) == x.Type.Rank() && x.Type.SameShape(ir.T(0, out...)) {
+		return one(x)
+	}
+	return one(c.b.Expand(x, out...))
+}
+
+// Slice normalises ONNX's clamped, possibly negative bounds to in-range ones.
+func lowerSlice(c *nodeCtx) ([]*ir.Value, error) {
+	x := c.in(0)
+	starts, err := c.constInts(1)
+	if err != nil {
+		return nil, err
+	}
+	ends, err := c.constInts(2)
+	if err != nil {
+		return nil, err
+	}
+	axes := make([]int64, len(starts))
+	for i := range axes {
+		axes[i] = int64(i)
+	}
+	if c.has(3) {
+		if axes, err = c.constInts(3); err != nil {
+			return nil, err
+		}
+	}
+	steps := make([]int64, len(starts))
+	for i := range steps {
+		steps[i] = 1
+	}
+	if c.has(4) {
+		if steps, err = c.constInts(4); err != nil {
+			return nil, err
+		}
+	}
+	if len(ends) != len(starts) || len(axes) != len(starts) || len(steps) != len(starts) {
+		return nil, fmt.Errorf("starts, ends, axes and steps differ in length")
+	}
+	var na, ns, ne, nst []int64
+	for i := range starts {
+		ax, err := ir.AxisIndex(axes[i], x.Type.Rank())
+		if err != nil {
+			return nil, err
+		}
+		d := x.Type.Shape[ax]
+		s, e, st := starts[i], ends[i], steps[i]
+		if st == 0 {
+			return nil, fmt.Errorf("slice step 0")
+		}
+		if s < 0 {
+			s += d
+		}
+		if e < 0 && e > math.MinInt64+d {
+			e += d
+		} else if e < 0 {
+			e = -1
+		}
+		if st > 0 {
+			s, e = clamp(s, 0, d), clamp(e, 0, d)
+		} else {
+			s, e = clamp(s, 0, d-1), clamp(e, -1, d-1)
+		}
+		if st > 0 && s == 0 && e == d && st == 1 {
+			continue // the whole axis
+		}
+		na, ns, ne, nst = append(na, int64(ax)), append(ns, s), append(ne, e), append(nst, st)
+	}
+	if len(na) == 0 {
+		return one(x)
+	}
+	return one(c.b.Apply1(ir.OpSlice, ir.A("axes", na, "starts", ns, "ends", ne, "steps", nst), x))
+}
+
+func clamp(v, lo, hi int64) int64 { return max(lo, min(v, hi)) }
+
+func lowerConcat(c *nodeCtx) ([]*ir.Value, error) {
+	var args []*ir.Value
+	for i := range c.n.Inputs {
+		if c.has(i) {
+			v := c.in(i)
+			if v.Type.Numel() == 0 && len(c.n.Inputs) > 1 {
+				continue // empty pieces are legal in ONNX and contribute nothing
+			}
+			args = append(args, v)
+		}
+	}
+	if len(args) == 0 {
+		return one(c.in(0))
+	}
+	if len(args) == 1 {
+		return one(args[0])
+	}
+	return one(c.b.Apply1(ir.OpConcat, ir.A("axis", c.aInt("axis", 0)), args...))
+}
+
+func lowerSplit(c *nodeCtx) ([]*ir.Value, error) {
+	x := c.in(0)
+	ax, err := ir.AxisIndex(c.aInt("axis", 0), x.Type.Rank())
+	if err != nil {
+		return nil, err
+	}
+	d := x.Type.Shape[ax]
+	var sizes []int64
+	switch {
+	case c.has(1):
+		if sizes, err = c.constInts(1); err != nil {
+			return nil, err
+		}
+	case c.n.Attrs["split"].Kind == AttrInts:
+		sizes = c.n.Attrs["split"].Ints
+	default:
+		k := c.aInt("num_outputs", int64(len(c.n.Outputs)))
+		if k <= 0 {
+			return nil, fmt.Errorf("num_outputs %d", k)
+		}
+		// ONNX: ceil(d/k) each, the last one smaller.
+		chunk := (d + k - 1) / k
+		for rest := d; rest > 0; rest -= chunk {
+			sizes = append(sizes, min(chunk, rest))
+		}
+	}
+	if len(sizes) != len(c.n.Outputs) {
+		return nil, fmt.Errorf("split into %d parts %v for %d outputs", len(sizes), sizes, len(c.n.Outputs))
+	}
+	return c.b.Apply(ir.OpSplit, ir.A("axis", int64(ax), "sizes", sizes), x)[:len(sizes)], nil
+}
+
+func lowerGather(c *nodeCtx) ([]*ir.Value, error) {
+	return one(c.b.Apply1(ir.OpGather, ir.A("axis", c.aInt("axis", 0)), c.in(0), c.in(1)))
+}
+
+// axesOf reads axes from input i (opset >= 13) or the "axes" attribute.
+func (c *nodeCtx) axesOf(i int) ([]int64, bool, error) {
+	if c.has(i) {
+		a, err := c.constInts(i)
+		return a, true, err
+	}
+	a, ok := c.aInts("axes")
+	return a, ok, nil
+}
+
+func lowerSqueeze(c *nodeCtx) ([]*ir.Value, error) {
+	x := c.in(0)
+	axes, given, err := c.axesOf(1)
+	if err != nil {
+		return nil, err
+	}
+	drop := make([]bool, x.Type.Rank())
+	for _, a := range axes {
+		ax, err := ir.AxisIndex(a, x.Type.Rank())
+		if err != nil {
+			return nil, err
+		}
+		if x.Type.Shape[ax] != 1 {
+			return nil, fmt.Errorf("cannot squeeze dim %d of size %d", ax, x.Type.Shape[ax])
+		}
+		drop[ax] = true
+	}
+	var shape []int64
+	for i, d := range x.Type.Shape {
+		if drop[i] || (!given && d == 1) {
+			continue
+		}
+		shape = append(shape, d)
+	}
+	return one(c.b.Reshape(x, shape...))
+}
+
+func lowerUnsqueeze(c *nodeCtx) ([]*ir.Value, error) {
+	x := c.in(0)
+	axes, _, err := c.axesOf(1)
+	if err != nil {
+		return nil, err
+	}
+	rank := x.Type.Rank() + len(axes)
+	ins := make([]bool, rank)
+	for _, a := range axes {
+		ax, err := ir.AxisIndex(a, rank)
+		if err != nil {
+			return nil, err
+		}
+		if ins[ax] {
+			return nil, fmt.Errorf("axis %d repeated", a)
+		}
+		ins[ax] = true
+	}
+	shape := make([]int64, 0, rank)
+	j := 0
+	for i := 0; i < rank; i++ {
+		if ins[i] {
+			shape = append(shape, 1)
+		} else {
+			shape = append(shape, x.Type.Shape[j])
+			j++
+		}
+	}
+	return one(c.b.Reshape(x, shape...))
+}
+
+func lowerFlatten(c *nodeCtx) ([]*ir.Value, error) {
+	x := c.in(0)
+	r := x.Type.Rank()
+	ax := c.aInt("axis", 1)
+	if ax < 0 {
+		ax += int64(r)
+	}
+	if ax < 0 || ax > int64(r) {
+		return nil, fmt.Errorf("axis %d out of range for rank %d", c.aInt("axis", 1), r)
+	}
+	outer := ir.T(0, x.Type.Shape[:ax]...).Numel()
+	return one(c.b.Reshape(x, outer, x.Type.Numel()/max(outer, 1)))
+}
+
+func lowerShape(c *nodeCtx) ([]*ir.Value, error) {
+	x := c.in(0)
+	r := int64(x.Type.Rank())
+	start, end := c.aInt("start", 0), c.aInt("end", r)
+	if start < 0 {
+		start += r
+	}
+	if end < 0 {
+		end += r
+	}
+	start, end = clamp(start, 0, r), clamp(end, 0, r)
+	dims := []int64{}
+	if end > start {
+		dims = append(dims, x.Type.Shape[start:end]...)
+	}
+	return one(c.b.Const(tensor.FromInts(tensor.I64, []int64{int64(len(dims))}, dims)))
+}
+
+func lowerSize(c *nodeCtx) ([]*ir.Value, error) {
+	return one(c.b.Const(tensor.Scalar(tensor.I64, float64(c.in(0).Type.Numel()))))
+}
+
+func lowerConstantOfShape(c *nodeCtx) ([]*ir.Value, error) {
+	shape, err := c.constInts(0)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := tensor.Numel(shape); err != nil {
+		return nil, err
+	}
+	dt, v := tensor.F32, 0.0
+	if a, ok := c.attr("value"); ok && a.Kind == AttrTensor && a.Tensor.Numel() == 1 {
+		dt, v = a.Tensor.DType, a.Tensor.Float(0)
+	}
+	return one(c.b.Apply1(ir.OpFull, ir.A("value", v, "shape", shape, "dtype", dt)))
+}
+
+func lowerConstant(c *nodeCtx) ([]*ir.Value, error) {
+	for name, a := range c.n.Attrs {
+		switch name {
+		case "value":
+			return one(c.b.Const(a.Tensor))
+		case "value_float":
+			return one(c.b.Const(tensor.Scalar(tensor.F32, a.Float)))
+		case "value_floats":
+			return one(c.b.Const(tensor.FromFloats(tensor.F32, []int64{int64(len(a.Floats))}, a.Floats)))
+		case "value_int":
+			return one(c.b.Const(tensor.Scalar(tensor.I64, float64(a.Int))))
+		case "value_ints":
+			return one(c.b.Const(tensor.FromInts(tensor.I64, []int64{int64(len(a.Ints))}, a.Ints)))
+		}
+	}
+	return nil, fmt.Errorf("%w: Constant without a supported value attribute", ErrUnsupported)
+}
+
+func lowerRange(c *nodeCtx) ([]*ir.Value, error) {
+	var v [3]*tensor.Tensor
+	for i := range v {
+		t, err := c.constIn(i)
+		if err != nil {
+			return nil, err
+		}
+		if t.Numel() != 1 {
+			return nil, fmt.Errorf("Range input %d must be a scalar", i)
+		}
+		v[i] = t
+	}
+	start, limit, delta := v[0].Float(0), v[1].Float(0), v[2].Float(0)
+	if delta == 0 {
+		return nil, fmt.Errorf("Range with delta 0")
+	}
+	n := int64(math.Max(math.Ceil((limit-start)/delta), 0))
+	if _, err := tensor.Numel([]int64{n}); err != nil {
+		return nil, err
+	}
+	return one(c.b.Apply1(ir.OpRange, ir.A("start", start, "delta", delta, "count", n, "dtype", v[0].DType)))
+}
+
+func lowerTile(c *nodeCtx) ([]*ir.Value, error) {
+	r, err := c.constInts(1)
+	if err != nil {
+		return nil, err
+	}
+	return one(c.b.Apply1(ir.OpTile, ir.A("repeats", r), c.in(0)))
+}
+
+func lowerCumSum(c *nodeCtx) ([]*ir.Value, error) {
+	ax, err := c.constInts(1)
+	if err != nil {
+		return nil, err
+	}
+	if len(ax) != 1 {
+		return nil, fmt.Errorf("CumSum axis must be a scalar")
+	}
+	return one(c.b.Apply1(ir.OpCumSum, ir.A("axis", ax[0], "exclusive", c.aInt("exclusive", 0) != 0,
+		"reverse", c.aInt("reverse", 0) != 0), c.in(0)))
+}
+
+func lowerTrilu(c *nodeCtx) ([]*ir.Value, error) {
+	k := int64(0)
+	if c.has(1) {
+		kk, err := c.constInts(1)
+		if err != nil {
+			return nil, err
+		}
+		if len(kk) != 1 {
+			return nil, fmt.Errorf("Trilu k must be a scalar")
+		}
+		k = kk[0]
+	}
+	return one(c.b.Apply1(ir.OpTrilu, ir.A("upper", c.aInt("upper", 1) != 0, "k", k), c.in(0)))
+}
+
+// reduce lowers ReduceX; from opset `inputSince` the axes come as an input.
+func reduce(op ir.Op, inputSince int64) lowerFunc {
+	return func(c *nodeCtx) ([]*ir.Value, error) {
+		x := c.in(0)
+		axes, given, err := c.axesOf(1)
+		if err != nil {
+			return nil, err
+		}
+		keep := c.aInt("keepdims", 1) != 0
+		if (!given || len(axes) == 0) && c.aInt("noop_with_empty_axes", 0) != 0 {
+			return one(x)
+		}
+		as := ir.A("keepdims", keep)
+		if given && len(axes) > 0 {
+			as = as.With("axes", axes)
+		}
+		return one(c.b.Apply1(op, as, x))
+	}
+}
+
+func lowerLayerNorm(c *nodeCtx) ([]*ir.Value, error) {
+	if len(c.n.Outputs) > 1 && (c.n.Outputs[1] != "" || len(c.n.Outputs) > 2 && c.n.Outputs[2] != "") {
+		if c.usedLater(1) || c.usedLater(2) {
+			return nil, fmt.Errorf("%w: LayerNormalization's Mean and InvStdDev outputs", ErrUnsupported)
+		}
+	}
+	args := []*ir.Value{c.in(0)}
+	if c.has(1) {
+		args = append(args, c.in(1))
+		if c.has(2) {
+			args = append(args, c.in(2))
+		}
+	}
+	return one(c.b.Apply1(ir.OpLayerNorm, ir.A("axis", c.aInt("axis", -1),
+		"eps", float64(float32(c.aFloat("epsilon", 1e-5)))), args...))
+}
+
+// usedLater reports whether output i of the node is read by any node or output.
+func (c *nodeCtx) usedLater(i int) bool {
+	if i >= len(c.n.Outputs) || c.n.Outputs[i] == "" {
+		return false
+	}
+	name := c.n.Outputs[i]
+	g := &c.l.m.Graph
+	for _, n := range g.Nodes {
+		for _, in := range n.Inputs {
+			if in == name {
+				return true
+			}
+		}
+	}
+	for _, o := range g.Outputs {
+		if o.Name == name {
+			return true
+		}
+	}
+	return false
+}
+
+func lowerRMSNorm(c *nodeCtx) ([]*ir.Value, error) {
+	args := []*ir.Value{c.in(0)}
+	if c.has(1) {
+		args = append(args, c.in(1))
+	}
+	return one(c.b.Apply1(ir.OpRMSNorm, ir.A("axis", c.aInt("axis", -1),
+		"eps", float64(float32(c.aFloat("epsilon", 1e-5)))), args...))
+}
+
+// lowerAttention lowers the opset-23 Attention op: Q, K, V as [B,H,T,D] (or
+// [B,T,H·D] with q_num_heads/kv_num_heads) to lcc's [B,T,H,D] attention.
+func lowerAttention(c *nodeCtx) ([]*ir.Value, error) {
+	if c.has(4) || c.has(5) {
+		return nil, fmt.Errorf("%w: Attention with a KV cache (past_key/past_value)", ErrUnsupported)
+	}
+	for i := 1; i < len(c.n.Outputs); i++ {
+		if c.usedLater(i) {
+			return nil, fmt.Errorf("%w: Attention output %d", ErrUnsupported, i)
+		}
+	}
+	if sc := c.aFloat("softcap", 0); sc != 0 {
+		return nil, fmt.Errorf("%w: Attention softcap=%g", ErrUnsupported, sc)
+	}
+	if m := c.aInt("qk_matmul_output_mode", 0); m != 0 {
+		return nil, fmt.Errorf("%w: Attention qk_matmul_output_mode=%d", ErrUnsupported, m)
+	}
+	q, k, v := c.in(0), c.in(1), c.in(2)
+	three := q.Type.Rank() == 3
+	toBTHD := func(x *ir.Value, heads int64) (*ir.Value, error) {
+		if three {
+			if heads <= 0 || x.Type.Shape[2]%heads != 0 {
+				return nil, fmt.Errorf("3-D Attention input %v needs q_num_heads/kv_num_heads dividing its last dim", x.Type)
+			}
+			s := x.Type.Shape
+			return c.b.Reshape(x, s[0], s[1], heads, s[2]/heads), nil
+		}
+		if x.Type.Rank() != 4 {
+			return nil, fmt.Errorf("Attention input %v must be rank 3 or 4", x.Type)
+		}
+		return c.b.Transpose(x, 0, 2, 1, 3), nil
+	}
+	var err error
+	if q, err = toBTHD(q, c.aInt("q_num_heads", 0)); err != nil {
+		return nil, err
+	}
+	if k, err = toBTHD(k, c.aInt("kv_num_heads", 0)); err != nil {
+		return nil, err
+	}
+	if v, err = toBTHD(v, c.aInt("kv_num_heads", 0)); err != nil {
+		return nil, err
+	}
+	d := q.Type.Shape[3]
+	scale := c.aFloat("scale", 0)
+	if _, ok := c.attr("scale"); !ok {
+		scale = 1 / math.Sqrt(float64(d))
+	}
+	args := []*ir.Value{q, k, v}
+	if c.has(3) {
+		args = append(args, c.in(3))
+	}
+	o := c.b.Apply(ir.OpAttention, ir.A("causal", c.aInt("is_causal", 0) != 0, "scale", scale), args...)[0]
+	if three {
+		s := o.Type.Shape
+		return one(c.b.Reshape(o, s[0], s[1], s[2]*s[3]))
+	}
+	return one(c.b.Transpose(o, 0, 2, 1, 3))
+}
+
+// lowerLoss lowers SoftmaxCrossEntropyLoss / NegativeLogLikelihoodLoss: scores
+// [N, C, d...] and labels [N, d...] become rows [N·d, C] and [N·d].
+func lowerLoss(op ir.Op) lowerFunc {
+	return func(c *nodeCtx) ([]*ir.Value, error) {
+		if c.has(2) {
+			return nil, fmt.Errorf("%w: class weights", ErrUnsupported)
+		}
+		if c.usedLater(1) {
+			return nil, fmt.Errorf("%w: the log_prob output", ErrUnsupported)
+		}
+		x, y := c.in(0), c.in(1)
+		if x.Type.Rank() < 2 {
+			return nil, fmt.Errorf("scores %v need rank >= 2", x.Type)
+		}
+		classes := x.Type.Shape[1]
+		if x.Type.Rank() > 2 {
+			perm := []int64{0}
+			for i := 2; i < x.Type.Rank(); i++ {
+				perm = append(perm, int64(i))
+			}
+			x = c.b.Transpose(x, append(perm, 1)...)
+		}
+		rows := x.Type.Numel() / max(classes, 1)
+		x = c.b.Reshape(x, rows, classes)
+		y = c.b.Reshape(y, rows)
+		as := ir.A("reduction", c.aString("reduction", "mean"))
+		if a, ok := c.attr("ignore_index"); ok && a.Kind == AttrInt {
+			as = as.With("ignore_index", a.Int)
+		}
+		loss := c.b.Apply1(op, as, x, y)
+		if c.aString("reduction", "mean") == "none" && len(y.Type.Shape) > 0 {
+			shape := c.in(1).Type.Shape
+			loss = c.b.Reshape(loss, shape...)
+		}
+		return one(loss)
+	}
+}

@@ -1,0 +1,130 @@
+// Package passes holds lcc's graph passes and the manager that runs them.
+//
+// A pass is a named function over an ir.Func. Pipelines are plain lists of passes
+// run in order, as in Go's SSA backend (cmd/compile/internal/ssa/compile.go). The
+// manager verifies the IR after each pass when asked, times each pass, records
+// whether it changed the function (by comparing printed IR, which is
+// deterministic), can print the IR after a named pass, and turns a panic inside a
+// pass into an error that names the pass and dumps the IR it was working on.
+package passes
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"runtime/debug"
+	"strings"
+	"time"
+
+	"github.com/lcc-dev/lcc/ir"
+)
+
+// Pass is one step of a pipeline.
+type Pass struct {
+	// Name is the kebab-case name used in flags, dumps and errors.
+	Name string
+	// Doc is a one-line description for `lcc passes`.
+	Doc string
+	// Run rewrites f in place; it returns an error for user-facing problems
+	// (a configuration that cannot apply) and may panic with "lcc: BUG: ..." on
+	// internal invariant violations.
+	Run func(f *ir.Func) error
+}
+
+// Options controls a pipeline run.
+type Options struct {
+	// VerifyEach runs ir.Verify after every pass (tests and --verify-each).
+	VerifyEach bool
+	// PrintAfter names a pass after which to print the IR, or "all".
+	PrintAfter string
+	// Out receives printed IR (os.Stderr when nil).
+	Out io.Writer
+	// DumpDir, when set, receives the IR of a pass that failed.
+	DumpDir string
+}
+
+// Stat records one pass's run for the report.
+type Stat struct {
+	Name    string        `json:"name"`
+	Time    time.Duration `json:"-"`
+	Micros  int64         `json:"-"`
+	Changed bool          `json:"changed"`
+}
+
+// Run applies the passes to f in order and returns per-pass statistics.
+func Run(f *ir.Func, pipeline []Pass, opts Options) ([]Stat, error) {
+	out := opts.Out
+	if out == nil {
+		out = os.Stderr
+	}
+	var stats []Stat
+	before := ir.Print(f)
+	for _, p := range pipeline {
+		start := time.Now()
+		if err := runOne(f, p); err != nil {
+			return stats, fmt.Errorf("pass %s: %w%s", p.Name, err, dump(opts.DumpDir, p.Name, before))
+		}
+		el := time.Since(start)
+		after := ir.Print(f)
+		st := Stat{Name: p.Name, Time: el, Micros: el.Microseconds(), Changed: after != before}
+		stats = append(stats, st)
+		if opts.VerifyEach {
+			if err := ir.Verify(f); err != nil {
+				return stats, fmt.Errorf("after pass %s: %w%s", p.Name, err, dump(opts.DumpDir, p.Name, after))
+			}
+		}
+		if opts.PrintAfter == "all" || opts.PrintAfter == p.Name {
+			fmt.Fprintf(out, "// ----- IR after %s -----\n%s", p.Name, after)
+		}
+		before = after
+	}
+	return stats, nil
+}
+
+func runOne(f *ir.Func, p Pass) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("panic: %v\n%s", r, firstLines(string(debug.Stack()), 12))
+		}
+	}()
+	return p.Run(f)
+}
+
+func firstLines(s string, n int) string {
+	lines := strings.SplitN(s, "\n", n+1)
+	if len(lines) > n {
+		lines = lines[:n]
+	}
+	return strings.Join(lines, "\n")
+}
+
+func dump(dir, pass, ir string) string {
+	if dir == "" {
+		return ""
+	}
+	path := filepath.Join(dir, "failed-"+pass+".lcc")
+	if err := os.WriteFile(path, []byte(ir), 0o644); err != nil {
+		return ""
+	}
+	return " (IR before the failure: " + path + ")"
+}
+
+// Registry lists every pass lcc has, for `lcc passes` and --print-ir-after.
+var Registry []Pass
+
+// Register adds a pass to the registry (called from each pass's file).
+func Register(p Pass) Pass {
+	Registry = append(Registry, p)
+	return p
+}
+
+// Lookup finds a registered pass by name.
+func Lookup(name string) (Pass, bool) {
+	for _, p := range Registry {
+		if p.Name == name {
+			return p, true
+		}
+	}
+	return Pass{}, false
+}

@@ -1,0 +1,283 @@
+// Package report builds the compile report: what lcc found in a model, what it
+// did, and what one training or inference step will cost on the target, before
+// any GPU is touched. The same numbers come out as JSON (for tools) and as text
+// (for people); both are deterministic for a given model and flags.
+package report
+
+import (
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+
+	"github.com/lcc-dev/lcc/ir"
+	"github.com/lcc-dev/lcc/passes"
+	"github.com/lcc-dev/lcc/plan"
+	"github.com/lcc-dev/lcc/targets"
+)
+
+// Input is what the report is built from besides the function.
+type Input struct {
+	Model  string
+	Target targets.Target
+	Passes []passes.Stat
+}
+
+// Report is the compile report. Field names are the JSON schema.
+type Report struct {
+	Model     string           `json:"model"`
+	Target    Target           `json:"target"`
+	Shapes    Shapes           `json:"shapes"`
+	Ops       map[string]int   `json:"ops"`
+	Params    Params           `json:"parameters"`
+	Attention Attention        `json:"attention"`
+	Memory    Memory           `json:"memory"`
+	FLOPs     FLOPs            `json:"flops"`
+	Kernels   []Kernel         `json:"kernels"`
+	Passes    []passes.Stat    `json:"passes"`
+	Outputs   map[string]Value `json:"outputs"`
+}
+
+// Target describes the target the plan was made for.
+type Target struct {
+	Name        string `json:"name"`
+	GPUs        int    `json:"gpus"`
+	Arch        string `json:"arch"`
+	MemoryBytes int64  `json:"memory_bytes"`
+}
+
+// Shapes gives the bound symbolic dims and every input's shape.
+type Shapes struct {
+	Dims   map[string]int64 `json:"dims"`
+	Inputs map[string]Value `json:"inputs"`
+}
+
+// Value is a type in the report.
+type Value struct {
+	DType string  `json:"dtype"`
+	Shape []int64 `json:"shape"`
+}
+
+// Params counts the model's parameters.
+type Params struct {
+	Count     int64 `json:"count"`
+	Tensors   int   `json:"tensors"`
+	Trainable int64 `json:"trainable"`
+}
+
+// Attention says which attention layers were found and how they were rewritten.
+type Attention struct {
+	Found     int            `json:"found"`
+	Rewritten map[string]int `json:"rewritten"`
+	Unmatched []string       `json:"unmatched"`
+}
+
+// Memory is the simulated per-GPU memory of one step.
+type Memory struct {
+	PerGPUPeakBytes  int64 `json:"per_gpu_peak_bytes"`
+	WeightsBytes     int64 `json:"weights_bytes"`
+	GradientsBytes   int64 `json:"gradients_bytes"`
+	OptimizerBytes   int64 `json:"optimizer_bytes"`
+	ActivationsBytes int64 `json:"activations_bytes"`
+	FitsTarget       bool  `json:"fits_target"`
+}
+
+// FLOPs counts floating-point operations of one step.
+type FLOPs struct {
+	Forward  int64 `json:"forward"`
+	Backward int64 `json:"backward"`
+	PerStep  int64 `json:"per_step"`
+}
+
+// Kernel is one kernel (or kernel group) the plan needs.
+type Kernel struct {
+	Name string `json:"name"`
+	Op   string `json:"op"`
+}
+
+func valueOf(t ir.Type) Value {
+	return Value{DType: t.DType.String(), Shape: append([]int64{}, t.Shape...)}
+}
+
+// Build computes the report for f.
+func Build(f *ir.Func, in Input) *Report {
+	r := &Report{
+		Model: in.Model,
+		Target: Target{Name: in.Target.Name, GPUs: in.Target.GPUs, Arch: in.Target.Arch,
+			MemoryBytes: in.Target.MemoryBytes},
+		Shapes:    Shapes{Dims: map[string]int64{}, Inputs: map[string]Value{}},
+		Ops:       map[string]int{},
+		Attention: Attention{Rewritten: map[string]int{}, Unmatched: []string{}},
+		Kernels:   []Kernel{},
+		Passes:    in.Passes,
+		Outputs:   map[string]Value{},
+	}
+	if r.Passes == nil {
+		r.Passes = []passes.Stat{}
+	}
+	for _, p := range f.Params {
+		t := p.Value.Type
+		switch p.Role {
+		case ir.RoleInput, ir.RoleLabel:
+			r.Shapes.Inputs[p.Name] = valueOf(t)
+			for i, l := range t.Labels {
+				if l != "" {
+					r.Shapes.Dims[l] = t.Shape[i]
+				}
+			}
+		case ir.RoleWeight:
+			r.Params.Count += t.Numel()
+			r.Params.Tensors++
+			if !p.Frozen && t.DType.IsFloat() {
+				r.Params.Trainable += t.Numel()
+			}
+		}
+	}
+	for _, o := range f.Outputs {
+		r.Outputs[o.Name] = valueOf(o.Value.Type)
+	}
+	var fwd int64
+	for _, n := range f.Body {
+		r.Ops[n.Op.String()]++
+		fwd += plan.NodeFLOPs(n)
+		switch n.Op {
+		case ir.OpAttention:
+			r.Attention.Found++
+			r.Attention.Rewritten["dense"]++
+		case ir.OpDilatedAttention:
+			r.Attention.Found++
+			r.Attention.Rewritten["dilated"]++
+		}
+	}
+	r.FLOPs = FLOPs{Forward: fwd, PerStep: fwd}
+	mem := plan.Simulate(f)
+	r.Memory = Memory{
+		PerGPUPeakBytes:  mem.PeakBytes,
+		WeightsBytes:     mem.WeightsBytes,
+		ActivationsBytes: mem.PeakBytes - mem.WeightsBytes - mem.StateBytes,
+		OptimizerBytes:   mem.StateBytes,
+	}
+	r.Memory.FitsTarget = in.Target.MemoryBytes == 0 || r.Memory.PerGPUPeakBytes <= in.Target.MemoryBytes
+	r.Kernels = kernels(f)
+	return r
+}
+
+// kernels lists the kernel groups the plan needs: one per distinct op and
+// shape class, named as the CUDA backend names them.
+func kernels(f *ir.Func) []Kernel {
+	seen := map[string]bool{}
+	out := []Kernel{}
+	for _, n := range f.Body {
+		switch n.Op {
+		case ir.OpConstant, ir.OpReshape:
+			continue // constants are uploaded; reshapes are views
+		}
+		name := n.Op.String()
+		if n.Op == ir.OpMatMul {
+			name = "gemm_cublaslt"
+		}
+		if !seen[name] {
+			seen[name] = true
+			out = append(out, Kernel{Name: name, Op: n.Op.String()})
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+// WriteText writes the report for people.
+func (r *Report) WriteText(w io.Writer) {
+	fmt.Fprintf(w, "model      %s\n", r.Model)
+	fmt.Fprintf(w, "target     %s: %d× GPU %s, %s each\n", r.Target.Name, r.Target.GPUs, r.Target.Arch,
+		Bytes(r.Target.MemoryBytes))
+	fmt.Fprintf(w, "dims       %s\n", sortedKV(r.Shapes.Dims))
+	for _, name := range sortedKeys(r.Shapes.Inputs) {
+		v := r.Shapes.Inputs[name]
+		fmt.Fprintf(w, "input      %s %s%v\n", name, v.DType, v.Shape)
+	}
+	for _, name := range sortedKeys(r.Outputs) {
+		v := r.Outputs[name]
+		fmt.Fprintf(w, "output     %s %s%v\n", name, v.DType, v.Shape)
+	}
+	fmt.Fprintf(w, "params     %d in %d tensors (%d trainable)\n", r.Params.Count, r.Params.Tensors, r.Params.Trainable)
+	fmt.Fprintf(w, "attention  %d found, rewritten %s, unmatched %d\n", r.Attention.Found,
+		sortedKV(r.Attention.Rewritten), len(r.Attention.Unmatched))
+	for _, u := range r.Attention.Unmatched {
+		fmt.Fprintf(w, "           unmatched: %s\n", u)
+	}
+	fmt.Fprintf(w, "memory     peak %s per GPU (weights %s, gradients %s, optimizer %s, activations %s)%s\n",
+		Bytes(r.Memory.PerGPUPeakBytes), Bytes(r.Memory.WeightsBytes), Bytes(r.Memory.GradientsBytes),
+		Bytes(r.Memory.OptimizerBytes), Bytes(r.Memory.ActivationsBytes), fits(r.Memory.FitsTarget))
+	fmt.Fprintf(w, "flops      forward %s, backward %s, per step %s\n", FLOPString(r.FLOPs.Forward),
+		FLOPString(r.FLOPs.Backward), FLOPString(r.FLOPs.PerStep))
+	var ks []string
+	for _, k := range r.Kernels {
+		ks = append(ks, k.Name)
+	}
+	fmt.Fprintf(w, "kernels    %d: %s\n", len(r.Kernels), strings.Join(ks, " "))
+	var ops []string
+	for _, k := range sortedKeys(r.Ops) {
+		ops = append(ops, fmt.Sprintf("%s×%d", k, r.Ops[k]))
+	}
+	fmt.Fprintf(w, "ops        %s\n", strings.Join(ops, " "))
+	for _, p := range r.Passes {
+		ch := ""
+		if p.Changed {
+			ch = " (changed)"
+		}
+		fmt.Fprintf(w, "pass       %s%s\n", p.Name, ch)
+	}
+}
+
+func fits(ok bool) string {
+	if ok {
+		return ""
+	}
+	return "  DOES NOT FIT"
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	var ks []string
+	for k := range m {
+		ks = append(ks, k)
+	}
+	sort.Strings(ks)
+	return ks
+}
+
+func sortedKV[V any](m map[string]V) string {
+	var parts []string
+	for _, k := range sortedKeys(m) {
+		parts = append(parts, fmt.Sprintf("%s=%v", k, m[k]))
+	}
+	if len(parts) == 0 {
+		return "-"
+	}
+	return strings.Join(parts, " ")
+}
+
+// Bytes formats a byte count with a binary unit.
+func Bytes(n int64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	div, exp := int64(unit), 0
+	for m := n / unit; m >= unit; m /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.2f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
+}
+
+// FLOPString formats a FLOP count with a decimal unit.
+func FLOPString(n int64) string {
+	units := []string{"", "K", "M", "G", "T", "P", "E"}
+	f := float64(n)
+	i := 0
+	for f >= 1000 && i < len(units)-1 {
+		f /= 1000
+		i++
+	}
+	return fmt.Sprintf("%.3g %sFLOP", f, units[i])
+}
