@@ -3,8 +3,6 @@ package ir
 import (
 	"fmt"
 	"math"
-
-	"github.com/lcc-dev/lcc/tensor"
 )
 
 // VJP rules: the reverse-mode derivative of every differentiable op.
@@ -141,9 +139,6 @@ func (b *Builder) expandTo(x *Value, shape []int64) *Value {
 // like returns a rank-0 constant v of x's dtype, which broadcasts against x.
 func (b *Builder) like(x *Value, v float64) *Value { return b.Scalar(x.Type.DType, v) }
 
-// castTo converts a bool or integer mask to dt (1 for true).
-func (b *Builder) castTo(x *Value, dt tensor.DType) *Value { return b.Cast(x, dt) }
-
 func (b *Builder) bin(op Op, x, y *Value) *Value { return b.Apply1(op, nil, x, y) }
 
 func (b *Builder) where(c, x, y *Value) *Value { return b.Apply1(OpWhere, nil, c, x, y) }
@@ -219,7 +214,7 @@ func gradAbs(b *Builder, n *Node, dys []*Value) []*Value {
 	x := n.Args[0]
 	dt := x.Type.DType
 	zero := b.like(x, 0)
-	sign := b.Sub(b.castTo(b.bin(OpGt, x, zero), dt), b.castTo(b.bin(OpLt, x, zero), dt))
+	sign := b.Sub(b.Cast(b.bin(OpGt, x, zero), dt), b.Cast(b.bin(OpLt, x, zero), dt))
 	return []*Value{b.Mul(dys[0], sign)}
 }
 
@@ -322,8 +317,8 @@ func gradMaxMin(b *Builder, n *Node, dys []*Value) []*Value {
 	if n.Op == OpMin {
 		cmp = OpLt
 	}
-	wins := b.castTo(b.bin(cmp, x, y), dt)
-	ties := b.castTo(b.bin(OpEq, x, y), dt)
+	wins := b.Cast(b.bin(cmp, x, y), dt)
+	ties := b.Cast(b.bin(OpEq, x, y), dt)
 	wx := b.Add(wins, b.Mul(ties, b.like(x, 0.5)))
 	wy := b.Sub(b.like(x, 1), wx)
 	return []*Value{b.SumTo(b.Mul(dz, wx), x.Type.Shape), b.SumTo(b.Mul(dz, wy), y.Type.Shape)}
@@ -356,10 +351,20 @@ func keptShape(n *Node) ([]int64, []int64) {
 	return shape, as
 }
 
+// unreduce gives dy, the cotangent of a reduction's result, the reduced axes back
+// as size-1 dims, unless numpy broadcasting already supplies them (leading axes).
+func (b *Builder) unreduce(dy *Value, kept []int64) *Value {
+	lead := len(kept) - dy.Type.Rank()
+	if lead >= 0 && shapeEq(dy.Type.Shape, kept[lead:]) {
+		return dy
+	}
+	return b.reshapeTo(dy, kept)
+}
+
 // d/dx Σ x = 1: broadcast the cotangent back over the reduced axes.
 func gradReduceSum(b *Builder, n *Node, dys []*Value) []*Value {
 	kept, _ := keptShape(n)
-	return []*Value{b.expandTo(b.reshapeTo(dys[0], kept), n.Args[0].Type.Shape)}
+	return []*Value{b.expandTo(b.unreduce(dys[0], kept), n.Args[0].Type.Shape)}
 }
 
 // d/dx mean(x) = 1/count
@@ -367,7 +372,7 @@ func gradReduceMean(b *Builder, n *Node, dys []*Value) []*Value {
 	x := n.Args[0]
 	kept, _ := keptShape(n)
 	count := x.Type.Numel() / max(Type{Shape: kept}.Numel(), 1)
-	dy := b.Div(b.reshapeTo(dys[0], kept), b.like(x, float64(max(count, 1))))
+	dy := b.Div(b.unreduce(dys[0], kept), b.like(x, float64(max(count, 1))))
 	return []*Value{b.expandTo(dy, x.Type.Shape)}
 }
 
@@ -377,10 +382,10 @@ func gradReduceMean(b *Builder, n *Node, dys []*Value) []*Value {
 func gradReduceMaxMin(b *Builder, n *Node, dys []*Value) []*Value {
 	x := n.Args[0]
 	kept, axes := keptShape(n)
-	y := b.reshapeTo(n.Result(), kept)
-	hit := b.castTo(b.bin(OpEq, x, y), x.Type.DType)
+	y := b.unreduce(n.Result(), kept)
+	hit := b.Cast(b.bin(OpEq, x, y), x.Type.DType)
 	count := b.reduce(OpReduceSum, hit, axes)
-	dy := b.Div(b.reshapeTo(dys[0], kept), count)
+	dy := b.Div(b.unreduce(dys[0], kept), count)
 	return []*Value{b.Mul(hit, dy)}
 }
 

@@ -140,7 +140,7 @@ func (b *Builder) attentionGrad(op Op, n *Node, dys []*Value, mask *Value) []*Va
 	if mask != nil {
 		args = append(args, mask)
 	}
-	grads := b.Apply(op, attrs, args...)[:3]
+	grads := append([]*Value(nil), b.Apply(op, attrs, args...)[:3]...)
 	if dlse != nil {
 		for i, g := range grads {
 			g4 := n.Args[i].Type.Shape
@@ -162,8 +162,12 @@ func (b *Builder) lossWeights(n *Node, dy *Value) (w, onehot *Value) {
 	classes := b.Apply1(OpRange, A("start", 0.0, "delta", 1.0, "count", c, "dtype", lt))
 	col := b.Reshape(labels, nr, 1)
 	onehot = b.Cast(b.bin(OpEq, col, classes), dt)
-	ignore := b.Scalar(lt, float64(n.Attrs.Int("ignore_index", -100)))
-	kept := b.Cast(b.Unary(OpNot, b.bin(OpEq, labels, ignore)), dt)
+	// Without ignore_index every row counts (the interpreter's and ONNX's rule).
+	kept := b.Full(T(dt, nr), 1)
+	if _, ok := n.Attrs.Get("ignore_index"); ok {
+		ignore := b.Scalar(lt, float64(n.Attrs.Int("ignore_index", -100)))
+		kept = b.Cast(b.Unary(OpNot, b.bin(OpEq, labels, ignore)), dt)
+	}
 	switch n.Attrs.String("reduction", "mean") {
 	case "none", "sum":
 		w = b.Mul(kept, dy)

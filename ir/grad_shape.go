@@ -86,7 +86,8 @@ func gradConcat(b *Builder, n *Node, dys []*Value) []*Value {
 	for i, a := range n.Args {
 		sizes[i] = a.Type.Shape[ax]
 	}
-	return b.Apply(OpSplit, A("axis", int64(ax), "sizes", sizes), dys[0])[:len(n.Args)]
+	parts := b.Apply(OpSplit, A("axis", int64(ax), "sizes", sizes), dys[0])
+	return append([]*Value(nil), parts[:len(n.Args)]...)
 }
 
 // split: concatenate the cotangents, zeros for results that have none.
@@ -133,13 +134,13 @@ func minInt(t *tensor.Tensor) int64 {
 	return m
 }
 
-// gather along axis: scatter_add the cotangent back (repeated indices accumulate).
+// gather along axis: scatter_add the cotangent back (repeated indices accumulate;
+// both ops read a negative index i as i + size).
 func gradGather(b *Builder, n *Node, dys []*Value) []*Value {
 	x, idx := n.Args[0], n.Args[1]
 	ax, _ := AxisIndex(n.Attrs.Int("axis", 0), x.Type.Rank())
 	size := x.Type.Shape[ax]
-	i := b.nonNegative(idx, size)
-	dx := b.Apply1(OpScatterAdd, A("axis", int64(ax), "size", size), dys[0], i)
+	dx := b.Apply1(OpScatterAdd, A("axis", int64(ax), "size", size), dys[0], idx)
 	return []*Value{dx, nil}
 }
 
