@@ -238,21 +238,54 @@ func binary(out []int64, a, b *tensor.Tensor, fn func(o, ia, ib int)) {
 func kernelArith(n *ir.Node, args []*tensor.Tensor, _ Options) ([]*tensor.Tensor, error) {
 	a, b, out := args[0], args[1], newResult(n, 0)
 	if out.DType.IsFloat() {
-		fn := binaryFloat[n.Op]
-		af, bf, of := a.F, b.F, out.F
-		switch n.Op {
-		case ir.OpAdd: // the hot ones get closures without an indirect call
-			binary(out.Shape, a, b, func(o, i, j int) { of[o] = af[i] + bf[j] })
-		case ir.OpMul:
-			binary(out.Shape, a, b, func(o, i, j int) { of[o] = af[i] * bf[j] })
-		default:
-			binary(out.Shape, a, b, func(o, i, j int) { of[o] = fn(af[i], bf[j]) })
-		}
+		arithFloat(n.Op, out, a, b)
 		return one(out), nil
 	}
 	fn, dt := binaryInt[n.Op], out.DType
 	binary(out.Shape, a, b, func(o, i, j int) { out.I[o] = wrapInt(fn(a.I[i], b.I[j]), dt) })
 	return one(out), nil
+}
+
+// arithFloat is float arithmetic with broadcasting, one tight loop per row of the
+// innermost dim (strides 0 or 1 there), so the common ops run without a call per
+// element.
+func arithFloat(op ir.Op, out, a, b *tensor.Tensor) {
+	fn := binaryFloat[op]
+	af, bf, of := a.F, b.F, out.F
+	row := func(o, n int, ia, sa, ib, sb int) {
+		dst := of[o : o+n]
+		switch op {
+		case ir.OpAdd:
+			for j := range dst {
+				dst[j] = af[ia+j*sa] + bf[ib+j*sb]
+			}
+		case ir.OpSub:
+			for j := range dst {
+				dst[j] = af[ia+j*sa] - bf[ib+j*sb]
+			}
+		case ir.OpMul:
+			for j := range dst {
+				dst[j] = af[ia+j*sa] * bf[ib+j*sb]
+			}
+		case ir.OpDiv:
+			for j := range dst {
+				dst[j] = af[ia+j*sa] / bf[ib+j*sb]
+			}
+		default:
+			for j := range dst {
+				dst[j] = fn(af[ia+j*sa], bf[ib+j*sb])
+			}
+		}
+	}
+	if sameShape(a.Shape, out.Shape) && sameShape(b.Shape, out.Shape) {
+		row(0, len(of), 0, 1, 0, 1)
+		return
+	}
+	sa, sb := bcastStrides(a.Shape, out.Shape), bcastStrides(b.Shape, out.Shape)
+	r := len(out.Shape)
+	walkRows(out.Shape, [][]int{sa, sb}, func(o, n int, offs []int) {
+		row(o, n, offs[0], sa[r-1], offs[1], sb[r-1])
+	})
 }
 
 func kernelCompare(n *ir.Node, args []*tensor.Tensor, _ Options) ([]*tensor.Tensor, error) {

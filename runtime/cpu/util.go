@@ -123,30 +123,42 @@ func sameShape(a, b []int64) bool {
 }
 
 // walk calls fn(i, offs) for every element i of shape in row-major order, where
-// offs[k] is the element's offset under strides sts[k]. The innermost dim runs as
-// a plain loop, so fn is the only per-element overhead.
+// offs[k] is the element's offset under strides sts[k].
 func walk(shape []int64, sts [][]int, fn func(i int, offs []int)) {
-	n := prod(shape)
-	if n == 0 {
+	r := len(shape)
+	walkRows(shape, sts, func(i, n int, offs []int) {
+		for j := 0; j < n; j++ {
+			fn(i+j, offs)
+			if r > 0 {
+				for k := range offs {
+					offs[k] += sts[k][r-1]
+				}
+			}
+		}
+	})
+}
+
+// walkRows calls fn(i, n, offs) once per row of the innermost dim of shape: the
+// row's first element is i, it has n elements, and offs[k] is the first element's
+// offset under strides sts[k] (the row continues with stride sts[k][rank−1]). fn
+// may change offs; walkRows restores it. Kernels put their tight loop in fn.
+func walkRows(shape []int64, sts [][]int, fn func(i, n int, offs []int)) {
+	total := prod(shape)
+	if total == 0 {
 		return
 	}
 	offs := make([]int, len(sts))
 	r := len(shape)
 	if r == 0 {
-		fn(0, offs)
+		fn(0, 1, offs)
 		return
 	}
 	idx := make([]int, r)
 	inner := int(shape[r-1])
 	base := make([]int, len(offs))
-	for i := 0; i < n; i += inner {
+	for i := 0; i < total; i += inner {
 		copy(base, offs)
-		for j := 0; j < inner; j++ {
-			fn(i+j, offs)
-			for k := range offs {
-				offs[k] += sts[k][r-1]
-			}
-		}
+		fn(i, inner, offs)
 		copy(offs, base)
 		// Advance the odometer over the outer dims.
 		for d := r - 2; d >= 0; d-- {
