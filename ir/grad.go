@@ -399,6 +399,9 @@ func gradReduceMaxMin(b *Builder, n *Node, dys []*Value) []*Value {
 //	A·Bᵀ:   dA = dC·B,   dB = dCᵀ·A
 //	Aᵀ·B:   dA = B·dCᵀ,  dB = A·dC
 //	Aᵀ·Bᵀ:  dA = Bᵀ·dCᵀ, dB = dCᵀ·Aᵀ
+//
+// A rank-2 B against a batched A (activations times a weight) gets its gradient
+// from one GEMM over the flattened rows.
 func gradMatMul(b *Builder, n *Node, dys []*Value) []*Value {
 	a, bb, dc := n.Args[0], n.Args[1], dys[0]
 	ta, tb := n.Attrs.Bool("transpose_a"), n.Attrs.Bool("transpose_b")
@@ -412,6 +415,18 @@ func gradMatMul(b *Builder, n *Node, dys []*Value) []*Value {
 		da, db = b.MatMul(bb, dc, false, true), b.MatMul(a, dc, false, false)
 	default:
 		da, db = b.MatMul(bb, dc, true, true), b.MatMul(dc, a, true, true)
+	}
+	if r := a.Type.Rank(); bb.Type.Rank() == 2 && r > 2 && !ta {
+		// A weight shared by every batch entry (x·W): fold the batch into the rows,
+		// one GEMM [k, M]·[M, n] instead of a batched one plus a sum over the batch.
+		rows := Type{Shape: a.Type.Shape[:r-1]}.Numel()
+		af := b.Reshape(a, rows, a.Type.Shape[r-1])
+		dcf := b.Reshape(dc, rows, dc.Type.Shape[dc.Type.Rank()-1])
+		if tb {
+			db = b.MatMul(dcf, af, true, false)
+		} else {
+			db = b.MatMul(af, dcf, true, false)
+		}
 	}
 	return []*Value{b.SumTo(da, a.Type.Shape), b.SumTo(db, bb.Type.Shape)}
 }

@@ -154,7 +154,9 @@ func gradCases() []gradCase {
 	add("matmul ta tb", ir.OpMatMul, ir.A("transpose_a", true, "transpose_b", true), g.w(4, 3), g.w(2, 4))
 	add("matmul batch", ir.OpMatMul, nil, g.w(2, 3, 4), g.w(2, 4, 2))
 	add("matmul batch broadcast", ir.OpMatMul, ir.A("transpose_b", true), g.w(2, 1, 3, 4), g.w(3, 2, 4))
-	add("matmul rank2 weight", ir.OpMatMul, ir.A("transpose_a", true), g.w(2, 4, 3), g.w(4, 2))
+	add("matmul rank2 weight ta", ir.OpMatMul, ir.A("transpose_a", true), g.w(2, 4, 3), g.w(4, 2))
+	add("matmul rank2 weight", ir.OpMatMul, nil, g.w(2, 2, 3, 4), g.w(4, 2))
+	add("matmul rank2 weight tb", ir.OpMatMul, ir.A("transpose_b", true), g.w(3, 3, 4), g.w(2, 4))
 
 	// Data movement.
 	add("reshape", ir.OpReshape, ir.A("shape", []int{3, 2, 2}), g.w(2, 6))

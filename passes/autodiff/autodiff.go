@@ -10,9 +10,10 @@
 // contributions.
 //
 // Invariants of the result of Grad:
-//   - The forward body is kept as is and comes first; the backward follows it, so a
-//     later checkpointing pass sees every saved activation as a forward value read
-//     by backward code.
+//   - The forward body comes first, unchanged except that nodes reaching no kept
+//     output are deleted; the backward follows it, so a later checkpointing pass
+//     sees every saved activation as a forward value read by backward code.
+//     Backward nodes carry their forward node's name plus "/grad".
 //   - Backward code exists only for nodes on a path from a differentiated parameter
 //     to the objective, and only for the cotangents the objective needs: the rules
 //     emit code for every floating-point argument, and dead code is deleted after.
@@ -47,9 +48,9 @@ type Options struct {
 	// floating-point weight that is not Frozen. Selecting a non-float parameter is
 	// an error.
 	WRT func(*ir.Param) bool
-	// KeepOutputs keeps every original output. Otherwise only the loss output (when
-	// Loss is set) precedes the gradients, and forward code that fed only the
-	// dropped outputs is deleted.
+	// KeepOutputs keeps every original output. Otherwise only the objective's
+	// outputs (the loss and the seeded outputs) precede the gradients, and forward
+	// code that fed only the dropped outputs is deleted.
 	KeepOutputs bool
 }
 
@@ -175,7 +176,6 @@ func Grad(f *ir.Func, opts Options) (*ir.Func, error) {
 		}
 		cot[v] = d
 	}
-	b.SetName("")
 	for _, s := range seeds {
 		if active(s.out) {
 			accumulate(s.out, s.dy())
@@ -202,7 +202,9 @@ func Grad(f *ir.Func, opts Options) (*ir.Func, error) {
 			return nil, fmt.Errorf("autodiff: func @%s: node %d (%s) has no gradient rule",
 				f.Name, i, n.Where())
 		}
-		b.SetName(n.Name)
+		if n.Name != "" {
+			b.SetName(n.Name + "/grad") // backward code says where it came from
+		}
 		dxs, err := applyRule(b, info.Grad, n, dys)
 		if err != nil {
 			return nil, fmt.Errorf("autodiff: func @%s: gradient of node %d (%s): %w", f.Name, i, n, err)
@@ -217,14 +219,16 @@ func Grad(f *ir.Func, opts Options) (*ir.Func, error) {
 			}
 			accumulate(a, dxs[j])
 		}
+		b.SetName("")
 	}
-	b.SetName("")
 
 	// Outputs.
 	if !opts.KeepOutputs {
 		var kept []ir.Output
-		if opts.Loss != "" {
-			kept = append(kept, ir.Output{Name: opts.Loss, Value: g.Output(opts.Loss)})
+		for _, o := range g.Outputs {
+			if _, seeded := opts.Seeds[o.Name]; seeded || o.Name == opts.Loss {
+				kept = append(kept, o)
+			}
 		}
 		g.Outputs = kept
 	}

@@ -176,8 +176,8 @@ func TestGradSeedsAndWRT(t *testing.T) {
 	if got := out["grad.u"].F; !close(got, []float64{0, 0, 0}) {
 		t.Errorf("grad.u = %v, want zeros (z is not in the objective)", got)
 	}
-	if out["grad.frozen"] != nil || len(g.Outputs) != 2 {
-		t.Errorf("outputs %v: want grad.w, grad.u only", g.Outputs)
+	if out["grad.frozen"] != nil || len(g.Outputs) != 3 || g.Outputs[0].Name != "y" {
+		t.Errorf("outputs %v: want y, grad.w, grad.u", g.Outputs)
 	}
 	// Nothing of z's forward nor any backward for u survives dead-code deletion.
 	if s := ir.Print(g); strings.Contains(s, "exp(") {
