@@ -112,6 +112,12 @@ type Param struct {
 	Data  *tensor.Tensor
 	// Frozen weights get no gradient.
 	Frozen bool
+	// Origin names the framework parameter this weight was derived from when the
+	// exporter folded an op into it (PyTorch's Linear weight W becomes an
+	// initializer "val_9" holding Wᵀ); "" when the weight is the parameter itself.
+	Origin string
+	// OriginTransposed says the weight holds Origin's transpose.
+	OriginTransposed bool
 }
 
 // Node is one operation. Name is where it came from (an ONNX node name) and is
@@ -225,7 +231,8 @@ func (f *Func) Clone() *Func {
 	g := &Func{Name: f.Name}
 	m := make(map[*Value]*Value)
 	for _, p := range f.Params {
-		q := &Param{Name: p.Name, Role: p.Role, Data: p.Data, Frozen: p.Frozen}
+		q := &Param{Name: p.Name, Role: p.Role, Data: p.Data, Frozen: p.Frozen, Origin: p.Origin,
+			OriginTransposed: p.OriginTransposed}
 		q.Value = &Value{Type: p.Value.Type, Param: q}
 		m[p.Value] = q.Value
 		g.Params = append(g.Params, q)
@@ -246,4 +253,26 @@ func (f *Func) Clone() *Func {
 		g.Outputs = append(g.Outputs, Output{Name: o.Name, Value: m[o.Value]})
 	}
 	return g
+}
+
+// MaxTypeElements bounds the element count of an IR type. Types are only numbers:
+// a [1M, 1M] causal mask at a million tokens is a legal type that a pass is
+// expected to rewrite away, so the bound only guards int64 arithmetic on sizes.
+// Host allocations are bounded separately by tensor.MaxElements.
+const MaxTypeElements = 1 << 56
+
+// ShapeNumel returns the element count of shape, or an error if a dim is negative
+// or the count exceeds MaxTypeElements.
+func ShapeNumel(shape []int64) (int64, error) {
+	n := int64(1)
+	for _, d := range shape {
+		if d < 0 {
+			return 0, fmt.Errorf("negative dimension %d in shape %v", d, shape)
+		}
+		if d != 0 && n > MaxTypeElements/d {
+			return 0, fmt.Errorf("shape %v has more than 2^56 elements", shape)
+		}
+		n *= d
+	}
+	return n, nil
 }

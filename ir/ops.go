@@ -352,7 +352,7 @@ func inferConstant(n *Node) ([]Type, error) {
 func inferFull(n *Node) ([]Type, error) {
 	dt := n.Attrs.DType("dtype", tensor.F32)
 	shape := n.Attrs.Ints("shape")
-	if _, err := tensor.Numel(shape); err != nil {
+	if _, err := ShapeNumel(shape); err != nil {
 		return nil, err
 	}
 	return one(T(dt, shape...)), nil
@@ -545,7 +545,7 @@ func inferMatMul(n *Node) ([]Type, error) {
 func inferReshape(n *Node) ([]Type, error) {
 	x := n.Args[0].Type
 	shape := n.Attrs.Ints("shape")
-	c, err := tensor.Numel(shape)
+	c, err := ShapeNumel(shape)
 	if err != nil {
 		return nil, err
 	}
@@ -583,7 +583,7 @@ func inferExpand(n *Node) ([]Type, error) {
 	if !shapeEq(s, shape) {
 		return nil, fmt.Errorf("cannot expand %v to %v", x, shape)
 	}
-	if _, err := tensor.Numel(s); err != nil {
+	if _, err := ShapeNumel(s); err != nil {
 		return nil, err
 	}
 	return one(T(x.DType, s...)), nil
@@ -722,7 +722,7 @@ func inferTile(n *Node) ([]Type, error) {
 		}
 		shape[i] = x.Shape[i] * r[i]
 	}
-	if _, err := tensor.Numel(shape); err != nil {
+	if _, err := ShapeNumel(shape); err != nil {
 		return nil, err
 	}
 	return one(T(x.DType, shape...)), nil

@@ -384,6 +384,12 @@ func (p *parser) parseParam(f *Func) error {
 	if p.accept("frozen") {
 		v.Param.Frozen = true
 	}
+	if p.accept("origin") {
+		if v.Param.Origin, err = p.str(); err != nil {
+			return err
+		}
+		v.Param.OriginTransposed = p.accept("transposed")
+	}
 	return p.define(id, v)
 }
 

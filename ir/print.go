@@ -29,6 +29,12 @@ func Print(f *Func) string {
 		if p.Frozen {
 			sb.WriteString(" frozen")
 		}
+		if p.Origin != "" {
+			fmt.Fprintf(&sb, " origin %s", strconv.Quote(p.Origin))
+			if p.OriginTransposed {
+				sb.WriteString(" transposed")
+			}
+		}
 		sb.WriteByte(',')
 	}
 	if len(f.Params) > 0 {

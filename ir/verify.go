@@ -86,6 +86,6 @@ func checkType(t Type) error {
 	if t.Labels != nil && len(t.Labels) != len(t.Shape) {
 		return fmt.Errorf("type %v has %d labels for %d dims", t, len(t.Labels), len(t.Shape))
 	}
-	_, err := tensor.Numel(t.Shape)
+	_, err := ShapeNumel(t.Shape)
 	return err
 }

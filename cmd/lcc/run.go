@@ -102,6 +102,7 @@ func checkCmd() *cobra.Command {
 		ref       string
 		device    string
 		tolerance float64
+		grads     bool
 	)
 	cmd := &cobra.Command{
 		Use:   "check MODEL --ref REF.safetensors",
@@ -130,8 +131,12 @@ func checkCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			_, err = driver.Check(f, rf, ref, driver.CheckOptions{Tolerance: tolerance, Device: device,
-				Out: cmd.OutOrStdout()})
+			copts := driver.CheckOptions{Tolerance: tolerance, Device: device, Out: cmd.OutOrStdout()}
+			if grads {
+				_, err = driver.CheckGrads(f, rf, ref, copts)
+			} else {
+				_, err = driver.Check(f, rf, ref, copts)
+			}
 			return err
 		},
 	}
@@ -139,5 +144,7 @@ func checkCmd() *cobra.Command {
 	cmd.Flags().StringVar(&ref, "ref", "", "reference safetensors: inputs by input name, outputs by output name")
 	cmd.Flags().StringVar(&device, "device", "cpu", "where to run: cpu")
 	cmd.Flags().Float64Var(&tolerance, "tolerance", 1e-4, "largest accepted ‖a−ref‖/‖ref‖")
+	cmd.Flags().BoolVar(&grads, "grads", false,
+		"also differentiate (REF dy: Σ out⊙dy; a scalar output; REF labels: cross-entropy) and compare loss and grad.<name>")
 	return cmd
 }

@@ -132,6 +132,12 @@ func decodeValueInfos(vs []*onnxpb.ValueInfoProto, what string, strict bool) ([]
 // a tensor of a supported dtype; otherwise an unusable type gives DType Invalid.
 func decodeValueInfo(v *onnxpb.ValueInfoProto, strict bool) (ValueInfo, error) {
 	vi := ValueInfo{Name: v.GetName()}
+	for _, kv := range v.GetMetadataProps() {
+		if vi.Metadata == nil {
+			vi.Metadata = map[string]string{}
+		}
+		vi.Metadata[kv.GetKey()] = kv.GetValue()
+	}
 	if vi.Name == "" {
 		return vi, fmt.Errorf("%w: value has no name", ErrMalformed)
 	}

@@ -149,7 +149,9 @@ func (l *lowerer) params() error {
 		// Float tensors of rank >= 1 are weights; integer, boolean and scalar
 		// initializers are constants the exporter hoisted (shapes, eps, -inf).
 		if t.DType.IsFloat() && len(t.Shape) > 0 {
-			l.env[name] = &val{v: l.b.Weight(name, t), c: nil}
+			v := l.b.Weight(name, t)
+			v.Param.Origin, v.Param.OriginTransposed = l.origin(name, len(t.Shape))
+			l.env[name] = &val{v: v}
 			continue
 		}
 		l.env[name] = &val{c: t}
@@ -340,4 +342,61 @@ func (l *lowerer) fold(n *Node, lower lowerFunc) (bool, error) {
 		consts[i] = res[fmt.Sprint(i)]
 	}
 	return true, l.bind(n, nil, consts)
+}
+
+// foldedFrom is the metadata key onnxscript's optimizer (used by PyTorch's
+// exporter) writes on a value it made by constant folding, listing its sources.
+const foldedFrom = "pkg.onnxscript.optimizer.folded_from"
+
+// origin follows an initializer's folded_from chain back to the framework
+// parameter it came from. A 2-D weight folded from one parameter and read as the
+// right operand of MatMul is a Linear layer's Wᵀ: PyTorch computes x·Wᵀ, and the
+// exporter folds the transpose into the initializer.
+func (l *lowerer) origin(name string, rank int) (string, bool) {
+	src := map[string]string{}
+	for _, vs := range [][]ValueInfo{l.m.Graph.ValueInfo, l.m.Graph.Inputs, l.m.Graph.Outputs} {
+		for _, v := range vs {
+			if list, ok := v.Metadata[foldedFrom]; ok {
+				if from := parseSingleList(list); from != "" {
+					src[v.Name] = from
+				}
+			}
+		}
+	}
+	root := name
+	for i := 0; i < 16; i++ {
+		from, ok := src[root]
+		if !ok {
+			break
+		}
+		root = from
+	}
+	if root == name {
+		return "", false
+	}
+	transposed := false
+	if rank == 2 {
+		for _, n := range l.m.Graph.Nodes {
+			if n.OpType == "MatMul" && len(n.Inputs) == 2 && n.Inputs[1] == name {
+				transposed = true
+			}
+		}
+	}
+	return root, transposed
+}
+
+// parseSingleList reads a Python list literal of one string: "['a.b']" -> "a.b".
+func parseSingleList(s string) string {
+	s = strings.TrimSpace(s)
+	if !strings.HasPrefix(s, "[") || !strings.HasSuffix(s, "]") {
+		return ""
+	}
+	inner := strings.TrimSpace(s[1 : len(s)-1])
+	if strings.Contains(inner, ",") || len(inner) < 2 {
+		return ""
+	}
+	if q := inner[0]; (q == '\'' || q == '"') && inner[len(inner)-1] == q {
+		return inner[1 : len(inner)-1]
+	}
+	return ""
 }

@@ -152,6 +152,9 @@ type ValueInfo struct {
 	Dims []Dim
 	// HasShape reports whether the file gives a shape at all.
 	HasShape bool
+	// Metadata holds the value's metadata_props (exporters record provenance
+	// here, e.g. onnxscript's "pkg.onnxscript.optimizer.folded_from").
+	Metadata map[string]string
 }
 
 // Dim is one dimension of a ValueInfo: a known size, a symbolic name, or unknown.

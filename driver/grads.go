@@ -1,0 +1,304 @@
+package driver
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/lcc-dev/lcc/ir"
+	"github.com/lcc-dev/lcc/passes/autodiff"
+	"github.com/lcc-dev/lcc/runtime/cpu"
+	"github.com/lcc-dev/lcc/safetensors"
+	"github.com/lcc-dev/lcc/tensor"
+)
+
+// IgnoreIndex is PyTorch's default ignore_index for cross-entropy.
+const IgnoreIndex = -100
+
+// Objective says what `lcc check --grads` and training differentiate.
+type Objective struct {
+	Loss  string            // a scalar output to differentiate, or ""
+	Seeds map[string]string // output name -> cotangent input name (Σ out ⊙ dy)
+	// Added reports that the loss was added by lcc (cross-entropy of the logits).
+	Added bool
+}
+
+// AddCrossEntropy appends mean cross-entropy of the logits output against a labels
+// parameter (created when the model has none) with ignore_index −100, as PyTorch's
+// F.cross_entropy, and names it "loss". The logits output is the one float output
+// of rank >= 2; labels have its shape without the last (vocab) dim.
+func AddCrossEntropy(f *ir.Func) error {
+	var logits *ir.Value
+	for _, o := range f.Outputs {
+		if o.Value.Type.DType.IsFloat() && o.Value.Type.Rank() >= 2 {
+			if logits != nil {
+				return fmt.Errorf("--loss=cross-entropy: several outputs could be logits (%s)", outputNames(f))
+			}
+			logits = o.Value
+		}
+	}
+	if logits == nil {
+		return fmt.Errorf("--loss=cross-entropy: no output looks like logits [.., vocab] (outputs: %s)", outputNames(f))
+	}
+	if f.Output("loss") != nil {
+		return fmt.Errorf("--loss=cross-entropy: the model already has an output named loss")
+	}
+	shape := logits.Type.Shape
+	rows := ir.T(0, shape[:len(shape)-1]...).Numel()
+	vocab := shape[len(shape)-1]
+	b := ir.Edit(f)
+	b.SetName("lcc.cross_entropy")
+	labels := f.Param("labels")
+	if labels == nil {
+		labels = &ir.Param{Value: b.Label("labels", ir.T(tensor.I64, shape[:len(shape)-1]...))}
+		labels = labels.Value.Param
+	}
+	if labels.Value.Type.Numel() != rows || !labels.Value.Type.DType.IsInt() {
+		return fmt.Errorf("--loss=cross-entropy: labels %v do not fit logits %v", labels.Value.Type, logits.Type)
+	}
+	x := b.Reshape(logits, rows, vocab)
+	y := b.Reshape(labels.Value, rows)
+	loss := b.Apply1(ir.OpSoftmaxCrossEntropy, ir.A("ignore_index", int64(IgnoreIndex), "reduction", "mean"), x, y)
+	b.Output("loss", loss)
+	if err := b.Err(); err != nil {
+		return err
+	}
+	return ir.Verify(f)
+}
+
+func outputNames(f *ir.Func) string {
+	var ns []string
+	for _, o := range f.Outputs {
+		ns = append(ns, o.Name)
+	}
+	return strings.Join(ns, ", ")
+}
+
+// scalarLoss returns the name of f's scalar float output, if it has exactly one.
+func scalarLoss(f *ir.Func) string {
+	name := ""
+	for _, o := range f.Outputs {
+		if o.Value.Type.DType.IsFloat() && o.Value.Type.Numel() == 1 {
+			if name != "" {
+				return ""
+			}
+			name = o.Name
+		}
+	}
+	return name
+}
+
+// ChooseObjective picks the objective for a check against ref, in the order of
+// issue #3: REF dy → Σ out ⊙ dy; a model that computes a scalar loss → itself;
+// REF labels → mean cross-entropy of the logits (added to f).
+func ChooseObjective(f *ir.Func, ref *safetensors.File) (Objective, error) {
+	if dy, ok := ref.Tensors["dy"]; ok {
+		for _, o := range f.Outputs {
+			if o.Value.Type.DType.IsFloat() && o.Value.Type.Numel() == int64(dy.Numel()) {
+				return Objective{Seeds: map[string]string{o.Name: "dy"}}, nil
+			}
+		}
+		return Objective{}, fmt.Errorf("reference dy %v fits no output (outputs: %s)", dy.Shape, outputNames(f))
+	}
+	if name := scalarLoss(f); name != "" {
+		return Objective{Loss: name}, nil
+	}
+	if _, ok := ref.Tensors["labels"]; ok {
+		if err := AddCrossEntropy(f); err != nil {
+			return Objective{}, err
+		}
+		return Objective{Loss: "loss", Added: true}, nil
+	}
+	return Objective{}, fmt.Errorf("no objective: the reference has neither dy nor labels, and the model has no scalar output")
+}
+
+// CheckGrads runs the forward and backward of f on the reference inputs and
+// compares outputs, the loss (REF "loss") and every REF "grad.<name>".
+//
+// Exporters fold a weight's transpose into a new initializer (PyTorch's Linear
+// becomes MatMul by an initializer "val_9" = weightᵀ). A REF gradient whose name is
+// not a parameter is matched through REF "param.<name>": the parameter holding
+// exactly that tensor, or its transpose, carries its gradient (transposed back).
+func CheckGrads(f *ir.Func, ref *safetensors.File, refPath string, opts CheckOptions) (*CheckResult, error) {
+	if opts.Device != "" && opts.Device != "cpu" {
+		return nil, fmt.Errorf("--device %q: this build checks on cpu only", opts.Device)
+	}
+	g := f.Clone()
+	obj, err := ChooseObjective(g, ref)
+	if err != nil {
+		return nil, err
+	}
+	gf, err := autodiff.Grad(g, autodiff.Options{Loss: obj.Loss, Seeds: obj.Seeds, KeepOutputs: true})
+	if err != nil {
+		return nil, err
+	}
+	feeds, err := Feeds(gf, ref, refPath)
+	if err != nil {
+		return nil, err
+	}
+	outs, err := cpu.Run(gf, feeds, cpu.Options{Precision: tensor.F32})
+	if err != nil {
+		return nil, err
+	}
+	res := &CheckResult{}
+	add := func(name string, got, want *tensor.Tensor) error {
+		c, err := Compare(name, got, want)
+		if err != nil {
+			return err
+		}
+		res.Comparisons = append(res.Comparisons, c)
+		return nil
+	}
+	for _, o := range f.Outputs {
+		if want, ok := ref.Tensors[o.Name]; ok {
+			if err := add(o.Name, outs[o.Name], want); err != nil {
+				return nil, err
+			}
+		}
+	}
+	// The objective's value against REF loss, unless an output of that name was
+	// compared above already.
+	if want, ok := ref.Tensors["loss"]; ok && obj.Loss != "" && (obj.Added || f.Output("loss") == nil) {
+		if err := add("loss", outs[obj.Loss], want); err != nil {
+			return nil, err
+		}
+	}
+	groups, order, missing := matchGrads(gf, ref)
+	if len(missing) > 0 {
+		return nil, fmt.Errorf("%s: no model parameter holds %s (by name, by the exporter's folded_from "+
+			"provenance, or by the value of param.<name>)", refPath, strings.Join(missing, ", "))
+	}
+	for _, p := range order {
+		g := groups[p]
+		got := outs[autodiff.GradPrefix+p.Name]
+		want := tensor.New(tensor.F32, got.Shape...)
+		var names []string
+		for _, m := range g {
+			w := ref.Tensors[autodiff.GradPrefix+m.name]
+			if m.transposed {
+				w = transpose2(w)
+			}
+			if w.Numel() != want.Numel() {
+				return nil, fmt.Errorf("%s: grad.%s is %v, parameter %s is %v", refPath, m.name, w.Shape, p.Name, got.Shape)
+			}
+			for i := range want.F {
+				want.F[i] += w.F[i]
+			}
+			names = append(names, m.name+tr(m.transposed))
+		}
+		label := "grad." + strings.Join(names, "+")
+		if len(g) > 1 || g[0].name != p.Name {
+			label += " (as " + p.Name + ")"
+		}
+		if err := add(label, got, want); err != nil {
+			return nil, err
+		}
+	}
+	return res, res.Print(opts)
+}
+
+// gradMatch is one REF gradient and how it maps onto a model parameter.
+type gradMatch struct {
+	name       string
+	transposed bool
+}
+
+// matchGrads maps every REF "grad.<name>" onto a weight of f: by name, by the
+// exporter's provenance (Param.Origin), or by the value of REF "param.<name>"
+// (exporters deduplicate equal initializers, so several PyTorch parameters can
+// share one ONNX initializer; its gradient is then the sum of theirs).
+func matchGrads(f *ir.Func, ref *safetensors.File) (map[*ir.Param][]gradMatch, []*ir.Param, []string) {
+	groups := map[*ir.Param][]gradMatch{}
+	var order []*ir.Param
+	var missing []string
+	for _, key := range ref.Names {
+		if !strings.HasPrefix(key, autodiff.GradPrefix) {
+			continue
+		}
+		name := strings.TrimPrefix(key, autodiff.GradPrefix)
+		var p *ir.Param
+		transposed := false
+		if q := f.Param(name); q != nil && q.Role == ir.RoleWeight {
+			p = q
+		}
+		for _, q := range f.Params {
+			if p == nil && q.Role == ir.RoleWeight && q.Origin == name {
+				p, transposed = q, q.OriginTransposed
+			}
+		}
+		if p == nil {
+			p, transposed = findByValue(f, ref.Tensors["param."+name])
+		}
+		if p == nil {
+			missing = append(missing, name)
+			continue
+		}
+		if _, seen := groups[p]; !seen {
+			order = append(order, p)
+		}
+		groups[p] = append(groups[p], gradMatch{name, transposed})
+	}
+	return groups, order, missing
+}
+
+func tr(t bool) string {
+	if t {
+		return "ᵀ"
+	}
+	return ""
+}
+
+// findByValue returns the weight whose data equals want exactly, or equals its
+// transpose (2-D only).
+func findByValue(f *ir.Func, want *tensor.Tensor) (*ir.Param, bool) {
+	if want == nil {
+		return nil, false
+	}
+	var wantT *tensor.Tensor
+	if len(want.Shape) == 2 {
+		wantT = transpose2(want)
+	}
+	for _, p := range f.Params {
+		if p.Role != ir.RoleWeight || p.Data == nil {
+			continue
+		}
+		if sameValues(p.Data, want) {
+			return p, false
+		}
+		if wantT != nil && sameValues(p.Data, wantT) {
+			return p, true
+		}
+	}
+	return nil, false
+}
+
+func sameValues(a, b *tensor.Tensor) bool {
+	if a.Numel() != b.Numel() || len(a.Shape) != len(b.Shape) {
+		return false
+	}
+	for i := range a.Shape {
+		if a.Shape[i] != b.Shape[i] {
+			return false
+		}
+	}
+	for i := 0; i < a.Numel(); i++ {
+		if a.Float(i) != b.Float(i) {
+			return false
+		}
+	}
+	return true
+}
+
+func transpose2(t *tensor.Tensor) *tensor.Tensor {
+	r, c := t.Shape[0], t.Shape[1]
+	out := tensor.New(t.DType, c, r)
+	for i := int64(0); i < r; i++ {
+		for j := int64(0); j < c; j++ {
+			if t.DType.IsFloat() {
+				out.F[j*r+i] = t.F[i*c+j]
+			} else {
+				out.I[j*r+i] = t.I[i*c+j]
+			}
+		}
+	}
+	return out
+}
