@@ -141,6 +141,13 @@ func (d *decoder) openExternal(location string) (*os.File, error) {
 		return nil, bad("is not a path inside the model's folder")
 	}
 	if e.root == nil {
+		// Resolve the folder to an absolute path so that it and the resolved
+		// location below are compared in the same form.
+		abs, err := filepath.Abs(e.dir)
+		if err != nil {
+			return nil, fmt.Errorf("external data %q: %w", location, err)
+		}
+		e.dir = abs
 		root, err := os.OpenRoot(e.dir)
 		if err != nil {
 			return nil, fmt.Errorf("external data %q: %w", location, err)
