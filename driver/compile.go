@@ -10,6 +10,8 @@ import (
 
 	"github.com/lcc-dev/lcc/ir"
 	"github.com/lcc-dev/lcc/passes"
+	"github.com/lcc-dev/lcc/passes/autodiff"
+	"github.com/lcc-dev/lcc/plan"
 	"github.com/lcc-dev/lcc/report"
 	"github.com/lcc-dev/lcc/safetensors"
 	"github.com/lcc-dev/lcc/targets"
@@ -22,6 +24,10 @@ type CompileOptions struct {
 	PrintAfter string // --print-ir-after
 	VerifyEach bool   // --verify-each
 	Model      string // the model path, for the report
+	// Loss is "" (plan what the model computes: training if it has a scalar
+	// output, inference otherwise), "cross-entropy" (add mean cross-entropy of the
+	// logits against labels and plan training) or "none" (plan inference only).
+	Loss string
 }
 
 // Result is what a compile produced.
@@ -35,18 +41,57 @@ func Pipeline(opts CompileOptions) []passes.Pass {
 	return append([]passes.Pass{}, passes.Cleanup...)
 }
 
-// Compile runs the pipeline over f (in place) and builds the report.
+// Compile runs the pipeline over f and builds the report. For training it appends
+// the backward (reverse-mode autodiff) and plans weights, gradients and AdamW state.
 func Compile(f *ir.Func, opts CompileOptions) (*Result, error) {
-	stats, err := passes.Run(f, Pipeline(opts), passes.Options{VerifyEach: true,
-		PrintAfter: opts.PrintAfter})
+	popts := passes.Options{VerifyEach: true, PrintAfter: opts.PrintAfter}
+	stats, err := passes.Run(f, Pipeline(opts), popts)
 	if err != nil {
 		return nil, err
+	}
+	train := report.Training{}
+	switch opts.Loss {
+	case "cross-entropy":
+		if err := AddCrossEntropy(f); err != nil {
+			return nil, err
+		}
+		train.Loss = "loss"
+	case "", "none":
+		if opts.Loss == "" {
+			train.Loss = scalarLoss(f)
+		}
+	default:
+		return nil, fmt.Errorf("--loss %q: want cross-entropy or none", opts.Loss)
+	}
+	if train.Loss != "" {
+		train.ForwardFLOPs = countFLOPs(f)
+		g, err := autodiff.Grad(f, autodiff.Options{Loss: train.Loss, KeepOutputs: true})
+		if err != nil {
+			return nil, err
+		}
+		more, err := passes.Run(g, passes.Cleanup, popts)
+		if err != nil {
+			return nil, err
+		}
+		stats = append(stats, passes.Stat{Name: "autodiff", Changed: true})
+		stats = append(stats, more...)
+		f = g
+		train.Enabled = true
 	}
 	if err := ir.Verify(f); err != nil {
 		return nil, err
 	}
-	rep := report.Build(f, report.Input{Model: filepath.Base(opts.Model), Target: opts.Target, Passes: stats})
+	rep := report.Build(f, report.Input{Model: filepath.Base(opts.Model), Target: opts.Target,
+		Passes: stats, Training: train})
 	return &Result{Func: f, Report: rep}, nil
+}
+
+func countFLOPs(f *ir.Func) int64 {
+	var n int64
+	for _, node := range f.Body {
+		n += plan.NodeFLOPs(node)
+	}
+	return n
 }
 
 // WriteOutputs writes DIR/graph.lcc, DIR/weights.safetensors and DIR/report.json.

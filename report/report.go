@@ -21,11 +21,27 @@ type Input struct {
 	Model  string
 	Target targets.Target
 	Passes []passes.Stat
+	// Training describes the training step, when one was planned.
+	Training Training
 }
+
+// Training says what the compile planned for a training step.
+type Training struct {
+	Enabled bool
+	// Loss is the output differentiated.
+	Loss string
+	// ForwardFLOPs counts the forward graph alone (before autodiff).
+	ForwardFLOPs int64
+}
+
+// AdamWBytesPerParam is the optimizer state per trainable parameter: fp32 first
+// and second moments (PyTorch's AdamW keeps the same).
+const AdamWBytesPerParam = 8
 
 // Report is the compile report. Field names are the JSON schema.
 type Report struct {
 	Model     string           `json:"model"`
+	Mode      string           `json:"mode"`
 	Target    Target           `json:"target"`
 	Shapes    Shapes           `json:"shapes"`
 	Ops       map[string]int   `json:"ops"`
@@ -80,6 +96,8 @@ type Memory struct {
 	OptimizerBytes   int64 `json:"optimizer_bytes"`
 	ActivationsBytes int64 `json:"activations_bytes"`
 	FitsTarget       bool  `json:"fits_target"`
+	// SimulatedPeakBytes is plan.Simulate's peak of the step graph alone.
+	SimulatedPeakBytes int64 `json:"simulated_peak_bytes"`
 }
 
 // FLOPs counts floating-point operations of one step.
@@ -103,6 +121,7 @@ func valueOf(t ir.Type) Value {
 func Build(f *ir.Func, in Input) *Report {
 	r := &Report{
 		Model: in.Model,
+		Mode:  "inference",
 		Target: Target{Name: in.Target.Name, GPUs: in.Target.GPUs, Arch: in.Target.Arch,
 			MemoryBytes: in.Target.MemoryBytes},
 		Shapes:    Shapes{Dims: map[string]int64{}, Inputs: map[string]Value{}},
@@ -150,13 +169,30 @@ func Build(f *ir.Func, in Input) *Report {
 		}
 	}
 	r.FLOPs = FLOPs{Forward: fwd, PerStep: fwd}
+	if in.Training.Enabled {
+		r.Mode = "training"
+		r.FLOPs = FLOPs{Forward: in.Training.ForwardFLOPs, Backward: fwd - in.Training.ForwardFLOPs, PerStep: fwd}
+	}
 	mem := plan.Simulate(f)
 	r.Memory = Memory{
-		PerGPUPeakBytes:  mem.PeakBytes,
-		WeightsBytes:     mem.WeightsBytes,
-		ActivationsBytes: mem.PeakBytes - mem.WeightsBytes - mem.StateBytes,
-		OptimizerBytes:   mem.StateBytes,
+		WeightsBytes:   mem.WeightsBytes,
+		OptimizerBytes: mem.StateBytes,
 	}
+	var grads int64
+	for _, o := range f.Outputs {
+		if strings.HasPrefix(o.Name, "grad.") {
+			grads += o.Value.Type.Bytes()
+		}
+	}
+	if in.Training.Enabled {
+		r.Memory.GradientsBytes = grads
+		r.Memory.OptimizerBytes += r.Params.Trainable * AdamWBytesPerParam
+	}
+	// The simulated peak holds weights, inputs, activations and the gradients as
+	// they are produced; optimizer state is persistent and adds to it.
+	r.Memory.PerGPUPeakBytes = mem.PeakBytes + r.Memory.OptimizerBytes - mem.StateBytes
+	r.Memory.SimulatedPeakBytes = mem.PeakBytes
+	r.Memory.ActivationsBytes = mem.PeakBytes - mem.WeightsBytes - mem.StateBytes
 	r.Memory.FitsTarget = in.Target.MemoryBytes == 0 || r.Memory.PerGPUPeakBytes <= in.Target.MemoryBytes
 	r.Kernels = kernels(f)
 	return r
@@ -187,7 +223,7 @@ func kernels(f *ir.Func) []Kernel {
 
 // WriteText writes the report for people.
 func (r *Report) WriteText(w io.Writer) {
-	fmt.Fprintf(w, "model      %s\n", r.Model)
+	fmt.Fprintf(w, "model      %s (%s)\n", r.Model, r.Mode)
 	fmt.Fprintf(w, "target     %s: %d× GPU %s, %s each\n", r.Target.Name, r.Target.GPUs, r.Target.Arch,
 		Bytes(r.Target.MemoryBytes))
 	fmt.Fprintf(w, "dims       %s\n", sortedKV(r.Shapes.Dims))
@@ -195,9 +231,17 @@ func (r *Report) WriteText(w io.Writer) {
 		v := r.Shapes.Inputs[name]
 		fmt.Fprintf(w, "input      %s %s%v\n", name, v.DType, v.Shape)
 	}
+	grads := 0
 	for _, name := range sortedKeys(r.Outputs) {
+		if strings.HasPrefix(name, "grad.") {
+			grads++
+			continue
+		}
 		v := r.Outputs[name]
 		fmt.Fprintf(w, "output     %s %s%v\n", name, v.DType, v.Shape)
+	}
+	if grads > 0 {
+		fmt.Fprintf(w, "output     grad.* for %d parameters\n", grads)
 	}
 	fmt.Fprintf(w, "params     %d in %d tensors (%d trainable)\n", r.Params.Count, r.Params.Tensors, r.Params.Trainable)
 	fmt.Fprintf(w, "attention  %d found, rewritten %s, unmatched %d\n", r.Attention.Found,

@@ -66,6 +66,7 @@ func compileCmd() *cobra.Command {
 		sf                      shapeFlags
 		target, targetFile, out string
 		reportFmt, printAfter   string
+		loss                    string
 	)
 	cmd := &cobra.Command{
 		Use:   "compile MODEL",
@@ -93,7 +94,7 @@ func compileCmd() *cobra.Command {
 				return err
 			}
 			res, err := driver.Compile(f, driver.CompileOptions{Target: t, PrintAfter: printAfter,
-				Model: args[0]})
+				Model: args[0], Loss: loss})
 			if err != nil {
 				return err
 			}
@@ -124,6 +125,7 @@ func compileCmd() *cobra.Command {
 	cmd.Flags().StringVarP(&out, "output", "o", "", "write graph.lcc, weights and report.json to this folder")
 	cmd.Flags().StringVar(&reportFmt, "report", "text", "report format: text or json")
 	cmd.Flags().StringVar(&printAfter, "print-ir-after", "", "print the IR after this pass (or all) to stderr")
+	cmd.Flags().StringVar(&loss, "loss", "", "cross-entropy: add mean cross-entropy of the logits and plan training; none: inference")
 	return cmd
 }
 
