@@ -1,0 +1,346 @@
+package passes
+
+import (
+	"math"
+
+	"github.com/lcc-dev/lcc/ir"
+	"github.com/lcc-dev/lcc/runtime/cpu"
+	"github.com/lcc-dev/lcc/tensor"
+)
+
+// This file classifies the masks of exported attention. Exporters write the causal
+// mask in many ways (Trilu of ones, a bool buffer sliced per length, an additive
+// matrix of −inf or of float32's minimum, HF's _prepare_4d_causal_attention_mask),
+// and after ONNX import most of them are already constants. Rather than match
+// each form, the mask is evaluated on the CPU interpreter and its visible set is
+// compared with the causal pattern (DESIGN.md §4).
+
+// maskKind is what a mask hides.
+type maskKind uint8
+
+const (
+	maskNone     maskKind = iota // every key visible to every query
+	maskCausal                   // key j visible to query t iff j ≤ t (needs T = S)
+	maskExplicit                 // anything else, or not known until run time
+)
+
+func (k maskKind) String() string {
+	return [...]string{maskNone: "none", maskCausal: "causal", maskExplicit: "explicit"}[k]
+}
+
+// maskedScore is the threshold below which an additive mask entry (or a where
+// fill value) hides its key: exp(s + m − max) is exactly 0 in float32 and
+// float64 for any real score s, which is how exporters use −inf and
+// torch.finfo(float32).min interchangeably.
+const maskedScore = -1e30
+
+// DefaultMaskEvalLimit caps the elements of any value of a mask subgraph that
+// match-attention evaluates directly (4096², a few hundred MB of float64).
+const DefaultMaskEvalLimit = 1 << 24
+
+// shrinkSize is the sequence length at which a mask too large to evaluate is
+// re-evaluated (see maskEval.shrunk); it must exceed every Trilu offset |k|.
+const shrinkSize = 64
+
+// maskEval evaluates constant subgraphs, caching results for masks that several
+// layers share.
+type maskEval struct {
+	limit int64
+	cache map[*ir.Value]*tensor.Tensor
+	done  map[*ir.Value]bool
+}
+
+func newMaskEval(limit int64) *maskEval {
+	if limit <= 0 {
+		limit = DefaultMaskEvalLimit
+	}
+	return &maskEval{limit: limit, cache: map[*ir.Value]*tensor.Tensor{}, done: map[*ir.Value]bool{}}
+}
+
+// subgraph returns the nodes v depends on, in topological order, or ok = false if
+// v depends on a run-time parameter (an input, a label, a weight without data).
+func subgraph(v *ir.Value) (nodes []*ir.Node, ok bool) {
+	seen := map[*ir.Node]bool{}
+	var visit func(v *ir.Value) bool
+	visit = func(v *ir.Value) bool {
+		if v.Param != nil {
+			return v.Param.Data != nil
+		}
+		n := v.Def
+		if seen[n] {
+			return true
+		}
+		seen[n] = true
+		for _, a := range n.Args {
+			if !visit(a) {
+				return false
+			}
+		}
+		nodes = append(nodes, n)
+		return true
+	}
+	ok = visit(v)
+	return nodes, ok
+}
+
+// value evaluates v if it is computed from constants and weights with data alone
+// and every value on the way has at most limit elements; otherwise it returns nil.
+func (e *maskEval) value(v *ir.Value) *tensor.Tensor {
+	if e.done[v] {
+		return e.cache[v]
+	}
+	e.done[v] = true
+	if v.Param != nil {
+		e.cache[v] = v.Param.Data
+		return v.Param.Data
+	}
+	nodes, ok := subgraph(v)
+	if !ok {
+		return nil
+	}
+	for _, n := range nodes {
+		for _, r := range n.Results {
+			if r.Type.Numel() > e.limit {
+				return nil
+			}
+		}
+	}
+	vals, err := evalNodes(nodes, nil)
+	if err != nil {
+		return nil
+	}
+	e.cache[v] = vals[v]
+	return vals[v]
+}
+
+// evalNodes runs nodes (in topological order) on the CPU interpreter in float64;
+// sub maps values to replacement tensors (leaves of a shrunk graph).
+func evalNodes(nodes []*ir.Node, sub map[*ir.Value]*tensor.Tensor) (map[*ir.Value]*tensor.Tensor, error) {
+	vals := map[*ir.Value]*tensor.Tensor{}
+	for k, t := range sub {
+		vals[k] = t
+	}
+	get := func(a *ir.Value) *tensor.Tensor {
+		if t, ok := vals[a]; ok {
+			return t
+		}
+		return a.Param.Data
+	}
+	for _, n := range nodes {
+		args := make([]*tensor.Tensor, len(n.Args))
+		for i, a := range n.Args {
+			args[i] = get(a)
+		}
+		res, err := cpu.EvalNode(n, args, cpu.Options{Precision: tensor.F64})
+		if err != nil {
+			return nil, err
+		}
+		for i, r := range n.Results {
+			vals[r] = res[i]
+		}
+	}
+	return vals, nil
+}
+
+// shrunk re-evaluates a mask too large to evaluate at a sequence length of
+// shrinkSize, for T = S. It only accepts subgraphs whose position dependence comes
+// from Trilu of uniform tensors: uniform sources (scalar constants, full, expand),
+// trilu, elementwise ops and reshapes that only add or drop unit dims. Such a mask
+// is a function of the Trilu predicates j − t ≤ k alone, so its top-left corner of
+// any size larger than every |k| shows every case the full mask has. Masks built
+// from Range (position comparisons) are not shrunk, since a comparison with a
+// constant (t < 100) would make the corner lie. It returns nil when the subgraph
+// does not qualify.
+func (e *maskEval) shrunk(v *ir.Value, seq int64) *tensor.Tensor {
+	nodes, ok := subgraph(v)
+	if !ok || seq <= shrinkSize {
+		return nil
+	}
+	shrink := func(shape []int64) []int64 {
+		out := append([]int64{}, shape...)
+		for i, d := range out {
+			if d == seq {
+				out[i] = shrinkSize
+			}
+		}
+		return out
+	}
+	// Rebuild each node with shrunk shape attributes; the copies are detached.
+	m := map[*ir.Value]*ir.Value{}
+	sub := map[*ir.Value]*tensor.Tensor{}
+	arg := func(a *ir.Value) (*ir.Value, bool) {
+		if c, ok := m[a]; ok {
+			return c, true
+		}
+		if a.Param != nil && a.Param.Data != nil && a.Param.Data.Numel() == 1 {
+			c := &ir.Value{Type: a.Type}
+			sub[c] = a.Param.Data
+			m[a] = c
+			return c, true
+		}
+		return nil, false
+	}
+	var copies []*ir.Node
+	for _, n := range nodes {
+		c := &ir.Node{Op: n.Op, Attrs: n.Attrs.Clone(), Name: n.Name}
+		switch {
+		case n.Op == ir.OpConstant:
+			if n.Result().Type.Numel() != 1 {
+				return nil
+			}
+		case n.Op == ir.OpFull || n.Op == ir.OpExpand:
+			c.Attrs = c.Attrs.With("shape", shrink(n.Attrs.Ints("shape")))
+		case n.Op == ir.OpReshape:
+			if !unitReshape(n.Args[0].Type.Shape, n.Attrs.Ints("shape")) {
+				return nil
+			}
+			c.Attrs = c.Attrs.With("shape", shrink(n.Attrs.Ints("shape")))
+		case n.Op == ir.OpTrilu:
+			if k := n.Attrs.Int("k", 0); k <= -shrinkSize+1 || k >= shrinkSize-1 {
+				return nil
+			}
+		case n.Op.Info().Elementwise:
+		default:
+			return nil
+		}
+		for _, a := range n.Args {
+			ca, ok := arg(a)
+			if !ok {
+				return nil
+			}
+			c.Args = append(c.Args, ca)
+		}
+		// Result types come from the op's own shape inference on the new args.
+		probe := ir.NewBuilder("shrink")
+		var args []*ir.Value
+		for _, a := range c.Args {
+			args = append(args, probe.Input("", a.Type))
+		}
+		rs := probe.Apply(c.Op, c.Attrs, args...)
+		if probe.Err() != nil {
+			return nil
+		}
+		for i, r := range n.Results {
+			cv := &ir.Value{Type: rs[i].Type, Def: c, Index: i}
+			c.Results = append(c.Results, cv)
+			m[r] = cv
+		}
+		copies = append(copies, c)
+	}
+	vals, err := evalNodes(copies, sub)
+	if err != nil {
+		return nil
+	}
+	return vals[m[v]]
+}
+
+// unitReshape reports whether a reshape from a to b only inserts or drops unit dims.
+func unitReshape(a, b []int64) bool {
+	strip := func(s []int64) []int64 {
+		var out []int64
+		for _, d := range s {
+			if d != 1 {
+				out = append(out, d)
+			}
+		}
+		return out
+	}
+	x, y := strip(a), strip(b)
+	if len(x) != len(y) {
+		return false
+	}
+	for i := range x {
+		if x[i] != y[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// classify says what a mask hides, given its evaluated tensor (nil if unknown)
+// and how its elements map to visibility: visible(i) reports whether element i
+// shows its key, and pure is false when some element is neither a plain show nor
+// a plain hide (an additive bias such as ALiBi). t and s are the sizes of the
+// query and key axes the mask's last two dims broadcast to.
+func classify(m *tensor.Tensor, visible func(i int) (vis, pure bool), t, s int64) maskKind {
+	if m == nil {
+		return maskExplicit
+	}
+	r := len(m.Shape)
+	rows, cols := int64(1), int64(1)
+	if r >= 1 {
+		cols = m.Shape[r-1]
+	}
+	if r >= 2 {
+		rows = m.Shape[r-2]
+	}
+	all, causal := true, t == s && (rows == t || t == 1) && (cols == s || s == 1)
+	for i := 0; i < m.Numel(); i++ {
+		vis, pure := visible(i)
+		if !pure {
+			return maskExplicit
+		}
+		all = all && vis
+		row, col := int64(i)/cols%rows, int64(i)%cols
+		causal = causal && vis == (col <= row)
+	}
+	switch {
+	case all:
+		return maskNone
+	case causal:
+		return maskCausal
+	}
+	return maskExplicit
+}
+
+// boolVisible reads a where condition: the key is visible where cond differs from
+// hideWhenTrue.
+func boolVisible(cond *tensor.Tensor, hideWhenTrue bool) func(int) (bool, bool) {
+	return func(i int) (bool, bool) { return (cond.I[i] != 0) != hideWhenTrue, true }
+}
+
+// addVisible reads an additive mask: 0 shows a key, maskedScore or less hides it,
+// and anything else is a bias, not a mask.
+func addVisible(m *tensor.Tensor, coef float64) func(int) (bool, bool) {
+	return func(i int) (bool, bool) {
+		x := m.F[i] * coef
+		switch {
+		case x == 0:
+			return true, true
+		case x <= maskedScore:
+			return false, true
+		}
+		return false, false
+	}
+}
+
+// uniformScalar returns the value every element of v has when v is a constant,
+// full, a weight with data of one element, or an expand of one of those.
+func uniformScalar(v *ir.Value) (float64, bool) {
+	for v.Def != nil && v.Def.Op == ir.OpExpand {
+		v = v.Def.Args[0]
+	}
+	var t *tensor.Tensor
+	switch {
+	case v.Param != nil:
+		// A one-element weight is how exporters store a folded scale; a larger one,
+		// even if uniform today, is a trainable tensor.
+		if t = v.Param.Data; t != nil && t.Numel() != 1 {
+			return 0, false
+		}
+	case v.Def.Op == ir.OpConstant:
+		t = v.Def.Attrs.Tensor("value")
+	case v.Def.Op == ir.OpFull:
+		return v.Def.Attrs.Float("value", 0), true
+	}
+	if t == nil || t.Numel() == 0 || !t.DType.IsFloat() {
+		return 0, false
+	}
+	x := t.F[0]
+	for _, y := range t.F {
+		if y != x && !(math.IsNaN(x) && math.IsNaN(y)) {
+			return 0, false
+		}
+	}
+	return x, true
+}
