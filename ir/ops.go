@@ -133,6 +133,11 @@ const (
 	// %dq, %dk, %dv = dilated_attention_grad(%q, %k, %v, %o, %lse, %do) {segments, ...}
 	OpDilatedAttentionGrad
 
+	// %loss = fused_linear_cross_entropy(%h, %w, %labels) {ignore_index=-100, reduction="mean"}
+	OpFusedLinearCrossEntropy
+	// %dh, %dw = fused_linear_cross_entropy_grad(%h, %w, %labels, %dloss) {ignore_index=-100}
+	OpFusedLinearCrossEntropyGrad
+
 	// New ops go above this line; their rows may live in the file of their feature.
 	numOps
 )
