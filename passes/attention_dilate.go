@@ -111,10 +111,12 @@ func dilate(f *ir.Func, cfg DilateConfig) error {
 	}
 	var layers []string
 	patterns := []Pattern{
-		// attention(q, k, v) {causal, scale} -> dilated_attention(q, k, v) {segments, dilations, offsets, causal, scale}
+		// attention(q, k, v) {causal, scale}
+		//   -> dilated_attention(q, k, v) {segments, dilations, offsets, causal, scale}
 		{Name: "dilate", Root: ir.OpAttention, Rewrite: func(f *ir.Func, n *ir.Node, b *ir.Builder) bool {
 			d := n.Args[0].Type.Shape[3]
-			attrs := ir.A("segments", slices.Clone(cfg.Segments), "dilations", slices.Clone(cfg.Dilations), "offsets", offsets,
+			attrs := ir.A("segments", slices.Clone(cfg.Segments),
+				"dilations", slices.Clone(cfg.Dilations), "offsets", offsets,
 				"causal", true, "scale", n.Attrs.Float("scale", 1/math.Sqrt(float64(d))))
 			outs := b.Apply(ir.OpDilatedAttention, attrs, n.Args...)
 			f.ReplaceUses(n.Results[0], outs[0])

@@ -29,7 +29,8 @@ func handBuiltMHA(t *testing.T, f *ir.Func, cfg DilateConfig) *ir.Func {
 	bsz, seq := x.Shape[0], x.Shape[1]
 	b := ir.NewBuilder("mha")
 	in := b.Input("x", ir.T(tensor.F32, bsz, seq, 32))
-	qkv := b.Add(b.MatMul(in, b.Weight("wqkv", w("val_2")), false, false), b.Weight("bqkv", w("qkv.bias")))
+	qkv := b.Add(b.MatMul(in, b.Weight("wqkv", w("val_2")), false, false),
+		b.Weight("bqkv", w("qkv.bias")))
 	parts := b.Apply(ir.OpSplit, ir.A("axis", int64(2), "sizes", []int64{32, 32, 32}), qkv)
 	var heads []*ir.Value
 	for _, p := range parts[:3] {
@@ -52,11 +53,14 @@ func TestDilateAttentionMHA(t *testing.T) {
 	var layers []string
 	cfg := longnetSmall
 	cfg.Layers = &layers
-	runPasses(t, f, MatchAttention(MatchConfig{RequireAttention: true}), DilateAttention(cfg))
-	if countOps(f, ir.OpDilatedAttention) != 1 || countOps(f, ir.OpAttention) != 0 || len(layers) != 1 {
+	runPasses(t, f, MatchAttention(MatchConfig{RequireAttention: true}),
+		DilateAttention(cfg))
+	if countOps(f, ir.OpDilatedAttention) != 1 || countOps(f, ir.OpAttention) != 0 ||
+		len(layers) != 1 {
 		t.Fatalf("layers %v, IR:\n%s", layers, ir.Print(f))
 	}
-	ref, err := safetensors.Read(filepath.Join("testdata", "attention", "attn_mha_dilated_paper.ref.safetensors"))
+	refPath := filepath.Join("testdata", "attention", "attn_mha_dilated_paper.ref.safetensors")
+	ref, err := safetensors.Read(refPath)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -115,7 +115,8 @@ func (e *maskEval) value(v *ir.Value) *tensor.Tensor {
 
 // evalNodes runs nodes (in topological order) on the CPU interpreter in float64;
 // sub maps values to replacement tensors (leaves of a shrunk graph).
-func evalNodes(nodes []*ir.Node, sub map[*ir.Value]*tensor.Tensor) (map[*ir.Value]*tensor.Tensor, error) {
+func evalNodes(nodes []*ir.Node, sub map[*ir.Value]*tensor.Tensor) (
+	map[*ir.Value]*tensor.Tensor, error) {
 	vals := map[*ir.Value]*tensor.Tensor{}
 	for k, t := range sub {
 		vals[k] = t

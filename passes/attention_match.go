@@ -99,7 +99,7 @@ var _ = Register(MatchAttention(MatchConfig{}))
 // MatchAttention returns the match-attention pass.
 func MatchAttention(cfg MatchConfig) Pass {
 	return Pass{Name: "match-attention",
-		Doc: "replace exported attention subgraphs (matmul, scale, mask, softmax, matmul) by attention ops",
+		Doc: "replace exported attention (matmul, scale, mask, softmax, matmul) by attention ops",
 		Run: func(f *ir.Func) error {
 			res, err := FindAttention(f, cfg)
 			if cfg.Result != nil && res != nil {
@@ -300,7 +300,8 @@ func stripRepeat(w view, seen *[]*ir.Node) (view, repeatKind, int64) {
 		u := e.Def.Args[0]
 		switch {
 		case e.Def.Op == ir.OpExpand:
-		case e.Def.Op == ir.OpTile && slices.Equal(e.Def.Attrs.Ints("repeats"), []int64{1, 1, es[2], 1, 1}):
+		case e.Def.Op == ir.OpTile &&
+			slices.Equal(e.Def.Attrs.Ints("repeats"), []int64{1, 1, es[2], 1, 1}):
 		default:
 			return w, repeatNone, 1
 		}
@@ -325,7 +326,8 @@ func stripRepeat(w view, seen *[]*ir.Node) (view, repeatKind, int64) {
 	case ir.OpExpand:
 		// Multi-query attention: one kv head broadcast to every query head.
 		x := d.Args[0]
-		if xs := x.Type.Shape; len(xs) == 4 && xs[0] == s[0] && xs[1] == 1 && xs[2] == s[2] && xs[3] == s[3] {
+		xs := x.Type.Shape
+		if len(xs) == 4 && xs[0] == s[0] && xs[1] == 1 && xs[2] == s[2] && xs[3] == s[3] {
 			*seen = append(*seen, d)
 			return peel(x, nil, seen), repeatInterleave, s[1]
 		}
@@ -365,7 +367,8 @@ func (m *attnMatcher) rewrite(f *ir.Func, pv *ir.Node, b *ir.Builder) bool {
 
 // analyze matches the subgraph ending at pv, or says why it does not match.
 // It builds nothing.
-func (m *attnMatcher) analyze(f *ir.Func, pv *ir.Node, uses map[*ir.Value][]*ir.Node) (*sdpaMatch, string) {
+func (m *attnMatcher) analyze(f *ir.Func, pv *ir.Node, uses map[*ir.Value][]*ir.Node) (
+	*sdpaMatch, string) {
 	p := pv.Args[0]
 	sm := p.Def
 	if p.Type.Rank() != 4 {
@@ -439,10 +442,14 @@ func (m *attnMatcher) analyze(f *ir.Func, pv *ir.Node, uses map[*ir.Value][]*ir.
 				return nil, fmt.Sprintf("%s is not a mask: neither branch is a −inf fill", d.Where())
 			}
 		default:
-			return nil, fmt.Sprintf("%s between the score matmul and the softmax is not a scale or a mask", d.Where())
+			return nil, fmt.Sprintf("%s between the score matmul and the softmax is not a scale or a mask",
+				d.Where())
 		}
 	}
 	qk := x.Def
+	if !isActivation(qk.Args[0]) || !isActivation(qk.Args[1]) {
+		return nil, fmt.Sprintf("%s multiplies by a constant or weight, not q by k", qk.Where())
+	}
 
 	// Apply the layers in data-flow order: a scale after an explicit additive mask
 	// would scale the mask too, which the op cannot express.
@@ -526,7 +533,12 @@ func (m *attnMatcher) analyze(f *ir.Func, pv *ir.Node, uses map[*ir.Value][]*ir.
 	var kSeen, vSeen []*ir.Node
 	k2, kr, kg := stripRepeat(a.k, &kSeen)
 	v2, vr, vg := stripRepeat(a.v, &vSeen)
-	headMask := a.mask != nil && a.mask.Type.Rank() >= 3 && a.mask.Type.Shape[a.mask.Type.Rank()-3] != 1
+	// Permuting query heads for Tile would need the same permutation of a per-head mask.
+	mr := 0
+	if a.mask != nil {
+		mr = a.mask.Type.Rank()
+	}
+	headMask := mr >= 3 && a.mask.Type.Shape[mr-3] != 1
 	if kr != repeatNone && kr == vr && kg == vg && slices.Equal(k2.shape(), v2.shape()) &&
 		!(kr == repeatTile && headMask) {
 		a.k, a.v, a.repeat, a.group = k2, v2, kr, kg

@@ -81,10 +81,11 @@ func TestRewriteNoFixedPoint(t *testing.T) {
 		t.Fatal(err)
 	}
 	// exp(x) -> exp(x), a fresh copy every time: never settles.
-	churn := Pattern{Name: "churn", Root: ir.OpExp, Rewrite: func(f *ir.Func, n *ir.Node, b *ir.Builder) bool {
-		f.ReplaceUses(n.Result(), b.Unary(ir.OpExp, n.Args[0]))
-		return true
-	}}
+	churn := Pattern{Name: "churn", Root: ir.OpExp,
+		Rewrite: func(f *ir.Func, n *ir.Node, b *ir.Builder) bool {
+			f.ReplaceUses(n.Result(), b.Unary(ir.OpExp, n.Args[0]))
+			return true
+		}}
 	_, err = Run(f, []Pass{Rewrite("churn", []Pattern{churn}, 5)}, Options{})
 	if err == nil || !strings.Contains(err.Error(), "did not reach a fixed point after 5 sweeps") ||
 		!strings.Contains(err.Error(), "pass churn") {
@@ -97,10 +98,11 @@ func TestRewriteBuilderError(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	bad := Pattern{Name: "bad", Root: ir.OpExp, Rewrite: func(f *ir.Func, n *ir.Node, b *ir.Builder) bool {
-		b.Reshape(n.Args[0], 3) // 4 elements do not fit [3]
-		return true
-	}}
+	bad := Pattern{Name: "bad", Root: ir.OpExp,
+		Rewrite: func(f *ir.Func, n *ir.Node, b *ir.Builder) bool {
+			b.Reshape(n.Args[0], 3) // 4 elements do not fit [3]
+			return true
+		}}
 	_, err = ApplyPatterns(f, []Pattern{bad}, 0)
 	if err == nil || !strings.Contains(err.Error(), "pattern bad at exp") {
 		t.Errorf("err = %v", err)
