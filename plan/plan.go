@@ -33,6 +33,8 @@ func NodeFLOPs(n *ir.Node) int64 {
 		return 5 * n.Args[0].Type.Numel()
 	case ir.OpSoftmaxCrossEntropy, ir.OpNLLLoss:
 		return 4 * n.Args[0].Type.Numel()
+	case ir.OpFusedLinearCrossEntropy, ir.OpFusedLinearCrossEntropyGrad:
+		return flceFLOPs(n)
 	}
 	var total int64
 	for _, r := range n.Results {
@@ -159,4 +161,19 @@ func Simulate(f *ir.Func) Memory {
 		}
 	}
 	return m
+}
+
+// flceFLOPs counts fused linear cross-entropy: the forward is the logits GEMM
+// (2·N·d·V) plus the loss (4·N·V); the backward recomputes the logits and runs two
+// more GEMMs (dh and dw), 6·N·d·V, plus the softmax (5·N·V).
+func flceFLOPs(n *ir.Node) int64 {
+	rows, d, v, err := ir.FLCEDims(n.Args[0].Type, n.Args[1].Type, n.Args[2].Type,
+		n.Attrs.Bool("transpose_w"))
+	if err != nil {
+		return 0
+	}
+	if n.Op == ir.OpFusedLinearCrossEntropyGrad {
+		return 6*rows*d*v + 5*rows*v
+	}
+	return 2*rows*d*v + 4*rows*v
 }
