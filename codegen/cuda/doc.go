@@ -1,0 +1,48 @@
+// Package cuda generates lcc's GPU code: it lowers an ir.Func to CUDA C++ kernels
+// and a launch plan (DESIGN.md §6). GEMMs are not generated; the plan names them
+// for cuBLASLt instead.
+//
+// Design. Each kernel is rendered from a descriptor (op family, shapes, dtypes,
+// launch shape, arch) to CUDA C++ text. Shapes are concrete in lcc's IR, so sizes
+// are baked into the source as constants: index math divides by constants, and two
+// launches of the same family on the same shapes share one kernel. A kernel's
+// entry point is named by its family and a hash of its source, so equal kernels
+// deduplicate by name and the same function always yields the same bytes. The
+// renderer follows tinygrad's cstyle renderer: op semantics live in tables of C
+// expressions (elementwise.go) and CUDA templates with #define'd constants
+// (attention.go), not in per-op Go logic.
+//
+// Families:
+//   - fused elementwise: a maximal run of ir ops marked OpInfo.Elementwise with one
+//     output shape becomes one kernel with numpy-broadcast index math; values used
+//     only inside the run stay in registers, scalar constants and full values are
+//     inlined as literals;
+//   - reductions (sum, mean, max, min over any axes), softmax, log_softmax,
+//     layer_norm, rms_norm, cumsum: one block per output row, fixed-order tree
+//     reductions in fp32 (int64 for integers);
+//   - data movement (transpose, expand, slice, tile, concat, split, trilu), gather,
+//     gather_elements, gather_nd, scatter_add, full, range;
+//   - softmax_cross_entropy and nll_loss;
+//   - attention, attention_grad, dilated_attention and dilated_attention_grad: one
+//     warp per query row (four rows, a query tile, per block of (b, h, tile)),
+//     online softmax in fp32; the backward recomputes probabilities from lse as in
+//     FlashAttention-2 (Dao, arXiv 2307.08691) and owns dk/dv per key row.
+//
+// Invariants:
+//   - Kernels include no toolkit header: the prelude (prelude.go) defines bf16 and
+//     fp16 storage types and conversions, so NVRTC alone compiles them.
+//   - Storage may be f32 or bf16 (Options.Storage); math is always fp32 (fp64 for
+//     f64 values, int64 for integers). Attention's lse stays f32.
+//   - Index math is 32-bit only where every index provably fits, else 64-bit.
+//   - Results are deterministic run to run: no kernel uses floating-point atomics.
+//     scatter_add sums its updates per output element in index order, which costs
+//     O(size·indices) index reads; a sorted (CSR) version is future work.
+//   - Hopper-only code is guarded by LCC_SM90 (__CUDA_ARCH__ >= 900) so compute_80
+//     and sm_90 both compile; no kernel needs it yet.
+//   - Out-of-range gather or label indices, integer division by zero and casts of
+//     NaN to integers do not trap on the GPU (the CPU interpreter reports them):
+//     gathers and losses write NaN (0 for integers) for a bad index.
+//
+// Value ids in the plan are the numbers ir.Print gives (parameters first, then
+// node results in body order), so a plan reads alongside graph.lcc.
+package cuda

@@ -1,0 +1,310 @@
+package cuda
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/lcc-dev/lcc/ir"
+	"github.com/lcc-dev/lcc/tensor"
+)
+
+// flatKernel renders a grid-stride kernel over n output elements whose loop body
+// is body (with i the element index).
+func (g *gen) flatKernel(op, comment string, n int64, params []Param, args []int, body string) {
+	if n == 0 {
+		return // an empty tensor: nothing to launch
+	}
+	var src strings.Builder
+	fmt.Fprintf(&src, "// %s\n", comment)
+	fmt.Fprintf(&src, "extern \"C\" __global__ void __launch_bounds__(256) @KERNEL@(%s) {\n", signature(params))
+	src.WriteString(gridStride(idxType(n), n))
+	src.WriteString(body)
+	src.WriteString("  }\n}\n")
+	grid, block := flatGrid(n)
+	g.emit(kernelSpec{op: op, body: src.String(), grid: grid, block: block, params: params, args: args})
+}
+
+// lowerFull fills a full that some non-elementwise node reads.
+func lowerFull(g *gen, n *ir.Node) error {
+	y := n.Result()
+	v := literal(y.Type.DType, n.Attrs.Float("value", 0))
+	g.flatKernel("full", fmt.Sprintf("full %v = %s", y.Type, v), y.Type.Numel(),
+		[]Param{g.param("y", y, true)}, []int{g.ids[y]},
+		fmt.Sprintf("    y[i] = %s;\n", store(g.storageOf(y), v)))
+	return nil
+}
+
+// lowerRange is start + i·delta in double, then converted (integers truncate).
+func lowerRange(g *gen, n *ir.Node) error {
+	y := n.Result()
+	start, delta := n.Attrs.Float("start", 0), n.Attrs.Float("delta", 1)
+	g.flatKernel("range", fmt.Sprintf("range %v", y.Type), y.Type.Numel(),
+		[]Param{g.param("y", y, true)}, []int{g.ids[y]},
+		fmt.Sprintf("    const double v = %s + (double)i * %s;\n    y[i] = %s;\n", dlit(start), dlit(delta),
+			store(g.storageOf(y), castFromDouble(y.Type.DType, "v"))))
+	return nil
+}
+
+// castFromDouble converts a double to dtype's compute type, truncating toward
+// zero for integers as the CPU interpreter does.
+func castFromDouble(dt tensor.DType, v string) string {
+	if dt.IsFloat() {
+		return v
+	}
+	return "(long long)(" + v + ")"
+}
+
+// stridedCopy copies x into y where y's element at coordinates c reads x at
+// base + Σ (c_d mod mods_d)·st_d (mods_d = 0: no modulus). Transpose, expand,
+// slice and tile are all of this form.
+func (g *gen) stridedCopy(op string, n *ir.Node, base int64, st, mods []int64) {
+	x, y := n.Args[0], n.Result()
+	shape := y.Type.Shape
+	it := idxType(max(y.Type.Numel(), x.Type.Numel()))
+	var terms []string
+	if base != 0 {
+		terms = append(terms, fmt.Sprint(base))
+	}
+	for d, s := range st {
+		c := fmt.Sprintf("c%d", d)
+		if mods != nil && mods[d] != 0 && mods[d] != shape[d] {
+			c = fmt.Sprintf("(c%d %% %d)", d, mods[d])
+		}
+		switch {
+		case s == 0:
+		case s == 1:
+			terms = append(terms, c)
+		default:
+			terms = append(terms, fmt.Sprintf("%s * %d", c, s))
+		}
+	}
+	off := "0"
+	if len(terms) > 0 {
+		off = strings.Join(terms, " + ")
+	}
+	params := []Param{g.param("y", y, true), g.param("x", x, false)}
+	g.flatKernel(op, fmt.Sprintf("%s %v -> %v", op, x.Type, y.Type), y.Type.Numel(), params,
+		[]int{g.ids[y], g.ids[x]}, coords("c", "i", it, shape)+fmt.Sprintf("    y[i] = x[%s];\n", off))
+}
+
+func lowerTranspose(g *gen, n *ir.Node) error {
+	xs := stridesOf(n.Args[0].Type.Shape)
+	perm := n.Attrs.Ints("perm")
+	st := make([]int64, len(perm))
+	for i, p := range perm {
+		st[i] = xs[p]
+	}
+	g.stridedCopy("transpose", n, 0, st, nil)
+	return nil
+}
+
+func lowerExpand(g *gen, n *ir.Node) error {
+	g.stridedCopy("expand", n, 0, bcastStrides(n.Args[0].Type.Shape, n.Result().Type.Shape), nil)
+	return nil
+}
+
+// lowerSlice takes the normalised attributes (0 ≤ start ≤ d, step ≠ 0).
+func lowerSlice(g *gen, n *ir.Node) error {
+	x := n.Args[0]
+	xs := stridesOf(x.Type.Shape)
+	st := append([]int64{}, xs...)
+	var base int64
+	axes, starts, steps := n.Attrs.Ints("axes"), n.Attrs.Ints("starts"), n.Attrs.Ints("steps")
+	for i, a := range axes {
+		ax, err := ir.AxisIndex(a, x.Type.Rank())
+		if err != nil {
+			return err
+		}
+		base += starts[i] * xs[ax]
+		st[ax] = steps[i] * xs[ax]
+	}
+	if n.Result().Type.Numel() == 0 {
+		return nil
+	}
+	g.stridedCopy("slice", n, base, st, nil)
+	return nil
+}
+
+func lowerTile(g *gen, n *ir.Node) error {
+	x := n.Args[0]
+	g.stridedCopy("tile", n, 0, stridesOf(x.Type.Shape), x.Type.Shape)
+	return nil
+}
+
+// lowerConcat picks, per output element, the input that holds its coordinate
+// along the axis.
+func lowerConcat(g *gen, n *ir.Node) error {
+	y := n.Result()
+	ax, err := ir.AxisIndex(n.Attrs.Int("axis", 0), y.Type.Rank())
+	if err != nil {
+		return err
+	}
+	m, inner := y.Type.Shape[ax], prod(y.Type.Shape[ax+1:])
+	params := []Param{g.param("y", y, true)}
+	args := []int{g.ids[y]}
+	var body strings.Builder
+	fmt.Fprintf(&body, "    const long long o = i / %d, c = (i / %d) %% %d, in = i %% %d;\n", m*inner, inner, m, inner)
+	at := int64(0)
+	for k, a := range n.Args {
+		s := a.Type.Shape[ax]
+		name := fmt.Sprintf("x%d", k)
+		params = append(params, g.param(name, a, false))
+		args = append(args, g.ids[a])
+		if s == 0 {
+			continue
+		}
+		fmt.Fprintf(&body, "    if (c >= %d && c < %d) y[i] = %s[(o * %d + c - %d) * %d + in];\n", at, at+s, name, s, at, inner)
+		at += s
+	}
+	g.flatKernel("concat", fmt.Sprintf("concat on axis %d into %v", ax, y.Type), y.Type.Numel(),
+		params, args, body.String())
+	return nil
+}
+
+// lowerSplit reads the input once and writes each element to its output.
+func lowerSplit(g *gen, n *ir.Node) error {
+	x := n.Args[0]
+	ax, err := ir.AxisIndex(n.Attrs.Int("axis", 0), x.Type.Rank())
+	if err != nil {
+		return err
+	}
+	m, inner := x.Type.Shape[ax], prod(x.Type.Shape[ax+1:])
+	var params []Param
+	var args []int
+	var body strings.Builder
+	fmt.Fprintf(&body, "    const long long o = i / %d, c = (i / %d) %% %d, in = i %% %d;\n", m*inner, inner, m, inner)
+	at := int64(0)
+	for k, r := range n.Results {
+		s := r.Type.Shape[ax]
+		name := fmt.Sprintf("y%d", k)
+		params = append(params, g.param(name, r, true))
+		args = append(args, g.ids[r])
+		if s == 0 {
+			continue
+		}
+		fmt.Fprintf(&body, "    if (c >= %d && c < %d) %s[(o * %d + c - %d) * %d + in] = x[i];\n", at, at+s, name, s, at, inner)
+		at += s
+	}
+	params = append(params, g.param("x", x, false))
+	args = append(args, g.ids[x])
+	g.flatKernel("split", fmt.Sprintf("split %v on axis %d", x.Type, ax), x.Type.Numel(),
+		params, args, body.String())
+	return nil
+}
+
+// lowerTrilu keeps j − i ≤ k (lower) or j − i ≥ k (upper) on the last two dims.
+func lowerTrilu(g *gen, n *ir.Node) error {
+	x, y := n.Args[0], n.Result()
+	r := x.Type.Rank()
+	rows, cols := x.Type.Shape[r-2], x.Type.Shape[r-1]
+	k := n.Attrs.Int("k", 0)
+	cmp := "<="
+	if n.Attrs.Bool("upper") {
+		cmp = ">="
+	}
+	zero := store(g.storageOf(y), literal(y.Type.DType, 0))
+	body := fmt.Sprintf("    const long long col = i %% %d, row = (i / %d) %% %d;\n"+
+		"    y[i] = (col - row %s %d) ? x[i] : %s;\n", cols, cols, rows, cmp, k, zero)
+	g.flatKernel("trilu", fmt.Sprintf("trilu %v", x.Type), y.Type.Numel(),
+		[]Param{g.param("y", y, true), g.param("x", x, false)}, []int{g.ids[y], g.ids[x]}, body)
+	return nil
+}
+
+// badValue is what a gather writes for an out-of-range index: NaN, or 0 for
+// integers (the CPU interpreter reports an error instead).
+func (g *gen) badValue(v *ir.Value) string {
+	if v.Type.DType.IsFloat() {
+		return store(g.storageOf(v), "LCC_NAN")
+	}
+	return store(g.storageOf(v), "0")
+}
+
+// wrapIndex renders the ONNX index fix-up of idx into a dim of size d as a
+// statement defining j, and the in-range test.
+func wrapIndex(j, idx string, d int64) string {
+	return fmt.Sprintf("    long long %s = (long long)(%s); if (%s < 0) %s += %d;\n    const bool ok_%s = %s >= 0 && %s < %d;\n",
+		j, idx, j, j, d, j, j, j, d)
+}
+
+// lowerGather is ONNX Gather: y = x[:axis] ++ idx ++ x[axis+1:] in shape.
+func lowerGather(g *gen, n *ir.Node) error {
+	x, idx, y := n.Args[0], n.Args[1], n.Result()
+	ax, err := ir.AxisIndex(n.Attrs.Int("axis", 0), x.Type.Rank())
+	if err != nil {
+		return err
+	}
+	m, inner, ni := x.Type.Shape[ax], prod(x.Type.Shape[ax+1:]), idx.Type.Numel()
+	body := fmt.Sprintf("    const long long o = i / %d, p = (i / %d) %% %d, in = i %% %d;\n", ni*inner, inner, ni, inner) +
+		wrapIndex("j", "idx[p]", m) +
+		fmt.Sprintf("    y[i] = ok_j ? x[(o * %d + j) * %d + in] : %s;\n", m, inner, g.badValue(y))
+	g.flatKernel("gather", fmt.Sprintf("gather %v by %v on axis %d", x.Type, idx.Type, ax), y.Type.Numel(),
+		[]Param{g.param("y", y, true), g.param("x", x, false), g.param("idx", idx, false)},
+		[]int{g.ids[y], g.ids[x], g.ids[idx]}, body)
+	return nil
+}
+
+// lowerGatherElements is y[c] = x[c with c_axis := idx[c]].
+func lowerGatherElements(g *gen, n *ir.Node) error {
+	x, idx, y := n.Args[0], n.Args[1], n.Result()
+	ax, err := ir.AxisIndex(n.Attrs.Int("axis", 0), x.Type.Rank())
+	if err != nil {
+		return err
+	}
+	xs := stridesOf(x.Type.Shape)
+	st := append([]int64{}, xs...)
+	st[ax] = 0
+	body := coords("c", "i", "long long", idx.Type.Shape) + wrapIndex("j", "idx[i]", x.Type.Shape[ax]) +
+		fmt.Sprintf("    y[i] = ok_j ? x[%s + j * %d] : %s;\n", offset("c", st), xs[ax], g.badValue(y))
+	g.flatKernel("gather_elements", fmt.Sprintf("gather_elements %v by %v on axis %d", x.Type, idx.Type, ax),
+		y.Type.Numel(), []Param{g.param("y", y, true), g.param("x", x, false), g.param("idx", idx, false)},
+		[]int{g.ids[y], g.ids[x], g.ids[idx]}, body)
+	return nil
+}
+
+// lowerGatherND is ONNX GatherND with batch_dims.
+func lowerGatherND(g *gen, n *ir.Node) error {
+	x, idx, y := n.Args[0], n.Args[1], n.Result()
+	b := int(n.Attrs.Int("batch_dims", 0))
+	q := int(idx.Type.Shape[idx.Type.Rank()-1])
+	xs := stridesOf(x.Type.Shape)
+	inner := prod(x.Type.Shape[b+q:])
+	rows := prod(idx.Type.Shape[:idx.Type.Rank()-1])
+	perBatch := rows / max(prod(idx.Type.Shape[:b]), 1)
+	batchSize := prod(x.Type.Shape[b:])
+	var body strings.Builder
+	fmt.Fprintf(&body, "    const long long r = i / %d, e = i %% %d;\n", max(inner, 1), max(inner, 1))
+	fmt.Fprintf(&body, "    long long src = (r / %d) * %d + e;\n    bool ok = true;\n", max(perBatch, 1), batchSize)
+	for d := 0; d < q; d++ {
+		j := fmt.Sprintf("j%d", d)
+		body.WriteString(wrapIndex(j, fmt.Sprintf("idx[r * %d + %d]", q, d), x.Type.Shape[b+d]))
+		fmt.Fprintf(&body, "    ok = ok && ok_%s; src += %s * %d;\n", j, j, xs[b+d])
+	}
+	fmt.Fprintf(&body, "    y[i] = ok ? x[src] : %s;\n", g.badValue(y))
+	g.flatKernel("gather_nd", fmt.Sprintf("gather_nd %v by %v", x.Type, idx.Type), y.Type.Numel(),
+		[]Param{g.param("y", y, true), g.param("x", x, false), g.param("idx", idx, false)},
+		[]int{g.ids[y], g.ids[x], g.ids[idx]}, body.String())
+	return nil
+}
+
+// lowerScatterAdd is the transpose of gather without atomics: each output
+// element sums, in index order, the updates whose index names it. That makes it
+// deterministic (and equal to the CPU's order) at O(size·indices) index reads;
+// an index outside [−size, size) matches nothing.
+func lowerScatterAdd(g *gen, n *ir.Node) error {
+	x, idx, y := n.Args[0], n.Args[1], n.Result()
+	ax := n.Attrs.Int("axis", 0)
+	size := n.Attrs.Int("size", 0)
+	ni := idx.Type.Numel()
+	inner := prod(x.Type.Shape[int(ax)+idx.Type.Rank():])
+	acc := accC(y.Type.DType)
+	body := fmt.Sprintf("    const long long o = i / %d, j = (i / %d) %% %d, e = i %% %d;\n", size*inner, inner, size, inner) +
+		fmt.Sprintf("    %s s = 0;\n", acc) +
+		fmt.Sprintf("    for (long long p = 0; p < %d; ++p) {\n", ni) +
+		fmt.Sprintf("      long long k = (long long)idx[p]; if (k < 0) k += %d;\n", size) +
+		fmt.Sprintf("      if (k == j) s += (%s)%s;\n    }\n", acc, load(g.storageOf(x), fmt.Sprintf("x[(o * %d + p) * %d + e]", ni, inner))) +
+		fmt.Sprintf("    y[i] = %s;\n", store(g.storageOf(y), "s"))
+	g.flatKernel("scatter_add", fmt.Sprintf("scatter_add %v by %v at axis %d into %v", x.Type, idx.Type, ax, y.Type),
+		y.Type.Numel(), []Param{g.param("y", y, true), g.param("x", x, false), g.param("idx", idx, false)},
+		[]int{g.ids[y], g.ids[x], g.ids[idx]}, body)
+	return nil
+}

@@ -1,0 +1,412 @@
+package cuda
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/lcc-dev/lcc/ir"
+	"github.com/lcc-dev/lcc/tensor"
+)
+
+// Options say what to generate for.
+type Options struct {
+	// Arch is the NVRTC architecture: "compute_80" (PTX for sm_80 and later) or
+	// "sm_90". It is recorded in the plan; kernels compile for any arch.
+	Arch string
+	// Storage is how f32 values are stored on the device: tensor.F32 (the default,
+	// also the zero value) or tensor.BF16. Math is fp32 either way.
+	Storage tensor.DType
+}
+
+// Param is one kernel parameter: a pointer to a buffer.
+type Param struct {
+	Name  string `json:"name"`
+	CType string `json:"ctype"` // element type, e.g. "float" or "lcc_bf16"
+	Out   bool   `json:"out"`   // written by the kernel
+}
+
+// Kernel is one generated CUDA kernel. Sizes are baked into Source, so a kernel
+// serves every launch of its family on the same shapes and dtypes.
+type Kernel struct {
+	// Name is the entry point, unique per source: the family and a hash.
+	Name string
+	// Op is the family: "elementwise", "reduce_sum", "attention", ...
+	Op string
+	// Source is a complete CUDA C++ translation unit (prelude included).
+	Source string
+	// Entry is the extern "C" function to launch (equal to Name).
+	Entry string
+	// Grid, Block and Shared are the launch shape (dynamic shared memory bytes).
+	Grid, Block [3]uint32
+	Shared      uint32
+	// Params lists the kernel's pointer parameters in order; a launch passes one
+	// buffer id per parameter.
+	Params []Param
+}
+
+// Buffer is one device buffer of the plan: an IR value or a temporary.
+type Buffer struct {
+	ID    int     `json:"id"`
+	DType string  `json:"dtype"` // storage dtype on the device
+	Shape []int64 `json:"shape"`
+	Bytes int64   `json:"bytes"`
+	// Kind is "param" (uploaded from inputs or weights), "const" (uploaded from
+	// the constants file), "value" (computed), "alias" (a reshape: the memory of
+	// AliasOf), "inline" (folded into every kernel that reads it, never
+	// allocated) or "temp" (scratch of one launch).
+	Kind    string `json:"kind"`
+	AliasOf int    `json:"alias_of,omitempty"`
+	Name    string `json:"name,omitempty"` // the parameter's name
+	Role    string `json:"role,omitempty"` // the parameter's role
+}
+
+// Gemm is a cuBLASLt matmul in row-major terms (see runtime/cuda.GemmParams):
+// C[OffC:] = op(A[OffA:])·op(B[OffB:]) over Batch matrices. Offsets and strides
+// count elements.
+type Gemm struct {
+	TransA  bool   `json:"trans_a,omitempty"`
+	TransB  bool   `json:"trans_b,omitempty"`
+	M       int64  `json:"m"`
+	N       int64  `json:"n"`
+	K       int64  `json:"k"`
+	Batch   int64  `json:"batch"`
+	StrideA int64  `json:"stride_a"`
+	StrideB int64  `json:"stride_b"`
+	StrideC int64  `json:"stride_c"`
+	OffA    int64  `json:"off_a,omitempty"`
+	OffB    int64  `json:"off_b,omitempty"`
+	OffC    int64  `json:"off_c,omitempty"`
+	DType   string `json:"dtype"`
+}
+
+// Step is one launch of the plan: a generated kernel or a GEMM.
+type Step struct {
+	Kind   string    `json:"kind"`             // "kernel" or "gemm"
+	Node   int       `json:"node"`             // index in Func.Body of the (last) node
+	Op     string    `json:"op"`               // the family or "matmul"
+	Kernel string    `json:"kernel,omitempty"` // Kernel.Name
+	Grid   [3]uint32 `json:"grid,omitzero"`
+	Block  [3]uint32 `json:"block,omitzero"`
+	Shared uint32    `json:"shared,omitempty"`
+	// Args are buffer ids: one per kernel parameter, or A, B, C for a GEMM.
+	Args []int `json:"args"`
+	Gemm *Gemm `json:"gemm,omitempty"`
+}
+
+// Output is a named result of the function.
+type Output struct {
+	Name string `json:"name"`
+	ID   int    `json:"id"`
+}
+
+// Plan is the ordered launch list of one function.
+type Plan struct {
+	Func    string   `json:"func"`
+	Arch    string   `json:"arch"`
+	Storage string   `json:"storage"`
+	Buffers []Buffer `json:"buffers"`
+	Steps   []Step   `json:"steps"`
+	Outputs []Output `json:"outputs"`
+	// Constants maps a "const" buffer id to its value (written to
+	// constants.safetensors under the name "%<id>").
+	Constants map[int]*tensor.Tensor `json:"-"`
+}
+
+// Program is what Build produces: the distinct kernels and the plan using them.
+type Program struct {
+	Kernels []Kernel
+	Plan    *Plan
+}
+
+// Generate returns the kernels of f for arch with f32 storage, in order of first
+// use. It is Build without the plan.
+func Generate(f *ir.Func, arch string) ([]Kernel, error) {
+	p, err := Build(f, Options{Arch: arch})
+	if err != nil {
+		return nil, err
+	}
+	return p.Kernels, nil
+}
+
+// Build lowers f to kernels and a launch plan. f must verify. An op with no GPU
+// lowering is an error naming the node.
+func Build(f *ir.Func, opts Options) (*Program, error) {
+	if opts.Storage == tensor.Invalid {
+		opts.Storage = tensor.F32
+	}
+	if opts.Storage != tensor.F32 && opts.Storage != tensor.BF16 {
+		return nil, fmt.Errorf("codegen/cuda: storage %v: want f32 or bf16", opts.Storage)
+	}
+	if err := ir.Verify(f); err != nil {
+		return nil, fmt.Errorf("codegen/cuda: %w", err)
+	}
+	g := &gen{f: f, opts: opts, ids: map[*ir.Value]int{}, byName: map[string]int{},
+		uses: f.Uses(), prog: &Program{Plan: &Plan{Func: f.Name, Arch: opts.Arch,
+			Storage: opts.Storage.String(), Constants: map[int]*tensor.Tensor{}}}}
+	if err := g.buffers(); err != nil {
+		return nil, err
+	}
+	if err := g.lower(); err != nil {
+		return nil, err
+	}
+	for _, o := range f.Outputs {
+		g.prog.Plan.Outputs = append(g.prog.Plan.Outputs, Output{Name: o.Name, ID: g.ids[o.Value]})
+	}
+	return g.prog, nil
+}
+
+// gen is the state of one Build.
+type gen struct {
+	f      *ir.Func
+	opts   Options
+	ids    map[*ir.Value]int
+	byName map[string]int // kernel name → index in prog.Kernels
+	uses   map[*ir.Value][]*ir.Node
+	prog   *Program
+	node   int // the body index being lowered
+}
+
+// storageOf is the device dtype of v: f32 values take Options.Storage, except
+// attention's lse, which stays f32 for the backward's exp(s − lse).
+func (g *gen) storageOf(v *ir.Value) tensor.DType {
+	dt := v.Type.DType
+	if dt != tensor.F32 || g.opts.Storage == tensor.F32 {
+		return dt
+	}
+	if v.Def != nil && v.Index == 1 && (v.Def.Op == ir.OpAttention || v.Def.Op == ir.OpDilatedAttention) {
+		return tensor.F32
+	}
+	return g.opts.Storage
+}
+
+// inlinable reports whether v can be folded into elementwise kernels as a
+// literal: a full, or a constant with one element.
+func inlinable(v *ir.Value) (float64, bool) {
+	if v.Def == nil {
+		return 0, false
+	}
+	switch v.Def.Op {
+	case ir.OpFull:
+		return v.Def.Attrs.Float("value", 0), true
+	case ir.OpConstant:
+		t := v.Def.Attrs.Tensor("value")
+		if t != nil && t.Numel() == 1 {
+			if t.DType.IsFloat() {
+				return t.F[0], true
+			}
+			return float64(t.I[0]), true
+		}
+	}
+	return 0, false
+}
+
+// buffers numbers every value as ir.Print does and records its buffer.
+func (g *gen) buffers() error {
+	pl := g.prog.Plan
+	add := func(v *ir.Value, kind string) *Buffer {
+		id := len(g.ids)
+		g.ids[v] = id
+		dt := g.storageOf(v)
+		pl.Buffers = append(pl.Buffers, Buffer{ID: id, DType: dt.String(),
+			Shape: append([]int64{}, v.Type.Shape...), Bytes: v.Type.Numel() * int64(dt.Size()), Kind: kind})
+		return &pl.Buffers[len(pl.Buffers)-1]
+	}
+	for _, p := range g.f.Params {
+		if !supported(p.Value.Type.DType) {
+			return fmt.Errorf("codegen/cuda: parameter %q: dtype %v has no device form", p.Name, p.Value.Type.DType)
+		}
+		b := add(p.Value, "param")
+		b.Name, b.Role = p.Name, p.Role.String()
+	}
+	for i, n := range g.f.Body {
+		for _, r := range n.Results {
+			if !supported(r.Type.DType) {
+				return fmt.Errorf("codegen/cuda: node %d (%s): dtype %v has no device form", i, n.Where(), r.Type.DType)
+			}
+			kind := "value"
+			switch n.Op {
+			case ir.OpConstant:
+				kind = "const"
+			case ir.OpReshape:
+				kind = "alias"
+			}
+			b := add(r, kind)
+			if kind == "alias" {
+				b.AliasOf = g.ids[n.Args[0]]
+				// An alias of an alias points at the memory's owner.
+				for pl.Buffers[b.AliasOf].Kind == "alias" {
+					b.AliasOf = pl.Buffers[b.AliasOf].AliasOf
+				}
+			}
+			if kind == "const" {
+				pl.Constants[b.ID] = n.Attrs.Tensor("value")
+			}
+		}
+	}
+	// A full read only by elementwise kernels (which inline it) is never stored.
+	for _, n := range g.f.Body {
+		if n.Op != ir.OpFull {
+			continue
+		}
+		r := n.Result()
+		if g.f.IsOutput(r) {
+			continue
+		}
+		all := true
+		for _, u := range g.uses[r] {
+			all = all && u.Op.Info().Elementwise
+		}
+		if all {
+			pl.Buffers[g.ids[r]].Kind = "inline"
+		}
+	}
+	return nil
+}
+
+// temp adds a scratch buffer for the current launch and returns its id.
+func (g *gen) temp(dt tensor.DType, shape ...int64) int {
+	pl := g.prog.Plan
+	id := len(pl.Buffers)
+	pl.Buffers = append(pl.Buffers, Buffer{ID: id, DType: dt.String(), Shape: shape,
+		Bytes: prod(shape) * int64(dt.Size()), Kind: "temp"})
+	return id
+}
+
+// lowerFunc lowers one node; elementwise nodes are handled by the fusion pass.
+type lowerFunc func(g *gen, n *ir.Node) error
+
+// lowering is the table of non-elementwise ops; elementwise ops are rendered
+// from the expression tables in elementwise.go.
+var lowering map[ir.Op]lowerFunc
+
+func init() {
+	lowering = map[ir.Op]lowerFunc{
+		ir.OpConstant: func(*gen, *ir.Node) error { return nil }, // uploaded
+		ir.OpReshape:  func(*gen, *ir.Node) error { return nil }, // an alias
+		ir.OpFull:     lowerFull,
+		ir.OpRange:    lowerRange,
+
+		ir.OpReduceSum:  lowerReduce,
+		ir.OpReduceMean: lowerReduce,
+		ir.OpReduceMax:  lowerReduce,
+		ir.OpReduceMin:  lowerReduce,
+		ir.OpSoftmax:    lowerSoftmax,
+		ir.OpLogSoftmax: lowerSoftmax,
+		ir.OpLayerNorm:  lowerNorm,
+		ir.OpRMSNorm:    lowerNorm,
+		ir.OpCumSum:     lowerCumSum,
+
+		ir.OpMatMul: lowerMatMul,
+
+		ir.OpTranspose:      lowerTranspose,
+		ir.OpExpand:         lowerExpand,
+		ir.OpSlice:          lowerSlice,
+		ir.OpTile:           lowerTile,
+		ir.OpConcat:         lowerConcat,
+		ir.OpSplit:          lowerSplit,
+		ir.OpTrilu:          lowerTrilu,
+		ir.OpGather:         lowerGather,
+		ir.OpGatherElements: lowerGatherElements,
+		ir.OpGatherND:       lowerGatherND,
+		ir.OpScatterAdd:     lowerScatterAdd,
+
+		ir.OpSoftmaxCrossEntropy: lowerLoss,
+		ir.OpNLLLoss:             lowerLoss,
+
+		ir.OpAttention:            lowerAttention,
+		ir.OpAttentionGrad:        lowerAttentionGrad,
+		ir.OpDilatedAttention:     lowerAttention,
+		ir.OpDilatedAttentionGrad: lowerAttentionGrad,
+	}
+}
+
+// lower walks the body, fusing elementwise runs and lowering the rest.
+func (g *gen) lower() error {
+	var run fusion
+	flush := func() error {
+		if len(run.nodes) == 0 {
+			return nil
+		}
+		err := g.elementwise(&run)
+		run = fusion{}
+		return err
+	}
+	for i, n := range g.f.Body {
+		g.node = i
+		info := n.Op.Info()
+		if info.Elementwise {
+			if !run.accepts(n) {
+				if err := flush(); err != nil {
+					return err
+				}
+			}
+			run.add(i, n)
+			continue
+		}
+		// A node that reads the open run's results must come after its kernel.
+		if run.feeds(n) {
+			if err := flush(); err != nil {
+				return err
+			}
+		}
+		if n.Op == ir.OpFull && g.prog.Plan.Buffers[g.ids[n.Result()]].Kind == "inline" {
+			continue
+		}
+		lf := lowering[n.Op]
+		if lf == nil {
+			return fmt.Errorf("codegen/cuda: node %d (%s): no GPU lowering for op %s", i, n.Where(), n.Op)
+		}
+		if err := lf(g, n); err != nil {
+			return fmt.Errorf("codegen/cuda: node %d (%s): %w", i, n.Where(), err)
+		}
+	}
+	g.node = len(g.f.Body) - 1
+	return flush()
+}
+
+// kernelSpec is what a family renders: the body after the prelude, with
+// @KERNEL@ standing for the entry name.
+type kernelSpec struct {
+	op           string
+	body         string
+	grid, block  [3]uint32
+	shared       uint32
+	params       []Param
+	args         []int
+	skipIfNoWork bool
+}
+
+// emit adds the kernel (deduplicated by source) and a step launching it.
+func (g *gen) emit(s kernelSpec) {
+	if s.grid[0] == 0 || s.grid[1] == 0 || s.grid[2] == 0 {
+		return // no work: an empty tensor
+	}
+	sum := sha256.Sum256([]byte(s.op + "\x00" + s.body))
+	name := strings.ReplaceAll(s.op, ".", "_") + "_" + hex.EncodeToString(sum[:8])
+	if _, ok := g.byName[name]; !ok {
+		src := prelude + strings.ReplaceAll(s.body, "@KERNEL@", name)
+		g.byName[name] = len(g.prog.Kernels)
+		g.prog.Kernels = append(g.prog.Kernels, Kernel{Name: name, Op: s.op, Source: src, Entry: name,
+			Grid: s.grid, Block: s.block, Shared: s.shared, Params: s.params})
+	}
+	g.prog.Plan.Steps = append(g.prog.Plan.Steps, Step{Kind: "kernel", Node: g.node, Op: s.op,
+		Kernel: name, Grid: s.grid, Block: s.block, Shared: s.shared, Args: s.args})
+}
+
+// out and in make parameters for value v.
+func (g *gen) param(name string, v *ir.Value, out bool) Param {
+	return Param{Name: name, CType: storageC[g.storageOf(v)], Out: out}
+}
+
+// sortedIDs is a helper for deterministic iteration over id sets.
+func sortedIDs(m map[int]bool) []int {
+	var out []int
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Ints(out)
+	return out
+}

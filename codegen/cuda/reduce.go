@@ -1,0 +1,281 @@
+package cuda
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/lcc-dev/lcc/ir"
+	"github.com/lcc-dev/lcc/tensor"
+)
+
+// reduceOps gives, per reduction, its combining functor, its identity per
+// accumulator kind, and the fold of the final value (%s is the accumulator, $R
+// the element count). Sums accumulate in fp32 (int64 for integers).
+var reduceOps = map[ir.Op]struct {
+	functor        string
+	initF, initD   string
+	initI          string
+	finalF, finalI string
+}{
+	ir.OpReduceSum:  {"lcc_op_add", "0.0f", "0.0", "0LL", "%s", "%s"},
+	ir.OpReduceMean: {"lcc_op_add", "0.0f", "0.0", "0LL", "%s / $R", "($R > 0 ? %s / $R : 0LL)"},
+	ir.OpReduceMax:  {"lcc_op_max", "(-LCC_INF)", "(-LCC_DINF)", "(-9223372036854775807LL - 1)", "%s", "%s"},
+	ir.OpReduceMin:  {"lcc_op_min", "LCC_INF", "LCC_DINF", "9223372036854775807LL", "%s", "%s"},
+}
+
+// lowerReduce reduces over any set of axes: one block per output element (one
+// thread per output when the reduced extent is small), threads striding over the
+// reduced elements, then a fixed-order tree.
+func lowerReduce(g *gen, n *ir.Node) error {
+	x, y := n.Args[0], n.Result()
+	axes, err := ir.ReduceAxes(n.Attrs, x.Type.Rank())
+	if err != nil {
+		return err
+	}
+	red := map[int]bool{}
+	for _, a := range axes {
+		red[a] = true
+	}
+	xs := stridesOf(x.Type.Shape)
+	var keptShape, keptSt, redShape, redSt []int64
+	for d, s := range x.Type.Shape {
+		if red[d] {
+			redShape, redSt = append(redShape, s), append(redSt, xs[d])
+		} else {
+			keptShape, keptSt = append(keptShape, s), append(keptSt, xs[d])
+		}
+	}
+	nOut, nRed := prod(keptShape), prod(redShape)
+	it := idxType(x.Type.Numel())
+	ro := reduceOps[n.Op]
+	acc := accC(x.Type.DType)
+	init, final := ro.initF, ro.finalF
+	switch acc {
+	case "double":
+		init = ro.initD
+	case "long long":
+		init, final = ro.initI, ro.finalI
+	}
+	final = strings.ReplaceAll(fmt.Sprintf(final, "acc"), "$R", fmt.Sprintf("(%s)%d", acc, nRed))
+	ld := func(idx string) string {
+		v := load(g.storageOf(x), "x["+idx+"]")
+		if acc == "long long" && x.Type.DType == tensor.Bool {
+			v = "(long long)" + v
+		}
+		return v
+	}
+	params := []Param{g.param("y", y, true), g.param("x", x, false)}
+	var src strings.Builder
+	fmt.Fprintf(&src, "// %s of %v over axes %v\n", n.Op, x.Type, axes)
+	if nRed <= 32 {
+		// Few elements each: one thread per output, a serial loop.
+		fmt.Fprintf(&src, "extern \"C\" __global__ void __launch_bounds__(256) @KERNEL@(%s) {\n", signature(params))
+		src.WriteString(gridStride(it, nOut))
+		src.WriteString(coords("k", "i", it, keptShape))
+		fmt.Fprintf(&src, "    const %s base = %s;\n", it, offset("k", keptSt))
+		fmt.Fprintf(&src, "    %s acc = %s;\n", acc, init)
+		fmt.Fprintf(&src, "    for (%s j = 0; j < %d; ++j) {\n", it, nRed)
+		src.WriteString(indent(coords("r", "j", it, redShape), 2))
+		fmt.Fprintf(&src, "      acc = %s()(acc, (%s)%s);\n", ro.functor, acc, ld("base + "+offset("r", redSt)))
+		src.WriteString("    }\n")
+		fmt.Fprintf(&src, "    y[i] = %s;\n  }\n}\n", store(g.storageOf(y), final))
+		grid, block := flatGrid(nOut)
+		g.emit(kernelSpec{op: n.Op.String(), body: src.String(), grid: grid, block: block,
+			params: params, args: []int{g.ids[y], g.ids[x]}})
+		return nil
+	}
+	bs := pow2(nRed, 32, 256)
+	fmt.Fprintf(&src, "extern \"C\" __global__ void __launch_bounds__(%d) @KERNEL@(%s) {\n", bs, signature(params))
+	fmt.Fprintf(&src, "  __shared__ %s sh[%d];\n", acc, bs)
+	fmt.Fprintf(&src, "  const %s o = (%s)blockIdx.x;\n", it, it)
+	src.WriteString(coords("k", "o", it, keptShape))
+	fmt.Fprintf(&src, "  const %s base = %s;\n", it, offset("k", keptSt))
+	fmt.Fprintf(&src, "  %s acc = %s;\n", acc, init)
+	fmt.Fprintf(&src, "  for (%s j = threadIdx.x; j < %d; j += %d) {\n", it, nRed, bs)
+	src.WriteString(indent(coords("r", "j", it, redShape), 1))
+	fmt.Fprintf(&src, "    acc = %s()(acc, (%s)%s);\n", ro.functor, acc, ld("base + "+offset("r", redSt)))
+	src.WriteString("  }\n")
+	fmt.Fprintf(&src, "  acc = lcc_block_reduce(acc, sh, %s());\n", ro.functor)
+	fmt.Fprintf(&src, "  if (threadIdx.x == 0) y[o] = %s;\n}\n", store(g.storageOf(y), final))
+	g.emit(kernelSpec{op: n.Op.String(), body: src.String(), grid: [3]uint32{uint32(nOut), 1, 1},
+		block: [3]uint32{uint32(bs), 1, 1}, params: params, args: []int{g.ids[y], g.ids[x]}})
+	return nil
+}
+
+// indent shifts generated statements right by extra two-space levels.
+func indent(s string, extra int) string {
+	if s == "" {
+		return s
+	}
+	pad := strings.Repeat("  ", extra)
+	lines := strings.Split(strings.TrimSuffix(s, "\n"), "\n")
+	for i := range lines {
+		lines[i] = pad + lines[i]
+	}
+	return strings.Join(lines, "\n") + "\n"
+}
+
+// rowKernel is the shape of a per-row kernel over [outer, m, inner]: one block
+// per (outer, inner) row, threads striding over m.
+const softmaxBody = `// %[1]s over axis %[2]d of %[3]s: one block per row
+#define M %[4]dLL
+#define INNER %[5]dLL
+#define LOG %[6]d
+extern "C" __global__ void __launch_bounds__(%[7]d) @KERNEL@(%[8]s) {
+  __shared__ float sh[%[7]d];
+  const long long row = blockIdx.x;
+  const long long base = (row / INNER) * M * INNER + row %% INNER;
+  float mx = -LCC_INF;
+  for (long long j = threadIdx.x; j < M; j += blockDim.x) mx = lcc_max(mx, lcc_tof(x[base + j * INNER]));
+  mx = lcc_block_reduce(mx, sh, lcc_op_max());
+  float sum = 0.0f;
+  for (long long j = threadIdx.x; j < M; j += blockDim.x) sum += lcc_exp(lcc_tof(x[base + j * INNER]) - mx);
+  sum = lcc_block_reduce(sum, sh, lcc_op_add());
+  const float lse = lcc_log(sum);
+  for (long long j = threadIdx.x; j < M; j += blockDim.x) {
+    const float v = lcc_tof(x[base + j * INNER]);
+    lcc_set(&y[base + j * INNER], LOG ? v - mx - lse : lcc_exp(v - mx) / sum);
+  }
+}
+`
+
+// lowerSoftmax renders softmax and log_softmax, max-subtracted, in fp32.
+func lowerSoftmax(g *gen, n *ir.Node) error {
+	x, y := n.Args[0], n.Result()
+	if !x.Type.DType.IsFloat() || x.Type.DType == tensor.F64 {
+		return fmt.Errorf("needs f32, bf16 or f16, got %v", x.Type)
+	}
+	ax, err := ir.AxisIndex(n.Attrs.Int("axis", -1), x.Type.Rank())
+	if err != nil {
+		return err
+	}
+	sh := x.Type.Shape
+	outer, m, inner := prod(sh[:ax]), sh[ax], prod(sh[ax+1:])
+	bs := pow2(m, 32, 256)
+	logOut := 0
+	if n.Op == ir.OpLogSoftmax {
+		logOut = 1
+	}
+	params := []Param{g.param("y", y, true), g.param("x", x, false)}
+	body := fmt.Sprintf(softmaxBody, n.Op, ax, x.Type, m, inner, logOut, bs, signature(params))
+	g.emit(kernelSpec{op: n.Op.String(), body: body, grid: [3]uint32{uint32(outer * inner), 1, 1},
+		block: [3]uint32{uint32(bs), 1, 1}, params: params, args: []int{g.ids[y], g.ids[x]}})
+	return nil
+}
+
+const normBody = `// %[1]s over the last %[2]d elements of %[3]s: one block per row
+#define M %[2]dLL
+#define RMS %[4]d
+#define EPS %[5]s
+extern "C" __global__ void __launch_bounds__(%[6]d) @KERNEL@(%[7]s) {
+  __shared__ float sh[%[6]d];
+  const long long base = (long long)blockIdx.x * M;
+  float mean = 0.0f;
+  if (!RMS) {
+    float s = 0.0f;
+    for (long long j = threadIdx.x; j < M; j += blockDim.x) s += lcc_tof(x[base + j]);
+    mean = lcc_block_reduce(s, sh, lcc_op_add()) / (float)M;
+  }
+  float ss = 0.0f;
+  for (long long j = threadIdx.x; j < M; j += blockDim.x) {
+    const float d = lcc_tof(x[base + j]) - mean;
+    ss += d * d;
+  }
+  const float inv = 1.0f / lcc_sqrt(lcc_block_reduce(ss, sh, lcc_op_add()) / (float)M + EPS);
+  for (long long j = threadIdx.x; j < M; j += blockDim.x) {
+    float v = (lcc_tof(x[base + j]) - mean) * inv;
+%[8]s    lcc_set(&y[base + j], v);
+  }
+}
+`
+
+// lowerNorm renders layer_norm (x − mean)·r·scale + bias and rms_norm x·r·scale
+// with r = 1/√(var + eps) over dims axis..rank−1; scale and bias broadcast onto
+// those dims.
+func lowerNorm(g *gen, n *ir.Node) error {
+	x, y := n.Args[0], n.Result()
+	ax, err := ir.AxisIndex(n.Attrs.Int("axis", -1), x.Type.Rank())
+	if err != nil {
+		return err
+	}
+	dims := x.Type.Shape[ax:]
+	m := prod(dims)
+	rows := prod(x.Type.Shape[:ax])
+	params := []Param{g.param("y", y, true), g.param("x", x, false)}
+	args := []int{g.ids[y], g.ids[x]}
+	var apply strings.Builder
+	for i, p := range n.Args[1:] {
+		name := []string{"scale", "bias"}[i]
+		params = append(params, g.param(name, p, false))
+		args = append(args, g.ids[p])
+		op := []string{"*=", "+="}[i]
+		switch {
+		case sameShape(p.Type.Shape, dims):
+			fmt.Fprintf(&apply, "    v %s lcc_tof(%s[j]);\n", op, name)
+		case p.Type.Numel() == 1:
+			fmt.Fprintf(&apply, "    v %s lcc_tof(%s[0]);\n", op, name)
+		default:
+			apply.WriteString("    {\n" + indent(coords("d", "j", "long long", dims), 1))
+			fmt.Fprintf(&apply, "      v %s lcc_tof(%s[%s]);\n    }\n", op, name,
+				offset("d", bcastStrides(p.Type.Shape, dims)))
+		}
+	}
+	rms := 0
+	if n.Op == ir.OpRMSNorm {
+		rms = 1
+	}
+	bs := pow2(m, 32, 256)
+	body := fmt.Sprintf(normBody, n.Op, m, x.Type, rms, flit(n.Attrs.Float("eps", 1e-5)), bs,
+		signature(params), apply.String())
+	g.emit(kernelSpec{op: n.Op.String(), body: body, grid: [3]uint32{uint32(rows), 1, 1},
+		block: [3]uint32{uint32(bs), 1, 1}, params: params, args: args})
+	return nil
+}
+
+func sameShape(a, b []int64) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// lowerCumSum is one thread per line along the axis, a serial running sum in
+// fp32 (int64 for integers); exclusive and reverse as in ONNX CumSum.
+func lowerCumSum(g *gen, n *ir.Node) error {
+	x, y := n.Args[0], n.Result()
+	ax, err := ir.AxisIndex(n.Attrs.Int("axis", 0), x.Type.Rank())
+	if err != nil {
+		return err
+	}
+	sh := x.Type.Shape
+	outer, m, inner := prod(sh[:ax]), sh[ax], prod(sh[ax+1:])
+	acc := accC(x.Type.DType)
+	excl, rev := n.Attrs.Bool("exclusive"), n.Attrs.Bool("reverse")
+	jexpr := "jj"
+	if rev {
+		jexpr = fmt.Sprintf("(%d - 1 - jj)", m)
+	}
+	step := fmt.Sprintf("s += (%s)%s; y[k] = %s;", acc, load(g.storageOf(x), "x[k]"), store(g.storageOf(y), "s"))
+	if excl {
+		step = fmt.Sprintf("y[k] = %s; s += (%s)%s;", store(g.storageOf(y), "s"), acc, load(g.storageOf(x), "x[k]"))
+	}
+	params := []Param{g.param("y", y, true), g.param("x", x, false)}
+	var src strings.Builder
+	fmt.Fprintf(&src, "// cumsum over axis %d of %v\n", ax, x.Type)
+	fmt.Fprintf(&src, "extern \"C\" __global__ void __launch_bounds__(256) @KERNEL@(%s) {\n", signature(params))
+	src.WriteString(gridStride("long long", outer*inner))
+	fmt.Fprintf(&src, "    const long long o = i / %d, in = i %% %d;\n", inner, inner)
+	fmt.Fprintf(&src, "    %s s = 0;\n", acc)
+	fmt.Fprintf(&src, "    for (long long jj = 0; jj < %d; ++jj) {\n", m)
+	fmt.Fprintf(&src, "      const long long k = (o * %d + %s) * %d + in;\n", m, jexpr, inner)
+	fmt.Fprintf(&src, "      %s\n    }\n  }\n}\n", step)
+	grid, block := flatGrid(outer * inner)
+	g.emit(kernelSpec{op: "cumsum", body: src.String(), grid: grid, block: block, params: params,
+		args: []int{g.ids[y], g.ids[x]}})
+	return nil
+}

@@ -1,0 +1,118 @@
+package cuda
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+
+	"github.com/lcc-dev/lcc/safetensors"
+	"github.com/lcc-dev/lcc/tensor"
+)
+
+// planFile is launch_plan.json: the plan plus the kernels' launch metadata, so
+// an executor needs nothing else besides the .cu files and the constants.
+type planFile struct {
+	*Plan
+	Kernels []kernelMeta `json:"kernels"`
+}
+
+type kernelMeta struct {
+	Name   string    `json:"name"`
+	Op     string    `json:"op"`
+	File   string    `json:"file"`
+	Entry  string    `json:"entry"`
+	Grid   [3]uint32 `json:"grid"`
+	Block  [3]uint32 `json:"block"`
+	Shared uint32    `json:"shared,omitempty"`
+	Params []Param   `json:"params"`
+}
+
+// PlanJSON renders the plan and the kernels' metadata as indented JSON; equal
+// inputs give equal bytes.
+func PlanJSON(ks []Kernel, plan *Plan) ([]byte, error) {
+	pf := planFile{Plan: plan}
+	for _, k := range ks {
+		pf.Kernels = append(pf.Kernels, kernelMeta{Name: k.Name, Op: k.Op, File: "kernels/" + k.Name + ".cu",
+			Entry: k.Entry, Grid: k.Grid, Block: k.Block, Shared: k.Shared, Params: k.Params})
+	}
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(pf); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}
+
+// WriteKernels writes DIR/kernels/<name>.cu for every kernel, DIR/launch_plan.json
+// and, when the plan has constants, DIR/constants.safetensors (tensor "%<id>" for
+// buffer id). Files are written through temporary names and renamed. It is what
+// `lcc compile -o DIR` calls after Build.
+func WriteKernels(dir string, ks []Kernel, plan *Plan) error {
+	if plan == nil {
+		return fmt.Errorf("codegen/cuda: WriteKernels %s: nil plan", dir)
+	}
+	kdir := filepath.Join(dir, "kernels")
+	if err := os.MkdirAll(kdir, 0o755); err != nil {
+		return fmt.Errorf("codegen/cuda: -o %s: %w", dir, err)
+	}
+	for _, k := range ks {
+		if err := writeAtomic(filepath.Join(kdir, k.Name+".cu"), []byte(k.Source)); err != nil {
+			return err
+		}
+	}
+	js, err := PlanJSON(ks, plan)
+	if err != nil {
+		return err
+	}
+	if err := writeAtomic(filepath.Join(dir, "launch_plan.json"), js); err != nil {
+		return err
+	}
+	if len(plan.Constants) == 0 {
+		return nil
+	}
+	data, err := ConstantsSafetensors(plan)
+	if err != nil {
+		return err
+	}
+	return writeAtomic(filepath.Join(dir, "constants.safetensors"), data)
+}
+
+// ConstantsSafetensors encodes the plan's constants, named "%<id>".
+func ConstantsSafetensors(plan *Plan) ([]byte, error) {
+	ts := map[string]*tensor.Tensor{}
+	var names []string
+	for id, t := range plan.Constants {
+		name := fmt.Sprintf("%%%d", id)
+		ts[name] = t
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	return safetensors.Encode(names, ts, map[string]string{"format": "lcc-constants"})
+}
+
+// writeAtomic writes data to path through a temporary file in the same folder.
+func writeAtomic(path string, data []byte) error {
+	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
+	if err != nil {
+		return fmt.Errorf("codegen/cuda: %w", err)
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := tmp.Write(data); err != nil {
+		tmp.Close()
+		return fmt.Errorf("codegen/cuda: writing %s: %w", path, err)
+	}
+	if err := tmp.Close(); err != nil {
+		return fmt.Errorf("codegen/cuda: writing %s: %w", path, err)
+	}
+	if err := os.Chmod(tmp.Name(), 0o644); err != nil {
+		return fmt.Errorf("codegen/cuda: %w", err)
+	}
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		return fmt.Errorf("codegen/cuda: %w", err)
+	}
+	return nil
+}
