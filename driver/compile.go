@@ -28,7 +28,21 @@ type CompileOptions struct {
 	// output, inference otherwise), "cross-entropy" (add mean cross-entropy of the
 	// logits against labels and plan training) or "none" (plan inference only).
 	Loss string
+	// Attention selects the attention rewrites.
+	Attention AttentionOptions
+	// Checkpoint is the activation checkpointing policy (auto, none, layers,
+	// selective); MemoryBudget overrides the budget derived from the target.
+	Checkpoint   string
+	MemoryBudget int64
+	// KeepLogits keeps the model's outputs in a training plan (by default a
+	// training step returns the loss and gradients only, so the logits need not be
+	// stored and cross-entropy fuses with the output projection).
+	KeepLogits bool
 }
+
+// WorkspaceBytes is reserved per GPU for the CUDA context, cuBLASLt workspace and
+// NCCL buffers when a checkpoint budget is derived from the target's memory.
+const WorkspaceBytes = 2 << 30
 
 // Result is what a compile produced.
 type Result struct {
@@ -36,19 +50,94 @@ type Result struct {
 	Report *report.Report
 }
 
-// Pipeline returns the passes a compile runs for the options.
-func Pipeline(opts CompileOptions) []passes.Pass {
-	return append([]passes.Pass{}, passes.Cleanup...)
+// AttentionOptions are the attention rewrites asked for on the command line.
+type AttentionOptions struct {
+	// Mode is "dense" (match attention, keep it exact; the default) or "dilated".
+	Mode      string
+	Segments  []int64
+	Dilations []int64
+	Offsets   string // paper (default) or block
+	// Require makes an attention-like subgraph that does not match an error.
+	Require bool
+}
+
+// Validate checks the flags alone, before any model is loaded.
+func (a AttentionOptions) Validate() error {
+	switch a.Mode {
+	case "", "dense":
+		if len(a.Segments) > 0 || len(a.Dilations) > 0 {
+			return fmt.Errorf("--segments and --dilations need --attention=dilated")
+		}
+		return nil
+	case "dilated":
+		return a.dilate().Validate()
+	}
+	return fmt.Errorf("--attention %q: want dense or dilated", a.Mode)
+}
+
+func (a AttentionOptions) dilate() passes.DilateConfig {
+	cfg := passes.DefaultDilateConfig
+	if len(a.Segments) > 0 || len(a.Dilations) > 0 {
+		cfg.Segments, cfg.Dilations = a.Segments, a.Dilations
+	}
+	if a.Offsets != "" {
+		cfg.Offsets = a.Offsets
+	}
+	return cfg
+}
+
+// Prepared is what the forward pipeline found and did.
+type Prepared struct {
+	Stats     []passes.Stat
+	Attention report.Attention
+}
+
+// Prepare runs the forward pipeline over f in place: attention matching, the
+// requested attention rewrite, and cleanup.
+func Prepare(f *ir.Func, a AttentionOptions, popts passes.Options) (*Prepared, error) {
+	if err := a.Validate(); err != nil {
+		return nil, err
+	}
+	var am passes.AttentionMatches
+	var layers []string
+	pl := []passes.Pass{passes.MatchAttention(passes.MatchConfig{RequireAttention: a.Require, Result: &am})}
+	if a.Mode == "dilated" {
+		cfg := a.dilate()
+		cfg.Layers = &layers
+		pl = append(pl, passes.DilateAttention(cfg))
+	}
+	pl = append(pl, passes.Cleanup...)
+	stats, err := passes.Run(f, pl, popts)
+	if err != nil {
+		return nil, err
+	}
+	att := report.Attention{Found: len(am.Found), Rewritten: map[string]int{}, Unmatched: am.UnmatchedNames()}
+	if att.Unmatched == nil {
+		att.Unmatched = []string{}
+	}
+	if a.Mode == "dilated" {
+		if len(layers) == 0 && len(am.Found) > 0 {
+			return nil, fmt.Errorf("--attention=dilated: no attention layer could be rewritten")
+		}
+		att.Rewritten["dilated"] = len(layers)
+		if d := len(am.Found) - len(layers); d > 0 {
+			att.Rewritten["dense"] = d
+		}
+	} else if len(am.Found) > 0 {
+		att.Rewritten["dense"] = len(am.Found)
+	}
+	return &Prepared{Stats: stats, Attention: att}, nil
 }
 
 // Compile runs the pipeline over f and builds the report. For training it appends
 // the backward (reverse-mode autodiff) and plans weights, gradients and AdamW state.
 func Compile(f *ir.Func, opts CompileOptions) (*Result, error) {
 	popts := passes.Options{VerifyEach: true, PrintAfter: opts.PrintAfter}
-	stats, err := passes.Run(f, Pipeline(opts), popts)
+	prep, err := Prepare(f, opts.Attention, popts)
 	if err != nil {
 		return nil, err
 	}
+	stats := prep.Stats
 	train := report.Training{}
 	switch opts.Loss {
 	case "cross-entropy":
@@ -64,17 +153,43 @@ func Compile(f *ir.Func, opts CompileOptions) (*Result, error) {
 		return nil, fmt.Errorf("--loss %q: want cross-entropy or none", opts.Loss)
 	}
 	if train.Loss != "" {
+		if !opts.KeepLogits {
+			keepOnly(f, train.Loss)
+		}
+		before := countOp(f, ir.OpFusedLinearCrossEntropy)
+		more, err := passes.Run(f, []passes.Pass{passes.FuseCrossEntropy, passes.EliminateDeadCode}, popts)
+		if err != nil {
+			return nil, err
+		}
+		stats = append(stats, more...)
+		train.FusedCrossEntropy = countOp(f, ir.OpFusedLinearCrossEntropy) - before
 		train.ForwardFLOPs = countFLOPs(f)
 		g, err := autodiff.Grad(f, autodiff.Options{Loss: train.Loss, KeepOutputs: true})
 		if err != nil {
 			return nil, err
 		}
-		more, err := passes.Run(g, passes.Cleanup, popts)
+		stats = append(stats, passes.Stat{Name: "autodiff", Changed: true})
+		more, err = passes.Run(g, passes.Cleanup, popts)
 		if err != nil {
 			return nil, err
 		}
-		stats = append(stats, passes.Stat{Name: "autodiff", Changed: true})
 		stats = append(stats, more...)
+		// Checkpointing runs after CSE, which would merge recomputed copies back.
+		budget := opts.MemoryBudget
+		if budget == 0 && opts.Target.MemoryBytes > 0 {
+			budget = opts.Target.MemoryBytes - trainable(g)*report.AdamWBytesPerParam - WorkspaceBytes
+		}
+		policy := opts.Checkpoint
+		if policy == "" {
+			policy = "auto"
+		}
+		cp, cst := passes.InsertCheckpointsWithStats(passes.CheckpointConfig{Policy: policy, BudgetBytes: budget})
+		more, err = passes.Run(g, []passes.Pass{cp, passes.EliminateDeadCode}, popts)
+		if err != nil {
+			return nil, err
+		}
+		stats = append(stats, more...)
+		train.Checkpoints = cst
 		f = g
 		train.Enabled = true
 	}
@@ -82,8 +197,39 @@ func Compile(f *ir.Func, opts CompileOptions) (*Result, error) {
 		return nil, err
 	}
 	rep := report.Build(f, report.Input{Model: filepath.Base(opts.Model), Target: opts.Target,
-		Passes: stats, Training: train})
+		Passes: stats, Training: train, Attention: &prep.Attention})
 	return &Result{Func: f, Report: rep}, nil
+}
+
+// keepOnly drops every output but name.
+func keepOnly(f *ir.Func, name string) {
+	var outs []ir.Output
+	for _, o := range f.Outputs {
+		if o.Name == name {
+			outs = append(outs, o)
+		}
+	}
+	f.Outputs = outs
+}
+
+func countOp(f *ir.Func, op ir.Op) int {
+	n := 0
+	for _, node := range f.Body {
+		if node.Op == op {
+			n++
+		}
+	}
+	return n
+}
+
+func trainable(f *ir.Func) int64 {
+	var n int64
+	for _, p := range f.Params {
+		if p.Role == ir.RoleWeight && !p.Frozen && p.Value.Type.DType.IsFloat() {
+			n += p.Value.Type.Numel()
+		}
+	}
+	return n
 }
 
 func countFLOPs(f *ir.Func) int64 {

@@ -23,6 +23,8 @@ type Input struct {
 	Passes []passes.Stat
 	// Training describes the training step, when one was planned.
 	Training Training
+	// Attention is what attention matching found; nil counts attention ops.
+	Attention *Attention
 }
 
 // Training says what the compile planned for a training step.
@@ -32,6 +34,10 @@ type Training struct {
 	Loss string
 	// ForwardFLOPs counts the forward graph alone (before autodiff).
 	ForwardFLOPs int64
+	// FusedCrossEntropy counts fused linear cross-entropy rewrites.
+	FusedCrossEntropy int
+	// Checkpoints is what checkpoint insertion did (nil when it did not run).
+	Checkpoints *passes.CheckpointStats
 }
 
 // AdamWBytesPerParam is the optimizer state per trainable parameter: fp32 first
@@ -40,18 +46,20 @@ const AdamWBytesPerParam = 8
 
 // Report is the compile report. Field names are the JSON schema.
 type Report struct {
-	Model     string           `json:"model"`
-	Mode      string           `json:"mode"`
-	Target    Target           `json:"target"`
-	Shapes    Shapes           `json:"shapes"`
-	Ops       map[string]int   `json:"ops"`
-	Params    Params           `json:"parameters"`
-	Attention Attention        `json:"attention"`
-	Memory    Memory           `json:"memory"`
-	FLOPs     FLOPs            `json:"flops"`
-	Kernels   []Kernel         `json:"kernels"`
-	Passes    []passes.Stat    `json:"passes"`
-	Outputs   map[string]Value `json:"outputs"`
+	Model       string                 `json:"model"`
+	Mode        string                 `json:"mode"`
+	Target      Target                 `json:"target"`
+	Shapes      Shapes                 `json:"shapes"`
+	Ops         map[string]int         `json:"ops"`
+	Params      Params                 `json:"parameters"`
+	Attention   Attention              `json:"attention"`
+	FusedCE     int                    `json:"fused_cross_entropy"`
+	Checkpoints passes.CheckpointStats `json:"checkpoints"`
+	Memory      Memory                 `json:"memory"`
+	FLOPs       FLOPs                  `json:"flops"`
+	Kernels     []Kernel               `json:"kernels"`
+	Passes      []passes.Stat          `json:"passes"`
+	Outputs     map[string]Value       `json:"outputs"`
 }
 
 // Target describes the target the plan was made for.
@@ -168,6 +176,14 @@ func Build(f *ir.Func, in Input) *Report {
 			r.Attention.Rewritten["dilated"]++
 		}
 	}
+	if in.Attention != nil {
+		r.Attention = *in.Attention
+	}
+	r.FusedCE = in.Training.FusedCrossEntropy
+	r.Checkpoints = passes.CheckpointStats{Policy: "none"}
+	if in.Training.Checkpoints != nil {
+		r.Checkpoints = *in.Training.Checkpoints
+	}
 	r.FLOPs = FLOPs{Forward: fwd, PerStep: fwd}
 	if in.Training.Enabled {
 		r.Mode = "training"
@@ -249,6 +265,9 @@ func (r *Report) WriteText(w io.Writer) {
 	for _, u := range r.Attention.Unmatched {
 		fmt.Fprintf(w, "           unmatched: %s\n", u)
 	}
+	fmt.Fprintf(w, "fused CE   %d\n", r.FusedCE)
+	fmt.Fprintf(w, "checkpoint %s: %d ops recomputed, %s saved\n", r.Checkpoints.Policy,
+		r.Checkpoints.RecomputedOps, Bytes(r.Checkpoints.SavedBytes))
 	fmt.Fprintf(w, "memory     peak %s per GPU (weights %s, gradients %s, optimizer %s, activations %s)%s\n",
 		Bytes(r.Memory.PerGPUPeakBytes), Bytes(r.Memory.WeightsBytes), Bytes(r.Memory.GradientsBytes),
 		Bytes(r.Memory.OptimizerBytes), Bytes(r.Memory.ActivationsBytes), fits(r.Memory.FitsTarget))

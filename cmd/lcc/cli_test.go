@@ -216,3 +216,40 @@ func TestRunWritesOutputs(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestDilatedCheck is issue #4's acceptance command: LongNet attention with exact
+// gradients against PyTorch's float64 reference.
+func TestDilatedCheck(t *testing.T) {
+	out, stderr, code := lcc(t, "check", filepath.Join(td, "onnx", "attn_mha.onnx"), "--ref",
+		filepath.Join(td, "ref", "attn_mha_dilated_paper.ref.safetensors"), "--grads", "--attention=dilated",
+		"--segments=8,16,32", "--dilations=1,2,4")
+	if code != 0 || !strings.Contains(out, "compared=5") {
+		t.Fatalf("exit %d\n%s%s", code, out, stderr)
+	}
+	// Dense attention cannot match the dilated reference: the check must fail.
+	if _, _, code := lcc(t, "check", filepath.Join(td, "onnx", "attn_mha.onnx"), "--ref",
+		filepath.Join(td, "ref", "attn_mha_dilated_paper.ref.safetensors"), "--grads"); code != 1 {
+		t.Errorf("dense attention passed against the dilated reference")
+	}
+	if _, stderr, code := lcc(t, "check", filepath.Join(td, "onnx", "attn_mha.onnx"), "--ref",
+		filepath.Join(td, "ref", "attn_mha_dilated_paper.ref.safetensors"), "--attention=dilated",
+		"--segments=8,16", "--dilations=1"); code != 1 || !strings.Contains(stderr, "--segments") {
+		t.Errorf("mismatched --segments/--dilations: exit %d: %s", code, stderr)
+	}
+}
+
+// TestCompileLongContextPlan is the million-token training plan of issue #4.
+func TestCompileLongContextPlan(t *testing.T) {
+	out, stderr, code := lcc(t, "compile", filepath.Join(td, "onnx", "llama_mini.onnx"), "--target=a100x8",
+		"--seq-len=1048576", "--loss=cross-entropy", "--attention=dilated", "--report=json")
+	if code != 0 {
+		t.Fatal(stderr)
+	}
+	t.Logf("%d bytes of report", len(out))
+	for _, want := range []string{`"dilated": 2`, `"fused_cross_entropy": 1`, `"per_gpu_peak_bytes"`,
+		`"backward"`, `"fused_linear_cross_entropy"`, `"dilated_attention_grad"`, `"mode": "training"`} {
+		if !strings.Contains(out, want) {
+			t.Errorf("report lacks %s", want)
+		}
+	}
+}

@@ -41,6 +41,27 @@ func (s *shapeFlags) bindings() (driver.Bindings, error) {
 	return driver.Bindings{SeqLen: s.seqLen, Batch: s.batch, Shape: shape}, nil
 }
 
+// attentionFlags are the attention-rewrite flags shared by compile and check.
+type attentionFlags struct {
+	mode, offsets       string
+	segments, dilations []int64
+	require             bool
+}
+
+func (a *attentionFlags) add(cmd *cobra.Command) {
+	cmd.Flags().StringVar(&a.mode, "attention", "dense", "attention rewrite: dense (exact) or dilated (LongNet)")
+	cmd.Flags().Int64SliceVar(&a.segments, "segments", nil, "dilated attention segment lengths, e.g. 2048,4096,8192")
+	cmd.Flags().Int64SliceVar(&a.dilations, "dilations", nil, "dilated attention dilation rates, e.g. 1,2,4")
+	cmd.Flags().StringVar(&a.offsets, "dilated-offsets", "paper", "head offsets of dilated attention: paper or block")
+	cmd.Flags().BoolVar(&a.require, "require-attention", false, "make an attention-like subgraph that does not match an error")
+}
+
+func (a *attentionFlags) options() (driver.AttentionOptions, error) {
+	o := driver.AttentionOptions{Mode: a.mode, Segments: a.segments, Dilations: a.dilations,
+		Offsets: a.offsets, Require: a.require}
+	return o, o.Validate()
+}
+
 func lookupTarget(name, file string) (targets.Target, error) {
 	if file != "" {
 		ts, err := targets.LoadFile(file)
@@ -67,6 +88,9 @@ func compileCmd() *cobra.Command {
 		target, targetFile, out string
 		reportFmt, printAfter   string
 		loss                    string
+		af                      attentionFlags
+		checkpoint              string
+		budget                  int64
 	)
 	cmd := &cobra.Command{
 		Use:   "compile MODEL",
@@ -81,6 +105,10 @@ func compileCmd() *cobra.Command {
 					return fmt.Errorf("--print-ir-after %q: no such pass (see lcc passes)", printAfter)
 				}
 			}
+			att, err := af.options()
+			if err != nil {
+				return err
+			}
 			t, err := lookupTarget(target, targetFile)
 			if err != nil {
 				return err
@@ -94,7 +122,7 @@ func compileCmd() *cobra.Command {
 				return err
 			}
 			res, err := driver.Compile(f, driver.CompileOptions{Target: t, PrintAfter: printAfter,
-				Model: args[0], Loss: loss})
+				Model: args[0], Loss: loss, Attention: att, Checkpoint: checkpoint, MemoryBudget: budget})
 			if err != nil {
 				return err
 			}
@@ -120,6 +148,9 @@ func compileCmd() *cobra.Command {
 		},
 	}
 	sf.add(cmd)
+	af.add(cmd)
+	cmd.Flags().StringVar(&checkpoint, "checkpoint", "auto", "activation checkpointing: auto, none, layers or selective")
+	cmd.Flags().Int64Var(&budget, "memory-budget", 0, "activation memory budget per GPU in bytes (default: from the target)")
 	cmd.Flags().StringVar(&target, "target", "h200x1", "target machine (see lcc targets)")
 	cmd.Flags().StringVar(&targetFile, "target-file", "", "JSON file with extra targets")
 	cmd.Flags().StringVarP(&out, "output", "o", "", "write graph.lcc, weights and report.json to this folder")

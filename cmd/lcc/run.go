@@ -7,6 +7,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/lcc-dev/lcc/driver"
+	"github.com/lcc-dev/lcc/passes"
 	"github.com/lcc-dev/lcc/runtime/cpu"
 	"github.com/lcc-dev/lcc/safetensors"
 	"github.com/lcc-dev/lcc/tensor"
@@ -103,6 +104,7 @@ func checkCmd() *cobra.Command {
 		device    string
 		tolerance float64
 		grads     bool
+		af        attentionFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "check MODEL --ref REF.safetensors",
@@ -118,6 +120,10 @@ func checkCmd() *cobra.Command {
 			if !(tolerance > 0) {
 				return fmt.Errorf("--tolerance %g: want a positive number", tolerance)
 			}
+			att, err := af.options()
+			if err != nil {
+				return err
+			}
 			b, err := sf.bindings()
 			if err != nil {
 				return err
@@ -131,6 +137,9 @@ func checkCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			if _, err := driver.Prepare(f, att, passes.Options{VerifyEach: true}); err != nil {
+				return err
+			}
 			copts := driver.CheckOptions{Tolerance: tolerance, Device: device, Out: cmd.OutOrStdout()}
 			if grads {
 				_, err = driver.CheckGrads(f, rf, ref, copts)
@@ -141,6 +150,7 @@ func checkCmd() *cobra.Command {
 		},
 	}
 	sf.add(cmd)
+	af.add(cmd)
 	cmd.Flags().StringVar(&ref, "ref", "", "reference safetensors: inputs by input name, outputs by output name")
 	cmd.Flags().StringVar(&device, "device", "cpu", "where to run: cpu")
 	cmd.Flags().Float64Var(&tolerance, "tolerance", 1e-4, "largest accepted ‖a−ref‖/‖ref‖")
