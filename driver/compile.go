@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"sort"
 
+	cudagen "github.com/lcc-dev/lcc/codegen/cuda"
 	"github.com/lcc-dev/lcc/ir"
 	"github.com/lcc-dev/lcc/passes"
 	"github.com/lcc-dev/lcc/passes/autodiff"
@@ -48,6 +49,8 @@ const WorkspaceBytes = 2 << 30
 type Result struct {
 	Func   *ir.Func
 	Report *report.Report
+	// Program is the generated CUDA code (nil for the cpu target).
+	Program *cudagen.Program
 }
 
 // AttentionOptions are the attention rewrites asked for on the command line.
@@ -198,7 +201,27 @@ func Compile(f *ir.Func, opts CompileOptions) (*Result, error) {
 	}
 	rep := report.Build(f, report.Input{Model: filepath.Base(opts.Model), Target: opts.Target,
 		Passes: stats, Training: train, Attention: &prep.Attention})
-	return &Result{Func: f, Report: rep}, nil
+	res := &Result{Func: f, Report: rep}
+	if opts.Target.Arch != "" && opts.Target.Arch != targets.ArchCPU {
+		prog, err := cudagen.Build(f, cudagen.Options{Arch: opts.Target.Arch})
+		if err != nil {
+			// The plan stands without kernels; the report says what is missing.
+			rep.KernelError = err.Error()
+			return res, nil
+		}
+		res.Program = prog
+		rep.Kernels = rep.Kernels[:0]
+		for _, k := range prog.Kernels {
+			rep.Kernels = append(rep.Kernels, report.Kernel{Name: k.Name, Op: k.Op})
+		}
+		for _, st := range prog.Plan.Steps {
+			if st.Kind == "gemm" {
+				rep.Kernels = append(rep.Kernels, report.Kernel{Name: "cublaslt_gemm", Op: "matmul"})
+				break
+			}
+		}
+	}
+	return res, nil
 }
 
 // keepOnly drops every output but name.
@@ -264,6 +287,11 @@ func WriteOutputs(dir string, res *Result) error {
 		{"report.json", append(js, '\n')},
 	}
 	var written []string
+	if res.Program != nil {
+		if err := cudagen.WriteKernels(dir, res.Program.Kernels, res.Program.Plan); err != nil {
+			return err
+		}
+	}
 	for _, f := range files {
 		path := filepath.Join(dir, f.name)
 		if err := WriteFileAtomic(path, f.data); err != nil {

@@ -58,8 +58,10 @@ type Report struct {
 	Memory      Memory                 `json:"memory"`
 	FLOPs       FLOPs                  `json:"flops"`
 	Kernels     []Kernel               `json:"kernels"`
-	Passes      []passes.Stat          `json:"passes"`
-	Outputs     map[string]Value       `json:"outputs"`
+	// KernelError says why CUDA code could not be generated ("" when it was).
+	KernelError string           `json:"kernel_error,omitempty"`
+	Passes      []passes.Stat    `json:"passes"`
+	Outputs     map[string]Value `json:"outputs"`
 }
 
 // Target describes the target the plan was made for.
@@ -278,6 +280,9 @@ func (r *Report) WriteText(w io.Writer) {
 		ks = append(ks, k.Name)
 	}
 	fmt.Fprintf(w, "kernels    %d: %s\n", len(r.Kernels), strings.Join(ks, " "))
+	if r.KernelError != "" {
+		fmt.Fprintf(w, "kernels    NOT GENERATED: %s\n", r.KernelError)
+	}
 	var ops []string
 	for _, k := range sortedKeys(r.Ops) {
 		ops = append(ops, fmt.Sprintf("%s×%d", k, r.Ops[k]))
