@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 	"sort"
 
-	cudagen "github.com/lcc-dev/lcc/codegen/cuda"
 	"github.com/lcc-dev/lcc/ir"
 	"github.com/lcc-dev/lcc/passes"
 	"github.com/lcc-dev/lcc/passes/autodiff"
@@ -49,8 +48,6 @@ const WorkspaceBytes = 2 << 30
 type Result struct {
 	Func   *ir.Func
 	Report *report.Report
-	// Program is the generated CUDA code (nil for the cpu target).
-	Program *cudagen.Program
 }
 
 // AttentionOptions are the attention rewrites asked for on the command line.
@@ -202,25 +199,6 @@ func Compile(f *ir.Func, opts CompileOptions) (*Result, error) {
 	rep := report.Build(f, report.Input{Model: filepath.Base(opts.Model), Target: opts.Target,
 		Passes: stats, Training: train, Attention: &prep.Attention})
 	res := &Result{Func: f, Report: rep}
-	if opts.Target.Arch != "" && opts.Target.Arch != targets.ArchCPU {
-		prog, err := cudagen.Build(f, cudagen.Options{Arch: opts.Target.Arch})
-		if err != nil {
-			// The plan stands without kernels; the report says what is missing.
-			rep.KernelError = err.Error()
-			return res, nil
-		}
-		res.Program = prog
-		rep.Kernels = rep.Kernels[:0]
-		for _, k := range prog.Kernels {
-			rep.Kernels = append(rep.Kernels, report.Kernel{Name: k.Name, Op: k.Op})
-		}
-		for _, st := range prog.Plan.Steps {
-			if st.Kind == "gemm" {
-				rep.Kernels = append(rep.Kernels, report.Kernel{Name: "cublaslt_gemm", Op: "matmul"})
-				break
-			}
-		}
-	}
 	return res, nil
 }
 
@@ -263,10 +241,11 @@ func countFLOPs(f *ir.Func) int64 {
 	return n
 }
 
-// WriteOutputs writes DIR/graph.lcc, DIR/weights.safetensors and DIR/report.json.
-// Every file is written to a temporary name and renamed, so a failure leaves no
+// WriteOutputs writes DIR/graph.lcc, DIR/weights.safetensors and DIR/report.json,
+// after running extra writers (the CUDA backend's kernels and launch plan). Every
+// file is written to a temporary name and renamed, so a failure leaves no
 // half-written file; files written before a failure are removed.
-func WriteOutputs(dir string, res *Result) error {
+func WriteOutputs(dir string, res *Result, extra ...func(dir string) error) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("-o %s: %w", dir, err)
 	}
@@ -287,8 +266,8 @@ func WriteOutputs(dir string, res *Result) error {
 		{"report.json", append(js, '\n')},
 	}
 	var written []string
-	if res.Program != nil {
-		if err := cudagen.WriteKernels(dir, res.Program.Kernels, res.Program.Plan); err != nil {
+	for _, w := range extra {
+		if err := w(dir); err != nil {
 			return err
 		}
 	}

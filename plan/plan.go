@@ -177,3 +177,14 @@ func flceFLOPs(n *ir.Node) int64 {
 	}
 	return 2*rows*d*v + 4*rows*v
 }
+
+// SimulateStep is Simulate for a training step whose optimizer keeps
+// optimizerBytes of persistent state (AdamW moments) that the step graph does
+// not carry as parameters: the state is live throughout, so it adds to every
+// point of the schedule and to the peak.
+func SimulateStep(f *ir.Func, optimizerBytes int64) Memory {
+	m := Simulate(f)
+	m.PeakBytes += optimizerBytes
+	m.StateBytes += optimizerBytes
+	return m
+}

@@ -191,26 +191,28 @@ func Build(f *ir.Func, in Input) *Report {
 		r.Mode = "training"
 		r.FLOPs = FLOPs{Forward: in.Training.ForwardFLOPs, Backward: fwd - in.Training.ForwardFLOPs, PerStep: fwd}
 	}
-	mem := plan.Simulate(f)
-	r.Memory = Memory{
-		WeightsBytes:   mem.WeightsBytes,
-		OptimizerBytes: mem.StateBytes,
-	}
-	var grads int64
+	var grads, optimizer int64
 	for _, o := range f.Outputs {
 		if strings.HasPrefix(o.Name, "grad.") {
 			grads += o.Value.Type.Bytes()
 		}
 	}
 	if in.Training.Enabled {
-		r.Memory.GradientsBytes = grads
-		r.Memory.OptimizerBytes += r.Params.Trainable * AdamWBytesPerParam
+		optimizer = r.Params.Trainable * AdamWBytesPerParam
+	} else {
+		grads = 0
 	}
-	// The simulated peak holds weights, inputs, activations and the gradients as
-	// they are produced; optimizer state is persistent and adds to it.
-	r.Memory.PerGPUPeakBytes = mem.PeakBytes + r.Memory.OptimizerBytes - mem.StateBytes
-	r.Memory.SimulatedPeakBytes = mem.PeakBytes
-	r.Memory.ActivationsBytes = mem.PeakBytes - mem.WeightsBytes - mem.StateBytes
+	// One simulation of the whole step: weights, inputs, activations and
+	// gradients over the schedule, plus the optimizer state that lives throughout.
+	mem := plan.SimulateStep(f, optimizer)
+	r.Memory = Memory{
+		PerGPUPeakBytes:    mem.PeakBytes,
+		SimulatedPeakBytes: mem.PeakBytes,
+		WeightsBytes:       mem.WeightsBytes,
+		GradientsBytes:     grads,
+		OptimizerBytes:     mem.StateBytes,
+		ActivationsBytes:   mem.PeakBytes - mem.WeightsBytes - mem.StateBytes,
+	}
 	r.Memory.FitsTarget = in.Target.MemoryBytes == 0 || r.Memory.PerGPUPeakBytes <= in.Target.MemoryBytes
 	r.Kernels = kernels(f)
 	return r

@@ -9,6 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	cudagen "github.com/lcc-dev/lcc/codegen/cuda"
 	"github.com/lcc-dev/lcc/driver"
 	"github.com/lcc-dev/lcc/passes"
 	"github.com/lcc-dev/lcc/report"
@@ -126,8 +127,9 @@ func compileCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			writeKernels := generateKernels(res, t)
 			if out != "" {
-				if err := driver.WriteOutputs(out, res); err != nil {
+				if err := driver.WriteOutputs(out, res, writeKernels...); err != nil {
 					return err
 				}
 			}
@@ -158,6 +160,34 @@ func compileCmd() *cobra.Command {
 	cmd.Flags().StringVar(&printAfter, "print-ir-after", "", "print the IR after this pass (or all) to stderr")
 	cmd.Flags().StringVar(&loss, "loss", "", "cross-entropy: add mean cross-entropy of the logits and plan training; none: inference")
 	return cmd
+}
+
+// generateKernels runs the CUDA backend for a GPU target and lists its kernels in
+// the report; it returns the writer of DIR/kernels and the launch plan. When an op
+// has no GPU lowering the plan stands and the report says which op is missing.
+func generateKernels(res *driver.Result, t targets.Target) []func(string) error {
+	if t.Arch == "" || t.Arch == targets.ArchCPU {
+		return nil
+	}
+	prog, err := cudagen.Build(res.Func, cudagen.Options{Arch: t.Arch})
+	if err != nil {
+		res.Report.KernelError = err.Error()
+		return nil
+	}
+	rep := res.Report
+	rep.Kernels = rep.Kernels[:0]
+	for _, k := range prog.Kernels {
+		rep.Kernels = append(rep.Kernels, report.Kernel{Name: k.Name, Op: k.Op})
+	}
+	for _, st := range prog.Plan.Steps {
+		if st.Kind == "gemm" {
+			rep.Kernels = append(rep.Kernels, report.Kernel{Name: "cublaslt_gemm", Op: "matmul"})
+			break
+		}
+	}
+	return []func(string) error{func(dir string) error {
+		return cudagen.WriteKernels(dir, prog.Kernels, prog.Plan)
+	}}
 }
 
 func targetsCmd() *cobra.Command {
