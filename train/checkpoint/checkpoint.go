@@ -1,0 +1,326 @@
+// Package checkpoint saves and restores training state: the model's weights and
+// the optimizer's state as one safetensors file, plus a small JSON file with the
+// step, the data position, the lcc version and a hash identifying the model.
+//
+// Invariants:
+//   - Both files are written atomically (temp file in the same directory, fsync,
+//     rename, fsync of the directory), the safetensors file first. The JSON file
+//     is the commit record: a checkpoint exists once its JSON does, and the JSON
+//     holds the SHA-256 of the safetensors bytes, so a crash at any point leaves
+//     the previous checkpoints intact and the new one either complete or absent.
+//   - Loading trusts nothing: bad JSON, a missing or truncated safetensors file, a
+//     hash mismatch, a tensor missing or of the wrong type are errors naming the
+//     file. Latest skips such checkpoints, reporting each, and returns the newest
+//     valid one.
+//   - Names: step N is ckpt-NNNNNNNN.json and ckpt-NNNNNNNN.safetensors (8 digits,
+//     so names sort by step).
+package checkpoint
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/lcc-dev/lcc/ir"
+	"github.com/lcc-dev/lcc/safetensors"
+	"github.com/lcc-dev/lcc/tensor"
+	"github.com/lcc-dev/lcc/train/data"
+)
+
+// Format is the version of the JSON layout; Load refuses others.
+const Format = 1
+
+// Meta is the JSON half of a checkpoint.
+type Meta struct {
+	Format int `json:"format"`
+	// Step is the number of optimizer steps done.
+	Step int `json:"step"`
+	// Data is the data stream's position and RNG state after Step.
+	Data data.State `json:"data"`
+	// LCCVersion is the version of lcc that wrote the checkpoint (informative).
+	LCCVersion string `json:"lcc_version"`
+	// ModelHash identifies the model: see train.ModelHash. Load refuses a
+	// checkpoint whose hash differs from the model being trained.
+	ModelHash string `json:"model_sha256"`
+	// Tensors is the safetensors file's base name and TensorsSHA256 its digest.
+	Tensors       string `json:"tensors"`
+	TensorsSHA256 string `json:"tensors_sha256"`
+	// Loss is the loss of step Step (informative).
+	Loss float64 `json:"loss"`
+	// Config holds the run's settings (schedule, optimizer), so that a resumed run
+	// can say what changed.
+	Config map[string]any `json:"config,omitempty"`
+}
+
+// Checkpoint is a loaded checkpoint.
+type Checkpoint struct {
+	Path    string // the JSON file
+	Meta    Meta
+	Tensors map[string]*tensor.Tensor
+}
+
+// Want is what a checkpoint must hold to resume a given run.
+type Want struct {
+	ModelHash string
+	// Tensors maps every required tensor name to its type (dtype and shape).
+	Tensors map[string]ir.Type
+}
+
+// writeHook, when set by a test, runs after each chunk of a file is written; an
+// error aborts the write as a crash would (tests also block in it and kill the
+// process).
+var writeHook func(path string, written int) error
+
+// writeChunk is how much is written between writeHook calls.
+const writeChunk = 64 << 10
+
+// Base returns the path of step's files without extension.
+func Base(dir string, step int) string {
+	return filepath.Join(dir, fmt.Sprintf("ckpt-%08d", step))
+}
+
+// Save writes a checkpoint of step into dir (created if needed) and returns the
+// JSON path. m.Step, m.Tensors and m.TensorsSHA256 are filled in by Save.
+func Save(dir string, step int, m Meta, tensors map[string]*tensor.Tensor) (string, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", fmt.Errorf("checkpoint: %w", err)
+	}
+	removeStaleTemps(dir)
+	base := Base(dir, step)
+	raw, err := safetensors.Encode(nil, tensors, map[string]string{"step": strconv.Itoa(step)})
+	if err != nil {
+		return "", fmt.Errorf("checkpoint %s: %w", base, err)
+	}
+	if err := writeAtomic(base+".safetensors", raw); err != nil {
+		return "", fmt.Errorf("checkpoint: writing %s.safetensors: %w", base, err)
+	}
+	sum := sha256.Sum256(raw)
+	m.Format, m.Step = Format, step
+	m.Tensors, m.TensorsSHA256 = filepath.Base(base)+".safetensors", hex.EncodeToString(sum[:])
+	js, err := json.MarshalIndent(m, "", "  ")
+	if err != nil {
+		return "", fmt.Errorf("checkpoint %s: %w", base, err)
+	}
+	if err := writeAtomic(base+".json", append(js, '\n')); err != nil {
+		return "", fmt.Errorf("checkpoint: writing %s.json: %w", base, err)
+	}
+	return base + ".json", nil
+}
+
+// writeAtomic replaces path with data so that readers see the old file or the
+// new one, never a mix, even across a crash.
+func writeAtomic(path string, data []byte) error {
+	dir, base := filepath.Split(path)
+	if dir == "" {
+		dir = "."
+	}
+	tmp, err := os.CreateTemp(dir, "."+base+".tmp-*")
+	if err != nil {
+		return err
+	}
+	fail := func(err error) error {
+		tmp.Close()
+		os.Remove(tmp.Name())
+		return err
+	}
+	for off := 0; off < len(data); off += writeChunk {
+		end := min(off+writeChunk, len(data))
+		if _, err := tmp.Write(data[off:end]); err != nil {
+			return fail(err)
+		}
+		if writeHook != nil {
+			if err := writeHook(path, end); err != nil {
+				return fail(err)
+			}
+		}
+	}
+	if err := tmp.Chmod(0o644); err != nil {
+		return fail(err)
+	}
+	if err := tmp.Sync(); err != nil {
+		return fail(err)
+	}
+	if err := tmp.Close(); err != nil {
+		os.Remove(tmp.Name())
+		return err
+	}
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		os.Remove(tmp.Name())
+		return err
+	}
+	// The rename is durable only once the directory entry is.
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}
+
+// removeStaleTemps deletes temp files a killed writer left behind.
+func removeStaleTemps(dir string) {
+	ms, _ := filepath.Glob(filepath.Join(dir, ".ckpt-*.tmp-*"))
+	for _, m := range ms {
+		os.Remove(m)
+	}
+}
+
+var nameRE = regexp.MustCompile(`^ckpt-(\d{8,})\.json$`)
+
+// List returns the JSON paths of the checkpoints in dir, newest step first. A
+// missing dir has none.
+func List(dir string) ([]string, error) {
+	ents, err := os.ReadDir(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("checkpoint: %w", err)
+	}
+	type entry struct {
+		step int
+		path string
+	}
+	var es []entry
+	for _, e := range ents {
+		m := nameRE.FindStringSubmatch(e.Name())
+		if m == nil || e.IsDir() {
+			continue
+		}
+		step, err := strconv.Atoi(m[1])
+		if err != nil {
+			continue
+		}
+		es = append(es, entry{step, filepath.Join(dir, e.Name())})
+	}
+	slices.SortFunc(es, func(a, b entry) int { return b.step - a.step })
+	out := make([]string, len(es))
+	for i, e := range es {
+		out[i] = e.path
+	}
+	return out, nil
+}
+
+// Load reads and validates the checkpoint whose JSON file is path.
+func Load(path string, want Want) (*Checkpoint, error) {
+	js, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("checkpoint %s: %w", path, err)
+	}
+	var m Meta
+	dec := json.NewDecoder(bytes.NewReader(js))
+	if err := dec.Decode(&m); err != nil {
+		return nil, fmt.Errorf("checkpoint %s: bad JSON: %w", path, err)
+	}
+	switch {
+	case m.Format != Format:
+		return nil, fmt.Errorf("checkpoint %s: format %d, this lcc reads format %d", path, m.Format, Format)
+	case want.ModelHash != "" && m.ModelHash != want.ModelHash:
+		return nil, fmt.Errorf("checkpoint %s is of another model (model hash %.12s…, this model's %.12s…): "+
+			"the graph, its shapes (--seq-len, --batch) or its weights' names differ", path,
+			m.ModelHash, want.ModelHash)
+	case m.Tensors == "" || strings.ContainsAny(m.Tensors, `/\`):
+		return nil, fmt.Errorf("checkpoint %s: bad tensors file name %q", path, m.Tensors)
+	}
+	stPath := filepath.Join(filepath.Dir(path), m.Tensors)
+	raw, err := os.ReadFile(stPath)
+	if err != nil {
+		return nil, fmt.Errorf("checkpoint %s: %w", path, err)
+	}
+	if sum := sha256.Sum256(raw); hex.EncodeToString(sum[:]) != m.TensorsSHA256 {
+		return nil, fmt.Errorf("checkpoint %s: %s is corrupt or truncated (%d bytes; SHA-256 differs "+
+			"from the one recorded)", path, stPath, len(raw))
+	}
+	st, err := safetensors.Decode(raw)
+	if err != nil {
+		return nil, fmt.Errorf("checkpoint %s: %s: %w", path, stPath, err)
+	}
+	var missing, wrong []string
+	for _, name := range sortedKeys(want.Tensors) {
+		t, ok := st.Tensors[name]
+		if !ok {
+			missing = append(missing, strconv.Quote(name))
+			continue
+		}
+		if wt := want.Tensors[name]; !ir.T(t.DType, t.Shape...).Equal(wt) {
+			wrong = append(wrong, fmt.Sprintf("%q is %v%s, want %v", name, t.DType,
+				tensor.ShapeString(t.Shape), wt))
+		}
+	}
+	if len(missing) > 0 || len(wrong) > 0 {
+		msg := ""
+		if len(missing) > 0 {
+			msg = "missing tensors " + strings.Join(missing, ", ")
+		}
+		if len(wrong) > 0 {
+			msg = strings.TrimPrefix(msg+"; "+strings.Join(wrong, "; "), "; ")
+		}
+		return nil, fmt.Errorf("checkpoint %s: %s: %s", path, stPath, msg)
+	}
+	return &Checkpoint{Path: path, Meta: m, Tensors: st.Tensors}, nil
+}
+
+// Skipped is a checkpoint Latest passed over, and why.
+type Skipped struct {
+	Path string
+	Err  error
+}
+
+// Latest returns the newest valid checkpoint in dir (nil when there is none),
+// and the newer ones it skipped as invalid.
+func Latest(dir string, want Want) (*Checkpoint, []Skipped, error) {
+	paths, err := List(dir)
+	if err != nil {
+		return nil, nil, err
+	}
+	var skipped []Skipped
+	for _, p := range paths {
+		c, err := Load(p, want)
+		if err == nil {
+			return c, skipped, nil
+		}
+		skipped = append(skipped, Skipped{p, err})
+	}
+	return nil, skipped, nil
+}
+
+// Prune deletes all but the newest keep checkpoints in dir (keep <= 0 keeps
+// all). The JSON goes first, so a prune interrupted half-way leaves at worst a
+// stray safetensors file, never a JSON that points at nothing.
+func Prune(dir string, keep int) error {
+	if keep <= 0 {
+		return nil
+	}
+	paths, err := List(dir)
+	if err != nil {
+		return err
+	}
+	for _, p := range paths[min(keep, len(paths)):] {
+		if err := os.Remove(p); err != nil {
+			return fmt.Errorf("checkpoint: pruning: %w", err)
+		}
+		st := strings.TrimSuffix(p, ".json") + ".safetensors"
+		if err := os.Remove(st); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("checkpoint: pruning: %w", err)
+		}
+	}
+	return nil
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
+}

@@ -1,0 +1,29 @@
+// Package train is lcc's training runtime (DESIGN.md §7): it turns a model into a
+// training step (objective, reverse-mode gradients, AdamW update, all as IR), runs
+// it on the CPU interpreter, reports progress and metrics, and writes
+// checkpoints that resume bit for bit.
+//
+// One step of Train, with A micro-batches (--accumulate):
+//
+//	for each micro-batch: loss, grads = grad(weights, batch)      (cpu.Run)
+//	                      sums = sums + grads                       (optim.Accumulate)
+//	weights, state = adamw(state, sums, lr = schedule(step))        (optim.AdamW)
+//
+// The gradient function comes from BuildObjective and autodiff.Grad; the update
+// from package optim; batches from package data; checkpoints from package
+// checkpoint. Each piece is an ir.Func, so the GPU executor will run the very same
+// functions; the CPU interpreter here is its reference.
+//
+// Invariants:
+//   - A run is a pure function of the model, the data spec, the flags and the
+//     seed: the interpreter is deterministic, the data stream is seeded, and the
+//     learning rate is a function of the step alone.
+//   - A checkpoint holds everything that function reads at a step boundary
+//     (weights, optimizer state including the step count, the data position and
+//     RNG), so a run resumed from step k continues with bit-identical losses to a
+//     straight run, provided the flags are the same; --steps is part of the
+//     schedule (the cosine spans it), so split a run with --stop-at, not by
+//     changing --steps (a resume that changes the schedule says so).
+//   - A checkpoint of another model (ModelHash) or a damaged one is never loaded;
+//     --resume falls back to the newest valid checkpoint and says which it skipped.
+package train

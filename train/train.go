@@ -1,0 +1,540 @@
+package train
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"runtime"
+	"strings"
+	"time"
+
+	"github.com/lcc-dev/lcc/driver"
+	"github.com/lcc-dev/lcc/ir"
+	"github.com/lcc-dev/lcc/passes/autodiff"
+	"github.com/lcc-dev/lcc/runtime/cpu"
+	"github.com/lcc-dev/lcc/tensor"
+	"github.com/lcc-dev/lcc/train/checkpoint"
+	"github.com/lcc-dev/lcc/train/data"
+	"github.com/lcc-dev/lcc/train/optim"
+)
+
+// Config is one training run; the fields mirror `lcc train`'s flags.
+type Config struct {
+	Model  string // .onnx or .lcc file
+	Device string // "cpu"; "cuda" is refused until the CUDA executor lands
+	Data   string // data spec: see package data
+
+	SeqLen, Batch int
+	// Steps is the number of optimizer steps the run (and its schedule) spans.
+	Steps int
+	// StopAt, if > 0, stops after that step, checkpointing there, with the
+	// schedule still spanning Steps: the way to split one run into pieces.
+	StopAt int
+
+	LR float64
+	// MinLR is the cosine's floor; negative means LR/10.
+	MinLR  float64
+	Warmup int
+	// WeightDecay, Clip (max global grad norm, 0 = off) and Accumulate
+	// (micro-batches per step) configure the optimizer.
+	WeightDecay float64
+	Clip        float64
+	Accumulate  int
+
+	TokenBytes int    // tokens:FILE width, 2 or 4
+	Seed       uint64 // seeds the data stream
+	Loss       string // objective kind: see BuildObjective
+
+	// Metrics, if set, gets one JSON line per step (appended to when resuming).
+	Metrics string
+	// CheckpointDir, if set, gets a checkpoint every CheckpointEvery steps (and
+	// at the last step), keeping the newest Keep.
+	CheckpointDir   string
+	CheckpointEvery int
+	Keep            int
+	// Resume continues from the newest valid checkpoint in CheckpointDir.
+	Resume bool
+
+	// Progress gets a progress line every ProgressEvery steps (nil: none).
+	Progress      io.Writer
+	ProgressEvery int
+	// Version is lcc's version, recorded in checkpoints.
+	Version string
+}
+
+// DefaultConfig returns the defaults of `lcc train` (AdamW as PyTorch's
+// defaults, clipping at 1, cosine to lr/10, keep 3 checkpoints).
+func DefaultConfig() Config {
+	return Config{Device: "cpu", LR: 1e-3, MinLR: -1, WeightDecay: 0.01, Clip: 1,
+		Accumulate: 1, TokenBytes: 2, Loss: LossAuto, Keep: 3, ProgressEvery: 10}
+}
+
+// Result summarises a run.
+type Result struct {
+	// FirstStep is the step the run started from (the checkpoint's step when
+	// resuming, else 0); Step is the last step done.
+	FirstStep, Step int
+	// Losses holds the loss of steps FirstStep+1 .. Step.
+	Losses []float64
+	// Resumed is the checkpoint the run resumed from, if any.
+	Resumed string
+	// Checkpoints lists the checkpoints written, oldest first.
+	Checkpoints []string
+	Wall        time.Duration
+	// TokensPerSec is the mean training throughput over the run.
+	TokensPerSec float64
+}
+
+// check validates cfg, naming the flag at fault.
+func (c *Config) check() error {
+	switch {
+	case c.Model == "":
+		return errors.New("no model given")
+	case c.Device == "cuda" || strings.HasPrefix(c.Device, "cuda:"):
+		return fmt.Errorf("--device=%s: the CUDA executor is not available yet; train with --device=cpu "+
+			"(lcc compile plans and emits the CUDA kernels without a GPU)", c.Device)
+	case c.Device != "cpu":
+		return fmt.Errorf("--device %q: want cpu (or, later, cuda)", c.Device)
+	case c.Data == "":
+		return errors.New("--data: required (synthetic:copy, synthetic:passkey, tokens:FILE, bytes:FILE)")
+	case c.SeqLen < 2:
+		return fmt.Errorf("--seq-len %d: want >= 2", c.SeqLen)
+	case c.Batch < 1:
+		return fmt.Errorf("--batch %d: want >= 1", c.Batch)
+	case c.Steps < 1:
+		return fmt.Errorf("--steps %d: want >= 1", c.Steps)
+	case c.StopAt < 0 || c.StopAt > c.Steps:
+		return fmt.Errorf("--stop-at %d: want 0 (off) or 1..--steps (%d)", c.StopAt, c.Steps)
+	case !(c.LR > 0) || math.IsInf(c.LR, 0):
+		return fmt.Errorf("--lr %v: want a positive number", c.LR)
+	case c.MinLR > c.LR:
+		return fmt.Errorf("--min-lr %v: want <= --lr (%v)", c.MinLR, c.LR)
+	case c.Warmup < 0:
+		return fmt.Errorf("--warmup %d: want >= 0", c.Warmup)
+	case c.WeightDecay < 0 || math.IsNaN(c.WeightDecay):
+		return fmt.Errorf("--weight-decay %v: want >= 0", c.WeightDecay)
+	case c.Clip < 0 || math.IsNaN(c.Clip):
+		return fmt.Errorf("--clip %v: want >= 0 (0 turns clipping off)", c.Clip)
+	case c.Accumulate < 1:
+		return fmt.Errorf("--accumulate %d: want >= 1", c.Accumulate)
+	case c.TokenBytes != 2 && c.TokenBytes != 4:
+		return fmt.Errorf("--token-bytes %d: want 2 or 4", c.TokenBytes)
+	case c.CheckpointEvery < 0:
+		return fmt.Errorf("--checkpoint-every %d: want >= 0", c.CheckpointEvery)
+	case c.CheckpointEvery > 0 && c.CheckpointDir == "":
+		return errors.New("--checkpoint-every needs --checkpoint-dir")
+	case c.Resume && c.CheckpointDir == "":
+		return errors.New("--resume needs --checkpoint-dir")
+	case c.Keep < 0:
+		return fmt.Errorf("--keep %d: want >= 0 (0 keeps all)", c.Keep)
+	case c.ProgressEvery < 0:
+		return fmt.Errorf("progress interval %d: want >= 0", c.ProgressEvery)
+	}
+	return nil
+}
+
+// ModelHash identifies a model for checkpoints: the SHA-256 of its printed IR
+// (graph and bound shapes) followed by its weights' names, dtypes and shapes.
+// Weight values are not hashed: they are what training changes.
+func ModelHash(f *ir.Func) string {
+	h := sha256.New()
+	io.WriteString(h, ir.Print(f))
+	for _, p := range f.Params {
+		if p.Role == ir.RoleWeight || p.Role == ir.RoleState {
+			fmt.Fprintf(h, "%s %v\n", p.Name, p.Value.Type)
+		}
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// optimPrefix namespaces optimizer state in checkpoints, away from weight names.
+const optimPrefix = "optim."
+
+// trainer is a run in progress.
+type trainer struct {
+	cfg      Config
+	grad     *ir.Func // forward + backward: loss and grad.<w> outputs
+	acc      *ir.Func // gradient accumulation (nil when Accumulate == 1)
+	upd      *optim.Update
+	sched    optim.Schedule
+	lossName string
+	tokens   string // the token input's parameter name
+	labels   string // the label parameter's name, "" if the model has none
+	stream   *data.Stream
+	weights  map[string]*tensor.Tensor // every weight the grad function reads
+	state    map[string]*tensor.Tensor // optimizer state by update parameter name
+	hash     string
+}
+
+// Train runs cfg on the CPU interpreter in f32 (see package doc).
+func Train(cfg Config) (*Result, error) {
+	if cfg.MinLR < 0 {
+		cfg.MinLR = cfg.LR / 10
+	}
+	if cfg.Progress == nil {
+		cfg.Progress = io.Discard
+	}
+	if err := cfg.check(); err != nil {
+		return nil, err
+	}
+	t, err := newTrainer(cfg)
+	if err != nil {
+		return nil, err
+	}
+	defer t.stream.Close()
+	return t.run()
+}
+
+func newTrainer(cfg Config) (*trainer, error) {
+	model, err := driver.Load(cfg.Model, driver.Bindings{SeqLen: int64(cfg.SeqLen), Batch: int64(cfg.Batch)})
+	if err != nil {
+		return nil, err
+	}
+	if miss := driver.MissingWeights(model); len(miss) > 0 {
+		return nil, fmt.Errorf("%s: weights without data: %s", cfg.Model, strings.Join(miss, ", "))
+	}
+	obj, lossName, err := BuildObjective(model, cfg.Loss)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", cfg.Model, err)
+	}
+	grad, err := autodiff.Grad(obj, autodiff.Options{Loss: lossName})
+	if err != nil {
+		return nil, fmt.Errorf("%s: gradients: %w", cfg.Model, err)
+	}
+	o := optim.DefaultAdamW()
+	o.WeightDecay, o.MaxNorm, o.MicroSteps = cfg.WeightDecay, cfg.Clip, cfg.Accumulate
+	upd, err := o.Build(grad)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", cfg.Model, err)
+	}
+	t := &trainer{cfg: cfg, grad: grad, upd: upd, lossName: lossName, hash: ModelHash(model),
+		sched:   optim.Schedule{LR: cfg.LR, MinLR: cfg.MinLR, Warmup: cfg.Warmup, Total: cfg.Steps},
+		weights: map[string]*tensor.Tensor{}, state: map[string]*tensor.Tensor{}}
+	if err := t.sched.Check(); err != nil {
+		return nil, err
+	}
+	if cfg.Accumulate > 1 {
+		if t.acc, err = optim.Accumulate(grad); err != nil {
+			return nil, err
+		}
+	}
+	if err := t.bindData(obj); err != nil {
+		return nil, fmt.Errorf("%s: %w", cfg.Model, err)
+	}
+	for _, p := range grad.Params {
+		if p.Role == ir.RoleWeight {
+			t.weights[p.Name] = p.Data
+		}
+	}
+	for _, p := range upd.Func.Params {
+		if p.Role == ir.RoleState {
+			if strings.HasPrefix(p.Name, optimPrefix) || t.weights[optimPrefix+p.Name] != nil {
+				return nil, fmt.Errorf("%s: weight names clash with checkpoint names %q", cfg.Model, p.Name)
+			}
+			t.state[p.Name] = p.Data
+		}
+	}
+	vocab, err := Vocab(obj)
+	if err != nil {
+		return nil, err
+	}
+	t.stream, err = data.Open(cfg.Data, data.Options{SeqLen: cfg.SeqLen, Batch: cfg.Batch,
+		Vocab: vocab, Seed: cfg.Seed, TokenBytes: cfg.TokenBytes})
+	if err != nil {
+		return nil, fmt.Errorf("--data: %w", err)
+	}
+	return t, nil
+}
+
+// bindData finds the token input and the label parameter the batches feed, and
+// checks they are [batch, seq].
+func (t *trainer) bindData(f *ir.Func) error {
+	want := ir.T(tensor.I64, int64(t.cfg.Batch), int64(t.cfg.SeqLen))
+	for _, p := range f.Params {
+		var slot *string
+		switch p.Role {
+		case ir.RoleInput:
+			slot = &t.tokens
+		case ir.RoleLabel:
+			slot = &t.labels
+		default:
+			continue
+		}
+		if *slot != "" {
+			return fmt.Errorf("%s %q: lcc train feeds one token input and one label input, found also %q",
+				p.Role, p.Name, *slot)
+		}
+		if !p.Value.Type.Equal(want) {
+			return fmt.Errorf("%s %q is %v; lcc train feeds token ids %v (--batch, --seq-len)",
+				p.Role, p.Name, p.Value.Type, want)
+		}
+		*slot = p.Name
+	}
+	if t.tokens == "" {
+		return errors.New("no token input (an i64 [batch, seq] input parameter)")
+	}
+	return nil
+}
+
+// wantCheckpoint is what a checkpoint of this run must hold.
+func (t *trainer) wantCheckpoint() checkpoint.Want {
+	w := checkpoint.Want{ModelHash: t.hash, Tensors: map[string]ir.Type{}}
+	for _, p := range t.grad.Params {
+		if p.Role == ir.RoleWeight {
+			w.Tensors[p.Name] = p.Value.Type
+		}
+	}
+	for _, p := range t.upd.Func.Params {
+		if p.Role == ir.RoleState {
+			w.Tensors[optimPrefix+p.Name] = p.Value.Type
+		}
+	}
+	return w
+}
+
+// settings are the flags that shape the computation after a checkpoint; a resume
+// that changes one cannot match a straight run, and says so.
+func (t *trainer) settings() map[string]any {
+	c := t.cfg
+	return map[string]any{"steps": c.Steps, "lr": c.LR, "min_lr": c.MinLR, "warmup": c.Warmup,
+		"weight_decay": c.WeightDecay, "clip": c.Clip, "accumulate": c.Accumulate, "seed": c.Seed,
+		"loss": c.Loss}
+}
+
+// resume restores the newest valid checkpoint and returns its step.
+func (t *trainer) resume(res *Result) (int, error) {
+	dir := t.cfg.CheckpointDir
+	c, skipped, err := checkpoint.Latest(dir, t.wantCheckpoint())
+	if err != nil {
+		return 0, err
+	}
+	for _, s := range skipped {
+		fmt.Fprintf(t.cfg.Progress, "resume: skipping %s: %v\n", s.Path, s.Err)
+	}
+	if c == nil {
+		if len(skipped) > 0 {
+			return 0, fmt.Errorf("--resume: no valid checkpoint in %s (%d refused; first: %v)", dir,
+				len(skipped), skipped[0].Err)
+		}
+		fmt.Fprintf(t.cfg.Progress, "resume: no checkpoint in %s; starting from step 0\n", dir)
+		return 0, nil
+	}
+	if err := t.stream.Restore(c.Meta.Data); err != nil {
+		return 0, fmt.Errorf("--resume %s: %w", c.Path, err)
+	}
+	for name := range t.weights {
+		t.weights[name] = c.Tensors[name]
+	}
+	for name := range t.state {
+		t.state[name] = c.Tensors[optimPrefix+name]
+	}
+	if got := t.state[optim.StepState].F[0]; got != float64(c.Meta.Step) {
+		return 0, fmt.Errorf("--resume %s: optimizer step %v, JSON step %d", c.Path, got, c.Meta.Step)
+	}
+	// JSON numbers decode as float64, so compare through a JSON round trip.
+	var now map[string]any
+	js, _ := json.Marshal(t.settings())
+	json.Unmarshal(js, &now)
+	for k, v := range now {
+		if old, ok := c.Meta.Config[k]; ok && old != v {
+			fmt.Fprintf(t.cfg.Progress, "resume: %s changed from %v to %v; the run will not match a "+
+				"straight run bit for bit\n", k, old, v)
+		}
+	}
+	res.Resumed = c.Path
+	fmt.Fprintf(t.cfg.Progress, "resume: %s (step %d, loss %.4f)\n", c.Path, c.Meta.Step, c.Meta.Loss)
+	return c.Meta.Step, nil
+}
+
+// stepStats is what one step reports.
+type stepStats struct {
+	loss, lr, gradNorm float64
+}
+
+// step runs optimizer step s (0-based): Accumulate micro-batches, then AdamW.
+func (t *trainer) step(s int) (stepStats, error) {
+	opts := cpu.Options{Precision: tensor.F32}
+	var (
+		sums    map[string]*tensor.Tensor
+		lossSum float64
+	)
+	in := make(map[string]*tensor.Tensor, len(t.weights)+2)
+	for k, v := range t.weights {
+		in[k] = v
+	}
+	for range t.cfg.Accumulate {
+		b, err := t.stream.Next()
+		if err != nil {
+			return stepStats{}, err
+		}
+		in[t.tokens] = b.InputIDs
+		if t.labels != "" {
+			in[t.labels] = b.Labels
+		}
+		out, err := cpu.Run(t.grad, in, opts)
+		if err != nil {
+			return stepStats{}, err
+		}
+		lossSum += out[t.lossName].F[0]
+		if sums == nil {
+			sums = make(map[string]*tensor.Tensor, len(t.upd.Weights))
+			for _, w := range t.upd.Weights {
+				sums[w] = out[autodiff.GradPrefix+w]
+			}
+			continue
+		}
+		ain := make(map[string]*tensor.Tensor, 2*len(sums))
+		for _, w := range t.upd.Weights {
+			ain[optim.SumPrefix+w] = sums[w]
+			ain[autodiff.GradPrefix+w] = out[autodiff.GradPrefix+w]
+		}
+		aout, err := cpu.Run(t.acc, ain, opts)
+		if err != nil {
+			return stepStats{}, err
+		}
+		for _, w := range t.upd.Weights {
+			sums[w] = aout[optim.SumPrefix+w]
+		}
+	}
+	lr := t.sched.At(s)
+	uin := make(map[string]*tensor.Tensor, len(t.state)+len(sums)+1)
+	for k, v := range t.state {
+		uin[k] = v
+	}
+	for w, g := range sums {
+		uin[autodiff.GradPrefix+w] = g
+	}
+	uin[optim.LRInput] = tensor.Scalar(tensor.F64, lr)
+	out, err := cpu.Run(t.upd.Func, uin, opts)
+	if err != nil {
+		return stepStats{}, err
+	}
+	for k := range t.state {
+		t.state[k] = out[k]
+	}
+	for _, w := range t.upd.Weights {
+		t.weights[w] = out[w]
+	}
+	return stepStats{loss: lossSum / float64(t.cfg.Accumulate), lr: lr,
+		gradNorm: out[optim.GradNormOutput].F[0]}, nil
+}
+
+// save writes a checkpoint after step and prunes old ones.
+func (t *trainer) save(step int, loss float64) (string, error) {
+	ts := make(map[string]*tensor.Tensor, len(t.weights)+len(t.state))
+	for k, v := range t.weights {
+		ts[k] = v
+	}
+	for k, v := range t.state {
+		ts[optimPrefix+k] = v
+	}
+	m := checkpoint.Meta{Data: t.stream.State(), LCCVersion: t.cfg.Version, ModelHash: t.hash,
+		Loss: loss, Config: t.settings()}
+	path, err := checkpoint.Save(t.cfg.CheckpointDir, step, m, ts)
+	if err != nil {
+		return "", err
+	}
+	return path, checkpoint.Prune(t.cfg.CheckpointDir, t.cfg.Keep)
+}
+
+// metric is one line of the --metrics file.
+type metric struct {
+	Step       int     `json:"step"`
+	Loss       any     `json:"loss"` // a number, or null if not finite
+	LR         float64 `json:"lr"`
+	GradNorm   any     `json:"grad_norm"`
+	TokensPerS float64 `json:"tokens_per_s"`
+}
+
+func (t *trainer) run() (*Result, error) {
+	cfg := t.cfg
+	res := &Result{}
+	first := 0
+	if cfg.Resume {
+		var err error
+		if first, err = t.resume(res); err != nil {
+			return nil, err
+		}
+	}
+	res.FirstStep, res.Step = first, first
+	last := cfg.Steps
+	if cfg.StopAt > 0 {
+		last = cfg.StopAt
+	}
+	if first >= last {
+		fmt.Fprintf(cfg.Progress, "nothing to do: step %d reached (--steps %d, --stop-at %d)\n", first,
+			cfg.Steps, cfg.StopAt)
+		return res, nil
+	}
+	var metrics *os.File
+	if cfg.Metrics != "" {
+		flags := os.O_CREATE | os.O_WRONLY | os.O_TRUNC
+		if first > 0 {
+			flags = os.O_CREATE | os.O_WRONLY | os.O_APPEND
+		}
+		var err error
+		if metrics, err = os.OpenFile(cfg.Metrics, flags, 0o644); err != nil {
+			return nil, fmt.Errorf("--metrics: %w", err)
+		}
+		defer metrics.Close()
+	}
+	tokensPerStep := float64(cfg.Batch * cfg.SeqLen * cfg.Accumulate)
+	start := time.Now()
+	window, windowSteps := start, 0
+	for s := first; s < last; s++ {
+		t0 := time.Now()
+		st, err := t.step(s)
+		if err != nil {
+			return nil, fmt.Errorf("step %d: %w", s+1, err)
+		}
+		dt := time.Since(t0)
+		res.Losses = append(res.Losses, st.loss)
+		res.Step = s + 1
+		windowSteps++
+		if metrics != nil {
+			js, _ := json.Marshal(metric{Step: s + 1, Loss: finite(st.loss), LR: st.lr,
+				GradNorm: finite(st.gradNorm), TokensPerS: tokensPerStep / dt.Seconds()})
+			if _, err := metrics.Write(append(js, '\n')); err != nil {
+				return nil, fmt.Errorf("--metrics: %w", err)
+			}
+		}
+		if math.IsNaN(st.loss) || math.IsInf(st.loss, 0) {
+			return res, fmt.Errorf("step %d: loss is %v (try a lower --lr or --clip)", s+1, st.loss)
+		}
+		if cfg.ProgressEvery > 0 && (res.Step%cfg.ProgressEvery == 0 || res.Step == last) {
+			el := time.Since(window)
+			avg := time.Since(start) / time.Duration(res.Step-first)
+			var ms runtime.MemStats
+			runtime.ReadMemStats(&ms)
+			fmt.Fprintf(cfg.Progress, "step %d/%d  loss %.4f  lr %.3g  grad_norm %.3f  %.0f tok/s  mem %d MiB  ETA %s\n",
+				res.Step, cfg.Steps, st.loss, st.lr, st.gradNorm,
+				tokensPerStep*float64(windowSteps)/el.Seconds(), ms.HeapAlloc>>20,
+				(avg * time.Duration(last-res.Step)).Round(time.Second))
+			window, windowSteps = time.Now(), 0
+		}
+		if cfg.CheckpointDir != "" && ((cfg.CheckpointEvery > 0 && res.Step%cfg.CheckpointEvery == 0) ||
+			res.Step == last) {
+			p, err := t.save(res.Step, st.loss)
+			if err != nil {
+				return res, fmt.Errorf("step %d: %w", res.Step, err)
+			}
+			res.Checkpoints = append(res.Checkpoints, p)
+		}
+	}
+	res.Wall = time.Since(start)
+	res.TokensPerSec = tokensPerStep * float64(res.Step-first) / res.Wall.Seconds()
+	return res, nil
+}
+
+// finite returns v, or nil (JSON null) for NaN and ±Inf, which JSON cannot hold.
+func finite(v float64) any {
+	if math.IsNaN(v) || math.IsInf(v, 0) {
+		return nil
+	}
+	return v
+}

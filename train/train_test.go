@@ -1,0 +1,304 @@
+package train
+
+import (
+	"bufio"
+	"encoding/json"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/lcc-dev/lcc/driver"
+	"github.com/lcc-dev/lcc/ir"
+	"github.com/lcc-dev/lcc/runtime/cpu"
+	"github.com/lcc-dev/lcc/tensor"
+)
+
+const (
+	gptMini     = "../testdata/onnx/gpt_mini.onnx"
+	gptMiniLoss = "../testdata/onnx/gpt_mini_loss.onnx"
+)
+
+// small is a fast configuration: gpt_mini on 2×16 tokens.
+func small(t *testing.T, steps int) Config {
+	c := DefaultConfig()
+	c.Model, c.Data = gptMini, "synthetic:copy"
+	c.SeqLen, c.Batch, c.Steps, c.LR, c.Seed = 16, 2, steps, 3e-3, 1
+	c.Version = "test"
+	return c
+}
+
+func run(t *testing.T, c Config) *Result {
+	t.Helper()
+	r, err := Train(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// TestBuildObjective checks both kinds of objective on the two gpt_mini exports,
+// and the cross-entropy numbers against a direct computation from the logits.
+func TestBuildObjective(t *testing.T) {
+	f, err := driver.Load(gptMini, driver.Bindings{SeqLen: 4, Batch: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, loss, err := BuildObjective(f, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if loss != LossOutput || f.Param(LabelsParam) != nil {
+		t.Fatalf("loss %q; input modified: %v", loss, f.Param(LabelsParam) != nil)
+	}
+	if got := g.Param(LabelsParam).Value.Type.String(); got != "i64[batch=2,seq=4]" {
+		t.Errorf("labels type %s, want i64[batch=2,seq=4]", got)
+	}
+	ids := tensor.FromInts(tensor.I64, []int64{2, 4}, []int64{1, 2, 3, 4, 5, 6, 7, 8})
+	labels := tensor.FromInts(tensor.I64, []int64{2, 4}, []int64{2, 3, -100, 9, 6, -100, 8, 500})
+	out, err := cpu.Run(g, map[string]*tensor.Tensor{"input_ids": ids, LabelsParam: labels},
+		cpu.Options{Precision: tensor.F64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	logits := out[f.Outputs[0].Name]
+	var want float64
+	var n int
+	for i, l := range labels.I {
+		if l == -100 {
+			continue
+		}
+		row := logits.F[i*512 : (i+1)*512]
+		var s float64
+		for _, x := range row {
+			s += math.Exp(x)
+		}
+		want += math.Log(s) - row[l]
+		n++
+	}
+	want /= float64(n)
+	if got := out[LossOutput].F[0]; math.Abs(got-want) > 1e-9 {
+		t.Errorf("loss %v, want %v", got, want)
+	}
+
+	fl, err := driver.Load(gptMiniLoss, driver.Bindings{SeqLen: 4, Batch: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, loss, err := BuildObjective(fl, LossAuto); err != nil || loss != "cross_entropy_loss" {
+		t.Errorf("gpt_mini_loss: %q, %v; want its own cross_entropy_loss", loss, err)
+	}
+	for _, tc := range []struct {
+		f    *ir.Func
+		kind string
+		want string
+	}{
+		{f, LossModel, "no scalar float output"},
+		{f, "mse", `--loss "mse"`},
+		{fl, LossCrossEntropy, `already has a parameter "labels"`},
+	} {
+		if _, _, err := BuildObjective(tc.f, tc.kind); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("BuildObjective(%s, %q): %v, want %q", tc.f.Name, tc.kind, err, tc.want)
+		}
+	}
+}
+
+// TestLossFalls trains the copy task briefly: the loss must fall well below its
+// start (it learns the alphabet first, then to copy).
+func TestLossFalls(t *testing.T) {
+	c := small(t, 60)
+	c.Batch = 4
+	r := run(t, c)
+	first, last := mean(r.Losses[:10]), mean(r.Losses[50:])
+	t.Logf("first 10 %.4f, last 10 %.4f, %.0f tok/s", first, last, r.TokensPerSec)
+	if !(last < 0.85*first) {
+		t.Errorf("mean loss of the last 10 steps %.4f is not below 0.85 × the first 10 (%.4f)", last, first)
+	}
+}
+
+func mean(xs []float64) float64 {
+	var s float64
+	for _, x := range xs {
+		s += x
+	}
+	return s / float64(len(xs))
+}
+
+func bits(xs []float64) []uint64 {
+	out := make([]uint64, len(xs))
+	for i, x := range xs {
+		out[i] = math.Float64bits(x)
+	}
+	return out
+}
+
+// TestResumeBitIdentical splits a 20-step run (with warmup and gradient
+// accumulation) at step 10 and checks every loss of the resumed half, and the
+// final weights, against a straight run, bit for bit.
+func TestResumeBitIdentical(t *testing.T) {
+	base := small(t, 20)
+	base.Warmup, base.Accumulate = 3, 2
+	straight := base
+	straight.CheckpointDir = t.TempDir()
+	a := run(t, straight)
+
+	dir := t.TempDir()
+	first := base
+	first.CheckpointDir, first.StopAt = dir, 10
+	if r := run(t, first); r.Step != 10 || !slices.Equal(bits(r.Losses), bits(a.Losses[:10])) {
+		t.Fatalf("first half: step %d, losses differ from the straight run", r.Step)
+	}
+	second := base
+	second.CheckpointDir, second.Resume = dir, true
+	var log strings.Builder
+	second.Progress = &log
+	b := run(t, second)
+	if b.FirstStep != 10 || b.Step != 20 || !strings.HasSuffix(b.Resumed, "ckpt-00000010.json") {
+		t.Fatalf("resumed run: %+v", b)
+	}
+	if !slices.Equal(bits(b.Losses), bits(a.Losses[10:])) {
+		t.Errorf("resumed losses differ:\n got %v\nwant %v", b.Losses, a.Losses[10:])
+	}
+	// Same weights and optimizer state: the final checkpoints are the same bytes.
+	ra, _ := os.ReadFile(filepath.Join(straight.CheckpointDir, "ckpt-00000020.safetensors"))
+	rb, _ := os.ReadFile(filepath.Join(dir, "ckpt-00000020.safetensors"))
+	if len(ra) == 0 || !slices.Equal(ra, rb) {
+		t.Error("final checkpoints differ")
+	}
+	if strings.Contains(log.String(), "changed") {
+		t.Errorf("resume reported a settings change:\n%s", log.String())
+	}
+}
+
+// TestResumeSkipsBad damages the newest checkpoint: resume says which it skipped
+// and why, continues from the previous one, and still matches a straight run. A
+// checkpoint of another model (other --seq-len) is refused naming the file.
+func TestResumeSkipsBad(t *testing.T) {
+	dir := t.TempDir()
+	c := small(t, 8)
+	c.CheckpointDir, c.CheckpointEvery = dir, 4
+	a := run(t, c)
+	raw, _ := os.ReadFile(filepath.Join(dir, "ckpt-00000008.safetensors"))
+	os.WriteFile(filepath.Join(dir, "ckpt-00000008.safetensors"), raw[:len(raw)-100], 0o644)
+
+	c.Resume = true
+	var log strings.Builder
+	c.Progress = &log
+	b := run(t, c)
+	if !strings.Contains(log.String(), "skipping "+filepath.Join(dir, "ckpt-00000008.json")) ||
+		!strings.Contains(log.String(), "corrupt or truncated") {
+		t.Errorf("resume log does not name the skipped checkpoint and why:\n%s", log.String())
+	}
+	if b.FirstStep != 4 || !slices.Equal(bits(b.Losses), bits(a.Losses[4:])) {
+		t.Errorf("resumed from %d with losses %v, want from 4 with %v", b.FirstStep, b.Losses, a.Losses[4:])
+	}
+
+	other := c
+	other.SeqLen = 32
+	_, err := Train(other)
+	if err == nil || !strings.Contains(err.Error(), "is of another model") ||
+		!strings.Contains(err.Error(), "no valid checkpoint in "+dir) {
+		t.Errorf("resume with another model: %v", err)
+	}
+}
+
+// TestMetricsAndProgress checks the JSON lines and the progress line.
+func TestMetricsAndProgress(t *testing.T) {
+	c := small(t, 4)
+	c.Metrics = filepath.Join(t.TempDir(), "m.jsonl")
+	c.ProgressEvery = 2
+	var log strings.Builder
+	c.Progress = &log
+	r := run(t, c)
+	f, err := os.Open(c.Metrics)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	n := 0
+	for sc.Scan() {
+		var m struct {
+			Step                         int
+			Loss, LR, GradNorm, TokensPS float64
+		}
+		var raw map[string]any
+		if err := json.Unmarshal(sc.Bytes(), &raw); err != nil {
+			t.Fatal(err)
+		}
+		for _, k := range []string{"step", "loss", "lr", "grad_norm", "tokens_per_s"} {
+			if _, ok := raw[k]; !ok {
+				t.Errorf("line %d lacks %q: %s", n+1, k, sc.Text())
+			}
+		}
+		json.Unmarshal(sc.Bytes(), &m)
+		n++
+		if m.Step != n || raw["loss"].(float64) != r.Losses[n-1] {
+			t.Errorf("line %d: %s", n, sc.Text())
+		}
+	}
+	if n != 4 {
+		t.Errorf("%d metrics lines, want 4", n)
+	}
+	if !strings.Contains(log.String(), "step 2/4  loss ") || !strings.Contains(log.String(), "tok/s") ||
+		!strings.Contains(log.String(), "ETA") || strings.Count(log.String(), "\n") != 2 {
+		t.Errorf("progress:\n%s", log.String())
+	}
+}
+
+// TestFileData trains on a bytes file, and reports an out-of-vocabulary token
+// of a tokens file with its offset.
+func TestFileData(t *testing.T) {
+	dir := t.TempDir()
+	text := filepath.Join(dir, "text.txt")
+	os.WriteFile(text, []byte(strings.Repeat("the quick brown fox jumps over the lazy dog. ", 20)), 0o644)
+	c := small(t, 2)
+	c.Data = "bytes:" + text
+	run(t, c)
+
+	toks := filepath.Join(dir, "toks.bin")
+	raw := make([]byte, 2*40)
+	raw[2*7], raw[2*7+1] = 0x10, 0x27 // token 10000 at byte offset 14
+	os.WriteFile(toks, raw, 0o644)
+	c.Data = "tokens:" + toks
+	_, err := Train(c)
+	if err == nil || !strings.Contains(err.Error(), "token 10000 at byte offset 14") {
+		t.Errorf("out-of-vocabulary token: %v", err)
+	}
+}
+
+// TestConfigErrors checks that bad settings are errors naming the flag.
+func TestConfigErrors(t *testing.T) {
+	for _, tc := range []struct {
+		mod  func(*Config)
+		want string
+	}{
+		{func(c *Config) { c.Device = "cuda" }, "CUDA executor is not available yet"},
+		{func(c *Config) { c.Device = "tpu" }, "--device"},
+		{func(c *Config) { c.Data = "" }, "--data"},
+		{func(c *Config) { c.Data = "synthetic:nope" }, "--data"},
+		{func(c *Config) { c.SeqLen = 0 }, "--seq-len"},
+		{func(c *Config) { c.Batch = 0 }, "--batch"},
+		{func(c *Config) { c.Steps = 0 }, "--steps"},
+		{func(c *Config) { c.StopAt = 99 }, "--stop-at"},
+		{func(c *Config) { c.LR = 0 }, "--lr"},
+		{func(c *Config) { c.MinLR = 1 }, "--min-lr"},
+		{func(c *Config) { c.Warmup = -1 }, "--warmup"},
+		{func(c *Config) { c.WeightDecay = -1 }, "--weight-decay"},
+		{func(c *Config) { c.Clip = -1 }, "--clip"},
+		{func(c *Config) { c.Accumulate = 0 }, "--accumulate"},
+		{func(c *Config) { c.TokenBytes = 3 }, "--token-bytes"},
+		{func(c *Config) { c.Resume = true }, "--resume needs --checkpoint-dir"},
+		{func(c *Config) { c.CheckpointEvery = 5 }, "--checkpoint-every needs --checkpoint-dir"},
+		{func(c *Config) { c.Loss = "model" }, "--loss model"},
+		{func(c *Config) { c.Model = "nope.onnx" }, "nope.onnx"},
+	} {
+		c := small(t, 3)
+		tc.mod(&c)
+		if _, err := Train(c); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("got %v, want an error containing %q", err, tc.want)
+		}
+	}
+}
