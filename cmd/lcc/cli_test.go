@@ -101,7 +101,19 @@ func TestCompileDeterministic(t *testing.T) {
 				t.Fatalf("compile %s: %s", m, stderr)
 			}
 			files := map[string][]byte{}
-			for _, f := range []string{"graph.lcc", "report.json", "weights.safetensors"} {
+			kernels, _ := filepath.Glob(filepath.Join(dir, "kernels", "*.cu"))
+			if rep, _ := os.ReadFile(filepath.Join(dir, "report.json")); len(kernels) == 0 &&
+				!bytes.Contains(rep, []byte(`"kernel_error"`)) {
+				t.Fatalf("%s: no kernels written and no kernel_error in the report", m)
+			}
+			names := []string{"graph.lcc", "report.json", "weights.safetensors"}
+			if len(kernels) > 0 {
+				names = append(names, "launch_plan.json")
+			}
+			for _, k := range kernels {
+				names = append(names, filepath.Join("kernels", filepath.Base(k)))
+			}
+			for _, f := range names {
 				b, err := os.ReadFile(filepath.Join(dir, f))
 				if err != nil {
 					t.Fatal(err)
@@ -109,6 +121,9 @@ func TestCompileDeterministic(t *testing.T) {
 				files[f] = b
 			}
 			if prev != nil {
+				if len(prev) != len(files) {
+					t.Errorf("%s: %d files, then %d", m, len(prev), len(files))
+				}
 				for f, b := range files {
 					if !bytes.Equal(b, prev[f]) {
 						t.Errorf("%s: %s differs between two compiles", m, f)
