@@ -4,7 +4,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
-	"sort"
 	"strings"
 
 	"github.com/lcc-dev/lcc/ir"
@@ -170,11 +169,15 @@ type gen struct {
 }
 
 // storageOf is the device dtype of v: f32 values take Options.Storage, except
-// attention's lse, which stays f32 for the backward's exp(s − lse).
+// attention's lse, which stays f32 for the backward's exp(s − lse), and reshapes,
+// which share their operand's memory and so its dtype.
 func (g *gen) storageOf(v *ir.Value) tensor.DType {
 	dt := v.Type.DType
 	if dt != tensor.F32 || g.opts.Storage == tensor.F32 {
 		return dt
+	}
+	if v.Def != nil && v.Def.Op == ir.OpReshape {
+		return g.storageOf(v.Def.Args[0]) // an alias has its memory's dtype
 	}
 	if v.Def != nil && v.Index == 1 && (v.Def.Op == ir.OpAttention || v.Def.Op == ir.OpDilatedAttention) {
 		return tensor.F32
@@ -370,13 +373,12 @@ func (g *gen) lower() error {
 // kernelSpec is what a family renders: the body after the prelude, with
 // @KERNEL@ standing for the entry name.
 type kernelSpec struct {
-	op           string
-	body         string
-	grid, block  [3]uint32
-	shared       uint32
-	params       []Param
-	args         []int
-	skipIfNoWork bool
+	op          string
+	body        string
+	grid, block [3]uint32
+	shared      uint32
+	params      []Param
+	args        []int
 }
 
 // emit adds the kernel (deduplicated by source) and a step launching it.
@@ -396,17 +398,7 @@ func (g *gen) emit(s kernelSpec) {
 		Kernel: name, Grid: s.grid, Block: s.block, Shared: s.shared, Args: s.args})
 }
 
-// out and in make parameters for value v.
+// param makes a kernel parameter for value v.
 func (g *gen) param(name string, v *ir.Value, out bool) Param {
 	return Param{Name: name, CType: storageC[g.storageOf(v)], Out: out}
-}
-
-// sortedIDs is a helper for deterministic iteration over id sets.
-func sortedIDs(m map[int]bool) []int {
-	var out []int
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Ints(out)
-	return out
 }

@@ -115,8 +115,8 @@ func indent(s string, extra int) string {
 	return strings.Join(lines, "\n") + "\n"
 }
 
-// rowKernel is the shape of a per-row kernel over [outer, m, inner]: one block
-// per (outer, inner) row, threads striding over m.
+// softmaxBody views x as [outer, m, inner] and gives each (outer, inner) row a
+// block whose threads stride over m; three passes: max, sum of exp, write.
 const softmaxBody = `// %[1]s over axis %[2]d of %[3]s: one block per row
 #define M %[4]dLL
 #define INNER %[5]dLL
