@@ -102,7 +102,8 @@ func Logits(f *ir.Func) (ir.Output, error) {
 }
 
 // Vocab returns the vocabulary size token ids must stay below: the last dim of
-// the logits, or else the rows of the embedding table the token input indexes.
+// the logits, or else the rows of the embedding table a token parameter indexes
+// (an input, or a label: testdata's gpt_mini_loss.onnx embeds its labels).
 func Vocab(f *ir.Func) (int64, error) {
 	if o, err := Logits(f); err == nil {
 		t := o.Value.Type
@@ -110,7 +111,7 @@ func Vocab(f *ir.Func) (int64, error) {
 	}
 	for _, n := range f.Body {
 		if n.Op == ir.OpGather && n.Attrs.Int("axis", 0) == 0 && n.Args[1].Param != nil &&
-			n.Args[1].Param.Role == ir.RoleInput {
+			(n.Args[1].Param.Role == ir.RoleInput || n.Args[1].Param.Role == ir.RoleLabel) {
 			return n.Args[0].Type.Shape[0], nil
 		}
 	}

@@ -473,12 +473,8 @@ func (t *trainer) run() (*Result, error) {
 	}
 	var metrics *os.File
 	if cfg.Metrics != "" {
-		flags := os.O_CREATE | os.O_WRONLY | os.O_TRUNC
-		if first > 0 {
-			flags = os.O_CREATE | os.O_WRONLY | os.O_APPEND
-		}
 		var err error
-		if metrics, err = os.OpenFile(cfg.Metrics, flags, 0o644); err != nil {
+		if metrics, err = openMetrics(cfg.Metrics, first); err != nil {
 			return nil, fmt.Errorf("--metrics: %w", err)
 		}
 		defer metrics.Close()
@@ -529,6 +525,36 @@ func (t *trainer) run() (*Result, error) {
 	res.Wall = time.Since(start)
 	res.TokensPerSec = tokensPerStep * float64(res.Step-first) / res.Wall.Seconds()
 	return res, nil
+}
+
+// openMetrics opens the metrics file for a run starting after step first: a
+// fresh run truncates it; a resumed run keeps the lines of steps up to first and
+// drops later ones (written after the checkpoint by the run that stopped), so the
+// file reads as one straight run.
+func openMetrics(path string, first int) (*os.File, error) {
+	if first == 0 {
+		return os.Create(path)
+	}
+	old, err := os.ReadFile(path)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, err
+	}
+	var kept []byte
+	for line := range strings.Lines(string(old)) {
+		var m struct{ Step int }
+		if json.Unmarshal([]byte(line), &m) == nil && m.Step <= first && strings.HasSuffix(line, "\n") {
+			kept = append(kept, line...)
+		}
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := f.Write(kept); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return f, nil
 }
 
 // finite returns v, or nil (JSON null) for NaN and ±Inf, which JSON cannot hold.

@@ -170,6 +170,23 @@ func TestResumeBitIdentical(t *testing.T) {
 	if strings.Contains(log.String(), "changed") {
 		t.Errorf("resume reported a settings change:\n%s", log.String())
 	}
+
+	// Changing --steps changes the schedule; the resume says so.
+	log.Reset()
+	second.Steps, second.StopAt = 22, 21
+	run(t, second)
+	if !strings.Contains(log.String(), "steps changed from 20 to 22") {
+		t.Errorf("resume did not report the changed schedule:\n%s", log.String())
+	}
+}
+
+// TestModelLoss trains gpt_mini_loss, which computes its own loss from labels.
+func TestModelLoss(t *testing.T) {
+	c := small(t, 2)
+	c.Model = gptMiniLoss
+	if r := run(t, c); len(r.Losses) != 2 || !(r.Losses[0] > 5) {
+		t.Errorf("losses %v, want two near ln(512)", r.Losses)
+	}
 }
 
 // TestResumeSkipsBad damages the newest checkpoint: resume says which it skipped
@@ -241,6 +258,17 @@ func TestMetricsAndProgress(t *testing.T) {
 	}
 	if n != 4 {
 		t.Errorf("%d metrics lines, want 4", n)
+	}
+	// A resume from step 2 rewrites the file as one straight run would.
+	ck := small(t, 4)
+	ck.CheckpointDir, ck.CheckpointEvery, ck.Metrics = t.TempDir(), 2, c.Metrics
+	run(t, ck)
+	os.Remove(filepath.Join(ck.CheckpointDir, "ckpt-00000004.json"))
+	ck.Resume = true
+	run(t, ck)
+	got, _ := os.ReadFile(c.Metrics)
+	if strings.Count(string(got), "\n") != 4 || !strings.Contains(string(got), `{"step":4,`) {
+		t.Errorf("metrics after resume:\n%s", got)
 	}
 	if !strings.Contains(log.String(), "step 2/4  loss ") || !strings.Contains(log.String(), "tok/s") ||
 		!strings.Contains(log.String(), "ETA") || strings.Count(log.String(), "\n") != 2 {
