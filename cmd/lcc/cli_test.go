@@ -268,3 +268,24 @@ func TestCompileLongContextPlan(t *testing.T) {
 		}
 	}
 }
+
+func TestEmitONNXAndDOT(t *testing.T) {
+	dir := t.TempDir()
+	_, stderr, code := lcc(t, "compile", filepath.Join(td, "onnx", "attn_mha.onnx"), "--seq-len=64",
+		"--attention=dilated", "--segments=8,16,32", "--dilations=1,2,4", "--emit=onnx,dot", "-o", dir)
+	if code != 0 {
+		t.Fatal(stderr)
+	}
+	// The exported file is valid ONNX to lcc's own strict decoder.
+	if _, stderr, code := lcc(t, "compile", filepath.Join(dir, "graph.onnx"), "--seq-len=64"); code != 1 ||
+		!strings.Contains(stderr, "ai.lcc") {
+		t.Errorf("compiling an export with ai.lcc ops should name the domain: %d %s", code, stderr)
+	}
+	dot, err := os.ReadFile(filepath.Join(dir, "graph.dot"))
+	if err != nil || !strings.Contains(string(dot), "dilated_attention") {
+		t.Errorf("graph.dot: %v", err)
+	}
+	if _, _, code := lcc(t, "compile", filepath.Join(td, "onnx", "attn_mha.onnx"), "--seq-len=64", "--emit=svg", "-o", dir); code != 1 {
+		t.Error("--emit=svg accepted")
+	}
+}

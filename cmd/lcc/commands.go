@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"os"
+	"path/filepath"
 	"sort"
 	"strings"
 	"text/tabwriter"
@@ -11,6 +12,8 @@ import (
 
 	cudagen "github.com/lcc-dev/lcc/codegen/cuda"
 	"github.com/lcc-dev/lcc/driver"
+	"github.com/lcc-dev/lcc/frontends/onnx"
+	"github.com/lcc-dev/lcc/ir"
 	"github.com/lcc-dev/lcc/passes"
 	"github.com/lcc-dev/lcc/report"
 	"github.com/lcc-dev/lcc/targets"
@@ -92,6 +95,7 @@ func compileCmd() *cobra.Command {
 		af                      attentionFlags
 		checkpoint              string
 		budget                  int64
+		emit                    []string
 	)
 	cmd := &cobra.Command{
 		Use:   "compile MODEL",
@@ -128,6 +132,27 @@ func compileCmd() *cobra.Command {
 				return err
 			}
 			writeKernels := generateKernels(res, t)
+			for _, e := range emit {
+				switch e {
+				case "onnx":
+					writeKernels = append(writeKernels, func(dir string) error {
+						data, err := onnx.Export(res.Func)
+						if err != nil {
+							return err
+						}
+						return driver.WriteFileAtomic(filepath.Join(dir, "graph.onnx"), data)
+					})
+				case "dot":
+					writeKernels = append(writeKernels, func(dir string) error {
+						return driver.WriteFileAtomic(filepath.Join(dir, "graph.dot"), []byte(ir.DOT(res.Func)))
+					})
+				default:
+					return fmt.Errorf("--emit %q: want onnx or dot", e)
+				}
+			}
+			if len(emit) > 0 && out == "" {
+				return fmt.Errorf("--emit needs -o DIR")
+			}
 			if out != "" {
 				if err := driver.WriteOutputs(out, res, writeKernels...); err != nil {
 					return err
@@ -151,6 +176,7 @@ func compileCmd() *cobra.Command {
 	}
 	sf.add(cmd)
 	af.add(cmd)
+	cmd.Flags().StringSliceVar(&emit, "emit", nil, "also write the rewritten graph: onnx (DIR/graph.onnx, lcc ops in domain ai.lcc), dot (DIR/graph.dot)")
 	cmd.Flags().StringVar(&checkpoint, "checkpoint", "auto", "activation checkpointing: auto, none, layers or selective")
 	cmd.Flags().Int64Var(&budget, "memory-budget", 0, "activation memory budget per GPU in bytes (default: from the target)")
 	cmd.Flags().StringVar(&target, "target", "h200x1", "target machine (see lcc targets)")

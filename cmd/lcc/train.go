@@ -45,26 +45,37 @@ bit. To split one run, keep --steps and stop the first part with --stop-at.`,
 	}
 	f := cmd.Flags()
 	f.StringVar(&cfg.Device, "device", cfg.Device, "where to train: cpu (cuda is not available yet)")
-	f.StringVar(&cfg.Data, "data", "", "training data: synthetic:copy, synthetic:passkey, tokens:FILE or bytes:FILE")
+	f.StringVar(&cfg.Data, "data", "",
+		"training data: synthetic:copy, synthetic:passkey, tokens:FILE or bytes:FILE")
 	f.IntVar(&cfg.SeqLen, "seq-len", 0, "tokens per sequence (binds the model's seq dim)")
 	f.IntVar(&cfg.Batch, "batch", 1, "sequences per micro-batch (binds the model's batch dim)")
 	f.IntVar(&cfg.Steps, "steps", 0, "optimizer steps; the learning-rate schedule spans them")
-	f.IntVar(&cfg.StopAt, "stop-at", 0, "stop after this step (checkpointing there), keeping the schedule of --steps")
+	f.IntVar(&cfg.StopAt, "stop-at", 0,
+		"stop after this step (checkpointing there), keeping the schedule of --steps")
 	f.Float64Var(&cfg.LR, "lr", cfg.LR, "peak learning rate")
-	f.Float64Var(&cfg.MinLR, "min-lr", cfg.MinLR, "learning rate at the end of the cosine (negative: lr/10)")
+	f.Float64Var(&cfg.MinLR, "min-lr", cfg.MinLR,
+		"learning rate at the end of the cosine (negative: lr/10)")
 	f.IntVar(&cfg.Warmup, "warmup", cfg.Warmup, "linear warmup steps")
 	f.Float64Var(&cfg.WeightDecay, "weight-decay", cfg.WeightDecay, "AdamW decoupled weight decay")
 	f.Float64Var(&cfg.Clip, "clip", cfg.Clip, "clip the global gradient norm to this (0: off)")
-	f.IntVar(&cfg.Accumulate, "accumulate", cfg.Accumulate, "micro-batches per optimizer step (gradient accumulation)")
-	f.IntVar(&cfg.TokenBytes, "token-bytes", cfg.TokenBytes, "bytes per token of tokens:FILE: 2 (uint16) or 4 (uint32)")
+	f.IntVar(&cfg.Accumulate, "accumulate", cfg.Accumulate,
+		"micro-batches per optimizer step (gradient accumulation)")
+	f.IntVar(&cfg.TokenBytes, "token-bytes", cfg.TokenBytes,
+		"bytes per token of tokens:FILE: 2 (uint16) or 4 (uint32)")
 	f.Uint64Var(&cfg.Seed, "seed", cfg.Seed, "seed of the data stream")
-	f.StringVar(&cfg.Loss, "loss", cfg.Loss, "objective: auto (the model's loss output, else cross-entropy), cross-entropy or model")
-	f.StringVar(&cfg.Metrics, "metrics", "", "write one JSON line per step (step, loss, lr, grad_norm, tokens_per_s) to this file")
-	f.StringVar(&cfg.CheckpointDir, "checkpoint-dir", "", "write checkpoints here (and resume from here)")
-	f.IntVar(&cfg.CheckpointEvery, "checkpoint-every", 0, "checkpoint every N steps (and always at the last step)")
+	f.StringVar(&cfg.Loss, "loss", cfg.Loss,
+		"objective: auto (the model's loss output, else cross-entropy), cross-entropy or model")
+	f.StringVar(&cfg.Metrics, "metrics", "",
+		"write one JSON line per step (step, loss, lr, grad_norm, tokens_per_s) to this file")
+	f.StringVar(&cfg.CheckpointDir, "checkpoint-dir", "",
+		"write checkpoints here (and resume from here)")
+	f.IntVar(&cfg.CheckpointEvery, "checkpoint-every", 0,
+		"checkpoint every N steps (and always at the last step)")
 	f.IntVar(&cfg.Keep, "keep", cfg.Keep, "keep the newest N checkpoints (0: all)")
-	f.BoolVar(&cfg.Resume, "resume", false, "continue from the newest valid checkpoint in --checkpoint-dir")
-	f.IntVar(&cfg.ProgressEvery, "progress-every", cfg.ProgressEvery, "print a progress line every N steps (0: never)")
+	f.BoolVar(&cfg.Resume, "resume", false,
+		"continue from the newest valid checkpoint in --checkpoint-dir")
+	f.IntVar(&cfg.ProgressEvery, "progress-every", cfg.ProgressEvery,
+		"print a progress line every N steps (0: never)")
 	return cmd
 }
 
