@@ -59,7 +59,8 @@ func BuildObjective(f *ir.Func, kind string) (*ir.Func, string, error) {
 		}
 		return g, LossOutput, nil
 	}
-	return nil, "", fmt.Errorf("--loss %q: want %s, %s or %s", kind, LossAuto, LossCrossEntropy, LossModel)
+	return nil, "", fmt.Errorf("--loss %q: want %s, %s or %s", kind, LossAuto, LossCrossEntropy,
+		LossModel)
 }
 
 // scalarLoss finds the output a model computes its loss in.
@@ -94,8 +95,8 @@ func Logits(f *ir.Func) (ir.Output, error) {
 	case 1:
 		return cands[0], nil
 	case 0:
-		return ir.Output{}, fmt.Errorf("func @%s has no logits output (a float output [..., vocab]; outputs: %s)",
-			f.Name, outputList(f))
+		return ir.Output{}, fmt.Errorf("func @%s has no logits output (a float output [..., vocab]; "+
+			"outputs: %s)", f.Name, outputList(f))
 	}
 	return ir.Output{}, fmt.Errorf("func @%s has %d outputs that could be logits (%s); keep one",
 		f.Name, len(cands), outputList(f))

@@ -191,7 +191,8 @@ func Train(cfg Config) (*Result, error) {
 }
 
 func newTrainer(cfg Config) (*trainer, error) {
-	model, err := driver.Load(cfg.Model, driver.Bindings{SeqLen: int64(cfg.SeqLen), Batch: int64(cfg.Batch)})
+	bind := driver.Bindings{SeqLen: int64(cfg.SeqLen), Batch: int64(cfg.Batch)}
+	model, err := driver.Load(cfg.Model, bind)
 	if err != nil {
 		return nil, err
 	}
@@ -507,8 +508,8 @@ func (t *trainer) run() (*Result, error) {
 			avg := time.Since(start) / time.Duration(res.Step-first)
 			var ms runtime.MemStats
 			runtime.ReadMemStats(&ms)
-			fmt.Fprintf(cfg.Progress, "step %d/%d  loss %.4f  lr %.3g  grad_norm %.3f  %.0f tok/s  mem %d MiB  ETA %s\n",
-				res.Step, cfg.Steps, st.loss, st.lr, st.gradNorm,
+			fmt.Fprintf(cfg.Progress, "step %d/%d  loss %.4f  lr %.3g  grad_norm %.3f  %.0f tok/s  "+
+				"mem %d MiB  ETA %s\n", res.Step, cfg.Steps, st.loss, st.lr, st.gradNorm,
 				tokensPerStep*float64(windowSteps)/el.Seconds(), ms.HeapAlloc>>20,
 				(avg * time.Duration(last-res.Step)).Round(time.Second))
 			window, windowSteps = time.Now(), 0

@@ -223,11 +223,12 @@ func Load(path string, want Want) (*Checkpoint, error) {
 	}
 	switch {
 	case m.Format != Format:
-		return nil, fmt.Errorf("checkpoint %s: format %d, this lcc reads format %d", path, m.Format, Format)
+		return nil, fmt.Errorf("checkpoint %s: format %d, this lcc reads format %d", path, m.Format,
+			Format)
 	case want.ModelHash != "" && m.ModelHash != want.ModelHash:
-		return nil, fmt.Errorf("checkpoint %s is of another model (model hash %.12s…, this model's %.12s…): "+
-			"the graph, its shapes (--seq-len, --batch) or its weights' names differ", path,
-			m.ModelHash, want.ModelHash)
+		return nil, fmt.Errorf("checkpoint %s is of another model (model hash %.12s…, "+
+			"this model's %.12s…): the graph, its shapes (--seq-len, --batch) or its weights' "+
+			"names differ", path, m.ModelHash, want.ModelHash)
 	case m.Tensors == "" || strings.ContainsAny(m.Tensors, `/\`):
 		return nil, fmt.Errorf("checkpoint %s: bad tensors file name %q", path, m.Tensors)
 	}

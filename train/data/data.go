@@ -84,7 +84,8 @@ func Open(spec string, o Options) (*Stream, error) {
 	}
 	kind, arg, ok := strings.Cut(spec, ":")
 	if !ok || arg == "" {
-		return nil, fmt.Errorf("data %q: want synthetic:copy, synthetic:passkey, tokens:FILE or bytes:FILE", spec)
+		return nil, fmt.Errorf("data %q: want synthetic:copy, synthetic:passkey, tokens:FILE or "+
+			"bytes:FILE", spec)
 	}
 	var (
 		src source

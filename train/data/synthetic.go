@@ -77,7 +77,8 @@ const (
 )
 
 // passkeyMinSeq leaves room for the needle, the question and a little filler.
-const passkeyMinSeq = len(passkeyNeedle) + passkeyDigits + 2 + len(passkeyQuestion) + passkeyDigits + 8
+const passkeyMinSeq = len(passkeyNeedle) + passkeyDigits + 2 + len(passkeyQuestion) +
+	passkeyDigits + 8
 
 func newPasskey(o Options) (source, error) {
 	if o.Vocab < 128 {
