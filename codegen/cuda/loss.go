@@ -69,24 +69,22 @@ extern "C" __global__ void __launch_bounds__(%[5]d) @KERNEL@(%[6]s) {
 
 // lowerLoss renders softmax_cross_entropy and nll_loss over [N, C] logits.
 func lowerLoss(g *gen, n *ir.Node) error {
-	x, labels, y := n.Args[0], n.Args[1], n.Result()
-	rows, c := x.Type.Shape[0], x.Type.Shape[1]
+	x := n.Args[0]
+	g.loss(n, g.ids[x], storageC[g.storageOf(x)], x.Type.Shape[0], x.Type.Shape[1], n.Args[1],
+		n.Result(), n.Op == ir.OpNLLLoss)
+	return nil
+}
+
+// loss emits the row kernel and, for mean and sum, the fold, over logits in
+// buffer xID ([rows, c] of C type xC); n supplies the attributes.
+func (g *gen) loss(n *ir.Node, xID int, xC string, rows, c int64, labels, y *ir.Value, isNLL bool) {
 	ign, hasIgnore := n.Attrs.Get("ignore_index")
 	iv, _ := ign.(int64)
 	red := n.Attrs.String("reduction", "mean")
-	nll, none := 0, 0
-	if n.Op == ir.OpNLLLoss {
-		nll = 1
-	}
-	if red == "none" {
-		none = 1
-	}
-	hi := 0
-	if hasIgnore && ign != nil {
-		hi = 1
-	}
+	nll, none := b2i(isNLL), b2i(red == "none")
+	hi := b2i(hasIgnore && ign != nil)
 	bs := pow2(c, 32, 256)
-	if nll == 1 {
+	if isNLL {
 		bs = 32
 	}
 	var params []Param
@@ -100,21 +98,17 @@ func lowerLoss(g *gen, n *ir.Node) error {
 		params = []Param{{Name: "loss", CType: "float", Out: true}, {Name: "cnt", CType: "float", Out: true}}
 		args = []int{lossID, cntID}
 	}
-	params = append(params, g.param("x", x, false), g.param("labels", labels, false))
-	args = append(args, g.ids[x], g.ids[labels])
-	body := fmt.Sprintf(lossRowBody, n.Op, x.Type, c, hi, ilit(iv), nll, none, bs, signature(params))
+	params = append(params, Param{Name: "x", CType: xC}, g.param("labels", labels, false))
+	args = append(args, xID, g.ids[labels])
+	xt := fmt.Sprintf("%s[%d,%d]", xC, rows, c)
+	body := fmt.Sprintf(lossRowBody, n.Op, xt, c, hi, ilit(iv), nll, none, bs, signature(params))
 	g.emit(kernelSpec{op: n.Op.String(), body: body, grid: [3]uint32{uint32(rows), 1, 1},
 		block: [3]uint32{uint32(bs), 1, 1}, params: params, args: args})
 	if none == 1 {
-		return nil
-	}
-	mean := 0
-	if red == "mean" {
-		mean = 1
+		return
 	}
 	params = []Param{g.param("y", y, true), {Name: "loss", CType: "float"}, {Name: "cnt", CType: "float"}}
-	body = fmt.Sprintf(lossSumBody, n.Op, red, rows, mean, 256, signature(params))
+	body = fmt.Sprintf(lossSumBody, n.Op, red, rows, b2i(red == "mean"), 256, signature(params))
 	g.emit(kernelSpec{op: n.Op.String() + ".sum", body: body, grid: [3]uint32{1, 1, 1},
 		block: [3]uint32{256, 1, 1}, params: params, args: []int{g.ids[y], lossID, cntID}})
-	return nil
 }

@@ -319,6 +319,9 @@ func init() {
 		ir.OpSoftmaxCrossEntropy: lowerLoss,
 		ir.OpNLLLoss:             lowerLoss,
 
+		ir.OpFusedLinearCrossEntropy:     lowerFLCE,
+		ir.OpFusedLinearCrossEntropyGrad: lowerFLCEGrad,
+
 		ir.OpAttention:            lowerAttention,
 		ir.OpAttentionGrad:        lowerAttentionGrad,
 		ir.OpDilatedAttention:     lowerAttention,

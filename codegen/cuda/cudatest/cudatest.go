@@ -113,6 +113,24 @@ func Zoo(seed uint64) (*ir.Func, map[string]*tensor.Tensor, error) {
 	out("sce_sum", one(ir.OpSoftmaxCrossEntropy, ir.A("reduction", "sum"), logits, labels))
 	out("nll_none", one(ir.OpNLLLoss, ir.A("reduction", "none"), logits, labels))
 
+	hid := fl("hid", 6, 16)
+	for _, c := range []struct {
+		name string
+		w    *ir.Value
+		at   ir.Attrs
+	}{
+		{"flce", fl("wv", 16, 10), ir.A("ignore_index", 3, "reduction", "mean")},
+		{"flce_t", fl("wt", 10, 16), ir.A("transpose_w", true, "reduction", "sum")},
+		{"flce_none", fl("wn", 16, 10), ir.A("reduction", "none")},
+	} {
+		loss := one(ir.OpFusedLinearCrossEntropy, c.at, hid, c.w, labels)
+		dl := fl("d"+c.name, loss.Type.Shape...)
+		gr := b.Apply(ir.OpFusedLinearCrossEntropyGrad, c.at, hid, c.w, labels, dl)
+		out(c.name, loss)
+		out(c.name+".dh", gr[0])
+		out(c.name+".dw", gr[1])
+	}
+
 	x, gm := fl("x", 2, 3, 40), fl("g", 40)
 	out("layer_norm", one(ir.OpLayerNorm, ir.A("axis", -1, "eps", 1e-5), x, gm, gm))
 	out("rms_norm", one(ir.OpRMSNorm, ir.A("axis", -1, "eps", 1e-5), x, gm))
