@@ -6,8 +6,22 @@ import (
 	"github.com/lcc-dev/lcc/ir"
 )
 
-// TestEveryOpLowers fails when an op in the table has neither a lowering nor an
-// elementwise expression, so a new op cannot silently miss the GPU backend.
+// notLowered lists the ops the GPU backend does not generate yet, with why. Build
+// reports them as "no GPU lowering for op X"; any other op without a lowering
+// fails TestEveryOpLowers, so a new op cannot silently miss the backend.
+var notLowered = map[string]string{
+	"all_gather":                     "collective: NCCL on the executor's second stream",
+	"reduce_scatter":                 "collective: NCCL",
+	"all_reduce":                     "collective: NCCL",
+	"all_to_all":                     "collective: NCCL",
+	"ring_shift":                     "collective: NCCL send/recv",
+	"shard_positions":                "sequence-parallel: needs the rank at run time",
+	"ring_attention":                 "sequence-parallel attention over NCCL",
+	"ring_attention_grad":            "sequence-parallel attention over NCCL",
+	"sharded_dilated_attention":      "sequence-parallel attention over NCCL",
+	"sharded_dilated_attention_grad": "sequence-parallel attention over NCCL",
+}
+
 func TestEveryOpLowers(t *testing.T) {
 	for _, op := range ir.AllOps() {
 		info := op.Info()
@@ -18,6 +32,13 @@ func TestEveryOpLowers(t *testing.T) {
 			if !f && !i && !b && op != ir.OpCast {
 				t.Errorf("elementwise op %s has no C expression", op)
 			}
+			continue
+		}
+		if why, ok := notLowered[op.String()]; ok {
+			if lowering[op] != nil {
+				t.Errorf("op %s is lowered now: remove it from notLowered", op)
+			}
+			t.Logf("op %s not lowered yet: %s", op, why)
 			continue
 		}
 		if lowering[op] == nil {
