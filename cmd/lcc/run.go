@@ -8,32 +8,26 @@ import (
 
 	"github.com/lcc-dev/lcc/driver"
 	"github.com/lcc-dev/lcc/passes"
-	"github.com/lcc-dev/lcc/runtime/cpu"
 	"github.com/lcc-dev/lcc/safetensors"
 	"github.com/lcc-dev/lcc/tensor"
 )
-
-func checkDevice(d string) error {
-	if d != "cpu" {
-		return fmt.Errorf("--device %q: want cpu (the CUDA executor is not part of this build yet)", d)
-	}
-	return nil
-}
 
 func runCmd() *cobra.Command {
 	var (
 		sf              shapeFlags
 		inputs, outputs string
-		device          string
+		df              deviceFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "run MODEL --inputs X.safetensors",
 		Short: "run a model on given inputs and print or save its outputs",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := checkDevice(device); err != nil {
+			run, release, err := df.runner()
+			if err != nil {
 				return err
 			}
+			defer release()
 			if inputs == "" {
 				return fmt.Errorf("--inputs is required")
 			}
@@ -54,7 +48,7 @@ func runCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			outs, err := cpu.Run(f, feeds, cpu.Options{Precision: tensor.F32})
+			outs, err := run(f, feeds)
 			if err != nil {
 				return err
 			}
@@ -77,7 +71,7 @@ func runCmd() *cobra.Command {
 	sf.add(cmd)
 	cmd.Flags().StringVar(&inputs, "inputs", "", "safetensors file with one tensor per model input")
 	cmd.Flags().StringVar(&outputs, "outputs", "", "write the outputs to this safetensors file")
-	cmd.Flags().StringVar(&device, "device", "cpu", "where to run: cpu")
+	df.add(cmd)
 	return cmd
 }
 
@@ -101,7 +95,7 @@ func checkCmd() *cobra.Command {
 	var (
 		sf        shapeFlags
 		ref       string
-		device    string
+		df        deviceFlags
 		tolerance float64
 		grads     bool
 		af        attentionFlags
@@ -111,11 +105,11 @@ func checkCmd() *cobra.Command {
 		Short: "run a model on a reference's inputs and compare its outputs with the reference",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := checkDevice(device); err != nil {
-				return err
-			}
 			if ref == "" {
 				return fmt.Errorf("--ref is required")
+			}
+			if !cmd.Flags().Changed("tolerance") {
+				tolerance = df.defaultTolerance()
 			}
 			if !(tolerance > 0) {
 				return fmt.Errorf("--tolerance %g: want a positive number", tolerance)
@@ -140,7 +134,12 @@ func checkCmd() *cobra.Command {
 			if _, err := driver.Prepare(f, att, passes.Options{VerifyEach: true}); err != nil {
 				return err
 			}
-			copts := driver.CheckOptions{Tolerance: tolerance, Device: device, Out: cmd.OutOrStdout()}
+			run, release, err := df.runner()
+			if err != nil {
+				return err
+			}
+			defer release()
+			copts := driver.CheckOptions{Tolerance: tolerance, Out: cmd.OutOrStdout(), Run: run}
 			if grads {
 				_, err = driver.CheckGrads(f, rf, ref, copts)
 			} else {
@@ -152,8 +151,8 @@ func checkCmd() *cobra.Command {
 	sf.add(cmd)
 	af.add(cmd)
 	cmd.Flags().StringVar(&ref, "ref", "", "reference safetensors: inputs by input name, outputs by output name")
-	cmd.Flags().StringVar(&device, "device", "cpu", "where to run: cpu")
-	cmd.Flags().Float64Var(&tolerance, "tolerance", 1e-4, "largest accepted ‖a−ref‖/‖ref‖")
+	df.add(cmd)
+	cmd.Flags().Float64Var(&tolerance, "tolerance", 1e-4, "largest accepted ‖a−ref‖/‖ref‖ (default 2e-2 with --precision=bf16)")
 	cmd.Flags().BoolVar(&grads, "grads", false,
 		"also differentiate (REF dy: Σ out⊙dy; a scalar output; REF labels: cross-entropy) and compare loss and grad.<name>")
 	return cmd

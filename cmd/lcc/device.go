@@ -1,0 +1,64 @@
+package main
+
+import (
+	"fmt"
+
+	"github.com/spf13/cobra"
+
+	"github.com/lcc-dev/lcc/driver"
+	"github.com/lcc-dev/lcc/ir"
+	"github.com/lcc-dev/lcc/runtime/cpu"
+	"github.com/lcc-dev/lcc/runtime/cuda"
+	"github.com/lcc-dev/lcc/runtime/exec"
+	"github.com/lcc-dev/lcc/tensor"
+)
+
+// deviceFlags select where run and check execute.
+type deviceFlags struct {
+	device, precision string
+}
+
+func (d *deviceFlags) add(cmd *cobra.Command) {
+	cmd.Flags().StringVar(&d.device, "device", "cpu", "where to run: cpu (reference interpreter) or cuda (GPU 0)")
+	cmd.Flags().StringVar(&d.precision, "precision", "fp32",
+		"cuda storage precision: fp32, or bf16 (bf16 storage, fp32 math and accumulation)")
+}
+
+// runner returns the driver.Runner for the flags and a function that releases the
+// device. A missing GPU or driver is an error, not a panic.
+func (d *deviceFlags) runner() (driver.Runner, func(), error) {
+	storage := tensor.F32
+	switch d.precision {
+	case "fp32":
+	case "bf16":
+		storage = tensor.BF16
+	default:
+		return nil, nil, fmt.Errorf("--precision %q: want fp32 or bf16", d.precision)
+	}
+	switch d.device {
+	case "cpu":
+		if storage != tensor.F32 {
+			return nil, nil, fmt.Errorf("--precision=%s needs --device=cuda (the CPU reference runs f32)", d.precision)
+		}
+		return func(f *ir.Func, in map[string]*tensor.Tensor) (map[string]*tensor.Tensor, error) {
+			return cpu.Run(f, in, cpu.Options{Precision: tensor.F32})
+		}, func() {}, nil
+	case "cuda":
+		dev, err := cuda.Open(0)
+		if err != nil {
+			return nil, nil, fmt.Errorf("--device=cuda: %w", err)
+		}
+		return func(f *ir.Func, in map[string]*tensor.Tensor) (map[string]*tensor.Tensor, error) {
+			return exec.RunWith(dev, f, in, exec.Options{Storage: storage})
+		}, func() { dev.Close() }, nil
+	}
+	return nil, nil, fmt.Errorf("--device %q: want cpu or cuda", d.device)
+}
+
+// defaultTolerance is 1e-4 for fp32 and 2e-2 for bf16 storage (DESIGN §8).
+func (d *deviceFlags) defaultTolerance() float64 {
+	if d.precision == "bf16" {
+		return 2e-2
+	}
+	return 1e-4
+}
