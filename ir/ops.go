@@ -138,6 +138,18 @@ const (
 	// %dh, %dw = fused_linear_cross_entropy_grad(%h, %w, %labels, %dloss) {ignore_index=-100}
 	OpFusedLinearCrossEntropyGrad
 
+	// Collectives and sequence-parallel attention (ops_collective.go).
+	OpAllGather
+	OpReduceScatter
+	OpAllReduce
+	OpAllToAll
+	OpRingShift
+	OpShardPositions
+	OpRingAttention
+	OpRingAttentionGrad
+	OpShardedDilatedAttention
+	OpShardedDilatedAttentionGrad
+
 	// New ops go above this line; their rows may live in the file of their feature.
 	numOps
 )

@@ -18,6 +18,9 @@ type Options struct {
 	// f32, bf16 or f16. tensor.F64 keeps full float64 precision for every float
 	// value whatever its dtype, for finite-difference gradient checks.
 	Precision tensor.DType
+	// Comm connects this run to the other ranks of a sharded (SPMD) program; the
+	// kernels of collective ops use it (collective.go). nil runs one rank alone.
+	Comm Communicator
 }
 
 // exact reports whether float results keep full float64 precision.

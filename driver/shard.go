@@ -1,0 +1,308 @@
+package driver
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/lcc-dev/lcc/ir"
+	"github.com/lcc-dev/lcc/passes"
+	"github.com/lcc-dev/lcc/passes/autodiff"
+	"github.com/lcc-dev/lcc/runtime/comm"
+	"github.com/lcc-dev/lcc/runtime/cpu"
+	"github.com/lcc-dev/lcc/safetensors"
+	"github.com/lcc-dev/lcc/tensor"
+)
+
+// ShardOptions says how `lcc check --ranks=N` shards and runs a model.
+type ShardOptions struct {
+	// Ranks is the number of simulated ranks N.
+	Ranks int
+	// Mode is the sequence-parallel attention: ring (zigzag layout), ulysses or
+	// dilated (LongNet's all-gather over the contiguous layout).
+	Mode string
+	// Grads also differentiates, as CheckGrads does.
+	Grads bool
+	// Timeout bounds every collective wait (comm.DefaultTimeout when 0).
+	Timeout time.Duration
+	// Precision of the interpreter: tensor.F32 (default) or tensor.F64.
+	Precision tensor.DType
+}
+
+// ShardModes splits an --attention value into the attention rewrite Prepare runs
+// (dense or dilated) and the shard-sequence mode used with --ranks > 1: ring and
+// ulysses shard dense attention, dilated shards LongNet attention, and dense with
+// --ranks > 1 means ring.
+func ShardModes(attention string) (rewrite, shard string, err error) {
+	switch attention {
+	case "", "dense", passes.ShardRing:
+		return "dense", passes.ShardRing, nil
+	case passes.ShardUlysses:
+		return "dense", passes.ShardUlysses, nil
+	case "dilated":
+		return "dilated", passes.ShardDilated, nil
+	}
+	return "", "", fmt.Errorf("--attention %q: want dense, dilated, ring or ulysses", attention)
+}
+
+// ShardedProgram is a model sharded over ranks and ready to run: its SPMD function
+// (with the backward when asked) and how its inputs and outputs are laid out.
+type ShardedProgram struct {
+	Func   *ir.Func
+	Layout passes.ShardResult
+	// Objective is the objective of the unsharded model (as ChooseObjective chose it).
+	Objective Objective
+	// seedAxes are the sharded axes of the cotangent inputs autodiff added.
+	seedAxes map[string]passes.SeqAxis
+}
+
+// BuildSharded shards a copy of f (after Prepare) for so.Ranks ranks and, with
+// so.Grads, appends the backward of the objective ChooseObjective picks for ref,
+// with parameter gradients all-reduced. f is not modified.
+func BuildSharded(f *ir.Func, ref *safetensors.File, so ShardOptions) (*ShardedProgram, error) {
+	g := f.Clone()
+	sp := &ShardedProgram{seedAxes: map[string]passes.SeqAxis{}}
+	if so.Grads {
+		obj, err := ChooseObjective(g, ref)
+		if err != nil {
+			return nil, err
+		}
+		sp.Objective = obj
+	}
+	pl := []passes.Pass{passes.ShardSequence(passes.ShardConfig{Ranks: so.Ranks, Mode: so.Mode,
+		Result: &sp.Layout})}
+	if _, err := passes.Run(g, pl, passes.Options{VerifyEach: true}); err != nil {
+		return nil, err
+	}
+	sp.Func = g
+	if !so.Grads {
+		return sp, nil
+	}
+	loss := sp.Objective.Loss
+	if loss != "" {
+		local, ok := sp.Layout.Partial[loss]
+		if !ok {
+			return nil, fmt.Errorf("--ranks=%d: the loss %q is not a sum over positions, so its "+
+				"gradient cannot be split over ranks", so.Ranks, loss)
+		}
+		loss = local
+	}
+	for out, dy := range sp.Objective.Seeds {
+		a, ok := sp.Layout.Outputs[out]
+		if !ok {
+			return nil, fmt.Errorf("--ranks=%d: output %q seeded by %s is not sharded along the sequence",
+				so.Ranks, out, dy)
+		}
+		sp.seedAxes[dy] = a
+	}
+	gf, err := autodiff.Grad(g, autodiff.Options{Loss: loss, Seeds: sp.Objective.Seeds, KeepOutputs: true})
+	if err != nil {
+		return nil, err
+	}
+	if err := passes.AllReduceGradients(gf, so.Ranks, autodiff.GradPrefix); err != nil {
+		return nil, err
+	}
+	sp.Func = gf
+	return sp, nil
+}
+
+// axisOf returns the sharded axis of input name, if it is sharded.
+func (sp *ShardedProgram) axisOf(name string) (passes.SeqAxis, bool) {
+	if a, ok := sp.Layout.Inputs[name]; ok {
+		return a, true
+	}
+	a, ok := sp.seedAxes[name]
+	return a, ok
+}
+
+// ShardFeeds cuts whole-sequence feeds into each rank's share.
+func (sp *ShardedProgram) ShardFeeds(feeds map[string]*tensor.Tensor) []map[string]*tensor.Tensor {
+	out := make([]map[string]*tensor.Tensor, sp.Layout.Ranks)
+	for r := range out {
+		out[r] = map[string]*tensor.Tensor{}
+		for name, t := range feeds {
+			if a, ok := sp.axisOf(name); ok {
+				out[r][name] = takeAxis(t, a.Axis, sp.Layout.Positions(a, r))
+			} else {
+				out[r][name] = t
+			}
+		}
+	}
+	return out
+}
+
+// Run executes every rank on the CPU interpreter, each with its own endpoint of
+// an in-process communicator, and returns each rank's outputs.
+func (sp *ShardedProgram) Run(feeds []map[string]*tensor.Tensor, timeout time.Duration,
+	prec tensor.DType) ([]map[string]*tensor.Tensor, error) {
+	if prec == tensor.Invalid {
+		prec = tensor.F32
+	}
+	outs := make([]map[string]*tensor.Tensor, sp.Layout.Ranks)
+	w := comm.NewWorld(sp.Layout.Ranks, timeout)
+	err := w.Run(func(e *comm.Endpoint) error {
+		o, err := cpu.Run(sp.Func, feeds[e.Rank()], cpu.Options{Precision: prec, Comm: e})
+		if err != nil {
+			return fmt.Errorf("rank %d: %w", e.Rank(), err)
+		}
+		outs[e.Rank()] = o
+		return nil
+	})
+	return outs, err
+}
+
+// Gather assembles output name from every rank's outputs: a sharded output is put
+// back in global position order (the zigzag undone); any other is rank 0's (every
+// rank holds the same).
+func (sp *ShardedProgram) Gather(outs []map[string]*tensor.Tensor, name string) *tensor.Tensor {
+	a, ok := sp.Layout.Outputs[name]
+	if !ok {
+		return outs[0][name]
+	}
+	loc := outs[0][name]
+	shape := append([]int64{}, loc.Shape...)
+	shape[a.Axis] = a.Outer * sp.Layout.SeqLen * a.Inner
+	full := tensor.New(loc.DType, shape...)
+	for r, o := range outs {
+		putAxis(full, o[name], a.Axis, sp.Layout.Positions(a, r))
+	}
+	return full
+}
+
+// takeAxis returns t's elements at indices idx along axis.
+func takeAxis(t *tensor.Tensor, axis int, idx []int64) *tensor.Tensor {
+	shape := append([]int64{}, t.Shape...)
+	outer, size, inner := split3(t.Shape, axis)
+	shape[axis] = int64(len(idx))
+	out := tensor.New(t.DType, shape...)
+	for o := range outer {
+		for j, p := range idx {
+			src := (o*size + int(p)) * inner
+			dst := (o*len(idx) + j) * inner
+			if t.DType.IsFloat() {
+				copy(out.F[dst:dst+inner], t.F[src:src+inner])
+			} else {
+				copy(out.I[dst:dst+inner], t.I[src:src+inner])
+			}
+		}
+	}
+	return out
+}
+
+// putAxis writes part into full at indices idx along axis.
+func putAxis(full, part *tensor.Tensor, axis int, idx []int64) {
+	outer, size, inner := split3(full.Shape, axis)
+	for o := range outer {
+		for j, p := range idx {
+			dst := (o*size + int(p)) * inner
+			src := (o*len(idx) + j) * inner
+			if full.DType.IsFloat() {
+				copy(full.F[dst:dst+inner], part.F[src:src+inner])
+			} else {
+				copy(full.I[dst:dst+inner], part.I[src:src+inner])
+			}
+		}
+	}
+}
+
+func split3(shape []int64, axis int) (outer, size, inner int) {
+	outer, inner = 1, 1
+	for i, d := range shape {
+		switch {
+		case i < axis:
+			outer *= int(d)
+		case i > axis:
+			inner *= int(d)
+		}
+	}
+	return outer, int(shape[axis]), inner
+}
+
+// CheckSharded is Check (and, with so.Grads, CheckGrads) for the model sharded over
+// so.Ranks ranks: it shards the reference inputs by the layout, runs every rank on
+// the CPU interpreter with the in-process communicator, gathers the outputs (the
+// zigzag undone) and the all-reduced gradients, and compares them with the same
+// references, printing the same lines.
+func CheckSharded(f *ir.Func, ref *safetensors.File, refPath string, so ShardOptions,
+	opts CheckOptions) (*CheckResult, error) {
+	if opts.Run != nil {
+		return nil, fmt.Errorf("--ranks=%d: sharded checks run the ranks on the CPU interpreter only",
+			so.Ranks)
+	}
+	if missing := MissingWeights(f); len(missing) > 0 {
+		return nil, fmt.Errorf("weights without data: %s", strings.Join(missing, ", "))
+	}
+	sp, err := BuildSharded(f, ref, so)
+	if err != nil {
+		return nil, err
+	}
+	feeds, err := Feeds(sp.Func, ref, refPath)
+	if err != nil {
+		return nil, err
+	}
+	outs, err := sp.Run(sp.ShardFeeds(feeds), so.Timeout, so.Precision)
+	if err != nil {
+		return nil, err
+	}
+	res := &CheckResult{}
+	add := func(name string, got, want *tensor.Tensor) error {
+		c, err := Compare(name, got, want)
+		if err != nil {
+			return err
+		}
+		res.Comparisons = append(res.Comparisons, c)
+		return nil
+	}
+	for _, o := range f.Outputs {
+		if want, ok := ref.Tensors[o.Name]; ok {
+			if err := add(o.Name, sp.Gather(outs, o.Name), want); err != nil {
+				return nil, err
+			}
+		}
+	}
+	if !so.Grads {
+		if len(res.Comparisons) == 0 {
+			return nil, fmt.Errorf("%s: no tensor named like a model output (outputs: %s)", refPath,
+				outputNames(f))
+		}
+		return res, res.Print(opts)
+	}
+	obj := sp.Objective
+	if want, ok := ref.Tensors["loss"]; ok && obj.Loss != "" && (obj.Added || f.Output("loss") == nil) {
+		if err := add("loss", sp.Gather(outs, obj.Loss), want); err != nil {
+			return nil, err
+		}
+	}
+	groups, order, missing := matchGrads(sp.Func, ref)
+	if len(missing) > 0 {
+		return nil, fmt.Errorf("%s: no model parameter holds %s (by name, by the exporter's folded_from "+
+			"provenance, or by the value of param.<name>)", refPath, strings.Join(missing, ", "))
+	}
+	for _, p := range order {
+		got := sp.Gather(outs, autodiff.GradPrefix+p.Name)
+		want := tensor.New(tensor.F32, got.Shape...)
+		var names []string
+		for _, m := range groups[p] {
+			w := ref.Tensors[autodiff.GradPrefix+m.name]
+			if m.transposed {
+				w = transpose2(w)
+			}
+			if w.Numel() != want.Numel() {
+				return nil, fmt.Errorf("%s: grad.%s is %v, parameter %s is %v", refPath, m.name, w.Shape,
+					p.Name, got.Shape)
+			}
+			for i := range want.F {
+				want.F[i] += w.Float(i)
+			}
+			names = append(names, m.name+tr(m.transposed))
+		}
+		label := "grad." + strings.Join(names, "+")
+		if g := groups[p]; len(g) > 1 || g[0].name != p.Name {
+			label += " (as " + p.Name + ")"
+		}
+		if err := add(label, got, want); err != nil {
+			return nil, err
+		}
+	}
+	return res, res.Print(opts)
+}
