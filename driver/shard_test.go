@@ -2,6 +2,8 @@ package driver
 
 import (
 	"bytes"
+	"math"
+	"math/rand/v2"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -123,6 +125,154 @@ func TestShardedShippedReferences(t *testing.T) {
 			f, ref, _ := prepared(t, c.model, c.ref, c.att)
 			e := checkSharded(t, f, ref, n, c.mode)
 			t.Logf("%-16s %-8s N=%d max_rel_err=%.3e", c.model, c.mode, n, e)
+		}
+	}
+}
+
+// refInputs returns the inputs of a shipped reference (no outputs or gradients).
+func refInputs(ref *safetensors.File, names ...string) map[string]*tensor.Tensor {
+	in := map[string]*tensor.Tensor{}
+	for _, n := range names {
+		in[n] = ref.Tensors[n]
+	}
+	return in
+}
+
+// Dilated configurations without a PyTorch file, against the unsharded model in
+// float64: block offsets, segments that do not tile a rank's share (gathered),
+// ragged last segments, w > T, and the LongNet rewrite of whole models.
+func TestShardedDilatedFloat64(t *testing.T) {
+	for _, c := range []struct {
+		model, ref string
+		inputs     []string
+		segs, dils []int64
+		offsets    string
+		ranks      []int
+	}{
+		{"attn_mha.onnx", "attn_mha_dense.ref.safetensors", []string{"x", "dy"},
+			[]int64{8, 16, 32}, []int64{1, 2, 4}, "block", []int{2, 4, 8}},
+		{"attn_mha.onnx", "attn_mha_dense.ref.safetensors", []string{"x", "dy"},
+			[]int64{12, 24, 100}, []int64{1, 2, 4}, "paper", []int{2, 4, 8}},
+		{"attn_mha.onnx", "attn_mha_dense.ref.safetensors", []string{"x", "dy"},
+			[]int64{4, 40}, []int64{2, 3}, "block", []int{2, 4, 8}},
+		{"llama_mini.onnx", "llama_mini.ref.safetensors", []string{"input_ids", "labels"},
+			[]int64{4, 8, 16}, []int64{1, 2, 4}, "paper", []int{2, 4, 8}},
+		{"gpt_mini.onnx", "gpt_mini.ref.safetensors", []string{"input_ids", "labels"},
+			[]int64{4, 8, 16}, []int64{1, 2, 4}, "block", []int{2, 4, 8}},
+	} {
+		att := AttentionOptions{Mode: "dilated", Segments: c.segs, Dilations: c.dils, Offsets: c.offsets}
+		f, shipped, _ := prepared(t, c.model, c.ref, att)
+		ref := f64Ref(t, f, refInputs(shipped, c.inputs...))
+		for _, n := range c.ranks {
+			e := checkSharded(t, f, ref, n, "dilated")
+			t.Logf("%-16s w=%v r=%v %s N=%d max_rel_err=%.3e", c.model, c.segs, c.dils, c.offsets, n, e)
+		}
+	}
+}
+
+// gqaModel is one grouped-query attention layer with a sinusoidal position term
+// built from range (localized per rank), a learned position table gathered by a
+// constant, and an output projection to a vocabulary: x [B,T,d] → logits [B,T,V].
+func gqaModel(t *testing.T, b, tl, hq, hkv, hd int64) *ir.Func {
+	t.Helper()
+	rng := rand.New(rand.NewPCG(7, 9))
+	w := func(shape ...int64) *tensor.Tensor {
+		x := tensor.New(tensor.F32, shape...)
+		for i := range x.F {
+			x.F[i] = float64(float32(rng.NormFloat64() * 0.3))
+		}
+		return x
+	}
+	d, v := hq*hd, int64(24)
+	bd := ir.NewBuilder("gqa")
+	x := bd.Input("x", ir.T(tensor.F32, b, tl, d))
+	pos := bd.Apply1(ir.OpRange, ir.A("start", 0.0, "delta", 1.0, "count", tl, "dtype", tensor.F32))
+	freq := bd.Weight("freq", w(1, d))
+	sin := bd.Unary(ir.OpSin, bd.Mul(bd.Reshape(pos, tl, 1), freq))
+	ids := tensor.New(tensor.I64, tl)
+	for i := range ids.I {
+		ids.I[i] = int64(i)
+	}
+	table := bd.Apply1(ir.OpGather, ir.A("axis", int64(0)), bd.Weight("pos", w(tl, d)), bd.Const(ids))
+	h := bd.Add(bd.Add(x, sin), table)
+	q := bd.Reshape(bd.MatMul(h, bd.Weight("wq", w(d, d)), false, false), b, tl, hq, hd)
+	k := bd.Reshape(bd.MatMul(h, bd.Weight("wk", w(d, hkv*hd)), false, false), b, tl, hkv, hd)
+	vv := bd.Reshape(bd.MatMul(h, bd.Weight("wv", w(d, hkv*hd)), false, false), b, tl, hkv, hd)
+	o, _ := bd.Attention(q, k, vv, true, 1/math.Sqrt(float64(hd)))
+	y := bd.MatMul(bd.Reshape(o, b, tl, d), bd.Weight("wo", w(d, v)), false, false)
+	bd.Output("logits", y)
+	f, err := bd.Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+// Grouped-query attention (kv heads split, or replicated for Ulysses when they do
+// not divide), position terms from range and from a gathered table, and a mean
+// cross-entropy with ignored labels, against the unsharded model in float64.
+func TestShardedGQAFloat64(t *testing.T) {
+	const b, tl, hq, hkv, hd = 2, 32, 8, 2, 4
+	rng := rand.New(rand.NewPCG(3, 4))
+	x := tensor.New(tensor.F32, b, tl, hq*hd)
+	for i := range x.F {
+		x.F[i] = float64(float32(rng.NormFloat64()))
+	}
+	labels := tensor.New(tensor.I64, b, tl)
+	for i := range labels.I {
+		labels.I[i] = rng.Int64N(24)
+		if i%7 == 3 {
+			labels.I[i] = IgnoreIndex
+		}
+	}
+	in := map[string]*tensor.Tensor{"x": x, "labels": labels}
+	for _, c := range []struct {
+		mode  string
+		att   AttentionOptions
+		ranks []int
+	}{
+		{"ring", AttentionOptions{}, []int{2, 4, 8}},
+		{"ulysses", AttentionOptions{}, []int{2, 4, 8}}, // Hkv=2: replicated at N=4, 8
+		{"dilated", AttentionOptions{Mode: "dilated", Segments: []int64{4, 16, 32},
+			Dilations: []int64{1, 2, 4}, Offsets: "block"}, []int{2, 4, 8}},
+	} {
+		f := gqaModel(t, b, tl, hq, hkv, hd)
+		if _, err := Prepare(f, c.att, passes.Options{VerifyEach: true}); err != nil {
+			t.Fatal(err)
+		}
+		ref := f64Ref(t, f, in)
+		for _, n := range c.ranks {
+			e := checkSharded(t, f, ref, n, c.mode)
+			t.Logf("gqa Hq=%d Hkv=%d %-8s N=%d max_rel_err=%.3e", hq, hkv, c.mode, n, e)
+		}
+	}
+}
+
+// Layouts that cannot split the sequence or the heads are errors that say which
+// constraint failed and what would work; nothing runs.
+func TestShardedBadLayouts(t *testing.T) {
+	for _, c := range []struct {
+		mode string
+		n    int
+		want []string
+	}{
+		{"ring", 3, []string{"divisible by 2·ranks = 6", "60 or 66", "rank counts that work for 64: 1, 2, 4, 8, 16, 32"}},
+		{"ring", 64, []string{"divisible by 2·ranks = 128"}},
+		{"ulysses", 8, []string{"4 query heads divisible by --ranks=8", "work: 1, 2, 4"}},
+		{"dilated", 3, []string{"divisible by --ranks=3", "63 or 66"}},
+		{"sideways", 2, []string{"ring, ulysses or dilated"}},
+	} {
+		f, ref, refPath := prepared(t, "attn_mha.onnx", "attn_mha_dense.ref.safetensors", AttentionOptions{})
+		_, err := CheckSharded(f, ref, refPath, ShardOptions{Ranks: c.n, Mode: c.mode, Grads: true},
+			CheckOptions{Tolerance: 1e-4, Out: &bytes.Buffer{}})
+		if err == nil {
+			t.Errorf("%s N=%d: no error", c.mode, c.n)
+			continue
+		}
+		for _, w := range c.want {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("%s N=%d: error %q does not say %q", c.mode, c.n, err, w)
+			}
 		}
 	}
 }
