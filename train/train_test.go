@@ -303,7 +303,7 @@ func TestConfigErrors(t *testing.T) {
 		mod  func(*Config)
 		want string
 	}{
-		{func(c *Config) { c.Device = "cuda" }, "CUDA executor is not available yet"},
+		{func(c *Config) { c.Device = "cuda" }, "no GPU executor"},
 		{func(c *Config) { c.Device = "tpu" }, "--device"},
 		{func(c *Config) { c.Data = "" }, "--data"},
 		{func(c *Config) { c.Data = "synthetic:nope" }, "--data"},

@@ -36,6 +36,15 @@ bit. To split one run, keep --steps and stop the first part with --stop-at.`,
 			if _, set := os.LookupEnv("GOGC"); !set {
 				defer debug.SetGCPercent(debug.SetGCPercent(400))
 			}
+			if cfg.Device == "cuda" {
+				df := deviceFlags{device: "cuda", precision: "fp32"}
+				run, release, err := df.runner()
+				if err != nil {
+					return err
+				}
+				defer release()
+				cfg.Run = run
+			}
 			res, err := train.Train(cfg)
 			if err != nil {
 				return err
@@ -44,7 +53,7 @@ bit. To split one run, keep --steps and stop the first part with --stop-at.`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&cfg.Device, "device", cfg.Device, "where to train: cpu (cuda is not available yet)")
+	f.StringVar(&cfg.Device, "device", cfg.Device, "where to train: cpu (reference interpreter) or cuda (GPU 0, fp32)")
 	f.StringVar(&cfg.Data, "data", "",
 		"training data: synthetic:copy, synthetic:passkey, tokens:FILE or bytes:FILE")
 	f.IntVar(&cfg.SeqLen, "seq-len", 0, "tokens per sequence (binds the model's seq dim)")

@@ -40,7 +40,8 @@ var (
 	cuModuleLoadData          = libcuda.sym("cuModuleLoadData")
 	cuModuleUnload            = libcuda.sym("cuModuleUnload")
 	cuModuleGetFunction       = libcuda.sym("cuModuleGetFunction")
-	cuFuncGetParamInfo        = libcuda.sym("cuFuncGetParamInfo") // CUDA 12.4+, optional
+	cuFuncGetParamInfo        = libcuda.sym("cuFuncGetParamInfo")  // CUDA 12.4+, optional
+	cuFuncGetParamCount       = libcuda.sym("cuFuncGetParamCount") // optional, as above
 	cuFuncSetAttribute        = libcuda.sym("cuFuncSetAttribute")
 	cuLaunchKernel            = libcuda.sym("cuLaunchKernel")
 	cuStreamCreate            = libcuda.sym("cuStreamCreate")

@@ -74,34 +74,33 @@ func (m *Module) Function(name string) (*Function, error) {
 }
 
 // paramSizes asks the driver for the size of each kernel parameter. It returns nil
-// when the driver cannot say (older than CUDA 12.4), and launches then go unchecked.
+// when the driver cannot say (cuFuncGetParamCount and cuFuncGetParamInfo need
+// CUDA 12.4+), and launches then go unchecked. It asks for the count first, so it
+// never probes past the last parameter: such a probe is an API error that
+// compute-sanitizer reports.
 func paramSizes(fn uintptr) []int {
 	if _, err := cuFuncGetParamInfo.resolve(); err != nil {
 		return nil
 	}
-	var sizes []int
-	for i := 0; i < 4096; i++ {
+	if _, err := cuFuncGetParamCount.resolve(); err != nil {
+		return nil
+	}
+	var count uint64
+	r, err := cuFuncGetParamCount.call(fn, uintptr(unsafe.Pointer(&count)))
+	if err != nil || int32(r) != cudaSuccess || count == 0 || count > 4096 {
+		return nil
+	}
+	sizes := make([]int, 0, count)
+	for i := uint64(0); i < count; i++ {
 		var off, size uint64
 		r, err := cuFuncGetParamInfo.call(fn, uintptr(i),
 			uintptr(unsafe.Pointer(&off)), uintptr(unsafe.Pointer(&size)))
-		if err != nil {
-			return nil
-		}
-		if int32(r) == cudaErrorInvalidValue {
-			if i == 0 {
-				// No parameters, or a function the driver cannot describe: the two
-				// look alike, so leave such kernels unchecked rather than refuse
-				// every argument.
-				return nil
-			}
-			return sizes // past the last parameter
-		}
-		if int32(r) != cudaSuccess {
+		if err != nil || int32(r) != cudaSuccess {
 			return nil
 		}
 		sizes = append(sizes, int(size))
 	}
-	return nil
+	return sizes
 }
 
 // Name returns the kernel's name.

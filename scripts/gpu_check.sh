@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Runs lcc's GPU acceptance checks on a CUDA machine and prints a summary table.
+# Expects .gpu/lcc and .gpu/*.test built with CGO_ENABLED=0 (make gpu-tests; make build).
+# Logs go to ${OUT:-/tmp/lcc-gpu}.
+set -u
+out=${OUT:-/tmp/lcc-gpu}
+mkdir -p "$out"
+root=$(pwd)
+lcc=$root/.gpu/lcc
+summary=()
+run() { # name, command...
+	local name=$1; shift
+	local start=$(date +%s%N)
+	"$@" >"$out/$name.log" 2>&1
+	local rc=$?
+	local t=$(( ($(date +%s%N) - start) / 1000000 ))
+	local last=$(grep -E "max_rel_err|^(ok|PASS|FAIL)|ERROR SUMMARY" "$out/$name.log" | tail -1)
+	summary+=("$(printf '%-44s rc=%-3s %6dms  %s' "$name" "$rc" "$t" "$last")")
+}
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader >"$out/gpu.txt"
+run cuda_gpu_tests bash -c "cd runtime/cuda && ../../.gpu/cuda.test -test.run GPU"
+run exec_gpu_tests bash -c "cd runtime/exec && ../../.gpu/exec.test -test.run GPU -test.v -test.timeout 8m"
+for prec in fp32 bf16; do
+	for m in gpt_mini:gpt_mini llama_mini:llama_mini llama_mini_op23:llama_mini llama_mini_extdata:llama_mini attn_mha:attn_mha_dense gpt_mini_loss:gpt_mini_loss; do
+		model=${m%%:*}; ref=${m##*:}
+		run "check_${model}_${prec}" "$lcc" check "testdata/onnx/$model.onnx" --ref "testdata/ref/$ref.ref.safetensors" --grads --device=cuda --precision=$prec
+	done
+	run "check_attn_mha_dilated_${prec}" "$lcc" check testdata/onnx/attn_mha.onnx --ref testdata/ref/attn_mha_dilated_paper.ref.safetensors --grads --device=cuda --precision=$prec --attention=dilated --segments=8,16,32 --dilations=1,2,4
+done
+if command -v compute-sanitizer >/dev/null; then
+	run memcheck_llama_mini compute-sanitizer --tool memcheck "$lcc" check testdata/onnx/llama_mini.onnx --ref testdata/ref/llama_mini.ref.safetensors --grads --device=cuda
+	run racecheck_llama_mini compute-sanitizer --tool racecheck "$lcc" check testdata/onnx/llama_mini.onnx --ref testdata/ref/llama_mini.ref.safetensors --grads --device=cuda
+fi
+printf '%s\n' "${summary[@]}" | tee "$out/summary.txt"
