@@ -29,8 +29,8 @@ type Config struct {
 	Device string // "cpu", or "cuda" with Run set
 	// Run executes a step's functions on the device (the CLI supplies the CUDA
 	// executor); nil runs the CPU reference interpreter in f32.
-	Run func(f *ir.Func, in map[string]*tensor.Tensor) (map[string]*tensor.Tensor, error)
-	Data   string // data spec: see package data
+	Run  func(f *ir.Func, in map[string]*tensor.Tensor) (map[string]*tensor.Tensor, error)
+	Data string // data spec: see package data
 
 	SeqLen, Batch int
 	// Steps is the number of optimizer steps the run (and its schedule) spans.
