@@ -12,8 +12,10 @@ import (
 	"github.com/lcc-dev/lcc/ir"
 	"github.com/lcc-dev/lcc/passes"
 	"github.com/lcc-dev/lcc/passes/autodiff"
+	"github.com/lcc-dev/lcc/report"
 	"github.com/lcc-dev/lcc/runtime/cpu"
 	"github.com/lcc-dev/lcc/safetensors"
+	"github.com/lcc-dev/lcc/targets"
 	"github.com/lcc-dev/lcc/tensor"
 )
 
@@ -51,7 +53,6 @@ func TestShardedAttnMHARing(t *testing.T) {
 		}
 	}
 }
-
 
 // f64Ref runs f unsharded in float64 on inputs and returns a reference file with
 // the inputs, the outputs and (with the objective ChooseObjective picks) the loss
@@ -273,6 +274,39 @@ func TestShardedBadLayouts(t *testing.T) {
 			if !strings.Contains(err.Error(), w) {
 				t.Errorf("%s N=%d: error %q does not say %q", c.mode, c.n, err, w)
 			}
+		}
+	}
+}
+
+// The million-token plan of issue 5: llama_mini on a100x8, 8-way sharded.
+func TestPlanShardedMillionTokens(t *testing.T) {
+	tg, err := targets.Lookup("a100x8")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		mode string
+		att  AttentionOptions
+	}{{"ring", AttentionOptions{}}, {"ulysses", AttentionOptions{}}, {"dilated", AttentionOptions{Mode: "dilated"}}} {
+		f, err := Load(filepath.Join(td, "onnx", "llama_mini.onnx"), Bindings{SeqLen: 1 << 20})
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 8
+		if c.mode == "ulysses" {
+			n = 4 // 4 heads
+		}
+		p, err := PlanSharded(f, CompileOptions{Target: tg, Loss: "cross-entropy", Attention: c.att},
+			ShardOptions{Ranks: n, Mode: c.mode})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("%s N=%d: local T=%d, per-GPU peak %s (fits=%v), comm %s/step/GPU %v", c.mode, n,
+			p.LocalSeqLen, report.Bytes(p.Memory.PerGPUPeakBytes), p.Memory.FitsTarget,
+			report.Bytes(p.Communication.BytesPerStepPerGPU), p.Communication.ByOp)
+		if p.LocalSeqLen != (1<<20)/int64(n) || p.Communication.BytesPerStepPerGPU <= 0 ||
+			p.Memory.PerGPUPeakBytes <= 0 {
+			t.Errorf("%s: implausible plan %+v", c.mode, p)
 		}
 	}
 }

@@ -1,0 +1,231 @@
+package driver
+
+import (
+	"fmt"
+	"sort"
+
+	"github.com/lcc-dev/lcc/ir"
+	"github.com/lcc-dev/lcc/passes"
+	"github.com/lcc-dev/lcc/passes/autodiff"
+	"github.com/lcc-dev/lcc/report"
+	"github.com/lcc-dev/lcc/targets"
+)
+
+// Communication is the traffic of one training step, per GPU: the bytes each GPU
+// sends, in total and per op (collective ops by name; sequence-parallel attention
+// ops count the k/v blocks they pass around the ring or all-gather). Collectives
+// are costed as NCCL's ring algorithms: all_gather (N−1)·in, reduce_scatter and
+// all_to_all (N−1)/N·in, all_reduce 2(N−1)/N·in.
+type Communication struct {
+	BytesPerStepPerGPU int64            `json:"bytes_per_step_per_gpu"`
+	ByOp               map[string]int64 `json:"by_op"`
+}
+
+// ShardPlan is the plan of a sequence-sharded training (or inference) step on one
+// of Ranks GPUs.
+type ShardPlan struct {
+	Ranks       int    `json:"ranks"`
+	Mode        string `json:"mode"`
+	Layout      string `json:"layout"`
+	SeqLen      int64  `json:"seq_len"`
+	LocalSeqLen int64  `json:"local_seq_len"`
+	// Memory is the per-GPU memory of the sharded step (same model as the report's).
+	Memory        report.Memory `json:"memory"`
+	Communication Communication `json:"communication"`
+	// Report is the whole compile report of one rank's program.
+	Report *report.Report `json:"-"`
+	// Func is one rank's program (forward, backward, all-reduced gradients).
+	Func *ir.Func `json:"-"`
+}
+
+// DefaultShard says whether a compile for t should be sharded by default: on a
+// multi-GPU target when the unsharded plan does not fit one GPU. It returns the
+// shard options (all the target's GPUs, and the mode that matches the --attention
+// flag: dilated for LongNet attention, ring otherwise).
+func DefaultShard(unsharded *report.Report, t targets.Target, attention string) (ShardOptions, bool) {
+	if t.GPUs <= 1 || unsharded == nil || unsharded.Memory.FitsTarget {
+		return ShardOptions{}, false
+	}
+	_, mode, err := ShardModes(attention)
+	if err != nil {
+		return ShardOptions{}, false
+	}
+	return ShardOptions{Ranks: t.GPUs, Mode: mode}, true
+}
+
+// PlanSharded compiles a copy of f as Compile does (attention rewrites, loss,
+// fused cross-entropy, autodiff, checkpoints under the target's budget) with
+// shard-sequence for so.Ranks ranks inserted before autodiff, and returns the
+// per-GPU memory and communication of one step. f is not modified.
+func PlanSharded(f *ir.Func, opts CompileOptions, so ShardOptions) (*ShardPlan, error) {
+	f = f.Clone()
+	popts := passes.Options{VerifyEach: true, PrintAfter: opts.PrintAfter}
+	prep, err := Prepare(f, opts.Attention, popts)
+	if err != nil {
+		return nil, err
+	}
+	stats := prep.Stats
+	train := report.Training{}
+	switch opts.Loss {
+	case "cross-entropy":
+		if err := AddCrossEntropy(f); err != nil {
+			return nil, err
+		}
+		train.Loss = "loss"
+	case "", "none":
+		if opts.Loss == "" {
+			train.Loss = scalarLoss(f)
+		}
+	default:
+		return nil, fmt.Errorf("--loss %q: want cross-entropy or none", opts.Loss)
+	}
+	if train.Loss != "" {
+		if !opts.KeepLogits {
+			keepOnly(f, train.Loss)
+		}
+		before := countOp(f, ir.OpFusedLinearCrossEntropy)
+		more, err := passes.Run(f, []passes.Pass{passes.FuseCrossEntropy, passes.EliminateDeadCode}, popts)
+		if err != nil {
+			return nil, err
+		}
+		stats = append(stats, more...)
+		train.FusedCrossEntropy = countOp(f, ir.OpFusedLinearCrossEntropy) - before
+	}
+	var sres passes.ShardResult
+	more, err := passes.Run(f, []passes.Pass{passes.ShardSequence(passes.ShardConfig{Ranks: so.Ranks,
+		Mode: so.Mode, Result: &sres})}, popts)
+	if err != nil {
+		return nil, err
+	}
+	stats = append(stats, more...)
+	if train.Loss != "" {
+		train.ForwardFLOPs = countFLOPs(f)
+		local, ok := sres.Partial[train.Loss]
+		if !ok {
+			return nil, fmt.Errorf("--ranks=%d: the loss %q is not a sum over positions", so.Ranks, train.Loss)
+		}
+		g, err := autodiff.Grad(f, autodiff.Options{Loss: local, KeepOutputs: true})
+		if err != nil {
+			return nil, err
+		}
+		if err := passes.AllReduceGradients(g, so.Ranks, autodiff.GradPrefix); err != nil {
+			return nil, err
+		}
+		stats = append(stats, passes.Stat{Name: "autodiff", Changed: true})
+		more, err = passes.Run(g, passes.Cleanup, popts)
+		if err != nil {
+			return nil, err
+		}
+		stats = append(stats, more...)
+		budget := opts.MemoryBudget
+		if budget == 0 && opts.Target.MemoryBytes > 0 {
+			budget = opts.Target.MemoryBytes - trainable(g)*report.AdamWBytesPerParam - WorkspaceBytes
+		}
+		policy := opts.Checkpoint
+		if policy == "" {
+			policy = "auto"
+		}
+		cp, cst := passes.InsertCheckpointsWithStats(passes.CheckpointConfig{Policy: policy, BudgetBytes: budget})
+		more, err = passes.Run(g, []passes.Pass{cp, passes.EliminateDeadCode}, popts)
+		if err != nil {
+			return nil, err
+		}
+		stats = append(stats, more...)
+		train.Checkpoints = cst
+		train.Enabled = true
+		f = g
+	}
+	rep := report.Build(f, report.Input{Model: opts.Model, Target: opts.Target, Passes: stats,
+		Training: train, Attention: &prep.Attention})
+	return &ShardPlan{Ranks: so.Ranks, Mode: sres.Mode, Layout: sres.Layout, SeqLen: sres.SeqLen,
+		LocalSeqLen: sres.SeqLen / int64(so.Ranks), Memory: rep.Memory,
+		Communication: CommunicationOf(f), Report: rep, Func: f}, nil
+}
+
+// CommunicationOf sums the bytes each GPU sends in one run of a sharded program.
+func CommunicationOf(f *ir.Func) Communication {
+	c := Communication{ByOp: map[string]int64{}}
+	for _, n := range f.Body {
+		if b := NodeCommBytes(n); b > 0 {
+			c.ByOp[n.Op.String()] += b
+			c.BytesPerStepPerGPU += b
+		}
+	}
+	return c
+}
+
+// NodeCommBytes is the number of bytes one GPU sends for node n (0 for ops that
+// do not communicate).
+func NodeCommBytes(n *ir.Node) int64 {
+	r := int64(ir.Ranks(n))
+	if r <= 1 {
+		return 0
+	}
+	in := func(i int) int64 { return n.Args[i].Type.Bytes() }
+	switch n.Op {
+	case ir.OpAllGather:
+		return (r - 1) * in(0)
+	case ir.OpReduceScatter, ir.OpAllToAll:
+		return (r - 1) * in(0) / r
+	case ir.OpAllReduce:
+		return 2 * (r - 1) * in(0) / r
+	case ir.OpRingShift:
+		return in(0)
+	case ir.OpRingAttention:
+		return (r - 1) * (in(1) + in(2))
+	case ir.OpRingAttentionGrad:
+		// k, v for N−1 steps, dk, dv for N (the last brings them home).
+		return (r-1)*(in(1)+in(2)) + r*(in(1)+in(2))
+	case ir.OpShardedDilatedAttention:
+		return (r - 1) * dilatedGathered(n, r)
+	case ir.OpShardedDilatedAttentionGrad:
+		// The gather again, then the gathered rows' dk, dv back to their owners.
+		return 2 * (r - 1) * dilatedGathered(n, r)
+	}
+	return 0
+}
+
+// dilatedGathered is the bytes of k and v one rank contributes to the all-gathers
+// of a sharded dilated attention: for each branch whose segments do not tile a
+// rank's block, the rows each kv head's offsets select, ≈ L/r per offset.
+func dilatedGathered(n *ir.Node, ranks int64) int64 {
+	q, k := n.Args[0].Type, n.Args[1].Type
+	b, l, hq, hkv, d := k.Shape[0], k.Shape[1], q.Shape[2], k.Shape[2], k.Shape[3]
+	segs, dils := n.Attrs.Ints("segments"), n.Attrs.Ints("dilations")
+	block := n.Attrs.String("offsets", "paper") == "block"
+	var rows int64
+	for i := range segs {
+		w, r := segs[i], dils[i]
+		if w < l*ranks && l%w == 0 {
+			continue // local branch
+		}
+		for hk := range hkv {
+			offs := map[int64]bool{}
+			g := hq / hkv
+			for h := hk * g; h < (hk+1)*g; h++ {
+				o := h % r
+				if block {
+					o = min(h/((hq+r-1)/r), r-1)
+				}
+				offs[o] = true
+			}
+			rows += int64(len(offs)) * ((l + r - 1) / r)
+		}
+	}
+	return 2 * b * rows * d * int64(k.DType.Size())
+}
+
+// SortedOps lists the ops of c.ByOp by decreasing bytes, for printing.
+func (c Communication) SortedOps() []string {
+	var ops []string
+	for op := range c.ByOp {
+		ops = append(ops, op)
+	}
+	sort.Slice(ops, func(i, j int) bool {
+		if c.ByOp[ops[i]] != c.ByOp[ops[j]] {
+			return c.ByOp[ops[i]] > c.ByOp[ops[j]]
+		}
+		return ops[i] < ops[j]
+	})
+	return ops
+}
