@@ -8,6 +8,7 @@ import (
 
 	"github.com/lcc-dev/lcc/ir"
 	"github.com/lcc-dev/lcc/passes/autodiff"
+	"github.com/lcc-dev/lcc/passes/autodiff/gradcheck"
 	"github.com/lcc-dev/lcc/runtime/comm"
 	"github.com/lcc-dev/lcc/runtime/cpu"
 	"github.com/lcc-dev/lcc/tensor"
@@ -122,5 +123,60 @@ func TestCollectiveInferErrors(t *testing.T) {
 		} else {
 			t.Log(fmt.Sprint(b.Err()))
 		}
+	}
+}
+
+// collectiveGradCases are the one-rank finite-difference cases of the collective
+// and sequence-parallel ops, for gradCases (grad_test.go).
+func collectiveGradCases(g *gen) []gradCase {
+	var cs []gradCase
+	add := func(name string, op ir.Op, attrs ir.Attrs, args ...gradArg) {
+		cs = append(cs, gradCase{name: name, op: op, attrs: attrs, args: args})
+	}
+	// Collectives on one rank (the multi-rank FD checks are in ops_collective_test.go).
+	add("all_gather", ir.OpAllGather, ir.A("axis", 1, "ranks", 1), g.w(2, 3))
+	add("reduce_scatter", ir.OpReduceScatter, ir.A("axis", 0, "ranks", 1), g.w(2, 3))
+	add("all_reduce", ir.OpAllReduce, ir.A("op", "sum", "ranks", 1), g.w(2, 3))
+	add("all_to_all", ir.OpAllToAll, ir.A("split_axis", 1, "concat_axis", 0, "ranks", 1), g.w(2, 3))
+	add("ring_shift", ir.OpRingShift, ir.A("shift", 1, "ranks", 1), g.w(2, 3))
+	ring := ir.A("causal", true, "scale", 0.5, "ranks", 1, "layout", "zigzag")
+	add("ring_attention", ir.OpRingAttention, ring, g.w(1, 4, 2, 2), g.w(1, 4, 1, 2), g.w(1, 4, 1, 2))
+	cs = append(cs, gradCase{name: "ring_attention lse only", op: ir.OpRingAttention, attrs: ring,
+		args: []gradArg{g.w(1, 4, 2, 2), g.w(1, 4, 2, 2), g.w(1, 4, 2, 2)}, outs: []int{1}})
+	sdil := ir.A("segments", []int{4, 8}, "dilations", []int{1, 2}, "causal", true, "scale", 0.5, "ranks", 1)
+	add("sharded_dilated_attention", ir.OpShardedDilatedAttention, sdil, g.w(1, 8, 2, 2), g.w(1, 8, 2, 2),
+		g.w(1, 8, 2, 2))
+	return cs
+}
+
+// TestCollectiveGradCasesOneRank runs collectiveGradCases as TestGradRules does.
+// TestGradTable counts them once gradCases appends collectiveGradCases(g).
+func TestCollectiveGradCasesOneRank(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 4))
+	for _, c := range collectiveGradCases(newGen()) {
+		t.Run(c.name, func(t *testing.T) {
+			f, inputs, err := c.build()
+			if err != nil {
+				t.Fatal(err)
+			}
+			seeds := map[string]*tensor.Tensor{}
+			for _, o := range f.Outputs {
+				s := tensor.New(tensor.F64, o.Value.Type.Shape...)
+				for i := range s.F {
+					s.F[i] = r.NormFloat64()
+				}
+				s.DType = o.Value.Type.DType
+				seeds[o.Name] = s
+			}
+			res, err := gradcheck.Check(f, inputs, gradcheck.Objective{Seeds: seeds}, 1e-6)
+			if err != nil {
+				t.Fatalf("%v\n%s", err, ir.Print(f))
+			}
+			for _, p := range res {
+				if p.RelErr > 1e-6 || math.IsNaN(p.RelErr) {
+					t.Errorf("d/d%s: relative error %.3g", p.Param, p.RelErr)
+				}
+			}
+		})
 	}
 }
