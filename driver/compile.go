@@ -34,6 +34,8 @@ type CompileOptions struct {
 	// selective); MemoryBudget overrides the budget derived from the target.
 	Checkpoint   string
 	MemoryBudget int64
+	// TimePasses keeps pass timings in the report (which then differs run to run).
+	TimePasses bool
 	// KeepLogits keeps the model's outputs in a training plan (by default a
 	// training step returns the loss and gradients only, so the logits need not be
 	// stored and cross-entropy fuses with the output projection).
@@ -195,6 +197,11 @@ func Compile(f *ir.Func, opts CompileOptions) (*Result, error) {
 	}
 	if err := ir.Verify(f); err != nil {
 		return nil, err
+	}
+	if !opts.TimePasses {
+		for i := range stats {
+			stats[i].Micros = 0
+		}
 	}
 	rep := report.Build(f, report.Input{Model: filepath.Base(opts.Model), Target: opts.Target,
 		Passes: stats, Training: train, Attention: &prep.Attention})

@@ -230,6 +230,7 @@ func gradCases() []gradCase {
 		gradCase{name: "dilated_attention lse only", op: ir.OpDilatedAttention, attrs: dil,
 			args: []gradArg{g.w(1, 8, 2, 2), g.w(1, 8, 2, 2), g.w(1, 8, 2, 2)}, outs: []int{1}},
 	)
+	cs = append(cs, collectiveGradCases(g)...)
 	return cs
 }
 

@@ -46,10 +46,12 @@ type Options struct {
 
 // Stat records one pass's run for the report.
 type Stat struct {
-	Name    string        `json:"name"`
-	Time    time.Duration `json:"-"`
-	Micros  int64         `json:"-"`
-	Changed bool          `json:"changed"`
+	Name string        `json:"name"`
+	Time time.Duration `json:"-"`
+	// Micros is the pass's wall time; Compile clears it unless asked
+	// (--time-passes), since timings would make reports differ run to run.
+	Micros  int64 `json:"time_us,omitempty"`
+	Changed bool  `json:"changed"`
 }
 
 // Run applies the passes to f in order and returns per-pass statistics.

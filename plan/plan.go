@@ -25,6 +25,29 @@ func NodeFLOPs(n *ir.Node) int64 {
 		return attentionFLOPs(n, n.Attrs.Bool("causal"))
 	case ir.OpDilatedAttention, ir.OpDilatedAttentionGrad:
 		return dilatedFLOPs(n)
+	case ir.OpRingAttention, ir.OpRingAttentionGrad:
+		// This rank's L queries against all N·L keys: one rank's share of the
+		// whole attention (the zigzag layout balances the causal half evenly).
+		q := n.Args[0].Type
+		f := 4 * q.Shape[0] * q.Shape[2] * q.Shape[1] * q.Shape[1] * n.Attrs.Int("ranks", 1) * q.Shape[3]
+		if n.Attrs.Bool("causal") {
+			f /= 2
+		}
+		if n.Op == ir.OpRingAttentionGrad {
+			f = f * 5 / 2
+		}
+		return f
+	case ir.OpShardedDilatedAttention, ir.OpShardedDilatedAttentionGrad:
+		// The whole LongNet attention's useful work, split evenly over ranks.
+		q := n.Args[0].Type
+		ranks := n.Attrs.Int("ranks", 1)
+		whole := ir.T(q.DType, q.Shape[0], q.Shape[1]*ranks, q.Shape[2], q.Shape[3])
+		fake := &ir.Node{Op: ir.OpDilatedAttention, Attrs: n.Attrs,
+			Args: []*ir.Value{{Type: whole}, n.Args[1], n.Args[2]}}
+		if n.Op == ir.OpShardedDilatedAttentionGrad {
+			fake.Op = ir.OpDilatedAttentionGrad
+		}
+		return dilatedFLOPs(fake) / ranks
 	case ir.OpReshape, ir.OpTranspose, ir.OpExpand, ir.OpSlice, ir.OpConcat, ir.OpSplit,
 		ir.OpGather, ir.OpGatherElements, ir.OpGatherND, ir.OpTile, ir.OpConstant, ir.OpFull,
 		ir.OpRange, ir.OpCast:

@@ -59,9 +59,13 @@ type Report struct {
 	FLOPs       FLOPs                  `json:"flops"`
 	Kernels     []Kernel               `json:"kernels"`
 	// KernelError says why CUDA code could not be generated ("" when it was).
-	KernelError string           `json:"kernel_error,omitempty"`
-	Passes      []passes.Stat    `json:"passes"`
-	Outputs     map[string]Value `json:"outputs"`
+	KernelError string        `json:"kernel_error,omitempty"`
+	Passes      []passes.Stat `json:"passes"`
+	// Sharding and Communication describe a sequence-parallel plan (nil when the
+	// step runs on one GPU).
+	Sharding      *Sharding        `json:"sharding,omitempty"`
+	Communication *Communication   `json:"communication,omitempty"`
+	Outputs       map[string]Value `json:"outputs"`
 }
 
 // Target describes the target the plan was made for.
@@ -115,6 +119,21 @@ type FLOPs struct {
 	Forward  int64 `json:"forward"`
 	Backward int64 `json:"backward"`
 	PerStep  int64 `json:"per_step"`
+}
+
+// Sharding says how the sequence is split across GPUs.
+type Sharding struct {
+	Ranks       int    `json:"ranks"`
+	Mode        string `json:"mode"`
+	Layout      string `json:"layout"`
+	SeqLen      int64  `json:"seq_len"`
+	LocalSeqLen int64  `json:"local_seq_len"`
+}
+
+// Communication is the traffic of one step per GPU.
+type Communication struct {
+	BytesPerStepPerGPU int64            `json:"bytes_per_step_per_gpu"`
+	ByOp               map[string]int64 `json:"by_op"`
 }
 
 // Kernel is one kernel (or kernel group) the plan needs.
@@ -272,6 +291,17 @@ func (r *Report) WriteText(w io.Writer) {
 	fmt.Fprintf(w, "fused CE   %d\n", r.FusedCE)
 	fmt.Fprintf(w, "checkpoint %s: %d ops recomputed, %s saved\n", r.Checkpoints.Policy,
 		r.Checkpoints.RecomputedOps, Bytes(r.Checkpoints.SavedBytes))
+	if sh := r.Sharding; sh != nil {
+		fmt.Fprintf(w, "sharding   %d ranks, %s (%s layout), %d of %d tokens per GPU\n", sh.Ranks, sh.Mode,
+			sh.Layout, sh.LocalSeqLen, sh.SeqLen)
+	}
+	if c := r.Communication; c != nil {
+		var ops []string
+		for _, k := range sortedKeys(c.ByOp) {
+			ops = append(ops, fmt.Sprintf("%s %s", k, Bytes(c.ByOp[k])))
+		}
+		fmt.Fprintf(w, "comm       %s per step per GPU (%s)\n", Bytes(c.BytesPerStepPerGPU), strings.Join(ops, ", "))
+	}
 	fmt.Fprintf(w, "memory     peak %s per GPU (weights %s, gradients %s, optimizer %s, activations %s)%s\n",
 		Bytes(r.Memory.PerGPUPeakBytes), Bytes(r.Memory.WeightsBytes), Bytes(r.Memory.GradientsBytes),
 		Bytes(r.Memory.OptimizerBytes), Bytes(r.Memory.ActivationsBytes), fits(r.Memory.FitsTarget))
@@ -295,7 +325,11 @@ func (r *Report) WriteText(w io.Writer) {
 		if p.Changed {
 			ch = " (changed)"
 		}
-		fmt.Fprintf(w, "pass       %s%s\n", p.Name, ch)
+		tm := ""
+		if p.Micros > 0 {
+			tm = fmt.Sprintf(" %.3f ms", float64(p.Micros)/1000)
+		}
+		fmt.Fprintf(w, "pass       %s%s%s\n", p.Name, tm, ch)
 	}
 }
 

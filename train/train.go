@@ -27,10 +27,14 @@ import (
 type Config struct {
 	Model  string // .onnx or .lcc file
 	Device string // "cpu", or "cuda" with Run set
-	// Run executes a step's functions on the device (the CLI supplies the CUDA
+	// Run executes the forward+backward on the device (the CLI supplies the CUDA
 	// executor); nil runs the CPU reference interpreter in f32.
-	Run  func(f *ir.Func, in map[string]*tensor.Tensor) (map[string]*tensor.Tensor, error)
-	Data string // data spec: see package data
+	Run func(f *ir.Func, in map[string]*tensor.Tensor) (map[string]*tensor.Tensor, error)
+	// RunOptimizer executes gradient accumulation and the AdamW update; nil means
+	// Run. Mixed precision runs the step in bf16 and the optimizer in fp32, so
+	// master weights, moments and accumulated gradients stay fp32.
+	RunOptimizer func(f *ir.Func, in map[string]*tensor.Tensor) (map[string]*tensor.Tensor, error)
+	Data         string // data spec: see package data
 
 	SeqLen, Batch int
 	// Steps is the number of optimizer steps the run (and its schedule) spans.
@@ -354,8 +358,11 @@ func (t *trainer) resume(res *Result) (int, error) {
 	return c.Meta.Step, nil
 }
 
-// exec runs f on the configured device.
+// exec runs f on the configured device; optimizer functions may run elsewhere.
 func (t *trainer) exec(f *ir.Func, in map[string]*tensor.Tensor) (map[string]*tensor.Tensor, error) {
+	if f != t.grad && t.cfg.RunOptimizer != nil {
+		return t.cfg.RunOptimizer(f, in)
+	}
 	if t.cfg.Run != nil {
 		return t.cfg.Run(f, in)
 	}

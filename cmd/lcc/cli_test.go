@@ -289,3 +289,46 @@ func TestEmitONNXAndDOT(t *testing.T) {
 		t.Error("--emit=svg accepted")
 	}
 }
+
+// TestShardedCheck runs issue #5's checks: N simulated ranks reproduce PyTorch's
+// outputs and gradients.
+func TestShardedCheck(t *testing.T) {
+	cases := [][]string{
+		{"attn_mha.onnx", "attn_mha_dense", "--attention=ring", "--ranks=4"},
+		{"attn_mha.onnx", "attn_mha_dense", "--attention=ulysses", "--ranks=2"},
+		{"attn_mha.onnx", "attn_mha_dilated_paper", "--attention=dilated", "--ranks=8", "--segments=8,16,32", "--dilations=1,2,4"},
+		{"llama_mini.onnx", "llama_mini", "--attention=ring", "--ranks=2"},
+		{"gpt_mini.onnx", "gpt_mini", "--attention=ring", "--ranks=8"},
+	}
+	for _, c := range cases {
+		args := append([]string{"check", filepath.Join(td, "onnx", c[0]), "--ref",
+			filepath.Join(td, "ref", c[1]+".ref.safetensors"), "--grads"}, c[2:]...)
+		out, stderr, code := lcc(t, args...)
+		if code != 0 || !strings.Contains(out, "max_rel_err=") {
+			t.Errorf("%v: exit %d\n%s%s", c, code, out, stderr)
+		}
+	}
+	// Layouts that cannot split are errors that say why.
+	_, stderr, code := lcc(t, "check", filepath.Join(td, "onnx", "attn_mha.onnx"), "--ref",
+		filepath.Join(td, "ref", "attn_mha_dense.ref.safetensors"), "--attention=ulysses", "--ranks=8")
+	if code != 1 || !strings.Contains(stderr, "head") {
+		t.Errorf("ulysses with 4 heads on 8 ranks: exit %d: %s", code, stderr)
+	}
+	if _, _, code := lcc(t, "check", filepath.Join(td, "onnx", "attn_mha.onnx"), "--ref",
+		filepath.Join(td, "ref", "attn_mha_dense.ref.safetensors"), "--attention=ring"); code != 1 {
+		t.Error("--attention=ring without --ranks accepted")
+	}
+}
+
+func TestShardedPlan(t *testing.T) {
+	out, stderr, code := lcc(t, "compile", filepath.Join(td, "onnx", "llama_mini.onnx"), "--target=a100x8",
+		"--seq-len=1048576", "--loss=cross-entropy", "--report=json")
+	if code != 0 {
+		t.Fatal(stderr)
+	}
+	for _, want := range []string{`"ranks": 8`, `"bytes_per_step_per_gpu"`, `"ring_attention"`, `"local_seq_len": 131072`} {
+		if !strings.Contains(out, want) {
+			t.Errorf("report lacks %s", want)
+		}
+	}
+}

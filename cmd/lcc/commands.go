@@ -45,15 +45,20 @@ func (s *shapeFlags) bindings() (driver.Bindings, error) {
 	return driver.Bindings{SeqLen: s.seqLen, Batch: s.batch, Shape: shape}, nil
 }
 
-// attentionFlags are the attention-rewrite flags shared by compile and check.
+// attentionFlags are the attention-rewrite and sequence-parallel flags shared by
+// compile and check.
 type attentionFlags struct {
 	mode, offsets       string
 	segments, dilations []int64
 	require             bool
+	ranks               int
+	shardMode           string // set by options(): ring, ulysses or dilated
 }
 
 func (a *attentionFlags) add(cmd *cobra.Command) {
-	cmd.Flags().StringVar(&a.mode, "attention", "dense", "attention rewrite: dense (exact) or dilated (LongNet)")
+	cmd.Flags().StringVar(&a.mode, "attention", "dense",
+		"attention: dense (exact), dilated (LongNet), ring or ulysses (sequence-parallel dense, with --ranks)")
+	cmd.Flags().IntVar(&a.ranks, "ranks", 0, "shard the sequence over N GPUs (ranks); default: the target's GPUs when one does not fit")
 	cmd.Flags().Int64SliceVar(&a.segments, "segments", nil, "dilated attention segment lengths, e.g. 2048,4096,8192")
 	cmd.Flags().Int64SliceVar(&a.dilations, "dilations", nil, "dilated attention dilation rates, e.g. 1,2,4")
 	cmd.Flags().StringVar(&a.offsets, "dilated-offsets", "paper", "head offsets of dilated attention: paper or block")
@@ -61,7 +66,18 @@ func (a *attentionFlags) add(cmd *cobra.Command) {
 }
 
 func (a *attentionFlags) options() (driver.AttentionOptions, error) {
-	o := driver.AttentionOptions{Mode: a.mode, Segments: a.segments, Dilations: a.dilations,
+	rewrite, shard, err := driver.ShardModes(a.mode)
+	if err != nil {
+		return driver.AttentionOptions{}, err
+	}
+	if a.ranks < 0 {
+		return driver.AttentionOptions{}, fmt.Errorf("--ranks %d: want a positive number", a.ranks)
+	}
+	if (a.mode == "ring" || a.mode == "ulysses") && a.ranks < 2 {
+		return driver.AttentionOptions{}, fmt.Errorf("--attention=%s needs --ranks=N with N >= 2", a.mode)
+	}
+	a.shardMode = shard
+	o := driver.AttentionOptions{Mode: rewrite, Segments: a.segments, Dilations: a.dilations,
 		Offsets: a.offsets, Require: a.require}
 	return o, o.Validate()
 }
@@ -96,6 +112,7 @@ func compileCmd() *cobra.Command {
 		checkpoint              string
 		budget                  int64
 		emit                    []string
+		timePasses              bool
 	)
 	cmd := &cobra.Command{
 		Use:   "compile MODEL",
@@ -126,10 +143,45 @@ func compileCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			res, err := driver.Compile(f, driver.CompileOptions{Target: t, PrintAfter: printAfter,
-				Model: args[0], Loss: loss, Attention: att, Checkpoint: checkpoint, MemoryBudget: budget})
+			copts := driver.CompileOptions{Target: t, PrintAfter: printAfter,
+				Model: args[0], Loss: loss, Attention: att, Checkpoint: checkpoint, MemoryBudget: budget,
+				TimePasses: timePasses}
+			// Sequence parallelism: asked for with --ranks, or planned by default on
+			// a multi-GPU target when one GPU cannot hold the step.
+			var sharded *driver.ShardPlan
+			if af.ranks > 1 {
+				if sharded, err = driver.PlanSharded(f, copts, driver.ShardOptions{Ranks: af.ranks, Mode: af.shardMode}); err != nil {
+					return err
+				}
+			}
+			unsharded := f.Clone()
+			res, err := driver.Compile(f, copts)
 			if err != nil {
 				return err
+			}
+			if af.ranks == 0 {
+				so, ok := driver.DefaultShard(res.Report, t, af.mode)
+				// A multi-GPU target with fewer sequences than GPUs has no data
+				// parallelism to use them: split the sequence across all of them.
+				if !ok && t.GPUs > 1 && batchOf(res.Report) < int64(t.GPUs) {
+					so, ok = driver.ShardOptions{Ranks: t.GPUs, Mode: defaultShardMode(af.mode)}, true
+				}
+				if ok {
+					if sharded, err = driver.PlanSharded(unsharded, copts, so); err != nil {
+						return fmt.Errorf("%w (the step does not fit one GPU; pass --ranks=1 to plan it unsharded)", err)
+					}
+				}
+			}
+			if sharded != nil {
+				rep := res.Report
+				rep.Memory = sharded.Memory
+				rep.Sharding = &report.Sharding{Ranks: sharded.Ranks, Mode: sharded.Mode, Layout: sharded.Layout,
+					SeqLen: sharded.SeqLen, LocalSeqLen: sharded.LocalSeqLen}
+				rep.Communication = &report.Communication{BytesPerStepPerGPU: sharded.Communication.BytesPerStepPerGPU,
+					ByOp: sharded.Communication.ByOp}
+				if sharded.Report != nil {
+					rep.FLOPs = sharded.Report.FLOPs
+				}
 			}
 			writeKernels := generateKernels(res, t)
 			for _, e := range emit {
@@ -176,6 +228,7 @@ func compileCmd() *cobra.Command {
 	}
 	sf.add(cmd)
 	af.add(cmd)
+	cmd.Flags().BoolVar(&timePasses, "time-passes", false, "include pass timings in the report (then it differs run to run)")
 	cmd.Flags().StringSliceVar(&emit, "emit", nil, "also write the rewritten graph: onnx (DIR/graph.onnx, lcc ops in domain ai.lcc), dot (DIR/graph.dot)")
 	cmd.Flags().StringVar(&checkpoint, "checkpoint", "auto", "activation checkpointing: auto, none, layers or selective")
 	cmd.Flags().Int64Var(&budget, "memory-budget", 0, "activation memory budget per GPU in bytes (default: from the target)")
@@ -214,6 +267,25 @@ func generateKernels(res *driver.Result, t targets.Target) []func(string) error 
 	return []func(string) error{func(dir string) error {
 		return cudagen.WriteKernels(dir, prog.Kernels, prog.Plan)
 	}}
+}
+
+// batchOf is the bound batch dim of a report (1 when the model has none).
+func batchOf(r *report.Report) int64 {
+	for _, name := range []string{"batch", "batch_size", "bsz", "B", "N"} {
+		if v, ok := r.Shapes.Dims[name]; ok {
+			return v
+		}
+	}
+	return 1
+}
+
+// defaultShardMode is the sequence-parallel attention for an --attention value.
+func defaultShardMode(attention string) string {
+	switch attention {
+	case "dilated", "ring", "ulysses":
+		return attention
+	}
+	return "ring"
 }
 
 func targetsCmd() *cobra.Command {

@@ -140,9 +140,16 @@ func checkCmd() *cobra.Command {
 			}
 			defer release()
 			copts := driver.CheckOptions{Tolerance: tolerance, Out: cmd.OutOrStdout(), Run: run}
-			if grads {
+			switch {
+			case af.ranks > 1:
+				if df.device != "cpu" {
+					return fmt.Errorf("--ranks=%d: sharded checks run on the CPU with N simulated ranks; use --device=cpu", af.ranks)
+				}
+				copts.Run = nil
+				_, err = driver.CheckSharded(f, rf, ref, driver.ShardOptions{Ranks: af.ranks, Mode: af.shardMode, Grads: grads}, copts)
+			case grads:
 				_, err = driver.CheckGrads(f, rf, ref, copts)
-			} else {
+			default:
 				_, err = driver.Check(f, rf, ref, copts)
 			}
 			return err

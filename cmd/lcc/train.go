@@ -13,6 +13,7 @@ import (
 // trainCmd is `lcc train`: it parses flags into a train.Config and runs it.
 func trainCmd() *cobra.Command {
 	cfg := train.DefaultConfig()
+	precision := "fp32"
 	cmd := &cobra.Command{
 		Use:   "train MODEL --data=SPEC --seq-len N --batch N --steps N --lr X",
 		Short: "train a model (.onnx or .lcc): AdamW, warmup+cosine, checkpoints, bit-identical resume",
@@ -36,14 +37,22 @@ bit. To split one run, keep --steps and stop the first part with --stop-at.`,
 			if _, set := os.LookupEnv("GOGC"); !set {
 				defer debug.SetGCPercent(debug.SetGCPercent(400))
 			}
-			if cfg.Device == "cuda" {
-				df := deviceFlags{device: "cuda", precision: "fp32"}
-				run, release, err := df.runner()
+			df := deviceFlags{device: cfg.Device, precision: precision}
+			run, release, err := df.runner()
+			if err != nil {
+				return err
+			}
+			defer release()
+			cfg.Run = run
+			if precision != "fp32" {
+				// Master weights, moments and gradient sums stay fp32.
+				opt := deviceFlags{device: cfg.Device, precision: "fp32"}
+				runOpt, releaseOpt, err := opt.runner()
 				if err != nil {
 					return err
 				}
-				defer release()
-				cfg.Run = run
+				defer releaseOpt()
+				cfg.RunOptimizer = runOpt
 			}
 			res, err := train.Train(cfg)
 			if err != nil {
@@ -53,6 +62,7 @@ bit. To split one run, keep --steps and stop the first part with --stop-at.`,
 		},
 	}
 	f := cmd.Flags()
+	f.StringVar(&precision, "precision", "fp32", "cuda step precision: fp32, or bf16 (bf16 storage, fp32 math, fp32 master weights and AdamW state)")
 	f.StringVar(&cfg.Device, "device", cfg.Device, "where to train: cpu (reference interpreter) or cuda (GPU 0, fp32)")
 	f.StringVar(&cfg.Data, "data", "",
 		"training data: synthetic:copy, synthetic:passkey, tokens:FILE or bytes:FILE")
