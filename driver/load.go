@@ -188,3 +188,19 @@ func MissingWeights(f *ir.Func) []string {
 	}
 	return out
 }
+
+// Warnings lists what looks wrong in a loaded model without being an error: an
+// input that nothing reads (after import only its shape was used). PyTorch's
+// exporter produces this when two example inputs were the same tensor, such as
+// labels = input_ids: torch.export aliases them, and every use reads one name.
+func Warnings(f *ir.Func) []string {
+	uses := f.Uses()
+	var out []string
+	for _, p := range f.Params {
+		if (p.Role == ir.RoleInput || p.Role == ir.RoleLabel) && len(uses[p.Value]) == 0 && !f.IsOutput(p.Value) {
+			out = append(out, fmt.Sprintf("input %q is never read (only its shape is); if the exporter's "+
+				"example inputs aliased it with another input of the same shape, the graph reads that one instead", p.Name))
+		}
+	}
+	return out
+}

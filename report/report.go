@@ -46,7 +46,9 @@ const AdamWBytesPerParam = 8
 
 // Report is the compile report. Field names are the JSON schema.
 type Report struct {
-	Model       string                 `json:"model"`
+	Model string `json:"model"`
+	// Warnings are things that look wrong in the model without being errors.
+	Warnings    []string               `json:"warnings,omitempty"`
 	Mode        string                 `json:"mode"`
 	Target      Target                 `json:"target"`
 	Shapes      Shapes                 `json:"shapes"`
@@ -263,6 +265,9 @@ func kernels(f *ir.Func) []Kernel {
 // WriteText writes the report for people.
 func (r *Report) WriteText(w io.Writer) {
 	fmt.Fprintf(w, "model      %s (%s)\n", r.Model, r.Mode)
+	for _, warn := range r.Warnings {
+		fmt.Fprintf(w, "warning    %s\n", warn)
+	}
 	fmt.Fprintf(w, "target     %s: %d× GPU %s, %s each\n", r.Target.Name, r.Target.GPUs, r.Target.Arch,
 		Bytes(r.Target.MemoryBytes))
 	fmt.Fprintf(w, "dims       %s\n", sortedKV(r.Shapes.Dims))

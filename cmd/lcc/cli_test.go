@@ -86,7 +86,8 @@ func TestCheckSharedModels(t *testing.T) {
 func TestCheckGPTMiniLossFileDefect(t *testing.T) {
 	out, stderr, code := lcc(t, "check", filepath.Join(td, "onnx", "gpt_mini_loss.onnx"), "--ref",
 		filepath.Join(td, "ref", "gpt_mini_loss.ref.safetensors"))
-	if code != 1 || !strings.Contains(stderr, "cross_entropy_loss") {
+	if code != 1 || !strings.Contains(stderr, "cross_entropy_loss") ||
+		!strings.Contains(stderr, `input "input_ids" is never read`) {
 		t.Errorf("want exit 1 naming cross_entropy_loss, got %d\n%s%s", code, out, stderr)
 	}
 }

@@ -143,6 +143,7 @@ func compileCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			warnings := driver.Warnings(f)
 			copts := driver.CompileOptions{Target: t, PrintAfter: printAfter,
 				Model: args[0], Loss: loss, Attention: att, Checkpoint: checkpoint, MemoryBudget: budget,
 				TimePasses: timePasses}
@@ -183,6 +184,7 @@ func compileCmd() *cobra.Command {
 					rep.FLOPs = sharded.Report.FLOPs
 				}
 			}
+			res.Report.Warnings = warnings
 			writeKernels := generateKernels(res, t)
 			for _, e := range emit {
 				switch e {

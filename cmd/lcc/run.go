@@ -131,6 +131,9 @@ func checkCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			for _, w := range driver.Warnings(f) {
+				fmt.Fprintf(cmd.ErrOrStderr(), "lcc: warning: %s\n", w)
+			}
 			if _, err := driver.Prepare(f, att, passes.Options{VerifyEach: true}); err != nil {
 				return err
 			}
