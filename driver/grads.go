@@ -159,9 +159,15 @@ func CheckGrads(f *ir.Func, ref *safetensors.File, refPath string, opts CheckOpt
 		}
 	}
 	groups, order, missing := matchGrads(gf, ref)
-	if len(missing) > 0 {
+	if len(missing) > 0 && len(order) == 0 {
 		return nil, fmt.Errorf("%s: no model parameter holds %s (by name, by the exporter's folded_from "+
 			"provenance, or by the value of param.<name>)", refPath, strings.Join(missing, ", "))
+	}
+	// PyTorch's exporter folds parameters it sees as constants (an all-zero bias
+	// disappears from Gemm); such a gradient has no parameter in the file.
+	for _, name := range missing {
+		fmt.Fprintf(opts.Out, "skipped grad.%s: no parameter of the exported graph holds it "+
+			"(the exporter folded it away)\n", name)
 	}
 	for _, p := range order {
 		g := groups[p]
@@ -221,8 +227,14 @@ func matchGrads(f *ir.Func, ref *safetensors.File) (map[*ir.Param][]gradMatch, [
 				p, transposed = q, q.OriginTransposed
 			}
 		}
+		// A wrapper module prefixes names ("m.transformer.wte.weight").
+		for _, q := range f.Params {
+			if p == nil && q.Role == ir.RoleWeight && strings.HasSuffix(q.Name, "."+name) {
+				p = q
+			}
+		}
 		if p == nil {
-			p, transposed = findByValue(f, ref.Tensors["param."+name])
+			p, transposed = findByValue(f, ref.Tensors["param."+name], name)
 		}
 		if p == nil {
 			missing = append(missing, name)
@@ -244,8 +256,10 @@ func tr(t bool) string {
 }
 
 // findByValue returns the weight whose data equals want exactly, or equals its
-// transpose (2-D only).
-func findByValue(f *ir.Func, want *tensor.Tensor) (*ir.Param, bool) {
+// transpose (2-D only). Equal values of a uniform tensor are weak evidence (every
+// zero bias is equal), so for those, where the importer knows which framework
+// parameters a weight's readers came from (Param.Sources), name must be among them.
+func findByValue(f *ir.Func, want *tensor.Tensor, name string) (*ir.Param, bool) {
 	if want == nil {
 		return nil, false
 	}
@@ -254,7 +268,7 @@ func findByValue(f *ir.Func, want *tensor.Tensor) (*ir.Param, bool) {
 		wantT = transpose2(want)
 	}
 	for _, p := range f.Params {
-		if p.Role != ir.RoleWeight || p.Data == nil {
+		if p.Role != ir.RoleWeight || p.Data == nil || uniform(want) && !fromSource(p, name) {
 			continue
 		}
 		if sameValues(p.Data, want) {
@@ -265,6 +279,46 @@ func findByValue(f *ir.Func, want *tensor.Tensor) (*ir.Param, bool) {
 		}
 	}
 	return nil, false
+}
+
+// uniform reports whether every element of t is equal (a zero bias, a ones
+// scale): equal values then say little about which parameter it is.
+func uniform(t *tensor.Tensor) bool {
+	for i := 1; i < t.Numel(); i++ {
+		if t.Float(i) != t.Float(0) {
+			return false
+		}
+	}
+	return true
+}
+
+// fromSource reports whether framework parameter name may be what weight p
+// stands for: p has no recorded sources, or one of them spells name (the
+// exporter writes "blocks.0.ln2.weight" as placeholder "p_blocks_0_ln2_weight",
+// possibly behind a wrapper's prefix).
+func fromSource(p *ir.Param, name string) bool {
+	if len(p.Sources) == 0 {
+		return true
+	}
+	// torch.export may also change case and separators ("LayerNorm" becomes
+	// "layer_norm"), so compare letters and digits alone, case-folded.
+	want := alnum(name)
+	for _, s := range p.Sources {
+		if strings.HasSuffix(alnum(strings.TrimPrefix(s, "p_")), want) {
+			return true
+		}
+	}
+	return false
+}
+
+func alnum(s string) string {
+	var sb strings.Builder
+	for _, r := range strings.ToLower(s) {
+		if r >= 'a' && r <= 'z' || r >= '0' && r <= '9' {
+			sb.WriteRune(r)
+		}
+	}
+	return sb.String()
 }
 
 func sameValues(a, b *tensor.Tensor) bool {

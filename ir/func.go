@@ -118,6 +118,11 @@ type Param struct {
 	Origin string
 	// OriginTransposed says the weight holds Origin's transpose.
 	OriginTransposed bool
+	// Sources lists the framework parameters, in the exporter's placeholder
+	// spelling ("p_blocks_0_ln2_weight"), that the ops reading this weight were
+	// made from. An exporter that merges equal initializers makes one weight stand
+	// for several parameters; its gradient is then the sum of theirs. Not printed.
+	Sources []string
 }
 
 // Node is one operation. Name is where it came from (an ONNX node name) and is
@@ -232,7 +237,7 @@ func (f *Func) Clone() *Func {
 	m := make(map[*Value]*Value)
 	for _, p := range f.Params {
 		q := &Param{Name: p.Name, Role: p.Role, Data: p.Data, Frozen: p.Frozen, Origin: p.Origin,
-			OriginTransposed: p.OriginTransposed}
+			OriginTransposed: p.OriginTransposed, Sources: p.Sources}
 		q.Value = &Value{Type: p.Value.Type, Param: q}
 		m[p.Value] = q.Value
 		g.Params = append(g.Params, q)

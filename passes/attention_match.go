@@ -351,7 +351,7 @@ type sdpaMatch struct {
 
 // rewrite is the sdpa pattern: pv is a matmul whose first argument may be a softmax.
 func (m *attnMatcher) rewrite(f *ir.Func, pv *ir.Node, b *ir.Builder) bool {
-	p := pv.Args[0]
+	p, _ := nanGuarded(pv.Args[0])
 	if p.Def == nil || p.Def.Op != ir.OpSoftmax {
 		return false
 	}
@@ -365,11 +365,29 @@ func (m *attnMatcher) rewrite(f *ir.Func, pv *ir.Node, b *ir.Builder) bool {
 	return true
 }
 
+// nanGuarded sees through PyTorch's SDPA decomposition, which zeroes the NaN rows
+// a fully masked softmax gives: where(isnan(p), 0, p) -> p. That is what the
+// attention op does for a row with no visible key, so the guard folds into it.
+// It returns p and the guard's nodes (where, isnan), or v itself and nil.
+func nanGuarded(v *ir.Value) (*ir.Value, []*ir.Node) {
+	w := v.Def
+	if w == nil || w.Op != ir.OpWhere {
+		return v, nil
+	}
+	cond, zero, p := w.Args[0], w.Args[1], w.Args[2]
+	isn := cond.Def
+	if isn == nil || isn.Op != ir.OpIsNaN || isn.Args[0] != p || zero.Def == nil ||
+		zero.Def.Op != ir.OpConstant || zero.Type.Numel() != 1 || zero.Def.Attrs.Tensor("value").Float(0) != 0 {
+		return v, nil
+	}
+	return p, []*ir.Node{w, isn}
+}
+
 // analyze matches the subgraph ending at pv, or says why it does not match.
 // It builds nothing.
 func (m *attnMatcher) analyze(f *ir.Func, pv *ir.Node, uses map[*ir.Value][]*ir.Node) (
 	*sdpaMatch, string) {
-	p := pv.Args[0]
+	p, guard := nanGuarded(pv.Args[0])
 	sm := p.Def
 	if p.Type.Rank() != 4 {
 		return nil, fmt.Sprintf("scores %v are not [B,H,T,S]", p.Type)
@@ -380,12 +398,20 @@ func (m *attnMatcher) analyze(f *ir.Func, pv *ir.Node, uses map[*ir.Value][]*ir.
 	if pv.Attrs.Bool("transpose_a") {
 		return nil, "the probabilities enter the matmul by v transposed"
 	}
-	if len(uses[p]) != 1 || f.IsOutput(p) {
+	wantUses := 1
+	if guard != nil {
+		wantUses = 2 // the isnan and the where of the guard
+		g := pv.Args[0]
+		if len(uses[g]) != 1 || f.IsOutput(g) || len(uses[guard[1].Result()]) != 1 {
+			return nil, "the attention probabilities are used elsewhere"
+		}
+	}
+	if len(uses[p]) != wantUses || f.IsOutput(p) {
 		return nil, "the attention probabilities are used elsewhere"
 	}
 	shape := p.Type.Shape
 	bsz, h, t, s := shape[0], shape[1], shape[2], shape[3]
-	a := &sdpaMatch{pv: pv, nodes: []*ir.Node{pv, sm}, scale: 1}
+	a := &sdpaMatch{pv: pv, nodes: append([]*ir.Node{pv, sm}, guard...), scale: 1}
 
 	// Walk from the softmax to the score matmul, collecting scale and mask layers.
 	type layer struct {

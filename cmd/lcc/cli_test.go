@@ -333,3 +333,22 @@ func TestShardedPlan(t *testing.T) {
 		}
 	}
 }
+
+// TestHuggingFaceExports checks Hugging Face exports lcc was not written against:
+// forward, gradients, and attention found in each.
+func TestHuggingFaceExports(t *testing.T) {
+	for _, m := range []string{"gpt2", "llama_gqa_eager", "llama_gqa_sdpa", "bert"} {
+		model := filepath.Join(td, "hf", "hf_"+m+".onnx")
+		ref := filepath.Join(td, "hf", "hf_"+m+".ref.safetensors")
+		for _, extra := range [][]string{nil, {"--grads"}} {
+			out, stderr, code := lcc(t, append([]string{"check", model, "--ref", ref}, extra...)...)
+			if code != 0 || !strings.Contains(out, "max_rel_err=") {
+				t.Errorf("%s %v: exit %d\n%s%s", m, extra, code, out, stderr)
+			}
+		}
+		out, stderr, code := lcc(t, "compile", model, "--seq-len=64", "--require-attention")
+		if code != 0 || !strings.Contains(out, "attention  2 found") {
+			t.Errorf("%s: attention not found: %d\n%s%s", m, code, out, stderr)
+		}
+	}
+}

@@ -189,6 +189,12 @@ func (d *decoder) decodeNodes(nps []*onnxpb.NodeProto) ([]Node, error) {
 			Outputs: np.GetOutput(),
 			Attrs:   make(map[string]Attr, len(np.GetAttribute())),
 		}
+		for _, kv := range np.GetMetadataProps() {
+			if n.Metadata == nil {
+				n.Metadata = map[string]string{}
+			}
+			n.Metadata[kv.GetKey()] = kv.GetValue()
+		}
 		if n.OpType == "" {
 			return nil, fmt.Errorf("%w: %v has no op_type", ErrMalformed, &n)
 		}

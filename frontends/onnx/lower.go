@@ -3,6 +3,7 @@ package onnx
 import (
 	"errors"
 	"fmt"
+	"regexp"
 	"sort"
 	"strings"
 
@@ -151,6 +152,7 @@ func (l *lowerer) params() error {
 		if t.DType.IsFloat() && len(t.Shape) > 0 {
 			v := l.b.Weight(name, t)
 			v.Param.Origin, v.Param.OriginTransposed = l.origin(name, len(t.Shape))
+			v.Param.Sources = l.sources(name)
 			l.env[name] = &val{v: v}
 			continue
 		}
@@ -383,6 +385,37 @@ func (l *lowerer) origin(name string, rank int) (string, bool) {
 		}
 	}
 	return root, transposed
+}
+
+// fxNode is the metadata key under which PyTorch's exporter records the FX node
+// an ONNX node came from, e.g. "%linear : [...] = call_function[...](args =
+// (%x, %p_blocks_0_qkv_weight, %p_blocks_0_qkv_bias), ...)".
+const fxNode = "pkg.torch.onnx.fx_node"
+
+var placeholderRE = regexp.MustCompile(`%(p_[A-Za-z0-9_]+)`)
+
+// sources lists the parameter placeholders named by the FX nodes of the ONNX
+// nodes that read initializer name (sorted, unique).
+func (l *lowerer) sources(name string) []string {
+	seen := map[string]bool{}
+	for _, n := range l.m.Graph.Nodes {
+		reads := false
+		for _, in := range n.Inputs {
+			reads = reads || in == name
+		}
+		if !reads {
+			continue
+		}
+		for _, m := range placeholderRE.FindAllStringSubmatch(n.Metadata[fxNode], -1) {
+			seen[m[1]] = true
+		}
+	}
+	var out []string
+	for s := range seen {
+		out = append(out, s)
+	}
+	sort.Strings(out)
+	return out
 }
 
 // parseSingleList reads a Python list literal of one string: "['a.b']" -> "a.b".

@@ -61,6 +61,9 @@ type Node struct {
 	Outputs []string
 	// Attrs are the node's attributes by name.
 	Attrs map[string]Attr
+	// Metadata holds the node's metadata_props (PyTorch's exporter records the FX
+	// node it came from under "pkg.torch.onnx.fx_node").
+	Metadata map[string]string
 }
 
 // String describes the node for messages: `node "name" (OpType)`, or, for a node

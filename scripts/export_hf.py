@@ -1,0 +1,116 @@
+"""Exports tiny, randomly initialised Hugging Face models to ONNX with PyTorch's
+exporter, with reference outputs and gradients, for lcc's import tests.
+
+Run where PyTorch, transformers and onnxscript exist (the GPU machine has them):
+    python3 scripts/export_hf.py OUTDIR
+Writes OUTDIR/hf_<name>.onnx and OUTDIR/hf_<name>.ref.safetensors for each model; the
+reference holds input_ids (and attention_mask), labels or dy, the outputs, the loss,
+param.<name> and grad.<name> for every parameter (float32, computed on the CPU).
+No weights are downloaded: every model is built from a small config.
+"""
+import sys, os, traceback
+import torch, torch.nn.functional as F
+from safetensors.torch import save_file
+import transformers as tf
+
+out = sys.argv[1]
+os.makedirs(out, exist_ok=True)
+torch.manual_seed(0)
+B, T, V = 2, 16, 512
+
+
+class LM(torch.nn.Module):
+    def __init__(self, m):
+        super().__init__()
+        self.m = m
+
+    def forward(self, input_ids):
+        return self.m(input_ids=input_ids, use_cache=False, return_dict=True).logits
+
+
+class Enc(torch.nn.Module):
+    def __init__(self, m):
+        super().__init__()
+        self.m = m
+
+    def forward(self, input_ids, attention_mask):
+        return self.m(input_ids=input_ids, attention_mask=attention_mask, return_dict=True).last_hidden_state
+
+
+def export(name, wrapper, args, input_names, dynamic):
+    wrapper.eval()
+    path = os.path.join(out, f"hf_{name}.onnx")
+    prog = torch.onnx.export(wrapper, args, dynamo=True, input_names=input_names,
+                             dynamic_shapes=dynamic, opset_version=18)
+    prog.save(path)
+    return path
+
+
+def ref_lm(name, model):
+    w = LM(model)
+    ids = torch.randint(0, V, (B, T))
+    labels = torch.randint(0, V, (B, T))
+    labels[0, :3] = -100
+    batch, seq = torch.export.Dim("batch"), torch.export.Dim("seq")
+    export(name, w, (ids,), ["input_ids"], {"input_ids": {0: batch, 1: seq}})
+    w.train(False)
+    logits = w(ids)
+    loss = F.cross_entropy(logits.reshape(-1, V), labels.reshape(-1))
+    loss.backward()
+    t = {"input_ids": ids, "labels": labels, "logits": logits.detach(), "loss": loss.detach().reshape(1)}
+    for n, p in model.named_parameters():
+        t["param." + n] = p.detach().clone()
+        if p.grad is not None:
+            t["grad." + n] = p.grad.detach().clone()
+    # The output name the exporter chose is unknown here; lcc compares by name, so
+    # store the logits under the ONNX output name too.
+    import onnx
+    o = onnx.load(os.path.join(out, f"hf_{name}.onnx"), load_external_data=False)
+    t[o.graph.output[0].name] = logits.detach().clone()
+    save_file({k: v.contiguous() for k, v in t.items()}, os.path.join(out, f"hf_{name}.ref.safetensors"))
+
+
+def ref_enc(name, model):
+    w = Enc(model)
+    ids = torch.randint(0, V, (B, T))
+    mask = torch.ones(B, T, dtype=torch.int64)
+    mask[1, 12:] = 0
+    batch, seq = torch.export.Dim("batch"), torch.export.Dim("seq")
+    export(name, w, (ids, mask), ["input_ids", "attention_mask"],
+           {"input_ids": {0: batch, 1: seq}, "attention_mask": {0: batch, 1: seq}})
+    y = w(ids, mask)
+    dy = torch.randn_like(y)
+    (y * dy).sum().backward()
+    t = {"input_ids": ids, "attention_mask": mask, "dy": dy}
+    import onnx
+    o = onnx.load(os.path.join(out, f"hf_{name}.onnx"), load_external_data=False)
+    t[o.graph.output[0].name] = y.detach().clone()
+    for n, p in model.named_parameters():
+        t["param." + n] = p.detach().clone()
+        if p.grad is not None:
+            t["grad." + n] = p.grad.detach().clone()
+    save_file({k: v.contiguous() for k, v in t.items()}, os.path.join(out, f"hf_{name}.ref.safetensors"))
+
+
+jobs = {
+    "gpt2": lambda: ref_lm("gpt2", tf.GPT2LMHeadModel(tf.GPT2Config(
+        vocab_size=V, n_positions=64, n_embd=64, n_layer=2, n_head=4, resid_pdrop=0, embd_pdrop=0,
+        attn_pdrop=0, attn_implementation="eager"))),
+    "llama_gqa_eager": lambda: ref_lm("llama_gqa_eager", tf.LlamaForCausalLM(tf.LlamaConfig(
+        vocab_size=V, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, max_position_embeddings=64, attn_implementation="eager"))),
+    "llama_gqa_sdpa": lambda: ref_lm("llama_gqa_sdpa", tf.LlamaForCausalLM(tf.LlamaConfig(
+        vocab_size=V, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, max_position_embeddings=64, attn_implementation="sdpa"))),
+    "bert": lambda: ref_enc("bert", tf.BertModel(tf.BertConfig(
+        vocab_size=V, hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128,
+        max_position_embeddings=64, hidden_dropout_prob=0, attention_probs_dropout_prob=0,
+        attn_implementation="eager"), add_pooling_layer=False)),
+}
+for name, job in jobs.items():
+    try:
+        job()
+        print("ok", name)
+    except Exception:
+        print("FAILED", name)
+        traceback.print_exc()
