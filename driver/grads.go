@@ -2,6 +2,7 @@ package driver
 
 import (
 	"fmt"
+	"io"
 	"strings"
 
 	"github.com/lcc-dev/lcc/ir"
@@ -158,20 +159,33 @@ func CheckGrads(f *ir.Func, ref *safetensors.File, refPath string, opts CheckOpt
 			return nil, err
 		}
 	}
-	groups, order, missing := matchGrads(gf, ref)
+	grad := func(p *ir.Param) *tensor.Tensor { return outs[autodiff.GradPrefix+p.Name] }
+	if err := compareGrads(gf, ref, refPath, opts.Out, grad, add); err != nil {
+		return nil, err
+	}
+	return res, res.Print(opts)
+}
+
+// compareGrads compares every REF "grad.<name>" with grad(p) of the parameter p
+// that holds it (see matchGrads); a parameter standing for several REF names is
+// compared with the sum of their gradients. REF gradients of parameters the
+// exporter folded away are reported as skipped.
+func compareGrads(f *ir.Func, ref *safetensors.File, refPath string, out io.Writer,
+	grad func(*ir.Param) *tensor.Tensor, add func(string, *tensor.Tensor, *tensor.Tensor) error) error {
+	groups, order, missing := matchGrads(f, ref)
 	if len(missing) > 0 && len(order) == 0 {
-		return nil, fmt.Errorf("%s: no model parameter holds %s (by name, by the exporter's folded_from "+
+		return fmt.Errorf("%s: no model parameter holds %s (by name, by the exporter's folded_from "+
 			"provenance, or by the value of param.<name>)", refPath, strings.Join(missing, ", "))
 	}
 	// PyTorch's exporter folds parameters it sees as constants (an all-zero bias
 	// disappears from Gemm); such a gradient has no parameter in the file.
 	for _, name := range missing {
-		fmt.Fprintf(opts.Out, "skipped grad.%s: no parameter of the exported graph holds it "+
+		fmt.Fprintf(out, "skipped grad.%s: no parameter of the exported graph holds it "+
 			"(the exporter folded it away)\n", name)
 	}
 	for _, p := range order {
 		g := groups[p]
-		got := outs[autodiff.GradPrefix+p.Name]
+		got := grad(p)
 		want := tensor.New(tensor.F32, got.Shape...)
 		var names []string
 		for _, m := range g {
@@ -180,10 +194,10 @@ func CheckGrads(f *ir.Func, ref *safetensors.File, refPath string, opts CheckOpt
 				w = transpose2(w)
 			}
 			if w.Numel() != want.Numel() {
-				return nil, fmt.Errorf("%s: grad.%s is %v, parameter %s is %v", refPath, m.name, w.Shape, p.Name, got.Shape)
+				return fmt.Errorf("%s: grad.%s is %v, parameter %s is %v", refPath, m.name, w.Shape, p.Name, got.Shape)
 			}
 			for i := range want.F {
-				want.F[i] += w.F[i]
+				want.F[i] += w.Float(i)
 			}
 			names = append(names, m.name+tr(m.transposed))
 		}
@@ -192,10 +206,10 @@ func CheckGrads(f *ir.Func, ref *safetensors.File, refPath string, opts CheckOpt
 			label += " (as " + p.Name + ")"
 		}
 		if err := add(label, got, want); err != nil {
-			return nil, err
+			return err
 		}
 	}
-	return res, res.Print(opts)
+	return nil
 }
 
 // gradMatch is one REF gradient and how it maps onto a model parameter.

@@ -273,36 +273,9 @@ func CheckSharded(f *ir.Func, ref *safetensors.File, refPath string, so ShardOpt
 			return nil, err
 		}
 	}
-	groups, order, missing := matchGrads(sp.Func, ref)
-	if len(missing) > 0 {
-		return nil, fmt.Errorf("%s: no model parameter holds %s (by name, by the exporter's folded_from "+
-			"provenance, or by the value of param.<name>)", refPath, strings.Join(missing, ", "))
-	}
-	for _, p := range order {
-		got := sp.Gather(outs, autodiff.GradPrefix+p.Name)
-		want := tensor.New(tensor.F32, got.Shape...)
-		var names []string
-		for _, m := range groups[p] {
-			w := ref.Tensors[autodiff.GradPrefix+m.name]
-			if m.transposed {
-				w = transpose2(w)
-			}
-			if w.Numel() != want.Numel() {
-				return nil, fmt.Errorf("%s: grad.%s is %v, parameter %s is %v", refPath, m.name, w.Shape,
-					p.Name, got.Shape)
-			}
-			for i := range want.F {
-				want.F[i] += w.Float(i)
-			}
-			names = append(names, m.name+tr(m.transposed))
-		}
-		label := "grad." + strings.Join(names, "+")
-		if g := groups[p]; len(g) > 1 || g[0].name != p.Name {
-			label += " (as " + p.Name + ")"
-		}
-		if err := add(label, got, want); err != nil {
-			return nil, err
-		}
+	grad := func(p *ir.Param) *tensor.Tensor { return sp.Gather(outs, autodiff.GradPrefix+p.Name) }
+	if err := compareGrads(sp.Func, ref, refPath, opts.Out, grad, add); err != nil {
+		return nil, err
 	}
 	return res, res.Print(opts)
 }
