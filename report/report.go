@@ -130,6 +130,8 @@ type Sharding struct {
 	Layout      string `json:"layout"`
 	SeqLen      int64  `json:"seq_len"`
 	LocalSeqLen int64  `json:"local_seq_len"`
+	// Program names the file (in -o DIR) holding one rank's program.
+	Program string `json:"program,omitempty"`
 }
 
 // Communication is the traffic of one step per GPU.
@@ -318,7 +320,7 @@ func (r *Report) WriteText(w io.Writer) {
 	}
 	fmt.Fprintf(w, "kernels    %d: %s\n", len(r.Kernels), strings.Join(ks, " "))
 	if r.KernelError != "" {
-		fmt.Fprintf(w, "kernels    NOT GENERATED: %s\n", r.KernelError)
+		fmt.Fprintf(w, "kernels    incomplete: %s\n", r.KernelError)
 	}
 	var ops []string
 	for _, k := range sortedKeys(r.Ops) {

@@ -186,6 +186,18 @@ func compileCmd() *cobra.Command {
 			}
 			res.Report.Warnings = warnings
 			writeKernels := generateKernels(res, t)
+			if sharded != nil {
+				// One rank's SPMD program, beside the single-GPU graph the kernels are for.
+				res.Report.Sharding.Program = "rank.lcc"
+				if _, err := cudagen.Build(sharded.Func, cudagen.Options{Arch: t.Arch}); err != nil && t.Arch != targets.ArchCPU {
+					res.Report.KernelError = "sharded step: " + err.Error() +
+						" (the kernels listed are those of the single-GPU step)"
+				}
+				rank := sharded.Func
+				writeKernels = append(writeKernels, func(dir string) error {
+					return driver.WriteFileAtomic(filepath.Join(dir, "rank.lcc"), []byte(ir.Print(rank)))
+				})
+			}
 			for _, e := range emit {
 				switch e {
 				case "onnx":
