@@ -4,9 +4,10 @@
 // It is the oracle the rest of lcc is checked against (DESIGN.md §8): every pass is
 // tested by running the graph before and after it here, the GPU kernels are compared
 // with it, and the ONNX importer folds constants with EvalNode. It favours clear,
-// deterministic kernels over speed; only matmul (gonum's blas64.Gemm, parallel over
-// batches) and attention (package attention) are tuned, so that a tiny model trains
-// in tests.
+// deterministic kernels over speed; matmul (gonum's blas64.Gemm, parallel over
+// batches and row blocks) and attention (package attention) are tuned, and the
+// elementwise, reduction, softmax and normalisation kernels and the rounding split
+// long loops over cores (parallel.go), so that a tiny model trains in tests.
 //
 // Precision model. Floating-point tensors hold float64 whatever their dtype (see
 // package tensor). Every kernel computes in float64 and the interpreter then rounds

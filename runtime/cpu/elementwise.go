@@ -62,19 +62,35 @@ var binaryFloat = map[ir.Op]func(a, b float64) float64{
 	ir.OpMin: fmin,
 }
 
-// fmax and fmin propagate NaN, like torch.maximum and torch.minimum.
+// fmax and fmin propagate NaN, like torch.maximum and torch.minimum, and give the
+// results of math.Max and math.Min (+0 is above −0) without their call, which
+// the softmax and max-reduction loops would pay per element.
 func fmax(a, b float64) float64 {
-	if a != a || b != b {
+	switch {
+	case a > b:
+		return a
+	case b > a:
+		return b
+	case a != a || b != b:
 		return math.NaN()
+	case math.Signbit(a): // a == b: only ±0 differ
+		return b
 	}
-	return math.Max(a, b)
+	return a
 }
 
 func fmin(a, b float64) float64 {
-	if a != a || b != b {
+	switch {
+	case a < b:
+		return a
+	case b < a:
+		return b
+	case a != a || b != b:
 		return math.NaN()
+	case math.Signbit(a): // a == b: only ±0 differ
+		return a
 	}
-	return math.Min(a, b)
+	return b
 }
 
 // Binary integer functions; the result is wrapped to the dtype afterwards.
@@ -162,10 +178,13 @@ func init() {
 
 func unaryKernel(fn func(float64) float64) Kernel {
 	return func(n *ir.Node, args []*tensor.Tensor, _ Options) ([]*tensor.Tensor, error) {
-		out := newResult(n, 0)
-		for i, v := range args[0].F {
-			out.F[i] = fn(v)
-		}
+		x, out := args[0].F, newResult(n, 0)
+		parallelRange(len(x), 8, func(lo, hi int) {
+			dst := out.F[lo:hi]
+			for i, v := range x[lo:hi] {
+				dst[i] = fn(v)
+			}
+		})
 		return one(out), nil
 	}
 }
@@ -197,6 +216,8 @@ func kernelCast(n *ir.Node, args []*tensor.Tensor, _ Options) ([]*tensor.Tensor,
 	x, out := args[0], newResult(n, 0)
 	to := out.DType
 	switch {
+	case to.IsFloat() && x.DType.IsFloat():
+		parallelRange(len(out.F), 1, func(lo, hi int) { copy(out.F[lo:hi], x.F[lo:hi]) })
 	case to.IsFloat():
 		for i := range out.F {
 			out.F[i] = x.Float(i)
@@ -254,6 +275,9 @@ func arithFloat(op ir.Op, out, a, b *tensor.Tensor) {
 	af, bf, of := a.F, b.F, out.F
 	row := func(o, n int, ia, sa, ib, sb int) {
 		dst := of[o : o+n]
+		if sa == 1 && (sb == 1 || sb == 0) && arithRow(op, dst, af[ia:ia+n], bf[ib:], sb) {
+			return
+		}
 		switch op {
 		case ir.OpAdd:
 			for j := range dst {
@@ -277,25 +301,107 @@ func arithFloat(op ir.Op, out, a, b *tensor.Tensor) {
 			}
 		}
 	}
+	cost := 1
+	if fn != nil && op != ir.OpAdd && op != ir.OpSub && op != ir.OpMul && op != ir.OpDiv {
+		cost = 8
+	}
 	if sameShape(a.Shape, out.Shape) && sameShape(b.Shape, out.Shape) {
-		row(0, len(of), 0, 1, 0, 1)
+		parallelRange(len(of), cost, func(lo, hi int) { row(lo, hi-lo, lo, 1, lo, 1) })
 		return
 	}
 	sa, sb := bcastStrides(a.Shape, out.Shape), bcastStrides(b.Shape, out.Shape)
 	r := len(out.Shape)
-	walkRows(out.Shape, [][]int{sa, sb}, func(o, n int, offs []int) {
+	parallelRows(out.Shape, [][]int{sa, sb}, cost, func(o, n int, offs []int) {
 		row(o, n, offs[0], sa[r-1], offs[1], sb[r-1])
 	})
+}
+
+// arithRow is dst = x op y for add, sub, mul and div, with y a row (sb = 1) or a
+// broadcast scalar y[0] (sb = 0), in loops the compiler keeps free of index
+// arithmetic. It reports false for other ops.
+func arithRow(op ir.Op, dst, x, y []float64, sb int) bool {
+	x = x[:len(dst)]
+	if sb == 0 {
+		v := y[0]
+		switch op {
+		case ir.OpAdd:
+			for j, a := range x {
+				dst[j] = a + v
+			}
+		case ir.OpSub:
+			for j, a := range x {
+				dst[j] = a - v
+			}
+		case ir.OpMul:
+			for j, a := range x {
+				dst[j] = a * v
+			}
+		case ir.OpDiv:
+			for j, a := range x {
+				dst[j] = a / v
+			}
+		default:
+			return false
+		}
+		return true
+	}
+	y = y[:len(dst)]
+	switch op {
+	case ir.OpAdd:
+		for j, a := range x {
+			dst[j] = a + y[j]
+		}
+	case ir.OpSub:
+		for j, a := range x {
+			dst[j] = a - y[j]
+		}
+	case ir.OpMul:
+		for j, a := range x {
+			dst[j] = a * y[j]
+		}
+	case ir.OpDiv:
+		for j, a := range x {
+			dst[j] = a / y[j]
+		}
+	default:
+		return false
+	}
+	return true
 }
 
 func kernelCompare(n *ir.Node, args []*tensor.Tensor, _ Options) ([]*tensor.Tensor, error) {
 	a, b, out := args[0], args[1], newResult(n, 0)
 	c := compareOps[n.Op]
-	if a.DType.IsFloat() {
-		binary(out.Shape, a, b, func(o, i, j int) { out.I[o] = b2i(c.f(a.F[i], b.F[j])) })
-	} else {
+	if !a.DType.IsFloat() {
 		binary(out.Shape, a, b, func(o, i, j int) { out.I[o] = b2i(c.i(a.I[i], b.I[j])) })
+		return one(out), nil
 	}
+	af, bf, oi := a.F, b.F, out.I
+	sa, sb := bcastStrides(a.Shape, out.Shape), bcastStrides(b.Shape, out.Shape)
+	r := len(out.Shape)
+	ia1, ib1 := 0, 0 // the strides along the rows, 0 for rank 0
+	if r > 0 {
+		ia1, ib1 = sa[r-1], sb[r-1]
+	}
+	op := n.Op
+	parallelRows(out.Shape, [][]int{sa, sb}, 2, func(o, m int, offs []int) {
+		ia, ib := offs[0], offs[1]
+		dst := oi[o : o+m]
+		switch op {
+		case ir.OpEq:
+			for j := range dst {
+				dst[j] = b2i(af[ia+j*ia1] == bf[ib+j*ib1])
+			}
+		case ir.OpLt:
+			for j := range dst {
+				dst[j] = b2i(af[ia+j*ia1] < bf[ib+j*ib1])
+			}
+		default:
+			for j := range dst {
+				dst[j] = b2i(c.f(af[ia+j*ia1], bf[ib+j*ib1]))
+			}
+		}
+	})
 	return one(out), nil
 }
 
@@ -310,15 +416,7 @@ func kernelWhere(n *ir.Node, args []*tensor.Tensor, _ Options) ([]*tensor.Tensor
 	c, a, b, out := args[0], args[1], args[2], newResult(n, 0)
 	sts := [][]int{bcastStrides(c.Shape, out.Shape), bcastStrides(a.Shape, out.Shape),
 		bcastStrides(b.Shape, out.Shape)}
-	if out.DType.IsFloat() {
-		walk(out.Shape, sts, func(o int, offs []int) {
-			if c.I[offs[0]] != 0 {
-				out.F[o] = a.F[offs[1]]
-			} else {
-				out.F[o] = b.F[offs[2]]
-			}
-		})
-	} else {
+	if !out.DType.IsFloat() {
 		walk(out.Shape, sts, func(o int, offs []int) {
 			if c.I[offs[0]] != 0 {
 				out.I[o] = a.I[offs[1]]
@@ -326,7 +424,25 @@ func kernelWhere(n *ir.Node, args []*tensor.Tensor, _ Options) ([]*tensor.Tensor
 				out.I[o] = b.I[offs[2]]
 			}
 		})
+		return one(out), nil
 	}
+	r := len(out.Shape)
+	var sc, sa, sb int // the strides along the rows, 0 for rank 0
+	if r > 0 {
+		sc, sa, sb = sts[0][r-1], sts[1][r-1], sts[2][r-1]
+	}
+	ci, af, bf := c.I, a.F, b.F
+	parallelRows(out.Shape, sts, 2, func(o, m int, offs []int) {
+		ic, ia, ib := offs[0], offs[1], offs[2]
+		dst := out.F[o : o+m]
+		for j := range dst {
+			if ci[ic+j*sc] != 0 {
+				dst[j] = af[ia+j*sa]
+			} else {
+				dst[j] = bf[ib+j*sb]
+			}
+		}
+	})
 	return one(out), nil
 }
 

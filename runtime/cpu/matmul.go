@@ -22,6 +22,8 @@ const (
 	// serialWork is the multiply-add count below which goroutines cost more than
 	// they save.
 	serialWork = 1 << 17
+	// minChunk is the fewest rows a task gets when thin results are cut finer.
+	minChunk = 16
 )
 
 // kernelMatMul is a batched matmul with numpy-broadcast batch dims and optional
@@ -60,17 +62,25 @@ func kernelMatMul(n *ir.Node, args []*tensor.Tensor, _ Options) ([]*tensor.Tenso
 		aOff = batchOffsets(a.Shape[:ra-2], batch, g.ar*g.ac)
 		bOff = batchOffsets(b.Shape[:rb-2], batch, g.br*g.bc)
 	}
-	chunks := (g.m + rowChunk - 1) / rowChunk
-	tasks := nb * chunks
-	run := func(t int) {
-		i, r0 := t/chunks, (t%chunks)*rowChunk
-		r1 := min(r0+rowChunk, g.m)
-		g.rows(a.F[aOff[i]:aOff[i]+g.ar*g.ac], b.F[bOff[i]:bOff[i]+g.br*g.bc],
-			out.F[i*g.m*g.n:(i+1)*g.m*g.n], r0, r1)
-	}
 	workers := runtime.GOMAXPROCS(0)
 	if nb*g.m*g.n*g.k < serialWork {
 		workers = 1
+	}
+	// Rows are cut into chunks of at most 64 (one gonum block), so the cut never
+	// changes how Gemm blocks a result: every element is summed in the same order
+	// however the rows are cut. Thin results (the weight gradients xᵀ·dy, one
+	// 64-row chunk) are cut finer so that they spread over cores.
+	chunk := rowChunk
+	for workers > 1 && nb*((g.m+chunk-1)/chunk) < 2*workers && chunk > minChunk {
+		chunk /= 2
+	}
+	chunks := (g.m + chunk - 1) / chunk
+	tasks := nb * chunks
+	run := func(t int) {
+		i, r0 := t/chunks, (t%chunks)*chunk
+		r1 := min(r0+chunk, g.m)
+		g.rows(a.F[aOff[i]:aOff[i]+g.ar*g.ac], b.F[bOff[i]:bOff[i]+g.br*g.bc],
+			out.F[i*g.m*g.n:(i+1)*g.m*g.n], r0, r1)
 	}
 	parallelFor(tasks, workers, run)
 	return one(out), nil

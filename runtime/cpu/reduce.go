@@ -49,16 +49,13 @@ func kernelReduce(n *ir.Node, args []*tensor.Tensor, _ Options) ([]*tensor.Tenso
 		switch n.Op {
 		case ir.OpReduceMax:
 			fill(acc, negInf)
-			walk(x.Shape, sts, func(i int, o []int) { acc[o[0]] = fmax(acc[o[0]], x.F[i]) })
 		case ir.OpReduceMin:
 			fill(acc, math.Inf(1))
-			walk(x.Shape, sts, func(i int, o []int) { acc[o[0]] = fmin(acc[o[0]], x.F[i]) })
-		default:
-			walk(x.Shape, sts, func(i int, o []int) { acc[o[0]] += x.F[i] })
-			if n.Op == ir.OpReduceMean {
-				for i := range acc {
-					acc[i] /= float64(count)
-				}
+		}
+		reduceFloat(n.Op, x, acc, reduced, sts)
+		if n.Op == ir.OpReduceMean {
+			for i := range acc {
+				acc[i] /= float64(count)
 			}
 		}
 		return one(out), nil
@@ -89,6 +86,95 @@ func kernelReduce(n *ir.Node, args []*tensor.Tensor, _ Options) ([]*tensor.Tenso
 	return one(out), nil
 }
 
+// reduceFloat folds every element of x into acc[o] in row-major order of x, where
+// o is the element's offset under the output strides sts[0] (0 on reduced axes).
+// Each output's fold runs in that order however the work is split: when the
+// reduced axes are the trailing ones each output folds one contiguous block, when
+// they are the leading ones each output is a column of a [count, outputs] matrix,
+// and the goroutines split the outputs; other axis sets run serially.
+func reduceFloat(op ir.Op, x *tensor.Tensor, acc []float64, reduced []bool, sts [][]int) {
+	r := len(x.Shape)
+	if r == 0 || len(acc) == 0 || len(x.F) == 0 {
+		walk(x.Shape, sts, func(i int, o []int) { acc[o[0]] = fold(op, acc[o[0]], x.F[i]) })
+		return
+	}
+	suffix, prefix := true, true // reduced axes are all after / all before the kept ones
+	for i := range r {
+		if reduced[i] && i+1 < r && !reduced[i+1] {
+			suffix = false
+		}
+		if !reduced[i] && i+1 < r && reduced[i+1] {
+			prefix = false
+		}
+	}
+	xf, outs := x.F, len(acc)
+	count := len(xf) / outs
+	switch {
+	case suffix:
+		parallelRange(outs, count, func(lo, hi int) {
+			for o := lo; o < hi; o++ {
+				acc[o] = foldRow(op, acc[o], xf[o*count:(o+1)*count])
+			}
+		})
+	case prefix:
+		parallelRange(outs, count, func(lo, hi int) {
+			dst := acc[lo:hi]
+			for i := range count {
+				foldCols(op, dst, xf[i*outs+lo:i*outs+hi])
+			}
+		})
+	case sts[0][r-1] == 0: // the innermost axis is reduced
+		walkRows(x.Shape, sts, func(i, m int, o []int) {
+			acc[o[0]] = foldRow(op, acc[o[0]], xf[i:i+m])
+		})
+	default: // the innermost axis is kept, with output stride 1
+		walkRows(x.Shape, sts, func(i, m int, o []int) {
+			foldCols(op, acc[o[0]:o[0]+m], xf[i:i+m])
+		})
+	}
+}
+
+// fold is one step of a float reduction: sum (and mean), max or min.
+func fold(op ir.Op, a, v float64) float64 {
+	switch op {
+	case ir.OpReduceMax:
+		return fmax(a, v)
+	case ir.OpReduceMin:
+		return fmin(a, v)
+	}
+	return a + v
+}
+
+// foldRow folds xs into a in order.
+func foldRow(op ir.Op, a float64, xs []float64) float64 {
+	switch op {
+	case ir.OpReduceMax, ir.OpReduceMin:
+		for _, v := range xs {
+			a = fold(op, a, v)
+		}
+	default:
+		for _, v := range xs {
+			a += v
+		}
+	}
+	return a
+}
+
+// foldCols folds xs[j] into acc[j] for each j.
+func foldCols(op ir.Op, acc, xs []float64) {
+	xs = xs[:len(acc)]
+	switch op {
+	case ir.OpReduceMax, ir.OpReduceMin:
+		for j, v := range xs {
+			acc[j] = fold(op, acc[j], v)
+		}
+	default:
+		for j, v := range xs {
+			acc[j] += v
+		}
+	}
+}
+
 func fill(xs []float64, v float64) {
 	for i := range xs {
 		xs[i] = v
@@ -102,29 +188,64 @@ func kernelSoftmax(n *ir.Node, args []*tensor.Tensor, _ Options) ([]*tensor.Tens
 	axis := normAxis(n.Attrs.Int("axis", -1), len(x.Shape))
 	outer, m, inner := splitAt(x.Shape, axis)
 	logOut := n.Op == ir.OpLogSoftmax
-	for o := 0; o < outer; o++ {
-		for in := 0; in < inner; in++ {
+	xf, of := x.F, out.F
+	parallelRange(outer*inner, 16*m, func(lo, hi int) {
+		for line := lo; line < hi; line++ {
+			o, in := line/inner, line%inner
 			base := o*m*inner + in
+			if inner == 1 {
+				softmaxRow(xf[base:base+m], of[base:base+m], logOut)
+				continue
+			}
 			mx := negInf
 			for j := 0; j < m; j++ {
-				mx = fmax(mx, x.F[base+j*inner])
+				mx = fmax(mx, xf[base+j*inner])
 			}
 			var sum float64
 			for j := 0; j < m; j++ {
-				sum += math.Exp(x.F[base+j*inner] - mx)
+				sum += math.Exp(xf[base+j*inner] - mx)
 			}
 			lse := math.Log(sum)
 			for j := 0; j < m; j++ {
 				k := base + j*inner
 				if logOut {
-					out.F[k] = x.F[k] - mx - lse
+					of[k] = xf[k] - mx - lse
 				} else {
-					out.F[k] = math.Exp(x.F[k]-mx) / sum
+					of[k] = math.Exp(xf[k]-mx) / sum
 				}
 			}
 		}
-	}
+	})
 	return one(out), nil
+}
+
+// softmaxRow is one contiguous row of kernelSoftmax, computing each exponential
+// once: y keeps exp(x−max) until the sum is known, which gives the same values.
+func softmaxRow(x, y []float64, logOut bool) {
+	y = y[:len(x)]
+	mx := negInf
+	for _, v := range x {
+		mx = fmax(mx, v)
+	}
+	var sum float64
+	if logOut {
+		for _, v := range x {
+			sum += math.Exp(v - mx)
+		}
+		lse := math.Log(sum)
+		for j, v := range x {
+			y[j] = v - mx - lse
+		}
+		return
+	}
+	for j, v := range x {
+		e := math.Exp(v - mx)
+		y[j] = e
+		sum += e
+	}
+	for j := range y {
+		y[j] /= sum
+	}
 }
 
 // normParams returns the scale and bias args (nil when absent) broadcast to the
@@ -154,8 +275,16 @@ func kernelLayerNorm(n *ir.Node, args []*tensor.Tensor, _ Options) ([]*tensor.Te
 	if m == 0 {
 		return one(out), nil
 	}
-	for r := 0; r < len(x.F)/m; r++ {
-		row, y := x.F[r*m:(r+1)*m], out.F[r*m:(r+1)*m]
+	parallelRange(len(x.F)/m, 8*m, func(lo, hi int) {
+		layerNormRows(x.F[lo*m:hi*m], out.F[lo*m:hi*m], scale, bias, m, eps)
+	})
+	return one(out), nil
+}
+
+// layerNormRows normalises the rows of length m of x into y.
+func layerNormRows(x, y, scale, bias []float64, m int, eps float64) {
+	for r := 0; r < len(x)/m; r++ {
+		row, y := x[r*m:(r+1)*m], y[r*m:(r+1)*m]
 		var mean, v float64
 		for _, e := range row {
 			mean += e
@@ -175,7 +304,6 @@ func kernelLayerNorm(n *ir.Node, args []*tensor.Tensor, _ Options) ([]*tensor.Te
 			}
 		}
 	}
-	return one(out), nil
 }
 
 // kernelRMSNorm is y = x / sqrt(mean(x²) + eps)·scale over dims axis..rank−1.
@@ -189,20 +317,22 @@ func kernelRMSNorm(n *ir.Node, args []*tensor.Tensor, _ Options) ([]*tensor.Tens
 	if m == 0 {
 		return one(out), nil
 	}
-	for r := 0; r < len(x.F)/m; r++ {
-		row, y := x.F[r*m:(r+1)*m], out.F[r*m:(r+1)*m]
-		var ss float64
-		for _, e := range row {
-			ss += e * e
-		}
-		inv := 1 / math.Sqrt(ss/float64(m)+eps)
-		for j, e := range row {
-			y[j] = e * inv
-			if scale != nil {
-				y[j] *= scale[j]
+	parallelRange(len(x.F)/m, 4*m, func(lo, hi int) {
+		for r := lo; r < hi; r++ {
+			row, y := x.F[r*m:(r+1)*m], out.F[r*m:(r+1)*m]
+			var ss float64
+			for _, e := range row {
+				ss += e * e
+			}
+			inv := 1 / math.Sqrt(ss/float64(m)+eps)
+			for j, e := range row {
+				y[j] = e * inv
+				if scale != nil {
+					y[j] *= scale[j]
+				}
 			}
 		}
-	}
+	})
 	return one(out), nil
 }
 

@@ -283,7 +283,11 @@ func exec(n *ir.Node, args []*tensor.Tensor, opts Options) (res []*tensor.Tensor
 			return nil, fmt.Errorf("%s: lcc: BUG: kernel result %d is %s, want %v", n.Where(), i, got, r.Type)
 		}
 		if !opts.exact() && !noRound[n.Op] && t.DType.IsFloat() {
-			roundFloats(t.F, t.DType)
+			if sharesStorage(t, args) || sharesStorage(t, res[:i]) {
+				roundFloats(t.F, t.DType)
+			} else {
+				roundFresh(t.F, t.DType)
+			}
 		}
 	}
 	return res, nil

@@ -20,7 +20,20 @@ func init() {
 // st (x's own strides, rearranged) plus base.
 func gatherInto(out, x *tensor.Tensor, st []int, base int) {
 	if out.DType.IsFloat() {
-		walk(out.Shape, [][]int{st}, func(i int, o []int) { out.F[i] = x.F[base+o[0]] })
+		var s1 int // the stride along the rows, 0 for rank 0
+		if r := len(st); r > 0 {
+			s1 = st[r-1]
+		}
+		parallelRows(out.Shape, [][]int{st}, 1, func(i, m int, o []int) {
+			src, dst := base+o[0], out.F[i:i+m]
+			if s1 == 1 {
+				copy(dst, x.F[src:src+m])
+				return
+			}
+			for j := range dst {
+				dst[j] = x.F[src+j*s1] // s1 < 0 on a reversed slice
+			}
+		})
 	} else {
 		walk(out.Shape, [][]int{st}, func(i int, o []int) { out.I[i] = x.I[base+o[0]] })
 	}
