@@ -14,7 +14,7 @@ run() { # name, command...
 	"$@" >"$out/$name.log" 2>&1
 	local rc=$?
 	local t=$(( ($(date +%s%N) - start) / 1000000 ))
-	local last=$(grep -E "max_rel_err|^(ok|PASS|FAIL)|ERROR SUMMARY" "$out/$name.log" | tail -1)
+	local last=$(grep -E "max_rel_err|^(ok|PASS|FAIL)|ERROR SUMMARY|RACECHECK SUMMARY|^trained" "$out/$name.log" | tail -1)
 	summary+=("$(printf '%-44s rc=%-3s %6dms  %s' "$name" "$rc" "$t" "$last")")
 }
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader >"$out/gpu.txt"
@@ -25,10 +25,16 @@ for prec in fp32 bf16; do
 		model=${m%%:*}; ref=${m##*:}
 		run "check_${model}_${prec}" "$lcc" check "testdata/onnx/$model.onnx" --ref "testdata/ref/$ref.ref.safetensors" --grads --device=cuda --precision=$prec
 	done
+	for m in gpt2 llama_gqa_eager llama_gqa_sdpa bert; do
+		run "check_hf_${m}_${prec}" "$lcc" check "testdata/hf/hf_$m.onnx" --ref "testdata/hf/hf_$m.ref.safetensors" --grads --device=cuda --precision=$prec
+	done
 	run "check_attn_mha_dilated_${prec}" "$lcc" check testdata/onnx/attn_mha.onnx --ref testdata/ref/attn_mha_dilated_paper.ref.safetensors --grads --device=cuda --precision=$prec --attention=dilated --segments=8,16,32 --dilations=1,2,4
 done
+run train_gpt_mini_cuda "$lcc" train testdata/onnx/gpt_mini.onnx --device=cuda --data=synthetic:copy --seq-len 64 --batch 8 --steps 300 --lr 3e-3 --seed 1 --progress-every 100
+run train_gpt_mini_cuda_bf16 "$lcc" train testdata/onnx/gpt_mini.onnx --device=cuda --precision=bf16 --data=synthetic:copy --seq-len 64 --batch 8 --steps 300 --lr 3e-3 --seed 1 --progress-every 100
 if command -v compute-sanitizer >/dev/null; then
 	run memcheck_llama_mini compute-sanitizer --tool memcheck "$lcc" check testdata/onnx/llama_mini.onnx --ref testdata/ref/llama_mini.ref.safetensors --grads --device=cuda
 	run racecheck_llama_mini compute-sanitizer --tool racecheck "$lcc" check testdata/onnx/llama_mini.onnx --ref testdata/ref/llama_mini.ref.safetensors --grads --device=cuda
 fi
 printf '%s\n' "${summary[@]}" | tee "$out/summary.txt"
+tar czf "$out/../gpu_logs.tgz" -C "$out" . 2>/dev/null && mv "$out/../gpu_logs.tgz" "$out/" || true
