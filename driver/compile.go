@@ -134,79 +134,117 @@ func Prepare(f *ir.Func, a AttentionOptions, popts passes.Options) (*Prepared, e
 // Compile runs the pipeline over f and builds the report. For training it appends
 // the backward (reverse-mode autodiff) and plans weights, gradients and AdamW state.
 func Compile(f *ir.Func, opts CompileOptions) (*Result, error) {
+	st, err := compileStep(f, opts, nil)
+	if err != nil {
+		return nil, err
+	}
+	if !opts.TimePasses {
+		for i := range st.stats {
+			st.stats[i].Micros = 0
+		}
+	}
+	rep := report.Build(st.f, report.Input{Model: filepath.Base(opts.Model), Target: opts.Target,
+		Passes: st.stats, Training: st.train, Attention: &st.attention})
+	return &Result{Func: st.f, Report: rep}, nil
+}
+
+// step is what compileStep produced.
+type step struct {
+	f         *ir.Func
+	stats     []passes.Stat
+	train     report.Training
+	attention report.Attention
+	shard     passes.ShardResult
+}
+
+// compileStep is the pipeline Compile and PlanSharded share: attention rewrites,
+// the loss, fused cross-entropy, then (with so) shard-sequence, then autodiff
+// (of the rank's partial loss, gradients all-reduced, when sharded), cleanup and
+// checkpoints under the target's budget. It rewrites f in place.
+func compileStep(f *ir.Func, opts CompileOptions, so *ShardOptions) (*step, error) {
 	popts := passes.Options{VerifyEach: true, PrintAfter: opts.PrintAfter}
 	prep, err := Prepare(f, opts.Attention, popts)
 	if err != nil {
 		return nil, err
 	}
-	stats := prep.Stats
-	train := report.Training{}
+	st := &step{stats: prep.Stats, attention: prep.Attention}
+	run := func(g *ir.Func, pl ...passes.Pass) error {
+		more, err := passes.Run(g, pl, popts)
+		st.stats = append(st.stats, more...)
+		return err
+	}
 	switch opts.Loss {
 	case "cross-entropy":
 		if err := AddCrossEntropy(f); err != nil {
 			return nil, err
 		}
-		train.Loss = "loss"
+		st.train.Loss = "loss"
 	case "", "none":
 		if opts.Loss == "" {
-			train.Loss = scalarLoss(f)
+			st.train.Loss = scalarLoss(f)
 		}
 	default:
 		return nil, fmt.Errorf("--loss %q: want cross-entropy or none", opts.Loss)
 	}
-	if train.Loss != "" {
+	if st.train.Loss != "" {
 		if !opts.KeepLogits {
-			keepOnly(f, train.Loss)
+			keepOnly(f, st.train.Loss)
 		}
 		before := countOp(f, ir.OpFusedLinearCrossEntropy)
-		more, err := passes.Run(f, []passes.Pass{passes.FuseCrossEntropy, passes.EliminateDeadCode}, popts)
-		if err != nil {
+		if err := run(f, passes.FuseCrossEntropy, passes.EliminateDeadCode); err != nil {
 			return nil, err
 		}
-		stats = append(stats, more...)
-		train.FusedCrossEntropy = countOp(f, ir.OpFusedLinearCrossEntropy) - before
-		train.ForwardFLOPs = countFLOPs(f)
-		g, err := autodiff.Grad(f, autodiff.Options{Loss: train.Loss, KeepOutputs: true})
-		if err != nil {
-			return nil, err
-		}
-		stats = append(stats, passes.Stat{Name: "autodiff", Changed: true})
-		more, err = passes.Run(g, passes.Cleanup, popts)
-		if err != nil {
-			return nil, err
-		}
-		stats = append(stats, more...)
-		// Checkpointing runs after CSE, which would merge recomputed copies back.
-		budget := opts.MemoryBudget
-		if budget == 0 && opts.Target.MemoryBytes > 0 {
-			budget = opts.Target.MemoryBytes - trainable(g)*report.AdamWBytesPerParam - WorkspaceBytes
-		}
-		policy := opts.Checkpoint
-		if policy == "" {
-			policy = "auto"
-		}
-		cp, cst := passes.InsertCheckpointsWithStats(passes.CheckpointConfig{Policy: policy, BudgetBytes: budget})
-		more, err = passes.Run(g, []passes.Pass{cp, passes.EliminateDeadCode}, popts)
-		if err != nil {
-			return nil, err
-		}
-		stats = append(stats, more...)
-		train.Checkpoints = cst
-		f = g
-		train.Enabled = true
+		st.train.FusedCrossEntropy = countOp(f, ir.OpFusedLinearCrossEntropy) - before
 	}
-	if err := ir.Verify(f); err != nil {
+	loss := st.train.Loss
+	if so != nil {
+		if err := run(f, passes.ShardSequence(passes.ShardConfig{Ranks: so.Ranks, Mode: so.Mode,
+			Result: &st.shard})); err != nil {
+			return nil, err
+		}
+		if loss != "" {
+			local, ok := st.shard.Partial[loss]
+			if !ok {
+				return nil, fmt.Errorf("--ranks=%d: the loss %q is not a sum over positions", so.Ranks, loss)
+			}
+			loss = local
+		}
+	}
+	if loss == "" {
+		st.f = f
+		return st, ir.Verify(f)
+	}
+	st.train.ForwardFLOPs = countFLOPs(f)
+	g, err := autodiff.Grad(f, autodiff.Options{Loss: loss, KeepOutputs: true})
+	if err != nil {
 		return nil, err
 	}
-	if !opts.TimePasses {
-		for i := range stats {
-			stats[i].Micros = 0
+	if so != nil {
+		if err := passes.AllReduceGradients(g, so.Ranks, autodiff.GradPrefix); err != nil {
+			return nil, err
 		}
 	}
-	rep := report.Build(f, report.Input{Model: filepath.Base(opts.Model), Target: opts.Target,
-		Passes: stats, Training: train, Attention: &prep.Attention})
-	res := &Result{Func: f, Report: rep}
-	return res, nil
+	st.stats = append(st.stats, passes.Stat{Name: "autodiff", Changed: true})
+	if err := run(g, passes.Cleanup...); err != nil {
+		return nil, err
+	}
+	// Checkpointing runs after CSE, which would merge recomputed copies back.
+	budget := opts.MemoryBudget
+	if budget == 0 && opts.Target.MemoryBytes > 0 {
+		budget = opts.Target.MemoryBytes - trainable(g)*report.AdamWBytesPerParam - WorkspaceBytes
+	}
+	policy := opts.Checkpoint
+	if policy == "" {
+		policy = "auto"
+	}
+	cp, cst := passes.InsertCheckpointsWithStats(passes.CheckpointConfig{Policy: policy, BudgetBytes: budget})
+	if err := run(g, cp, passes.EliminateDeadCode); err != nil {
+		return nil, err
+	}
+	st.train.Checkpoints = cst
+	st.train.Enabled = true
+	st.f = g
+	return st, ir.Verify(g)
 }
 
 // keepOnly drops every output but name.

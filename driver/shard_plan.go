@@ -1,12 +1,9 @@
 package driver
 
 import (
-	"fmt"
 	"sort"
 
 	"github.com/lcc-dev/lcc/ir"
-	"github.com/lcc-dev/lcc/passes"
-	"github.com/lcc-dev/lcc/passes/autodiff"
 	"github.com/lcc-dev/lcc/report"
 	"github.com/lcc-dev/lcc/targets"
 )
@@ -58,88 +55,16 @@ func DefaultShard(unsharded *report.Report, t targets.Target, attention string) 
 // shard-sequence for so.Ranks ranks inserted before autodiff, and returns the
 // per-GPU memory and communication of one step. f is not modified.
 func PlanSharded(f *ir.Func, opts CompileOptions, so ShardOptions) (*ShardPlan, error) {
-	f = f.Clone()
-	popts := passes.Options{VerifyEach: true, PrintAfter: opts.PrintAfter}
-	prep, err := Prepare(f, opts.Attention, popts)
+	st, err := compileStep(f.Clone(), opts, &so)
 	if err != nil {
 		return nil, err
 	}
-	stats := prep.Stats
-	train := report.Training{}
-	switch opts.Loss {
-	case "cross-entropy":
-		if err := AddCrossEntropy(f); err != nil {
-			return nil, err
-		}
-		train.Loss = "loss"
-	case "", "none":
-		if opts.Loss == "" {
-			train.Loss = scalarLoss(f)
-		}
-	default:
-		return nil, fmt.Errorf("--loss %q: want cross-entropy or none", opts.Loss)
-	}
-	if train.Loss != "" {
-		if !opts.KeepLogits {
-			keepOnly(f, train.Loss)
-		}
-		before := countOp(f, ir.OpFusedLinearCrossEntropy)
-		more, err := passes.Run(f, []passes.Pass{passes.FuseCrossEntropy, passes.EliminateDeadCode}, popts)
-		if err != nil {
-			return nil, err
-		}
-		stats = append(stats, more...)
-		train.FusedCrossEntropy = countOp(f, ir.OpFusedLinearCrossEntropy) - before
-	}
-	var sres passes.ShardResult
-	more, err := passes.Run(f, []passes.Pass{passes.ShardSequence(passes.ShardConfig{Ranks: so.Ranks,
-		Mode: so.Mode, Result: &sres})}, popts)
-	if err != nil {
-		return nil, err
-	}
-	stats = append(stats, more...)
-	if train.Loss != "" {
-		train.ForwardFLOPs = countFLOPs(f)
-		local, ok := sres.Partial[train.Loss]
-		if !ok {
-			return nil, fmt.Errorf("--ranks=%d: the loss %q is not a sum over positions", so.Ranks, train.Loss)
-		}
-		g, err := autodiff.Grad(f, autodiff.Options{Loss: local, KeepOutputs: true})
-		if err != nil {
-			return nil, err
-		}
-		if err := passes.AllReduceGradients(g, so.Ranks, autodiff.GradPrefix); err != nil {
-			return nil, err
-		}
-		stats = append(stats, passes.Stat{Name: "autodiff", Changed: true})
-		more, err = passes.Run(g, passes.Cleanup, popts)
-		if err != nil {
-			return nil, err
-		}
-		stats = append(stats, more...)
-		budget := opts.MemoryBudget
-		if budget == 0 && opts.Target.MemoryBytes > 0 {
-			budget = opts.Target.MemoryBytes - trainable(g)*report.AdamWBytesPerParam - WorkspaceBytes
-		}
-		policy := opts.Checkpoint
-		if policy == "" {
-			policy = "auto"
-		}
-		cp, cst := passes.InsertCheckpointsWithStats(passes.CheckpointConfig{Policy: policy, BudgetBytes: budget})
-		more, err = passes.Run(g, []passes.Pass{cp, passes.EliminateDeadCode}, popts)
-		if err != nil {
-			return nil, err
-		}
-		stats = append(stats, more...)
-		train.Checkpoints = cst
-		train.Enabled = true
-		f = g
-	}
-	rep := report.Build(f, report.Input{Model: opts.Model, Target: opts.Target, Passes: stats,
-		Training: train, Attention: &prep.Attention})
+	rep := report.Build(st.f, report.Input{Model: opts.Model, Target: opts.Target, Passes: st.stats,
+		Training: st.train, Attention: &st.attention})
+	sres := st.shard
 	return &ShardPlan{Ranks: so.Ranks, Mode: sres.Mode, Layout: sres.Layout, SeqLen: sres.SeqLen,
 		LocalSeqLen: sres.SeqLen / int64(so.Ranks), Memory: rep.Memory,
-		Communication: CommunicationOf(f), Report: rep, Func: f}, nil
+		Communication: CommunicationOf(st.f), Report: rep, Func: st.f}, nil
 }
 
 // CommunicationOf sums the bytes each GPU sends in one run of a sharded program.
