@@ -195,7 +195,7 @@ func MissingWeights(f *ir.Func) []string {
 // labels = input_ids: torch.export aliases them, and every use reads one name.
 func Warnings(f *ir.Func) []string {
 	uses := f.Uses()
-	var out []string
+	out := append([]string(nil), f.Notes...)
 	for _, p := range f.Params {
 		if (p.Role == ir.RoleInput || p.Role == ir.RoleLabel) && len(uses[p.Value]) == 0 && !f.IsOutput(p.Value) {
 			out = append(out, fmt.Sprintf("input %q is never read (only its shape is); if the exporter's "+

@@ -163,6 +163,9 @@ type Func struct {
 	Params  []*Param
 	Body    []*Node
 	Outputs []Output
+	// Notes are importer findings worth telling the user (not part of the text
+	// form): e.g. framework parameters the exporter folded into constants.
+	Notes []string
 }
 
 // Param returns the parameter called name, or nil.
@@ -233,7 +236,7 @@ func (f *Func) ReplaceUses(old, new *Value) {
 
 // Clone returns a deep copy of f's structure; parameter Data tensors are shared.
 func (f *Func) Clone() *Func {
-	g := &Func{Name: f.Name}
+	g := &Func{Name: f.Name, Notes: append([]string(nil), f.Notes...)}
 	m := make(map[*Value]*Value)
 	for _, p := range f.Params {
 		q := &Param{Name: p.Name, Role: p.Role, Data: p.Data, Frozen: p.Frozen, Origin: p.Origin,

@@ -352,3 +352,21 @@ func TestHuggingFaceExports(t *testing.T) {
 		}
 	}
 }
+
+// TestExporterFoldingWarning: PyTorch's exporter merges equal initializers
+// (gpt_mini's LayerNorm scales) and folds zero biases away (GPT-2); lcc says so,
+// since training the exported graph would tie or freeze those parameters.
+func TestExporterFoldingWarning(t *testing.T) {
+	out, _, code := lcc(t, "compile", filepath.Join(td, "onnx", "gpt_mini.onnx"), "--seq-len=16")
+	if code != 0 || !strings.Contains(out, "p_lnf_weight") {
+		t.Errorf("no warning about gpt_mini's merged LayerNorm parameters:\n%s", out)
+	}
+	out, _, _ = lcc(t, "compile", filepath.Join(td, "hf", "hf_gpt2.onnx"), "--seq-len=16")
+	if !strings.Contains(out, "p_m_transformer_h_0_attn_c_attn_bias") {
+		t.Errorf("no warning about GPT-2's folded biases:\n%s", out)
+	}
+	out, _, _ = lcc(t, "compile", filepath.Join(td, "onnx", "llama_mini.onnx"), "--seq-len=16")
+	if strings.Contains(out, "warning") {
+		t.Errorf("spurious warning:\n%s", out)
+	}
+}

@@ -69,7 +69,64 @@ func Import(m *Model, opts ImportOptions) (*ir.Func, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", m.Source, err)
 	}
+	f.Notes = foldedParameters(m, f)
 	return f, nil
+}
+
+// foldedParameters names the framework parameters that the exporter's FX nodes
+// read ("%p_..." placeholders; buffers are "%b_...") but that no weight holds under
+// their name: onnxscript's optimizer folded them into constants (an all-zero bias
+// vanishes from a Gemm) or merged them with an equal initializer (all LayerNorm
+// scales become one). Training the exported graph cannot update them as PyTorch
+// would: folded ones stay frozen, merged ones are tied.
+func foldedParameters(m *Model, f *ir.Func) []string {
+	var names []string
+	for _, p := range f.Params {
+		if p.Role == ir.RoleWeight {
+			names = append(names, alnumLower(p.Name), alnumLower(p.Origin))
+		}
+	}
+	held := func(placeholder string) bool {
+		want := alnumLower(strings.TrimPrefix(placeholder, "p_"))
+		for _, n := range names {
+			if n != "" && (strings.HasSuffix(want, n) || strings.HasSuffix(n, want)) {
+				return true
+			}
+		}
+		return false
+	}
+	seen := map[string]bool{}
+	var folded []string
+	for _, n := range m.Graph.Nodes {
+		for _, mm := range placeholderRE.FindAllStringSubmatch(n.Metadata[fxNode], -1) {
+			if p := mm[1]; !seen[p] {
+				seen[p] = true
+				if !held(p) {
+					folded = append(folded, p)
+				}
+			}
+		}
+	}
+	if len(folded) == 0 {
+		return nil
+	}
+	sort.Strings(folded)
+	return []string{fmt.Sprintf("%d parameter(s) have no initializer of their own (the exporter folded "+
+		"them into constants or merged equal ones), so training this graph will not update them as "+
+		"PyTorch does: %s", len(folded), strings.Join(folded, ", "))}
+}
+
+// alnumLower keeps the letters and digits of s, lower-cased: torch.export's
+// placeholder spelling ("p_blocks_0_ln_2_weight") and the parameter's name
+// ("blocks.0.ln_2.weight") then compare equal.
+func alnumLower(s string) string {
+	var sb strings.Builder
+	for _, r := range strings.ToLower(s) {
+		if r >= 'a' && r <= 'z' || r >= '0' && r <= '9' {
+			sb.WriteRune(r)
+		}
+	}
+	return sb.String()
 }
 
 // checkOps reports every op lcc cannot lower, with its domain, opset and a node.
