@@ -46,6 +46,9 @@ func ParseShapeFlags(vals []string) (map[string]int64, error) {
 			if _, err := fmt.Sscan(s, &n); !ok || k == "" || err != nil || n <= 0 {
 				return nil, fmt.Errorf("--shape %q: want name=positive-integer", kv)
 			}
+			if prev, dup := out[k]; dup && prev != n {
+				return nil, fmt.Errorf("--shape gives %s twice: %d and %d", k, prev, n)
+			}
 			out[k] = n
 		}
 	}
@@ -92,9 +95,10 @@ func (b Bindings) dims(used []string) (map[string]int64, error) {
 		}
 		dims[k] = v
 	}
-	// Batch defaults to 1: long-context training runs one sequence per GPU.
+	// Batch defaults to 1: long-context training runs one sequence per GPU. Given
+	// input tensors (check, run) bind it themselves.
 	for _, n := range batchNames {
-		if _, ok := dims[n]; !ok && has[n] {
+		if _, ok := dims[n]; !ok && has[n] && b.InputShapes == nil {
 			dims[n] = 1
 		}
 	}

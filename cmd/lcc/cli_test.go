@@ -370,3 +370,20 @@ func TestExporterFoldingWarning(t *testing.T) {
 		t.Errorf("spurious warning:\n%s", out)
 	}
 }
+
+func TestShapeConflictsAndBounds(t *testing.T) {
+	cases := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"compile", filepath.Join(td, "onnx", "llama_mini.onnx"), "--shape=seq=4", "--shape=seq=8"}, "seq twice"},
+		{[]string{"run", filepath.Join(td, "onnx", "llama_mini.onnx"), "--inputs", filepath.Join(td, "ref", "llama_mini.ref.safetensors"), "--seq-len=32"}, "seq=16"},
+		{[]string{"compile", filepath.Join(td, "onnx", "gpt_mini.onnx"), "--seq-len=2048"}, "node_embedding_1"},
+	}
+	for _, c := range cases {
+		_, stderr, code := lcc(t, c.args...)
+		if code != 1 || !strings.Contains(stderr, c.want) {
+			t.Errorf("%v: exit %d, want 1 naming %q: %s", c.args[1:], code, c.want, stderr)
+		}
+	}
+}

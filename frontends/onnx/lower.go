@@ -241,6 +241,10 @@ func (l *lowerer) inputType(in ValueInfo) (ir.Type, error) {
 			if d.Known && d.Value != t.Shape[i] {
 				return ir.Type{}, fmt.Errorf("given dim %d is %d, the model fixes it at %d", i, t.Shape[i], d.Value)
 			}
+			if v, ok := l.opts.Dims[d.Param]; ok && d.Param != "" && v != t.Shape[i] {
+				return ir.Type{}, fmt.Errorf("the given tensor has %s=%d but the flags bind %s to %d",
+					d.Param, t.Shape[i], d.Param, v)
+			}
 			continue
 		}
 		switch {

@@ -471,8 +471,51 @@ func lowerSplit(c *nodeCtx) ([]*ir.Value, error) {
 	return c.b.Apply(ir.OpSplit, ir.A("axis", int64(ax), "sizes", sizes), x)[:len(sizes)], nil
 }
 
+// lowerGather checks indices known at compile time against the axis they index:
+// a sequence longer than a learned position table is an error here, naming the
+// node, rather than at run time.
 func lowerGather(c *nodeCtx) ([]*ir.Value, error) {
-	return one(c.b.Apply1(ir.OpGather, ir.A("axis", c.aInt("axis", 0)), c.in(0), c.in(1)))
+	data, idx := c.in(0), c.in(1)
+	axis := c.aInt("axis", 0)
+	if ax, err := ir.AxisIndex(axis, data.Type.Rank()); err == nil {
+		lo, hi, known := indexRange(c, idx)
+		if d := data.Type.Shape[ax]; known && (lo < -d || hi >= d) {
+			return nil, fmt.Errorf("indices reach %d but axis %d has size %d (a sequence longer than a "+
+				"position table allows?)", max(hi, -lo-1), ax, d)
+		}
+	}
+	return one(c.b.Apply1(ir.OpGather, ir.A("axis", axis), data, idx))
+}
+
+// indexRange returns the smallest and largest index of v when they are known at
+// compile time: a folded constant or a range.
+func indexRange(c *nodeCtx, v *ir.Value) (lo, hi int64, known bool) {
+	if v.Def == nil {
+		return 0, 0, false
+	}
+	switch v.Def.Op {
+	case ir.OpConstant:
+		t := v.Def.Attrs.Tensor("value")
+		if t.Numel() == 0 {
+			return 0, 0, false
+		}
+		lo, hi = t.Int(0), t.Int(0)
+		for i := 1; i < t.Numel(); i++ {
+			lo, hi = min(lo, t.Int(i)), max(hi, t.Int(i))
+		}
+		return lo, hi, true
+	case ir.OpRange:
+		n := v.Def.Attrs.Int("count", 0)
+		if n == 0 {
+			return 0, 0, false
+		}
+		start, delta := v.Def.Attrs.Float("start", 0), v.Def.Attrs.Float("delta", 1)
+		a, b := int64(start), int64(start+float64(n-1)*delta)
+		return min(a, b), max(a, b), true
+	case ir.OpReshape, ir.OpExpand:
+		return indexRange(c, v.Def.Args[0])
+	}
+	return 0, 0, false
 }
 
 // axesOf reads axes from input i (opset >= 13) or the "axes" attribute.
