@@ -180,8 +180,10 @@ func compileCmd() *cobra.Command {
 					SeqLen: sharded.SeqLen, LocalSeqLen: sharded.LocalSeqLen}
 				rep.Communication = &report.Communication{BytesPerStepPerGPU: sharded.Communication.BytesPerStepPerGPU,
 					ByOp: sharded.Communication.ByOp}
-				if sharded.Report != nil {
-					rep.FLOPs = sharded.Report.FLOPs
+				if sr := sharded.Report; sr != nil {
+					// The step that runs is the sharded one: its FLOPs and checkpoints.
+					rep.FLOPs = sr.FLOPs
+					rep.Checkpoints = sr.Checkpoints
 				}
 			}
 			res.Report.Warnings = warnings
