@@ -6,7 +6,7 @@ PKGS        ?= ./...
 # Short fuzz runs that `make test` appends; `make fuzz` runs the same list longer.
 # Each entry is PACKAGE_DIR:FuzzFunc. Entries whose directory or function does not
 # exist yet are skipped, so the list can name packages before they land.
-FUZZ        ?= ./frontends/onnx:FuzzDecode ./safetensors:FuzzDecode ./ir:FuzzParse
+FUZZ        ?= ./frontends/onnx:FuzzDecode ./frontends/onnx:FuzzImport ./safetensors:FuzzDecode ./ir:FuzzParse
 FUZZTIME    ?= 10s
 LONGFUZZTIME ?= 5m
 # Go minimizes each new interesting input, which with the megabyte seed files can
