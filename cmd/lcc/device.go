@@ -25,7 +25,8 @@ func (d *deviceFlags) add(cmd *cobra.Command) {
 }
 
 // runner returns the driver.Runner for the flags and a function that releases the
-// device. A missing GPU or driver is an error, not a panic.
+// device (for cuda, the runner's exec.Session and then the device). A missing GPU
+// or driver is an error, not a panic.
 func (d *deviceFlags) runner() (driver.Runner, func(), error) {
 	storage := tensor.F32
 	switch d.precision {
@@ -48,9 +49,13 @@ func (d *deviceFlags) runner() (driver.Runner, func(), error) {
 		if err != nil {
 			return nil, nil, fmt.Errorf("--device=cuda: %w", err)
 		}
-		return func(f *ir.Func, in map[string]*tensor.Tensor) (map[string]*tensor.Tensor, error) {
-			return exec.RunWith(dev, f, in, exec.Options{Storage: storage})
-		}, func() { dev.Close() }, nil
+		// One session for the command: a training loop runs the same functions every
+		// step and so builds, loads and allocates each of them once.
+		s := exec.NewSession(dev, exec.Options{Storage: storage})
+		return s.Run, func() {
+			s.Close()
+			dev.Close()
+		}, nil
 	}
 	return nil, nil, fmt.Errorf("--device %q: want cpu or cuda", d.device)
 }

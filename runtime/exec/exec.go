@@ -2,7 +2,8 @@
 // package codegen/cuda (DESIGN.md §6): it plans one device arena from the
 // buffers' lifetimes, uploads weights, constants and inputs, compiles the kernels
 // with NVRTC through the on-disk cache, launches kernels and cuBLASLt GEMMs in
-// plan order on one stream, and downloads the outputs.
+// plan order on one stream, and downloads the outputs. A Session keeps all of that
+// but the inputs, the launches and the outputs across runs of the same functions.
 //
 // Invariants:
 //   - Nothing panics on a missing GPU or library, a kernel NVRTC rejects (the
@@ -17,6 +18,10 @@
 //   - Launches are asynchronous: an error raised by a kernel surfaces at the next
 //     synchronisation, so Options.SyncEach synchronises after every step to pin it
 //     to the step that raised it.
+//   - A Session runs the same kernels in the same order on the same arena layout
+//     as RunWith, so its outputs are bit-identical; no kernel reads an element
+//     that the run has not written (Options.Poison tests that), so what earlier
+//     runs left in the arena cannot leak into a result.
 package exec
 
 import (
@@ -59,73 +64,60 @@ func Run(dev *cuda.Device, f *ir.Func, inputs map[string]*tensor.Tensor) (map[st
 	return RunWith(dev, f, inputs, Options{})
 }
 
-// RunWith is Run with options.
+// RunWith is Run with options. It is a Session used once: everything it builds,
+// loads and allocates is released before it returns. Callers that run the same
+// functions repeatedly (a training loop) should keep a Session instead.
 func RunWith(dev *cuda.Device, f *ir.Func, inputs map[string]*tensor.Tensor, opts Options) (map[string]*tensor.Tensor, error) {
-	if dev == nil {
-		return nil, errors.New("exec: no GPU device (open one with runtime/cuda.Open)")
-	}
-	prog, err := codegen.Build(f, codegen.Options{Arch: dev.Arch(), Storage: opts.Storage})
-	if err != nil {
-		return nil, fmt.Errorf("exec: %w", err)
-	}
-	host, err := bindParams(f, prog.Plan, inputs)
-	if err != nil {
-		return nil, err
-	}
-	offs, peak := PlanArena(prog.Plan)
-	free, err := dev.FreeMem()
-	if err != nil {
-		return nil, fmt.Errorf("exec: %w", err)
-	}
-	if uint64(peak) > free {
-		return nil, fmt.Errorf("exec: func @%s needs an arena of %d bytes (%.2f GiB) at its peak, but %s has %d bytes (%.2f GiB) free",
-			f.Name, peak, float64(peak)/(1<<30), dev.Name(), free, float64(free)/(1<<30))
-	}
-	r := &runner{dev: dev, plan: prog.Plan, offs: offs, opts: opts}
-	defer r.close()
-	if err := r.load(prog.Kernels, opts.CacheDir); err != nil {
-		return nil, err
-	}
-	if peak > 0 {
-		if r.arena, err = dev.Alloc(int(peak)); err != nil {
-			return nil, fmt.Errorf("exec: arena of %d bytes: %w", peak, err)
-		}
-	}
-	if err := r.upload(host); err != nil {
-		return nil, err
-	}
-	if err := r.launch(f); err != nil {
-		return nil, err
-	}
-	return r.download(f)
+	s := NewSession(dev, opts)
+	out, err := s.Run(f, inputs)
+	// A failure to release is not the run's: its outputs are already on the host.
+	s.Close()
+	return out, err
 }
 
-// runner holds the device state of one run.
+// runner is the device state of one function in a Session: its plan, loaded
+// kernels and arena, and which parameters and constants the arena already holds.
 type runner struct {
-	dev    *cuda.Device
-	plan   *codegen.Plan
-	offs   []int64 // arena offset per buffer id (-1: not allocated)
-	opts   Options
-	arena  cuda.DevicePtr
+	dev   *cuda.Device
+	plan  *codegen.Plan
+	offs  []int64 // arena offset per buffer id (-1: not allocated)
+	opts  Options
+	arena cuda.DevicePtr
+	mods  []*cuda.Module
+	fns   map[string]*cuda.Function
+	// stream and blas belong to the Session, shared by its runners.
 	stream *cuda.Stream
 	blas   *cuda.BlasLt
-	mods   []*cuda.Module
-	fns    map[string]*cuda.Function
+	// written marks the buffers (memory owners) some step writes; such a
+	// parameter or constant is uploaded on every run, never kept resident.
+	written []bool
+	// resident maps a parameter or constant buffer to the host tensor (parameter
+	// Data or a constant's value, by pointer) whose contents the arena holds, so
+	// the next run need not upload it again.
+	resident map[int]*tensor.Tensor
+	// nParams, nBody and nOutputs are the function's sizes when it was built: a
+	// cheap guard against a Func edited in place between runs.
+	nParams, nBody, nOutputs int
 }
 
-func (r *runner) close() {
-	if r.blas != nil {
-		r.blas.Close()
-	}
-	if r.stream != nil {
-		r.stream.Destroy()
-	}
+// close unloads the runner's modules and frees its arena; the Session owns the
+// stream and the BlasLt handle.
+func (r *runner) close() error {
+	var errs []error
 	for _, m := range r.mods {
-		m.Unload()
+		errs = append(errs, m.Unload())
 	}
+	r.mods, r.fns = nil, nil
 	if r.arena != 0 {
-		r.dev.Free(r.arena)
+		errs = append(errs, r.dev.Free(r.arena))
+		r.arena = 0
 	}
+	return errors.Join(errs...)
+}
+
+// built reports whether f still has the sizes r was built for.
+func (r *runner) built(f *ir.Func) bool {
+	return len(f.Params) == r.nParams && len(f.Body) == r.nBody && len(f.Outputs) == r.nOutputs
 }
 
 // ptr is the device address of buffer id.
@@ -137,12 +129,9 @@ func (r *runner) ptr(id int) cuda.DevicePtr {
 	return r.arena + cuda.DevicePtr(r.offs[id])
 }
 
-// load compiles (or fetches from the cache) and loads every kernel.
-func (r *runner) load(ks []codegen.Kernel, dir string) error {
-	cache, err := cuda.OpenCache(dir)
-	if err != nil {
-		return fmt.Errorf("exec: kernel cache: %w", err)
-	}
+// load fetches every kernel from the cache (compiling it on a miss) and loads it.
+// On error the modules loaded so far stay in r.mods for close.
+func (r *runner) load(ks []codegen.Kernel, cache *cuda.Cache) error {
 	r.fns = map[string]*cuda.Function{}
 	for _, k := range ks {
 		img, err := cache.Get(k.Source, k.Name+".cu", r.dev.Arch(), nil)
@@ -160,24 +149,78 @@ func (r *runner) load(ks []codegen.Kernel, dir string) error {
 		}
 		r.fns[k.Name] = fn
 	}
-	if r.stream, err = r.dev.NewStream(); err != nil {
-		return fmt.Errorf("exec: %w", err)
+	return nil
+}
+
+// findWrites fills r.written from the kernels' output parameters and the GEMMs'
+// C operands. A launch with more arguments than its kernel declares counts every
+// argument as written, so a malformed plan errs towards uploading again.
+func (r *runner) findWrites(ks []codegen.Kernel) {
+	params := map[string][]codegen.Param{}
+	for _, k := range ks {
+		params[k.Name] = k.Params
+	}
+	r.written = make([]bool, len(r.plan.Buffers))
+	mark := func(id int) {
+		if id < 0 || id >= len(r.plan.Buffers) {
+			return
+		}
+		if b := r.plan.Buffers[id]; b.Kind == "alias" {
+			id = b.AliasOf
+		}
+		r.written[id] = true
 	}
 	for _, s := range r.plan.Steps {
-		if s.Kind == "gemm" {
-			if r.blas, err = r.dev.NewBlasLt(); err != nil {
-				return fmt.Errorf("exec: %w", err)
+		switch s.Kind {
+		case "kernel":
+			ps := params[s.Kernel]
+			for j, a := range s.Args {
+				if j >= len(ps) || ps[j].Out {
+					mark(a)
+				}
 			}
-			break
+		case "gemm":
+			if len(s.Args) > 2 {
+				mark(s.Args[2])
+			}
+		default:
+			for _, a := range s.Args {
+				mark(a)
+			}
 		}
 	}
-	return nil
+}
+
+// run uploads, launches and downloads one run. On error it forgets which
+// buffers are resident, so the next run uploads every parameter and constant.
+func (r *runner) run(f *ir.Func, host map[int]binding) (map[string]*tensor.Tensor, error) {
+	err := r.upload(host)
+	if err == nil {
+		err = r.launch(f)
+	}
+	var out map[string]*tensor.Tensor
+	if err == nil {
+		out, err = r.download(f)
+	}
+	if err != nil {
+		clear(r.resident)
+		return nil, err
+	}
+	return out, nil
+}
+
+// binding is the host tensor of a parameter or constant buffer. input marks a
+// tensor passed in the run's inputs: it is uploaded on every run, since the caller
+// may pass new values in the same tensor.
+type binding struct {
+	t     *tensor.Tensor
+	input bool
 }
 
 // bindParams resolves every parameter to a host tensor, as the CPU interpreter
 // does: missing, unknown and mistyped inputs are one error listing them all.
-func bindParams(f *ir.Func, plan *codegen.Plan, inputs map[string]*tensor.Tensor) (map[int]*tensor.Tensor, error) {
-	host := map[int]*tensor.Tensor{}
+func bindParams(f *ir.Func, plan *codegen.Plan, inputs map[string]*tensor.Tensor) (map[int]binding, error) {
+	host := map[int]binding{}
 	var missing, unknown, bad []string
 	for name := range inputs {
 		if f.Param(name) == nil {
@@ -185,9 +228,9 @@ func bindParams(f *ir.Func, plan *codegen.Plan, inputs map[string]*tensor.Tensor
 		}
 	}
 	for i, p := range f.Params {
-		t := inputs[p.Name]
+		t, input := inputs[p.Name], true
 		if t == nil {
-			t = p.Data
+			t, input = p.Data, false
 		}
 		if t == nil {
 			missing = append(missing, fmt.Sprintf("%q", p.Name))
@@ -199,10 +242,10 @@ func bindParams(f *ir.Func, plan *codegen.Plan, inputs map[string]*tensor.Tensor
 				want.DType, tensor.ShapeString(want.Shape), t.DType, tensor.ShapeString(t.Shape)))
 			continue
 		}
-		host[i] = t // parameters are numbered first, in order
+		host[i] = binding{t, input} // parameters are numbered first, in order
 	}
 	for id, t := range plan.Constants {
-		host[id] = t
+		host[id] = binding{t, false}
 	}
 	sort.Strings(unknown)
 	var msgs []string
@@ -220,13 +263,14 @@ func bindParams(f *ir.Func, plan *codegen.Plan, inputs map[string]*tensor.Tensor
 }
 
 // upload copies parameters and constants in their storage dtype and poisons the
-// rest when asked.
-func (r *runner) upload(host map[int]*tensor.Tensor) error {
+// rest when asked. A parameter's Data or a constant that the arena already holds
+// from an earlier run, and that no step overwrites, is not copied again.
+func (r *runner) upload(host map[int]binding) error {
 	for _, b := range r.plan.Buffers {
 		if r.offs[b.ID] < 0 || b.Bytes == 0 {
 			continue
 		}
-		t, ok := host[b.ID]
+		h, ok := host[b.ID]
 		if !ok {
 			if r.opts.Poison {
 				if err := r.poison(b); err != nil {
@@ -235,13 +279,21 @@ func (r *runner) upload(host map[int]*tensor.Tensor) error {
 			}
 			continue
 		}
+		keep := !h.input && !r.written[b.ID]
+		if keep && r.resident[b.ID] == h.t {
+			continue
+		}
+		delete(r.resident, b.ID)
 		dt, err := tensor.ParseDType(b.DType)
 		if err != nil {
 			return fmt.Errorf("exec: buffer %d: %w", b.ID, err)
 		}
-		raw := convert(t, dt).Encode()
+		raw := convert(h.t, dt).Encode()
 		if err := cuda.CopyHtoD(r.dev, r.ptr(b.ID), raw); err != nil {
 			return fmt.Errorf("exec: uploading buffer %%%d (%s %q): %w", b.ID, b.Kind, b.Name, err)
+		}
+		if keep {
+			r.resident[b.ID] = h.t
 		}
 	}
 	return nil
@@ -295,7 +347,12 @@ func (r *runner) launch(f *ir.Func) error {
 			for j, a := range s.Args {
 				args[j] = r.ptr(a)
 			}
-			err = r.fns[s.Kernel].Launch(s.Grid, s.Block, s.Shared, r.stream, args...)
+			fn := r.fns[s.Kernel]
+			if fn == nil {
+				err = fmt.Errorf("lcc: BUG: kernel %q is not in the program", s.Kernel)
+				break
+			}
+			err = fn.Launch(s.Grid, s.Block, s.Shared, r.stream, args...)
 		case "gemm":
 			err = r.gemm(s)
 		default:
@@ -317,6 +374,9 @@ func (r *runner) launch(f *ir.Func) error {
 // gemm issues one cuBLASLt matmul; K = 0 gives zeros.
 func (r *runner) gemm(s codegen.Step) error {
 	g := s.Gemm
+	if g == nil || len(s.Args) < 3 || r.blas == nil {
+		return errors.New("lcc: BUG: gemm step without its operands or a cuBLASLt handle")
+	}
 	dt, err := tensor.ParseDType(g.DType)
 	if err != nil {
 		return err

@@ -1,0 +1,219 @@
+package exec
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+
+	codegen "github.com/lcc-dev/lcc/codegen/cuda"
+	"github.com/lcc-dev/lcc/ir"
+	"github.com/lcc-dev/lcc/runtime/cuda"
+	"github.com/lcc-dev/lcc/tensor"
+)
+
+// ErrClosed is returned by Session.Run after Session.Close.
+var ErrClosed = errors.New("exec: session is closed")
+
+// errNoDevice is the error of a run without a device.
+var errNoDevice = errors.New("exec: no GPU device (open one with runtime/cuda.Open)")
+
+// Session runs functions on one GPU and keeps, per *ir.Func (by pointer), what
+// does not depend on the inputs' values: the generated program and its arena
+// plan, the loaded kernel modules, the arena itself, and the parameters' Data and
+// the constants once uploaded. The stream and the cuBLASLt handle (with its
+// planned GEMM shapes) are shared by all the session's functions. A training loop
+// that runs the same three functions every step so pays for code generation,
+// module loading and allocation once.
+//
+// Each Run still uploads every tensor passed in its inputs (the caller may have
+// new values in the same tensor), poisons the computed buffers when
+// Options.Poison is set, launches every step and downloads the outputs.
+//
+// Contract: a Func must not be edited while a session holds it, and the Data of
+// its parameters and the values of its constants must not be changed in place
+// (assigning a new tensor to Param.Data is seen and uploaded). A Func whose
+// parameter, node or output count changed is rebuilt, but other edits are not
+// detected.
+//
+// Errors: a Run that fails leaves the session usable. Bad inputs, code
+// generation, compile, load and allocation errors cache nothing for that Func
+// and free what they allocated; an error while uploading, launching or
+// downloading keeps the Func's program but uploads all its parameters and
+// constants again on the next run. A kernel fault, though, leaves CUDA's context
+// unusable, so every later call fails with it; Close then releases what it can.
+// A Session is safe for concurrent use; its runs are serialised.
+type Session struct {
+	dev  *cuda.Device
+	opts Options
+
+	mu     sync.Mutex
+	closed bool
+	cache  *cuda.Cache
+	stream *cuda.Stream
+	blas   *cuda.BlasLt
+	funcs  map[*ir.Func]*runner
+}
+
+// NewSession returns a session on dev with opts for all its runs. It allocates
+// nothing until the first Run; a nil dev makes every Run an error. The session
+// does not own dev: Close the session before the device.
+func NewSession(dev *cuda.Device, opts Options) *Session {
+	return &Session{dev: dev, opts: opts, funcs: map[*ir.Func]*runner{}}
+}
+
+// Run executes f and returns its outputs by name, as RunWith does and with the
+// same bits. inputs maps parameter names to tensors; parameters with Data use it
+// unless overridden.
+func (s *Session) Run(f *ir.Func,
+	inputs map[string]*tensor.Tensor) (map[string]*tensor.Tensor, error) {
+	if s == nil || s.dev == nil {
+		return nil, errNoDevice
+	}
+	if f == nil {
+		return nil, errors.New("exec: Run of a nil *ir.Func")
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil, ErrClosed
+	}
+	r, err := s.runner(f)
+	if err != nil {
+		return nil, err
+	}
+	var host map[int]binding
+	if r == nil {
+		// First run of f: bind before building anything on the device, so that bad
+		// inputs are reported first and cost no allocation.
+		var prog *codegen.Program
+		copts := codegen.Options{Arch: s.dev.Arch(), Storage: s.opts.Storage}
+		if prog, err = codegen.Build(f, copts); err != nil {
+			return nil, fmt.Errorf("exec: %w", err)
+		}
+		if host, err = bindParams(f, prog.Plan, inputs); err != nil {
+			return nil, err
+		}
+		if r, err = s.build(f, prog); err != nil {
+			return nil, err
+		}
+	} else if host, err = bindParams(f, r.plan, inputs); err != nil {
+		return nil, err
+	}
+	return r.run(f, host)
+}
+
+// runner returns f's cached runner, or nil if f must be built. A runner built for
+// a Func that has since changed size is released first.
+func (s *Session) runner(f *ir.Func) (*runner, error) {
+	r := s.funcs[f]
+	if r == nil || r.built(f) {
+		return r, nil
+	}
+	delete(s.funcs, f)
+	if err := r.close(); err != nil {
+		return nil, fmt.Errorf("exec: releasing the old program of the edited func @%s: %w", f.Name, err)
+	}
+	return nil, nil
+}
+
+// build plans f's arena, checks it fits, loads the kernels and allocates the
+// arena, and caches the result. On error it releases what it made.
+func (s *Session) build(f *ir.Func, prog *codegen.Program) (*runner, error) {
+	offs, peak := PlanArena(prog.Plan)
+	free, err := s.dev.FreeMem()
+	if err != nil {
+		return nil, fmt.Errorf("exec: %w", err)
+	}
+	if uint64(peak) > free {
+		return nil, fmt.Errorf("exec: func @%s needs an arena of %d bytes (%.2f GiB) at its peak, "+
+			"but %s has %d bytes (%.2f GiB) free", f.Name, peak, float64(peak)/(1<<30),
+			s.dev.Name(), free, float64(free)/(1<<30))
+	}
+	if err := s.shared(prog.Plan); err != nil {
+		return nil, err
+	}
+	r := &runner{dev: s.dev, plan: prog.Plan, offs: offs, opts: s.opts,
+		stream: s.stream, blas: s.blas, resident: map[int]*tensor.Tensor{},
+		nParams: len(f.Params), nBody: len(f.Body), nOutputs: len(f.Outputs)}
+	r.findWrites(prog.Kernels)
+	if err := r.load(prog.Kernels, s.cache); err != nil {
+		r.close()
+		return nil, err
+	}
+	if peak > 0 {
+		if r.arena, err = s.dev.Alloc(int(peak)); err != nil {
+			r.close()
+			return nil, fmt.Errorf("exec: arena of %d bytes: %w", peak, err)
+		}
+	}
+	s.funcs[f] = r
+	return r, nil
+}
+
+// shared opens the kernel cache and creates the stream, and the cuBLASLt handle
+// when plan has a GEMM, on first need.
+func (s *Session) shared(plan *codegen.Plan) error {
+	var err error
+	if s.cache == nil {
+		if s.cache, err = cuda.OpenCache(s.opts.CacheDir); err != nil {
+			s.cache = nil
+			return fmt.Errorf("exec: kernel cache: %w", err)
+		}
+	}
+	if s.stream == nil {
+		if s.stream, err = s.dev.NewStream(); err != nil {
+			s.stream = nil
+			return fmt.Errorf("exec: %w", err)
+		}
+	}
+	if s.blas != nil {
+		return nil
+	}
+	for _, st := range plan.Steps {
+		if st.Kind == "gemm" {
+			if s.blas, err = s.dev.NewBlasLt(); err != nil {
+				s.blas = nil
+				return fmt.Errorf("exec: %w", err)
+			}
+			break
+		}
+	}
+	return nil
+}
+
+// Close waits for queued work, unloads every module and frees every allocation
+// the session made. It is safe to call more than once; later Runs return
+// ErrClosed. An error joins every release that failed; the others still ran.
+func (s *Session) Close() error {
+	if s == nil {
+		return nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil
+	}
+	s.closed = true
+	var errs []error
+	if s.stream != nil {
+		errs = append(errs, s.stream.Synchronize())
+	}
+	for f, r := range s.funcs {
+		if err := r.close(); err != nil {
+			errs = append(errs, fmt.Errorf("func @%s: %w", f.Name, err))
+		}
+	}
+	s.funcs = nil
+	if s.blas != nil {
+		errs = append(errs, s.blas.Close())
+		s.blas = nil
+	}
+	if s.stream != nil {
+		errs = append(errs, s.stream.Destroy())
+		s.stream = nil
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("exec: closing the session: %w", err)
+	}
+	return nil
+}
