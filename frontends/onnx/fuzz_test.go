@@ -23,14 +23,7 @@ import (
 //
 //	go test -run='^$' -fuzz=FuzzDecode -fuzztime=60s -fuzzminimizetime=3s ./frontends/onnx/
 func FuzzDecode(f *testing.F) {
-	for _, path := range testModels(f) {
-		data, err := os.ReadFile(path)
-		if err != nil {
-			f.Fatal(err)
-		}
-		f.Add(shrinkSeed(f, data))
-	}
-	f.Add(marshal(f, tinyModel()))
+	addSeeds(f)
 	f.Fuzz(func(t *testing.T, data []byte) {
 		m, err := Decode(data, testdataDir, LoadOptions{Source: "fuzz.onnx"})
 		if err != nil {
@@ -40,6 +33,18 @@ func FuzzDecode(f *testing.F) {
 		checkTopological(t, m)
 		_ = m.OpsUsed()
 	})
+}
+
+// addSeeds adds the shrunk test models and the tiny model as fuzz seeds.
+func addSeeds(f *testing.F) {
+	for _, path := range testModels(f) {
+		data, err := os.ReadFile(path)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(shrinkSeed(f, data))
+	}
+	f.Add(marshal(f, tinyModel()))
 }
 
 // shrinkSeed turns every inline initializer of a model into a scalar of the same

@@ -1,22 +1,12 @@
 package onnx
 
-import (
-	"os"
-	"testing"
-)
+import "testing"
 
 // FuzzImport decodes arbitrary bytes and lowers whatever decodes to IR with small
 // dims bound: the lowering must return a function or an error, never panic, and a
 // function it returns must verify (Import verifies before returning).
 func FuzzImport(f *testing.F) {
-	for _, path := range testModels(f) {
-		data, err := os.ReadFile(path)
-		if err != nil {
-			f.Fatal(err)
-		}
-		f.Add(shrinkSeed(f, data))
-	}
-	f.Add(marshal(f, tinyModel()))
+	addSeeds(f)
 	f.Fuzz(func(t *testing.T, data []byte) {
 		m, err := Decode(data, testdataDir, LoadOptions{Source: "fuzz.onnx"})
 		if err != nil {
