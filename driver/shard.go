@@ -61,14 +61,29 @@ type ShardedProgram struct {
 // with parameter gradients all-reduced. f is not modified.
 func BuildSharded(f *ir.Func, ref *safetensors.File, so ShardOptions) (*ShardedProgram, error) {
 	g := f.Clone()
-	sp := &ShardedProgram{seedAxes: map[string]passes.SeqAxis{}}
+	var obj Objective
 	if so.Grads {
-		obj, err := ChooseObjective(g, ref)
-		if err != nil {
+		var err error
+		if obj, err = ChooseObjective(g, ref); err != nil { // may add the loss to g
 			return nil, err
 		}
-		sp.Objective = obj
 	}
+	return shardObjective(g, obj, so)
+}
+
+// ShardObjective shards a copy of f (after Prepare) for so.Ranks ranks and, with
+// so.Grads, appends the backward of obj (a loss output of f, or seeded outputs):
+// each rank differentiates its local share of the loss, and the parameter
+// gradients are all-reduced, so every rank ends the step with the whole
+// gradient. This is the rank-specific build of a training step: every rank runs
+// the same function on its share of the sequence. f is not modified.
+func ShardObjective(f *ir.Func, obj Objective, so ShardOptions) (*ShardedProgram, error) {
+	return shardObjective(f.Clone(), obj, so)
+}
+
+// shardObjective is ShardObjective rewriting g in place.
+func shardObjective(g *ir.Func, obj Objective, so ShardOptions) (*ShardedProgram, error) {
+	sp := &ShardedProgram{Objective: obj, seedAxes: map[string]passes.SeqAxis{}}
 	pl := []passes.Pass{passes.ShardSequence(passes.ShardConfig{Ranks: so.Ranks, Mode: so.Mode,
 		Result: &sp.Layout})}
 	if _, err := passes.Run(g, pl, passes.Options{VerifyEach: true}); err != nil {
@@ -78,7 +93,7 @@ func BuildSharded(f *ir.Func, ref *safetensors.File, so ShardOptions) (*ShardedP
 	if !so.Grads {
 		return sp, nil
 	}
-	loss := sp.Objective.Loss
+	loss := obj.Loss
 	if loss != "" {
 		local, ok := sp.Layout.Partial[loss]
 		if !ok {
@@ -87,7 +102,7 @@ func BuildSharded(f *ir.Func, ref *safetensors.File, so ShardOptions) (*ShardedP
 		}
 		loss = local
 	}
-	for out, dy := range sp.Objective.Seeds {
+	for out, dy := range obj.Seeds {
 		a, ok := sp.Layout.Outputs[out]
 		if !ok {
 			return nil, fmt.Errorf("--ranks=%d: output %q seeded by %s is not sharded along the sequence",
@@ -95,7 +110,7 @@ func BuildSharded(f *ir.Func, ref *safetensors.File, so ShardOptions) (*ShardedP
 		}
 		sp.seedAxes[dy] = a
 	}
-	gf, err := autodiff.Grad(g, autodiff.Options{Loss: loss, Seeds: sp.Objective.Seeds, KeepOutputs: true})
+	gf, err := autodiff.Grad(g, autodiff.Options{Loss: loss, Seeds: obj.Seeds, KeepOutputs: true})
 	if err != nil {
 		return nil, err
 	}
@@ -119,13 +134,20 @@ func (sp *ShardedProgram) axisOf(name string) (passes.SeqAxis, bool) {
 func (sp *ShardedProgram) ShardFeeds(feeds map[string]*tensor.Tensor) []map[string]*tensor.Tensor {
 	out := make([]map[string]*tensor.Tensor, sp.Layout.Ranks)
 	for r := range out {
-		out[r] = map[string]*tensor.Tensor{}
-		for name, t := range feeds {
-			if a, ok := sp.axisOf(name); ok {
-				out[r][name] = takeAxis(t, a.Axis, sp.Layout.Positions(a, r))
-			} else {
-				out[r][name] = t
-			}
+		out[r] = sp.RankFeeds(feeds, r)
+	}
+	return out
+}
+
+// RankFeeds cuts whole-sequence feeds into rank's share; feeds that are not
+// sharded are passed as they are.
+func (sp *ShardedProgram) RankFeeds(feeds map[string]*tensor.Tensor, rank int) map[string]*tensor.Tensor {
+	out := make(map[string]*tensor.Tensor, len(feeds))
+	for name, t := range feeds {
+		if a, ok := sp.axisOf(name); ok {
+			out[name] = takeAxis(t, a.Axis, sp.Layout.Positions(a, rank))
+		} else {
+			out[name] = t
 		}
 	}
 	return out

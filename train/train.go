@@ -15,6 +15,7 @@ import (
 
 	"github.com/lcc-dev/lcc/driver"
 	"github.com/lcc-dev/lcc/ir"
+	"github.com/lcc-dev/lcc/passes"
 	"github.com/lcc-dev/lcc/passes/autodiff"
 	"github.com/lcc-dev/lcc/runtime/cpu"
 	"github.com/lcc-dev/lcc/tensor"
@@ -72,6 +73,21 @@ type Config struct {
 	ProgressEvery int
 	// Version is lcc's version, recorded in checkpoints.
 	Version string
+
+	// Attention selects the attention rewrites, as lcc compile's --attention,
+	// --segments, --dilations and --dilated-offsets do; the zero value trains the
+	// model's attention as exported.
+	Attention driver.AttentionOptions
+	// Ranks > 1 shards every step's sequence over that many ranks with ShardMode
+	// (ring, ulysses or dilated: see driver.ShardModes); Comm is this rank's
+	// communicator. Each rank runs the rank-specific build of the step on its
+	// share of the batch and ends the step with the all-reduced gradient, so
+	// weights and optimizer state are the same on every rank. Rank 0 alone writes
+	// checkpoints, metrics and progress; every rank resumes from its checkpoints.
+	// Package train/runner starts the ranks.
+	Ranks     int
+	ShardMode string
+	Comm      cpu.Communicator
 }
 
 // DefaultConfig returns the defaults of `lcc train` (AdamW as PyTorch's
@@ -140,6 +156,15 @@ func (c *Config) check() error {
 		return fmt.Errorf("--keep %d: want >= 0 (0 keeps all)", c.Keep)
 	case c.ProgressEvery < 0:
 		return fmt.Errorf("progress interval %d: want >= 0", c.ProgressEvery)
+	case c.Ranks < 0:
+		return fmt.Errorf("--ranks %d: want >= 1", c.Ranks)
+	case c.Ranks > 1 && c.Comm == nil:
+		return fmt.Errorf("--ranks=%d: no communicator (train/runner starts the ranks)", c.Ranks)
+	case c.Ranks > 1 && c.Comm.Size() != c.Ranks:
+		return fmt.Errorf("--ranks=%d, but the communicator has %d ranks", c.Ranks, c.Comm.Size())
+	case c.Ranks > 1 && c.Run != nil:
+		return fmt.Errorf("--ranks=%d --device=%s: the GPU executor runs no collectives yet; "+
+			"use --device=cpu", c.Ranks, c.Device)
 	}
 	return nil
 }
@@ -175,6 +200,10 @@ type trainer struct {
 	weights  map[string]*tensor.Tensor // every weight the grad function reads
 	state    map[string]*tensor.Tensor // optimizer state by update parameter name
 	hash     string
+	// shard is the sharded step of a multi-rank run (nil with one rank), rank
+	// this process's rank in it.
+	shard *driver.ShardedProgram
+	rank  int
 }
 
 // Train runs cfg on the CPU interpreter in f32 (see package doc).
@@ -182,11 +211,11 @@ func Train(cfg Config) (*Result, error) {
 	if cfg.MinLR < 0 {
 		cfg.MinLR = cfg.LR / 10
 	}
-	if cfg.Progress == nil {
-		cfg.Progress = io.Discard
-	}
 	if err := cfg.check(); err != nil {
 		return nil, err
+	}
+	if cfg.Progress == nil || (cfg.Ranks > 1 && cfg.Comm.Rank() != 0) {
+		cfg.Progress = io.Discard
 	}
 	t, err := newTrainer(cfg)
 	if err != nil {
@@ -209,8 +238,24 @@ func newTrainer(cfg Config) (*trainer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", cfg.Model, err)
 	}
-	grad, err := autodiff.Grad(obj, autodiff.Options{Loss: lossName})
-	if err != nil {
+	if cfg.Attention.Mode != "" || cfg.Ranks > 1 {
+		if _, err := driver.Prepare(obj, cfg.Attention, passes.Options{VerifyEach: true}); err != nil {
+			return nil, fmt.Errorf("%s: %w", cfg.Model, err)
+		}
+	}
+	var (
+		grad  *ir.Func
+		shard *driver.ShardedProgram
+		rank  int
+	)
+	if cfg.Ranks > 1 {
+		shard, err = driver.ShardObjective(obj, driver.Objective{Loss: lossName},
+			driver.ShardOptions{Ranks: cfg.Ranks, Mode: cfg.ShardMode, Grads: true})
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", cfg.Model, err)
+		}
+		grad, rank = shard.Func, cfg.Comm.Rank()
+	} else if grad, err = autodiff.Grad(obj, autodiff.Options{Loss: lossName}); err != nil {
 		return nil, fmt.Errorf("%s: gradients: %w", cfg.Model, err)
 	}
 	o := optim.DefaultAdamW()
@@ -220,6 +265,7 @@ func newTrainer(cfg Config) (*trainer, error) {
 		return nil, fmt.Errorf("%s: %w", cfg.Model, err)
 	}
 	t := &trainer{cfg: cfg, grad: grad, upd: upd, lossName: lossName, hash: ModelHash(model),
+		shard: shard, rank: rank,
 		sched:   optim.Schedule{LR: cfg.LR, MinLR: cfg.MinLR, Warmup: cfg.Warmup, Total: cfg.Steps},
 		weights: map[string]*tensor.Tensor{}, state: map[string]*tensor.Tensor{}}
 	if err := t.sched.Check(); err != nil {
@@ -310,7 +356,41 @@ func (t *trainer) settings() map[string]any {
 	c := t.cfg
 	return map[string]any{"steps": c.Steps, "lr": c.LR, "min_lr": c.MinLR, "warmup": c.Warmup,
 		"weight_decay": c.WeightDecay, "clip": c.Clip, "accumulate": c.Accumulate, "seed": c.Seed,
-		"loss": c.Loss}
+		"loss": c.Loss, "ranks": max(c.Ranks, 1), "attention": attentionSetting(c)}
+}
+
+// attentionSetting describes the attention flags for checkpoints.
+func attentionSetting(c Config) string {
+	a := c.Attention
+	s := a.Mode
+	if s == "" {
+		s = "as-exported"
+	}
+	if c.Ranks > 1 {
+		s += "/" + c.ShardMode
+	}
+	if a.Mode == "dilated" {
+		s += fmt.Sprintf(" segments=%v dilations=%v offsets=%s", a.Segments, a.Dilations, a.Offsets)
+	}
+	return s
+}
+
+// agreeOnStep checks that every rank resumed from the same step.
+func (t *trainer) agreeOnStep(step int) error {
+	if t.shard == nil {
+		return nil
+	}
+	all, err := t.cfg.Comm.AllGather("resume", []int64{1}, []float64{float64(step)})
+	if err != nil {
+		return fmt.Errorf("--resume: %w", err)
+	}
+	for r, s := range all {
+		if int(s[0]) != step {
+			return fmt.Errorf("--resume: rank %d resumed from step %d, rank %d from step %d "+
+				"(do the ranks read the same --checkpoint-dir?)", t.rank, step, r, int(s[0]))
+		}
+	}
+	return nil
 }
 
 // resume restores the newest valid checkpoint and returns its step.
@@ -365,6 +445,10 @@ func (t *trainer) exec(f *ir.Func, in map[string]*tensor.Tensor) (map[string]*te
 	}
 	if t.cfg.Run != nil {
 		return t.cfg.Run(f, in)
+	}
+	if f == t.grad && t.shard != nil {
+		return cpu.Run(f, t.shard.RankFeeds(in, t.rank), cpu.Options{Precision: tensor.F32,
+			Comm: t.cfg.Comm})
 	}
 	return cpu.Run(f, in, cpu.Options{Precision: tensor.F32})
 }
@@ -477,6 +561,9 @@ func (t *trainer) run() (*Result, error) {
 		if first, err = t.resume(res); err != nil {
 			return nil, err
 		}
+		if err := t.agreeOnStep(first); err != nil {
+			return nil, err
+		}
 	}
 	res.FirstStep, res.Step = first, first
 	last := cfg.Steps
@@ -489,7 +576,7 @@ func (t *trainer) run() (*Result, error) {
 		return res, nil
 	}
 	var metrics *os.File
-	if cfg.Metrics != "" {
+	if cfg.Metrics != "" && t.rank == 0 {
 		var err error
 		if metrics, err = openMetrics(cfg.Metrics, first); err != nil {
 			return nil, fmt.Errorf("--metrics: %w", err)
@@ -530,7 +617,7 @@ func (t *trainer) run() (*Result, error) {
 				(avg * time.Duration(last-res.Step)).Round(time.Second))
 			window, windowSteps = time.Now(), 0
 		}
-		if cfg.CheckpointDir != "" && ((cfg.CheckpointEvery > 0 && res.Step%cfg.CheckpointEvery == 0) ||
+		if cfg.CheckpointDir != "" && t.rank == 0 && ((cfg.CheckpointEvery > 0 && res.Step%cfg.CheckpointEvery == 0) ||
 			res.Step == last) {
 			p, err := t.save(res.Step, st.loss)
 			if err != nil {

@@ -8,12 +8,14 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/lcc-dev/lcc/train"
+	"github.com/lcc-dev/lcc/train/runner"
 )
 
 // trainCmd is `lcc train`: it parses flags into a train.Config and runs it.
 func trainCmd() *cobra.Command {
 	cfg := train.DefaultConfig()
 	precision := "fp32"
+	var af attentionFlags
 	cmd := &cobra.Command{
 		Use:   "train MODEL --data=SPEC --seq-len N --batch N --steps N --lr X",
 		Short: "train a model (.onnx or .lcc): AdamW, warmup+cosine, checkpoints, bit-identical resume",
@@ -26,7 +28,11 @@ uint32 little-endian, --token-bytes), bytes:FILE (raw bytes; vocabulary >= 256).
 The learning rate warms up linearly over --warmup steps, then follows a cosine to
 --min-lr at --steps. Checkpoints (--checkpoint-dir) hold weights, optimizer state,
 the data position and RNG; --resume continues from the newest valid one bit for
-bit. To split one run, keep --steps and stop the first part with --stop-at.`,
+bit. To split one run, keep --steps and stop the first part with --stop-at.
+
+--ranks=N shards each step's sequence over N ranks (--attention=ring, ulysses or
+dilated), one goroutine per rank in this process; every rank ends the step with
+the all-reduced gradient, and rank 0 writes the (consolidated) checkpoints.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			cfg.Model = args[0]
@@ -37,13 +43,29 @@ bit. To split one run, keep --steps and stop the first part with --stop-at.`,
 			if _, set := os.LookupEnv("GOGC"); !set {
 				defer debug.SetGCPercent(debug.SetGCPercent(400))
 			}
+			att, err := af.options()
+			if err != nil {
+				return err
+			}
+			if cmd.Flags().Changed("attention") || af.ranks > 1 {
+				cfg.Attention = att
+			}
+			cfg.Ranks, cfg.ShardMode = af.ranks, af.shardMode
+			if cfg.Ranks > 1 && cfg.Device != "cpu" {
+				return fmt.Errorf("--ranks=%d --device=%s: the GPU executor runs no collectives yet; "+
+					"use --device=cpu", cfg.Ranks, cfg.Device)
+			}
 			df := deviceFlags{device: cfg.Device, precision: precision}
 			run, release, err := df.runner()
 			if err != nil {
 				return err
 			}
 			defer release()
-			cfg.Run = run
+			if cfg.Device != "cpu" {
+				// On the CPU, train runs the interpreter itself (with the rank's
+				// communicator when sharded).
+				cfg.Run = run
+			}
 			if precision != "fp32" {
 				// Master weights, moments and gradient sums stay fp32.
 				opt := deviceFlags{device: cfg.Device, precision: "fp32"}
@@ -54,13 +76,14 @@ bit. To split one run, keep --steps and stop the first part with --stop-at.`,
 				defer releaseOpt()
 				cfg.RunOptimizer = runOpt
 			}
-			res, err := train.Train(cfg)
+			res, err := runner.Local(cfg, 0)
 			if err != nil {
 				return err
 			}
 			return trainSummary(cmd, res)
 		},
 	}
+	af.add(cmd)
 	f := cmd.Flags()
 	f.StringVar(&precision, "precision", "fp32", "cuda step precision: fp32, or bf16 (bf16 storage, fp32 math, fp32 master weights and AdamW state)")
 	f.StringVar(&cfg.Device, "device", cfg.Device, "where to train: cpu (reference interpreter) or cuda (GPU 0, fp32)")

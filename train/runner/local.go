@@ -1,0 +1,89 @@
+// Package runner starts the ranks of a multi-rank training run (DESIGN.md §10,
+// "Multi-GPU runner"). `--ranks=N` means N ranks in compile, check and train
+// alike; the runner has two forms that run the same rank-specific step:
+//
+//   - Local: one process, one goroutine per rank, connected by runtime/comm's
+//     in-process communicator (on the CPU).
+//   - Process: one process per rank, started by `torchrun --no-python lcc train`
+//     or srun. Rank 0 listens on MASTER_ADDR:MASTER_PORT; the ranks meet through
+//     runtime/comm/rendezvous and, on the CPU, exchange tensors over
+//     runtime/comm/tcp.
+//
+// Every rank builds the same sharded step (driver.ShardObjective), feeds it its
+// share of each batch and ends the step with the all-reduced gradient, so the
+// weights and optimizer state are the same bits on every rank: the run is the
+// one-rank run up to the order of floating-point sums.
+//
+// Checkpoints: because every rank holds the same state, a multi-rank checkpoint
+// is one consolidated checkpoint that rank 0 writes (weights, optimizer state,
+// data position, with "ranks" in its settings). Every rank resumes from it and
+// the ranks check that they resumed from the same step; a resume on the same rank
+// count continues bit for bit.
+//
+// Faults: a rank that fails aborts the others. In-process, the World aborts every
+// endpoint at once; across processes, a failing rank tells its peers why before
+// it closes its connections, a closed connection fails the peers' next wait at
+// once naming the rank, and a silent rank is caught by the communicator's
+// watchdog (Timeout). No rank waits forever.
+package runner
+
+import (
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/lcc-dev/lcc/runtime/comm"
+	"github.com/lcc-dev/lcc/train"
+)
+
+// DefaultTimeout is the watchdog of collectives and of the rendezvous: a rank
+// that waits this long for a peer gives up with an error naming it.
+const DefaultTimeout = 60 * time.Second
+
+// Local trains cfg with cfg.Ranks ranks in this process, one goroutine per rank,
+// connected by an in-process communicator whose waits time out after timeout
+// (DefaultTimeout when 0). It returns rank 0's result, after checking that every
+// rank saw the same losses.
+func Local(cfg train.Config, timeout time.Duration) (*train.Result, error) {
+	if cfg.Ranks < 2 {
+		return train.Train(cfg)
+	}
+	if timeout <= 0 {
+		timeout = DefaultTimeout
+	}
+	res := make([]*train.Result, cfg.Ranks)
+	w := comm.NewWorld(cfg.Ranks, timeout)
+	err := w.Run(func(e *comm.Endpoint) error {
+		c := cfg
+		c.Comm = e
+		r, err := train.Train(c)
+		if err != nil {
+			return fmt.Errorf("rank %d: %w", e.Rank(), err)
+		}
+		res[e.Rank()] = r
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	for r := 1; r < len(res); r++ {
+		if err := sameLosses(res[0], res[r], r); err != nil {
+			return nil, err
+		}
+	}
+	return res[0], nil
+}
+
+// sameLosses checks the invariant that every rank computes the same loss bits.
+func sameLosses(a, b *train.Result, rank int) error {
+	if len(a.Losses) != len(b.Losses) {
+		return fmt.Errorf("lcc: BUG: rank %d ran %d steps, rank 0 %d", rank, len(b.Losses), len(a.Losses))
+	}
+	for i := range a.Losses {
+		if math.Float64bits(a.Losses[i]) != math.Float64bits(b.Losses[i]) {
+			return fmt.Errorf("lcc: BUG: step %d: rank %d's loss %v differs from rank 0's %v",
+				a.FirstStep+i+1, rank, b.Losses[i], a.Losses[i])
+		}
+	}
+	return nil
+}
