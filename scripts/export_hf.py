@@ -2,8 +2,9 @@
 exporter, with reference outputs and gradients, for lcc's import tests.
 
 Run where PyTorch, transformers and onnxscript exist (the GPU machine has them):
-    python3 scripts/export_hf.py OUTDIR
-Writes OUTDIR/hf_<name>.onnx and OUTDIR/hf_<name>.ref.safetensors for each model; the
+    python3 scripts/export_hf.py OUTDIR [NAME...]
+Writes OUTDIR/hf_<name>.onnx and OUTDIR/hf_<name>.ref.safetensors for each model (the
+four short ones when no NAME is given; the *_long ones only when named); the
 reference holds input_ids (and attention_mask), labels or dy, the outputs, the loss,
 param.<name> and grad.<name> for every parameter (float32, computed on the CPU).
 No weights are downloaded: every model is built from a small config.
@@ -46,18 +47,21 @@ def export(name, wrapper, args, input_names, dynamic):
     return path
 
 
-def ref_lm(name, model):
+def ref_lm(name, model, B=B, T=T, V=V, logits_copy=True):
     w = LM(model)
     ids = torch.randint(0, V, (B, T))
     labels = torch.randint(0, V, (B, T))
     labels[0, :3] = -100
     batch, seq = torch.export.Dim("batch"), torch.export.Dim("seq")
-    export(name, w, (ids,), ["input_ids"], {"input_ids": {0: batch, 1: seq}})
+    # torch.export specialises a dim whose example size is 1, so batch is static then.
+    export(name, w, (ids,), ["input_ids"], {"input_ids": {0: batch, 1: seq} if B > 1 else {1: seq}})
     w.train(False)
     logits = w(ids)
     loss = F.cross_entropy(logits.reshape(-1, V), labels.reshape(-1))
     loss.backward()
-    t = {"input_ids": ids, "labels": labels, "logits": logits.detach(), "loss": loss.detach().reshape(1)}
+    t = {"input_ids": ids, "labels": labels, "loss": loss.detach().reshape(1)}
+    if logits_copy:
+        t["logits"] = logits.detach()
     for n, p in model.named_parameters():
         t["param." + n] = p.detach().clone()
         if p.grad is not None:
@@ -107,7 +111,27 @@ jobs = {
         max_position_embeddings=64, hidden_dropout_prob=0, attention_probs_dropout_prob=0,
         attn_implementation="eager"), add_pooling_layer=False)),
 }
-for name, job in jobs.items():
+# Long references (> 4096 tokens, past the mask evaluator's cap; 4104 is a multiple of
+# 2·4 for zigzag ring attention over 4 ranks) for `lcc check --ranks=4
+# --attention=ring --grads`: the same Llama GQA shape at a smaller width and vocab, one
+# sequence, so that the files stay near 1 MB and the CPU check stays quick.
+LONG_T, LONG_V = 4104, 64
+
+
+def llama_long(attn):
+    return lambda: ref_lm(f"llama_gqa_{attn}_long", tf.LlamaForCausalLM(tf.LlamaConfig(
+        vocab_size=LONG_V, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, max_position_embeddings=8192, attn_implementation=attn)),
+        B=1, T=LONG_T, V=LONG_V, logits_copy=False)
+
+
+long_jobs = {"llama_gqa_eager_long": llama_long("eager"), "llama_gqa_sdpa_long": llama_long("sdpa")}
+names = sys.argv[2:] or list(jobs)
+for name in names:
+    if name not in jobs and name not in long_jobs:
+        sys.exit(f"unknown model {name!r} (have: {', '.join(list(jobs) + list(long_jobs))})")
+for name in names:
+    job = jobs.get(name) or long_jobs[name]
     try:
         job()
         print("ok", name)
