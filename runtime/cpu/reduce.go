@@ -20,8 +20,9 @@ func init() {
 
 // kernelReduce reduces over the axes attribute (all axes when absent). Sums
 // accumulate in float64 in row-major order of the input; max and min propagate
-// NaN and give −Inf and +Inf over an empty range. On integers, mean truncates and
-// sum wraps; on bools, sum and max are "any", min is "all".
+// NaN and give −Inf and +Inf over an empty range (on integers and bools the
+// dtype's least and greatest values). On integers, mean truncates and sum wraps; on
+// bools, sum and max are "any", min is "all".
 func kernelReduce(n *ir.Node, args []*tensor.Tensor, _ Options) ([]*tensor.Tensor, error) {
 	x, out := args[0], newResult(n, 0)
 	axes, err := ir.ReduceAxes(n.Attrs, len(x.Shape))
@@ -61,15 +62,16 @@ func kernelReduce(n *ir.Node, args []*tensor.Tensor, _ Options) ([]*tensor.Tenso
 		return one(out), nil
 	}
 	acc, dt := out.I, out.DType
+	lo, hi := intRange(dt)
 	switch n.Op {
 	case ir.OpReduceMax:
 		for i := range acc {
-			acc[i] = math.MinInt64
+			acc[i] = lo
 		}
 		walk(x.Shape, sts, func(i int, o []int) { acc[o[0]] = max(acc[o[0]], x.I[i]) })
 	case ir.OpReduceMin:
 		for i := range acc {
-			acc[i] = math.MaxInt64
+			acc[i] = hi
 		}
 		walk(x.Shape, sts, func(i int, o []int) { acc[o[0]] = min(acc[o[0]], x.I[i]) })
 	default:

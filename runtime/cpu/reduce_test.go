@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/lcc-dev/lcc/ir"
+	"github.com/lcc-dev/lcc/tensor"
 )
 
 func TestReduce(t *testing.T) {
@@ -19,6 +20,13 @@ func TestReduce(t *testing.T) {
 	wantF(t, "max nan", eval1(t, ir.OpReduceMax, nil, f64(sh(3), 1, math.NaN(), 2)), sh(), 0, math.NaN())
 	wantI(t, "int sum", eval1(t, ir.OpReduceSum, ir.A("axes", []int{1}), i64(sh(2, 2), 1, 2, 3, 4)), sh(2), 3, 7)
 	wantI(t, "int mean", eval1(t, ir.OpReduceMean, nil, i64(sh(2), 1, 2)), sh(), 1)
+	// Over an empty range, max and min give the dtype's least and greatest values.
+	wantI(t, "empty bool max", eval1(t, ir.OpReduceMax, ir.A("axes", []int{1}), boolT(sh(2, 0))), sh(2), 0, 0)
+	wantI(t, "empty bool min", eval1(t, ir.OpReduceMin, ir.A("axes", []int{1}), boolT(sh(2, 0))), sh(2), 1, 1)
+	i32 := i64(sh(0))
+	i32.DType = tensor.I32
+	wantI(t, "empty i32 max", eval1(t, ir.OpReduceMax, nil, i32), sh(), math.MinInt32)
+	wantI(t, "empty i32 min", eval1(t, ir.OpReduceMin, nil, i32), sh(), math.MaxInt32)
 	// Middle axis of a rank-3 tensor.
 	y := f64(sh(2, 2, 2), 1, 2, 3, 4, 5, 6, 7, 8)
 	wantF(t, "sum mid", eval1(t, ir.OpReduceSum, ir.A("axes", []int{-2}), y), sh(2, 2), 0, 4, 6, 12, 14)

@@ -110,6 +110,21 @@ func wrapInt(v int64, dt tensor.DType) int64 {
 	return v
 }
 
+// intRange is the least and greatest value of an integer or bool dtype.
+func intRange(dt tensor.DType) (lo, hi int64) {
+	switch dt {
+	case tensor.I32:
+		return math.MinInt32, math.MaxInt32
+	case tensor.I8:
+		return math.MinInt8, math.MaxInt8
+	case tensor.U8:
+		return 0, math.MaxUint8
+	case tensor.Bool:
+		return 0, 1
+	}
+	return math.MinInt64, math.MaxInt64
+}
+
 // newResult allocates the zero tensor of n's result i.
 func newResult(n *ir.Node, i int) *tensor.Tensor {
 	t := n.Results[i].Type
