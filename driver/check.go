@@ -19,14 +19,34 @@ type Comparison struct {
 	Shape  []int64
 	RelErr float64 // ‖a − ref‖ / ‖ref‖ (‖a − ref‖ when ref is zero)
 	MaxAbs float64
+	// Floor is the least tolerance a reference of this dtype can be held to (see
+	// ToleranceFloor); the check's tolerance applies when it is larger.
+	Floor float64
 }
+
+// ToleranceFloor is the least relative error a reference stored in dt can be held
+// to: two units of its rounding (bf16 keeps 8 significant bits, f16 11), since the
+// reference itself is rounded and may have been computed at that precision. Other
+// dtypes have no floor.
+func ToleranceFloor(dt tensor.DType) float64 {
+	switch dt {
+	case tensor.BF16:
+		return 0x1p-7
+	case tensor.F16:
+		return 0x1p-10
+	}
+	return 0
+}
+
+// tolerance is the tolerance c is held to under a check's tolerance tol.
+func (c Comparison) tolerance(tol float64) float64 { return math.Max(tol, c.Floor) }
 
 // Compare measures a against ref (same element count required).
 func Compare(name string, a, ref *tensor.Tensor) (Comparison, error) {
-	c := Comparison{Name: name, Shape: ref.Shape}
+	c := Comparison{Name: name, Shape: ref.Shape, Floor: ToleranceFloor(ref.DType)}
 	if a.Numel() != ref.Numel() {
-		return c, fmt.Errorf("%s: lcc gives %v%s, the reference %v%s", name, a.DType,
-			tensor.ShapeString(a.Shape), ref.DType, tensor.ShapeString(ref.Shape))
+		return c, fmt.Errorf("%s: lcc gives %v%s, the reference %v%s: %w", name, a.DType,
+			tensor.ShapeString(a.Shape), ref.DType, tensor.ShapeString(ref.Shape), ErrShape)
 	}
 	var num, den float64
 	for i := 0; i < a.Numel(); i++ {
@@ -76,6 +96,10 @@ type CheckResult struct {
 // ErrTolerance is returned (wrapped) when a comparison exceeds the tolerance.
 var ErrTolerance = fmt.Errorf("results differ from the reference")
 
+// ErrShape is returned (wrapped) when a result has another number of elements than
+// its reference.
+var ErrShape = fmt.Errorf("the sizes differ")
+
 // ReadRef reads a reference file and returns its tensors with input shapes bound:
 // every tensor becomes a candidate input shape (only names the model has matter).
 func ReadRef(path string) (*safetensors.File, map[string][]int64, error) {
@@ -104,7 +128,12 @@ func Feeds(f *ir.Func, ref *safetensors.File, refPath string) (map[string]*tenso
 			missing = append(missing, p.Name)
 			continue
 		}
-		feeds[p.Name] = convert(t, p.Value.Type.DType)
+		t = convert(t, p.Value.Type.DType)
+		if len(p.Value.Type.Shape) == 0 && len(t.Shape) > 0 && t.Numel() == 1 {
+			// One element given for a declared scalar (the importer accepts it).
+			t = &tensor.Tensor{DType: t.DType, Shape: []int64{}, F: t.F, I: t.I}
+		}
+		feeds[p.Name] = t
 	}
 	if len(missing) > 0 {
 		return nil, fmt.Errorf("%s: no tensor for model input(s) %s (the file has: %s)", refPath,
@@ -174,8 +203,12 @@ func Check(f *ir.Func, ref *safetensors.File, refPath string, opts CheckOptions)
 func (r *CheckResult) Print(opts CheckOptions) error {
 	w := opts.Out
 	for _, c := range r.Comparisons {
-		fmt.Fprintf(w, "%-40s %-16s rel_err=%.3e max_abs=%.3e\n", c.Name, tensor.ShapeString(c.Shape),
+		fmt.Fprintf(w, "%-40s %-16s rel_err=%.3e max_abs=%.3e", c.Name, tensor.ShapeString(c.Shape),
 			c.RelErr, c.MaxAbs)
+		if c.Floor > opts.Tolerance {
+			fmt.Fprintf(w, " tolerance=%g (the reference's dtype)", c.Floor)
+		}
+		fmt.Fprintln(w)
 		if c.RelErr > r.MaxRelErr || math.IsNaN(c.RelErr) {
 			r.MaxRelErr = c.RelErr
 		}
@@ -183,7 +216,7 @@ func (r *CheckResult) Print(opts CheckOptions) error {
 	fmt.Fprintf(w, "max_rel_err=%.3e compared=%d tolerance=%g\n", r.MaxRelErr, len(r.Comparisons), opts.Tolerance)
 	var bad []Comparison
 	for _, c := range r.Comparisons {
-		if !(c.RelErr <= opts.Tolerance) {
+		if !(c.RelErr <= c.tolerance(opts.Tolerance)) {
 			bad = append(bad, c)
 		}
 	}

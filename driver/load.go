@@ -16,6 +16,7 @@ import (
 	"github.com/lcc-dev/lcc/frontends/onnx"
 	"github.com/lcc-dev/lcc/ir"
 	"github.com/lcc-dev/lcc/safetensors"
+	"github.com/lcc-dev/lcc/tensor"
 )
 
 // seqNames and batchNames are the dim_param names --seq-len and --batch bind.
@@ -33,6 +34,9 @@ type Bindings struct {
 	// InputShapes fixes whole input shapes (lcc check and run take them from the
 	// tensors they are given).
 	InputShapes map[string][]int64
+	// InputValues are the given input tensors (check, run): integer inputs that
+	// decide shapes are bound to them (onnx.ImportOptions.InputValues).
+	InputValues map[string]*tensor.Tensor
 }
 
 // ParseShapeFlags parses --shape values "name=value" (several may be given, each
@@ -119,7 +123,7 @@ func Load(path string, b Bindings) (*ir.Func, error) {
 		if err != nil {
 			return nil, err
 		}
-		return onnx.Import(m, onnx.ImportOptions{Dims: dims, InputShapes: b.InputShapes})
+		return onnx.Import(m, onnx.ImportOptions{Dims: dims, InputShapes: b.InputShapes, InputValues: b.InputValues})
 	case ".lcc":
 		return loadText(path)
 	}

@@ -39,7 +39,7 @@ func runCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			b.InputShapes = shapes
+			b.InputShapes, b.InputValues = shapes, in.Tensors
 			f, err := driver.Load(args[0], b)
 			if err != nil {
 				return err
@@ -126,7 +126,7 @@ func checkCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			b.InputShapes = shapes
+			b.InputShapes, b.InputValues = shapes, rf.Tensors
 			f, err := driver.Load(args[0], b)
 			if err != nil {
 				return err

@@ -32,6 +32,12 @@ type ImportOptions struct {
 	// LabelInputs names the integer inputs that are training targets; nil means
 	// any integer input called "labels", "label" or "targets".
 	LabelInputs []string
+	// InputValues holds values the caller knows for inputs (lcc check and run take
+	// them from the tensors they are given). An integer or bool input that a
+	// lowering needs as a constant (Slice's starts, a Reduce's axes, Trilu's k,
+	// Reshape's shape, Dropout's training_mode, ...) is bound to its value, as TensorRT treats shape tensors, and the function
+	// is specialised to it; every other input stays a parameter fed at run time.
+	InputValues map[string]*tensor.Tensor
 }
 
 // Import lowers a decoded model to an IR function with concrete shapes. Symbolic
@@ -70,7 +76,59 @@ func Import(m *Model, opts ImportOptions) (*ir.Func, error) {
 		return nil, fmt.Errorf("%s: %w", m.Source, err)
 	}
 	f.Notes = foldedParameters(m, f)
+	l.dropBoundInputs(f)
 	return f, nil
+}
+
+// boundInput returns the value of input name when the lowering may bind it as a
+// constant (see ImportOptions.InputValues), converted to the input's declared type;
+// nil otherwise.
+func (l *lowerer) boundInput(name string, e *val) *tensor.Tensor {
+	t, ok := l.opts.InputValues[name]
+	intOrBool := func(dt tensor.DType) bool { return dt.IsInt() || dt == tensor.Bool }
+	if !ok || e.v == nil || e.v.Param == nil || e.v.Param.Role != ir.RoleInput || !intOrBool(e.v.Type.DType) ||
+		!intOrBool(t.DType) || int64(t.Numel()) != e.v.Type.Numel() {
+		return nil
+	}
+	c := tensor.New(e.v.Type.DType, e.v.Type.Shape...)
+	for i := range c.I {
+		c.I[i] = t.Int(i)
+	}
+	c.RoundTo(c.DType)
+	if l.bound == nil {
+		l.bound = map[string]*tensor.Tensor{}
+	}
+	l.bound[name] = c
+	return c
+}
+
+// dropBoundInputs removes the inputs bound to their values that nothing reads at
+// run time any more, and says which inputs were bound.
+func (l *lowerer) dropBoundInputs(f *ir.Func) {
+	if len(l.bound) == 0 {
+		return
+	}
+	uses := f.Uses()
+	kept := f.Params[:0]
+	for _, p := range f.Params {
+		if c, ok := l.bound[p.Name]; ok {
+			f.Notes = append(f.Notes, fmt.Sprintf("input %q is bound to its given value %s: it decides shapes, "+
+				"so the function is specialised to it", p.Name, constString(c)))
+			if len(uses[p.Value]) == 0 && !f.IsOutput(p.Value) {
+				continue
+			}
+		}
+		kept = append(kept, p)
+	}
+	f.Params = kept
+}
+
+// constString prints a small integer tensor's values ([1 2 3]), or its type.
+func constString(t *tensor.Tensor) string {
+	if t.Numel() > 16 {
+		return fmt.Sprintf("%v%s", t.DType, tensor.ShapeString(t.Shape))
+	}
+	return fmt.Sprint(t.Ints())
 }
 
 // foldedParameters names the framework parameters that the exporter's FX nodes
@@ -168,6 +226,8 @@ type lowerer struct {
 	opts ImportOptions
 	b    *ir.Builder
 	env  map[string]*val
+	// bound holds the inputs bound to their given values (ImportOptions.InputValues).
+	bound map[string]*tensor.Tensor
 }
 
 func (l *lowerer) isLabel(name string) bool {
@@ -224,6 +284,9 @@ func (l *lowerer) inputType(in ValueInfo) (ir.Type, error) {
 	}
 	t := ir.Type{DType: in.DType}
 	if s, ok := l.opts.InputShapes[in.Name]; ok {
+		if n, err := tensor.Numel(s); err == nil && n == 1 && in.HasShape && len(in.Dims) == 0 {
+			s = nil // one element given for a declared scalar (ONNX's own tests do this)
+		}
 		if in.HasShape && len(s) != len(in.Dims) {
 			return ir.Type{}, fmt.Errorf("given shape %v has rank %d, the model declares rank %d",
 				s, len(s), len(in.Dims))

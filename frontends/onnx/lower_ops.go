@@ -41,9 +41,16 @@ func (c *nodeCtx) constIn(i int) (*tensor.Tensor, error) {
 		return nil, fmt.Errorf("required input %d is missing", i)
 	}
 	e := c.l.env[c.n.Inputs[i]]
+	if e != nil && e.c == nil {
+		e.c = c.l.boundInput(c.n.Inputs[i], e)
+	}
 	if e == nil || e.c == nil {
-		return nil, fmt.Errorf("input %d (%q) is computed at run time; lcc needs it constant once dims are bound",
-			i, c.n.Inputs[i])
+		hint := ""
+		if e != nil && e.v != nil && e.v.Param != nil && e.v.Param.Role == ir.RoleInput {
+			hint = "; it is a model input: give it an integer value (lcc check --ref, lcc run --inputs) to bind it"
+		}
+		return nil, fmt.Errorf("input %d (%q) is computed at run time; lcc needs it constant once dims are bound%s",
+			i, c.n.Inputs[i], hint)
 	}
 	return e.c, nil
 }
@@ -99,9 +106,7 @@ var lowerings map[string]lowerFunc
 func init() {
 	lowerings = map[string]lowerFunc{
 		"Identity": func(c *nodeCtx) ([]*ir.Value, error) { return one(c.in(0)) },
-		// Dropout is the identity in the exported (eval-mode) graph; its mask output
-		// is not supported.
-		"Dropout":        func(c *nodeCtx) ([]*ir.Value, error) { return one(c.in(0)) },
+		"Dropout":        lowerDropout,
 		"Neg":            unary(ir.OpNeg),
 		"Exp":            unary(ir.OpExp),
 		"Log":            unary(ir.OpLog),
@@ -783,6 +788,35 @@ func lowerRMSNorm(c *nodeCtx) ([]*ir.Value, error) {
 
 // lowerAttention lowers the opset-23 Attention op: Q, K, V as [B,H,T,D] (or
 // [B,T,H·D] with q_num_heads/kv_num_heads) to lcc's [B,T,H,D] attention.
+// lowerDropout: Dropout is the identity in the exported (eval-mode) graph. In
+// training mode (a true training_mode input) with a nonzero ratio it draws a random
+// mask, which lcc does not model; its mask output is not supported.
+func lowerDropout(c *nodeCtx) ([]*ir.Value, error) {
+	if c.usedLater(1) {
+		return nil, fmt.Errorf("%w: Dropout's mask output", ErrUnsupported)
+	}
+	if c.has(2) {
+		mode, err := c.constIn(2)
+		if err != nil {
+			return nil, err
+		}
+		if mode.Numel() == 1 && mode.Int(0) != 0 {
+			ratio := 0.5
+			if c.has(1) {
+				r, err := c.constIn(1)
+				if err != nil {
+					return nil, err
+				}
+				ratio = r.Float(0)
+			}
+			if ratio != 0 {
+				return nil, fmt.Errorf("%w: Dropout in training mode (ratio %g draws a random mask)", ErrUnsupported, ratio)
+			}
+		}
+	}
+	return one(c.in(0))
+}
+
 func lowerAttention(c *nodeCtx) ([]*ir.Value, error) {
 	if c.has(4) || c.has(5) {
 		return nil, fmt.Errorf("%w: Attention with a KV cache (past_key/past_value)", ErrUnsupported)
