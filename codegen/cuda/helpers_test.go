@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/lcc-dev/lcc/codegen/cuda/cudatest"
+	"github.com/lcc-dev/lcc/driver/drivertest"
 	"github.com/lcc-dev/lcc/ir"
 	"github.com/lcc-dev/lcc/tensor"
 )
@@ -13,7 +14,7 @@ import (
 // trainingGraph loads a shared model with its backward pass.
 func trainingGraph(t testing.TB, path string) *ir.Func {
 	t.Helper()
-	f, err := cudatest.TrainingGraph(path)
+	f, err := drivertest.TrainingGraph(path)
 	if err != nil {
 		t.Fatal(err)
 	}

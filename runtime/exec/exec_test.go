@@ -16,6 +16,7 @@ import (
 	codegen "github.com/lcc-dev/lcc/codegen/cuda"
 	"github.com/lcc-dev/lcc/codegen/cuda/cudatest"
 	"github.com/lcc-dev/lcc/driver"
+	"github.com/lcc-dev/lcc/driver/drivertest"
 	"github.com/lcc-dev/lcc/ir"
 	"github.com/lcc-dev/lcc/runtime/cpu"
 	"github.com/lcc-dev/lcc/runtime/cuda"
@@ -290,7 +291,7 @@ func liveness(p *codegen.Plan) map[int][2]int {
 // trainingGraph loads a shared model with its backward pass.
 func trainingGraph(t testing.TB, path string) *ir.Func {
 	t.Helper()
-	f, err := cudatest.TrainingGraph(path)
+	f, err := drivertest.TrainingGraph(path)
 	if err != nil {
 		t.Fatal(err)
 	}

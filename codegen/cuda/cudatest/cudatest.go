@@ -1,44 +1,16 @@
-// Package cudatest holds the graphs that the GPU code generator and executor
-// are tested on: a zoo that uses every kernel family once, and the shared
-// models' training steps.
+// Package cudatest holds the graph that the GPU code generator and executor are
+// tested on: a zoo that uses every kernel family once. The shared models'
+// training steps need the driver and live in driver/drivertest, above this
+// package's level (DESIGN.md §1).
 package cudatest
 
 import (
 	"fmt"
 	"math/rand/v2"
 
-	"github.com/lcc-dev/lcc/driver"
 	"github.com/lcc-dev/lcc/ir"
-	"github.com/lcc-dev/lcc/passes/autodiff"
 	"github.com/lcc-dev/lcc/tensor"
 )
-
-// TrainingGraph loads a shared model with seq 16 and batch 2 and appends its
-// backward pass: of the loss when the model has a scalar output, else the
-// vector-Jacobian products of every output (seed parameters "d_<output>").
-func TrainingGraph(path string) (*ir.Func, error) {
-	f, err := driver.Load(path, driver.Bindings{SeqLen: 16, Batch: 2})
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
-	opts := autodiff.Options{}
-	for _, o := range f.Outputs {
-		if o.Value.Type.Rank() == 0 {
-			opts.Loss = o.Name
-		}
-	}
-	if opts.Loss == "" {
-		opts.Seeds = map[string]string{}
-		for _, o := range f.Outputs {
-			opts.Seeds[o.Name] = "d_" + o.Name
-		}
-	}
-	g, err := autodiff.Grad(f, opts)
-	if err != nil {
-		return nil, fmt.Errorf("%s: autodiff: %w", path, err)
-	}
-	return g, nil
-}
 
 // Zoo builds one function that uses every kernel family, each result an output,
 // and random inputs for it (indices in range, floats normal, never all zero). Its
