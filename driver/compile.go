@@ -7,49 +7,57 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 
+	cudagen "github.com/lcc-dev/lcc/codegen/cuda"
+	"github.com/lcc-dev/lcc/frontends/onnx"
 	"github.com/lcc-dev/lcc/ir"
 	"github.com/lcc-dev/lcc/passes"
-	"github.com/lcc-dev/lcc/passes/autodiff"
-	"github.com/lcc-dev/lcc/plan"
+	"github.com/lcc-dev/lcc/passes/loss"
 	"github.com/lcc-dev/lcc/report"
 	"github.com/lcc-dev/lcc/safetensors"
 	"github.com/lcc-dev/lcc/targets"
 	"github.com/lcc-dev/lcc/tensor"
 )
 
-// CompileOptions says how to compile.
+// CompileOptions says how to compile: the pass-choosing Options and the rest.
 type CompileOptions struct {
+	Options
 	Target     targets.Target
 	PrintAfter string // --print-ir-after
 	VerifyEach bool   // --verify-each
 	Model      string // the model path, for the report
-	// Loss is "" (plan what the model computes: training if it has a scalar
-	// output, inference otherwise), "cross-entropy" (add mean cross-entropy of the
-	// logits against labels and plan training) or "none" (plan inference only).
-	Loss string
-	// Attention selects the attention rewrites.
-	Attention AttentionOptions
-	// Checkpoint is the activation checkpointing policy (auto, none, layers,
-	// selective); MemoryBudget overrides the budget derived from the target.
-	Checkpoint   string
-	MemoryBudget int64
 	// TimePasses keeps pass timings in the report (which then differs run to run).
 	TimePasses bool
-	// KeepLogits keeps the model's outputs in a training plan (by default a
-	// training step returns the loss and gradients only, so the logits need not be
-	// stored and cross-entropy fuses with the output projection).
-	KeepLogits bool
+	// DefaultShard shards the step over the target's GPUs when one GPU cannot
+	// hold it and Ranks is 0 (lcc compile's default on multi-GPU targets).
+	DefaultShard bool
 }
 
 // WorkspaceBytes is reserved per GPU for the CUDA context, cuBLASLt workspace and
 // NCCL buffers when a checkpoint budget is derived from the target's memory.
 const WorkspaceBytes = 2 << 30
 
+// adamWBytesPerParam is the optimizer state per trainable parameter.
+const adamWBytesPerParam = report.AdamWBytesPerParam
+
 // Result is what a compile produced.
 type Result struct {
+	// Func is the final program: the training step (forward, backward) or the
+	// forward alone for inference.
 	Func   *ir.Func
 	Report *report.Report
+	// Program is the CUDA kernels and launch plan of Func; nil for a CPU target
+	// or when an op has no GPU lowering (Report.KernelError says which).
+	Program *cudagen.Program
+	// Loss is the output the step differentiates ("" for inference).
+	Loss string
+	// Pipeline is the pass list that ran.
+	Pipeline []passes.Pass
+	// Sharded is the sequence-sharded plan (nil when the step runs on one GPU).
+	Sharded *ShardPlan
+	// Hash identifies the program: see ProgramHash.
+	Hash string
 }
 
 // AttentionOptions are the attention rewrites asked for on the command line.
@@ -94,168 +102,204 @@ type Prepared struct {
 	Attention report.Attention
 }
 
-// Prepare runs the forward pipeline over f in place: attention matching, the
-// requested attention rewrite, and cleanup.
+// Prepare runs the forward pipeline over f in place (Pipeline with Forward set:
+// attention matching, the requested attention rewrite, and cleanup), as lcc check
+// does before it runs the model.
 func Prepare(f *ir.Func, a AttentionOptions, popts passes.Options) (*Prepared, error) {
-	if err := a.Validate(); err != nil {
-		return nil, err
-	}
-	var am passes.AttentionMatches
-	var layers []string
-	pl := []passes.Pass{passes.MatchAttention(passes.MatchConfig{RequireAttention: a.Require, Result: &am})}
-	if a.Mode == "dilated" {
-		cfg := a.dilate()
-		cfg.Layers = &layers
-		pl = append(pl, passes.DilateAttention(cfg))
-	}
-	pl = append(pl, passes.Cleanup...)
-	stats, err := passes.Run(f, pl, popts)
+	p, err := newPipeline(targets.Target{}, Options{Attention: a, Forward: true})
 	if err != nil {
 		return nil, err
 	}
+	stats, err := passes.Run(f, p.passes, popts)
+	if err != nil {
+		return nil, err
+	}
+	att, err := p.attention()
+	if err != nil {
+		return nil, err
+	}
+	return &Prepared{Stats: stats, Attention: att}, nil
+}
+
+// attention summarises what the attention passes did, for the report.
+func (p *pipeline) attention() (report.Attention, error) {
+	am := p.matches
 	att := report.Attention{Found: len(am.Found), Rewritten: map[string]int{}, Unmatched: am.UnmatchedNames()}
 	if att.Unmatched == nil {
 		att.Unmatched = []string{}
 	}
-	if a.Mode == "dilated" {
-		if len(layers) == 0 && len(am.Found) > 0 {
-			return nil, fmt.Errorf("--attention=dilated: no attention layer could be rewritten")
+	if p.opts.Attention.Mode == "dilated" {
+		if len(p.layers) == 0 && len(am.Found) > 0 {
+			return att, fmt.Errorf("--attention=dilated: no attention layer could be rewritten")
 		}
-		att.Rewritten["dilated"] = len(layers)
-		if d := len(am.Found) - len(layers); d > 0 {
+		att.Rewritten["dilated"] = len(p.layers)
+		if d := len(am.Found) - len(p.layers); d > 0 {
 			att.Rewritten["dense"] = d
 		}
 	} else if len(am.Found) > 0 {
 		att.Rewritten["dense"] = len(am.Found)
 	}
-	return &Prepared{Stats: stats, Attention: att}, nil
+	return att, nil
 }
 
-// Compile runs the pipeline over f and builds the report. For training it appends
-// the backward (reverse-mode autodiff) and plans weights, gradients and AdamW state.
+// Compile runs the pipeline (see Pipeline) over f, which it rewrites in place,
+// and returns the final program, its kernels and launch plan, the report and the
+// program hash. With Ranks > 1, or DefaultShard on a multi-GPU target whose one
+// GPU cannot hold the step, it also plans the sequence-sharded step: the report
+// then gives that step's memory, FLOPs, checkpoints and communication, beside the
+// single-GPU program's kernels.
+//
+// A function that is already a training step (lcc compile -o DIR wrote it to
+// DIR/graph.lcc) is not compiled again: only codegen runs, so the program and
+// its hash are those of the compile that wrote it (see CompiledStep).
 func Compile(f *ir.Func, opts CompileOptions) (*Result, error) {
-	st, err := compileStep(f, opts, nil)
-	if err != nil {
+	var model *ir.Func
+	if opts.Ranks > 1 || opts.Ranks == 0 && opts.DefaultShard && opts.Target.GPUs > 1 {
+		model = f.Clone()
+	}
+	single := opts
+	single.Ranks = 0
+	res, _, err := compileOne(f, single)
+	if err != nil || model == nil {
+		return res, err
+	}
+	so := ShardOptions{Ranks: opts.Ranks, Mode: opts.ShardMode}
+	if opts.Ranks == 0 {
+		var ok bool
+		so, ok = DefaultShard(res.Report, opts.Target, opts.Attention.Mode)
+		// A multi-GPU target with fewer sequences than GPUs has no data
+		// parallelism to use them: split the sequence across all of them.
+		if !ok && batchOf(res.Report) < int64(opts.Target.GPUs) {
+			so, ok = ShardOptions{Ranks: opts.Target.GPUs, Mode: defaultShardMode(opts.Attention.Mode)}, true
+		}
+		if !ok {
+			return res, nil
+		}
+		if res.Sharded, err = PlanSharded(model, opts.withoutPrint(), so); err != nil {
+			return nil, fmt.Errorf("%w (the step does not fit one GPU; pass --ranks=1 to plan it unsharded)", err)
+		}
+	} else if res.Sharded, err = PlanSharded(model, opts.withoutPrint(), so); err != nil {
 		return nil, err
+	}
+	res.attachSharded()
+	return res, nil
+}
+
+// withoutPrint is o without --print-ir-after, for a second compile of the model.
+func (o CompileOptions) withoutPrint() CompileOptions {
+	o.PrintAfter = ""
+	return o
+}
+
+// attachSharded puts the sharded step's plan into the report.
+func (res *Result) attachSharded() {
+	sh, rep := res.Sharded, res.Report
+	rep.Memory = sh.Memory
+	rep.Sharding = &report.Sharding{Ranks: sh.Ranks, Mode: sh.Mode, Layout: sh.Layout,
+		SeqLen: sh.SeqLen, LocalSeqLen: sh.LocalSeqLen, Program: "rank.lcc"}
+	rep.Communication = &report.Communication{BytesPerStepPerGPU: sh.Communication.BytesPerStepPerGPU,
+		ByOp: sh.Communication.ByOp}
+	if sr := sh.Report; sr != nil {
+		// The step that runs is the sharded one: its FLOPs and checkpoints.
+		rep.FLOPs = sr.FLOPs
+		rep.Checkpoints = sr.Checkpoints
+	}
+	if sr := sh.Report; sr != nil && sr.KernelError != "" {
+		rep.KernelError = "sharded step: " + sr.KernelError +
+			" (the kernels listed are those of the single-GPU step)"
+	}
+}
+
+// compileOne compiles f for one GPU, or for one of opts.Ranks ranks.
+func compileOne(f *ir.Func, opts CompileOptions) (*Result, *pipeline, error) {
+	p, err := newPipeline(opts.Target, opts.Options)
+	if err != nil {
+		return nil, nil, err
+	}
+	popts := passes.Options{VerifyEach: true, PrintAfter: opts.PrintAfter}
+	var stats []passes.Stat
+	training := report.Training{}
+	if l, ok := CompiledStep(f); ok {
+		// Only codegen runs: the passes before it ran when the step was compiled.
+		if err := checkRecordedPipeline(opts.Model, p.passes); err != nil {
+			return nil, nil, err
+		}
+		var rest []passes.Pass
+		for _, ps := range p.passes {
+			if ps.Name == "codegen" {
+				rest = append(rest, ps)
+			}
+		}
+		if stats, err = passes.Run(f, rest, popts); err != nil {
+			return nil, nil, err
+		}
+		p.loss = loss.Choice{Loss: l}
+		training = report.Training{Enabled: true, Loss: l}
+	} else {
+		if stats, err = passes.Run(f, p.passes, popts); err != nil {
+			return nil, nil, err
+		}
+		if p.trained {
+			training = report.Training{Enabled: true, Loss: p.loss.Loss, ForwardFLOPs: p.fwdFLOPs,
+				FusedCrossEntropy: p.fused}
+			if p.ckptRan {
+				training.Checkpoints = p.ckpt
+			}
+		}
+	}
+	if err := ir.Verify(f); err != nil {
+		return nil, nil, err
+	}
+	att, err := p.attention()
+	if err != nil {
+		return nil, nil, err
 	}
 	if !opts.TimePasses {
-		for i := range st.stats {
-			st.stats[i].Micros = 0
+		for i := range stats {
+			stats[i].Micros = 0
 		}
 	}
-	rep := report.Build(st.f, report.Input{Model: filepath.Base(opts.Model), Target: opts.Target,
-		Passes: st.stats, Training: st.train, Attention: &st.attention})
-	return &Result{Func: st.f, Report: rep}, nil
-}
-
-// step is what compileStep produced.
-type step struct {
-	f         *ir.Func
-	stats     []passes.Stat
-	train     report.Training
-	attention report.Attention
-	shard     passes.ShardResult
-}
-
-// compileStep is the pipeline Compile and PlanSharded share: attention rewrites,
-// the loss, fused cross-entropy, then (with so) shard-sequence, then autodiff
-// (of the rank's partial loss, gradients all-reduced, when sharded), cleanup and
-// checkpoints under the target's budget. It rewrites f in place.
-func compileStep(f *ir.Func, opts CompileOptions, so *ShardOptions) (*step, error) {
-	popts := passes.Options{VerifyEach: true, PrintAfter: opts.PrintAfter}
-	prep, err := Prepare(f, opts.Attention, popts)
-	if err != nil {
-		return nil, err
+	rep := report.Build(f, report.Input{Model: filepath.Base(opts.Model), Target: opts.Target,
+		Passes: stats, Training: training, Attention: &att})
+	res := &Result{Func: f, Report: rep, Loss: p.loss.Loss, Pipeline: p.passes, Program: p.prog}
+	for _, ps := range p.passes {
+		rep.Pipeline = append(rep.Pipeline, strings.TrimSpace(ps.Name+" "+ps.Config))
 	}
-	st := &step{stats: prep.Stats, attention: prep.Attention}
-	run := func(g *ir.Func, pl ...passes.Pass) error {
-		more, err := passes.Run(g, pl, popts)
-		st.stats = append(st.stats, more...)
-		return err
-	}
-	switch opts.Loss {
-	case "cross-entropy":
-		if err := AddCrossEntropy(f); err != nil {
-			return nil, err
+	if p.codegenErr != nil {
+		rep.KernelError = p.codegenErr.Error()
+	} else if p.prog != nil {
+		rep.Kernels = rep.Kernels[:0]
+		for _, k := range p.prog.Kernels {
+			rep.Kernels = append(rep.Kernels, report.Kernel{Name: k.Name, Op: k.Op})
 		}
-		st.train.Loss = "loss"
-	case "", "none":
-		if opts.Loss == "" {
-			st.train.Loss = scalarLoss(f)
-		}
-	default:
-		return nil, fmt.Errorf("--loss %q: want cross-entropy or none", opts.Loss)
-	}
-	if st.train.Loss != "" {
-		if !opts.KeepLogits {
-			keepOnly(f, st.train.Loss)
-		}
-		before := countOp(f, ir.OpFusedLinearCrossEntropy)
-		if err := run(f, passes.FuseCrossEntropy, passes.EliminateDeadCode); err != nil {
-			return nil, err
-		}
-		st.train.FusedCrossEntropy = countOp(f, ir.OpFusedLinearCrossEntropy) - before
-	}
-	loss := st.train.Loss
-	if so != nil {
-		if err := run(f, passes.ShardSequence(passes.ShardConfig{Ranks: so.Ranks, Mode: so.Mode,
-			Result: &st.shard})); err != nil {
-			return nil, err
-		}
-		if loss != "" {
-			local, ok := st.shard.Partial[loss]
-			if !ok {
-				return nil, fmt.Errorf("--ranks=%d: the loss %q is not a sum over positions", so.Ranks, loss)
+		for _, st := range p.prog.Plan.Steps {
+			if st.Kind == "gemm" {
+				rep.Kernels = append(rep.Kernels, report.Kernel{Name: "cublaslt_gemm", Op: "matmul"})
+				break
 			}
-			loss = local
 		}
 	}
-	if loss == "" {
-		st.f = f
-		return st, ir.Verify(f)
-	}
-	st.train.ForwardFLOPs = countFLOPs(f)
-	g, err := autodiff.Grad(f, autodiff.Options{Loss: loss, KeepOutputs: true})
-	if err != nil {
-		return nil, err
-	}
-	if so != nil {
-		if err := passes.AllReduceGradients(g, so.Ranks, autodiff.GradPrefix); err != nil {
-			return nil, err
-		}
-	}
-	st.stats = append(st.stats, passes.Stat{Name: "autodiff", Changed: true})
-	if err := run(g, passes.Cleanup...); err != nil {
-		return nil, err
-	}
-	// Checkpointing runs after CSE, which would merge recomputed copies back.
-	budget := opts.MemoryBudget
-	if budget == 0 && opts.Target.MemoryBytes > 0 {
-		budget = opts.Target.MemoryBytes - trainable(g)*report.AdamWBytesPerParam - WorkspaceBytes
-	}
-	policy := opts.Checkpoint
-	if policy == "" {
-		policy = "auto"
-	}
-	cp, cst := passes.InsertCheckpointsWithStats(passes.CheckpointConfig{Policy: policy, BudgetBytes: budget})
-	if err := run(g, cp, passes.EliminateDeadCode); err != nil {
-		return nil, err
-	}
-	st.train.Checkpoints = cst
-	st.train.Enabled = true
-	st.f = g
-	return st, ir.Verify(g)
+	res.Hash = ProgramHash(f, res.Program)
+	rep.ProgramHash = res.Hash
+	return res, p, nil
 }
 
-// keepOnly drops every output but name.
-func keepOnly(f *ir.Func, name string) {
-	var outs []ir.Output
-	for _, o := range f.Outputs {
-		if o.Name == name {
-			outs = append(outs, o)
+// batchOf is the bound batch dim of a report (1 when the model has none).
+func batchOf(r *report.Report) int64 {
+	for _, name := range batchNames {
+		if v, ok := r.Shapes.Dims[name]; ok {
+			return v
 		}
 	}
-	f.Outputs = outs
+	return 1
+}
+
+// defaultShardMode is the sequence-parallel attention for an --attention mode.
+func defaultShardMode(attention string) string {
+	if attention == "dilated" {
+		return passes.ShardDilated
+	}
+	return passes.ShardRing
 }
 
 func countOp(f *ir.Func, op ir.Op) int {
@@ -278,19 +322,13 @@ func trainable(f *ir.Func) int64 {
 	return n
 }
 
-func countFLOPs(f *ir.Func) int64 {
-	var n int64
-	for _, node := range f.Body {
-		n += plan.NodeFLOPs(node)
-	}
-	return n
-}
-
-// WriteOutputs writes DIR/graph.lcc, DIR/weights.safetensors and DIR/report.json,
-// after running extra writers (the CUDA backend's kernels and launch plan). Every
-// file is written to a temporary name and renamed, so a failure leaves no
-// half-written file; files written before a failure are removed.
-func WriteOutputs(dir string, res *Result, extra ...func(dir string) error) error {
+// WriteOutputs writes DIR/graph.lcc, DIR/weights.safetensors and
+// DIR/report.json; with a program, DIR/kernels, DIR/launch_plan.json and
+// DIR/constants.safetensors; for a sharded plan, one rank's program DIR/rank.lcc;
+// and what emit asks for: "onnx" (DIR/graph.onnx) and "dot" (DIR/graph.dot).
+// Every file is written to a temporary name and renamed, so a failure leaves no
+// half-written file; the main files written before a failure are removed.
+func WriteOutputs(dir string, res *Result, emit ...string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("-o %s: %w", dir, err)
 	}
@@ -302,21 +340,44 @@ func WriteOutputs(dir string, res *Result, extra ...func(dir string) error) erro
 	if err != nil {
 		return err
 	}
-	files := []struct {
+	type file struct {
 		name string
 		data []byte
-	}{
-		{"graph.lcc", []byte(ir.Print(res.Func))},
-		{"weights.safetensors", weights},
-		{"report.json", append(js, '\n')},
 	}
-	var written []string
-	for _, w := range extra {
-		if err := w(dir); err != nil {
+	var extra []file
+	for _, e := range emit {
+		switch e {
+		case "onnx":
+			data, err := onnx.Export(res.Func)
+			if err != nil {
+				return err
+			}
+			extra = append(extra, file{"graph.onnx", data})
+		case "dot":
+			extra = append(extra, file{"graph.dot", []byte(ir.DOT(res.Func))})
+		default:
+			return fmt.Errorf("--emit %q: want onnx or dot", e)
+		}
+	}
+	if res.Sharded != nil {
+		extra = append(extra, file{"rank.lcc", []byte(ir.Print(res.Sharded.Func))})
+	}
+	if res.Program != nil {
+		if err := cudagen.WriteKernels(dir, res.Program.Kernels, res.Program.Plan); err != nil {
 			return err
 		}
 	}
-	for _, f := range files {
+	for _, f := range extra {
+		if err := WriteFileAtomic(filepath.Join(dir, f.name), f.data); err != nil {
+			return err
+		}
+	}
+	var written []string
+	for _, f := range []file{
+		{"graph.lcc", []byte(ir.Print(res.Func))},
+		{"weights.safetensors", weights},
+		{"report.json", append(js, '\n')},
+	} {
 		path := filepath.Join(dir, f.name)
 		if err := WriteFileAtomic(path, f.data); err != nil {
 			for _, w := range written {

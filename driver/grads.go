@@ -7,12 +7,10 @@ import (
 
 	"github.com/lcc-dev/lcc/ir"
 	"github.com/lcc-dev/lcc/passes/autodiff"
+	"github.com/lcc-dev/lcc/passes/loss"
 	"github.com/lcc-dev/lcc/safetensors"
 	"github.com/lcc-dev/lcc/tensor"
 )
-
-// IgnoreIndex is PyTorch's default ignore_index for cross-entropy.
-const IgnoreIndex = -100
 
 // Objective says what `lcc check --grads` and training differentiate.
 type Objective struct {
@@ -20,49 +18,6 @@ type Objective struct {
 	Seeds map[string]string // output name -> cotangent input name (Σ out ⊙ dy)
 	// Added reports that the loss was added by lcc (cross-entropy of the logits).
 	Added bool
-}
-
-// AddCrossEntropy appends mean cross-entropy of the logits output against a labels
-// parameter (created when the model has none) with ignore_index −100, as PyTorch's
-// F.cross_entropy, and names it "loss". The logits output is the one float output
-// of rank >= 2; labels have its shape without the last (vocab) dim.
-func AddCrossEntropy(f *ir.Func) error {
-	var logits *ir.Value
-	for _, o := range f.Outputs {
-		if o.Value.Type.DType.IsFloat() && o.Value.Type.Rank() >= 2 {
-			if logits != nil {
-				return fmt.Errorf("--loss=cross-entropy: several outputs could be logits (%s)", outputNames(f))
-			}
-			logits = o.Value
-		}
-	}
-	if logits == nil {
-		return fmt.Errorf("--loss=cross-entropy: no output looks like logits [.., vocab] (outputs: %s)", outputNames(f))
-	}
-	if f.Output("loss") != nil {
-		return fmt.Errorf("--loss=cross-entropy: the model already has an output named loss")
-	}
-	shape := logits.Type.Shape
-	rows := ir.T(0, shape[:len(shape)-1]...).Numel()
-	vocab := shape[len(shape)-1]
-	b := ir.Edit(f)
-	b.SetName("lcc.cross_entropy")
-	labels := f.Param("labels")
-	if labels == nil {
-		labels = &ir.Param{Value: b.Label("labels", ir.T(tensor.I64, shape[:len(shape)-1]...))}
-		labels = labels.Value.Param
-	}
-	if labels.Value.Type.Numel() != rows || !labels.Value.Type.DType.IsInt() {
-		return fmt.Errorf("--loss=cross-entropy: labels %v do not fit logits %v", labels.Value.Type, logits.Type)
-	}
-	x := b.Reshape(logits, rows, vocab)
-	y := b.Reshape(labels.Value, rows)
-	loss := b.Apply1(ir.OpSoftmaxCrossEntropy, ir.A("ignore_index", int64(IgnoreIndex), "reduction", "mean"), x, y)
-	b.Output("loss", loss)
-	if err := b.Err(); err != nil {
-		return err
-	}
-	return ir.Verify(f)
 }
 
 func outputNames(f *ir.Func) string {
@@ -73,23 +28,10 @@ func outputNames(f *ir.Func) string {
 	return strings.Join(ns, ", ")
 }
 
-// scalarLoss returns the name of f's scalar float output, if it has exactly one.
-func scalarLoss(f *ir.Func) string {
-	name := ""
-	for _, o := range f.Outputs {
-		if o.Value.Type.DType.IsFloat() && o.Value.Type.Numel() == 1 {
-			if name != "" {
-				return ""
-			}
-			name = o.Name
-		}
-	}
-	return name
-}
-
 // ChooseObjective picks the objective for a check against ref, in the order of
 // issue #3: REF dy → Σ out ⊙ dy; a model that computes a scalar loss → itself;
-// REF labels → mean cross-entropy of the logits (added to f).
+// REF labels → mean cross-entropy of the logits (added to f). Package loss
+// decides which output is the loss and which the logits.
 func ChooseObjective(f *ir.Func, ref *safetensors.File) (Objective, error) {
 	if dy, ok := ref.Tensors["dy"]; ok {
 		for _, o := range f.Outputs {
@@ -99,14 +41,15 @@ func ChooseObjective(f *ir.Func, ref *safetensors.File) (Objective, error) {
 		}
 		return Objective{}, fmt.Errorf("reference dy %v fits no output (outputs: %s)", dy.Shape, outputNames(f))
 	}
-	if name := scalarLoss(f); name != "" {
+	if name, err := loss.ModelLoss(f); err == nil {
 		return Objective{Loss: name}, nil
 	}
-	if _, ok := ref.Tensors["labels"]; ok {
-		if err := AddCrossEntropy(f); err != nil {
+	if _, ok := ref.Tensors[loss.Labels]; ok {
+		c, err := loss.Apply(f, loss.CrossEntropy, true)
+		if err != nil {
 			return Objective{}, err
 		}
-		return Objective{Loss: "loss", Added: true}, nil
+		return Objective{Loss: c.Loss, Added: true}, nil
 	}
 	return Objective{}, fmt.Errorf("no objective: the reference has neither dy nor labels, and the model has no scalar output")
 }

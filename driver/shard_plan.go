@@ -50,21 +50,19 @@ func DefaultShard(unsharded *report.Report, t targets.Target, attention string) 
 	return ShardOptions{Ranks: t.GPUs, Mode: mode}, true
 }
 
-// PlanSharded compiles a copy of f as Compile does (attention rewrites, loss,
-// fused cross-entropy, autodiff, checkpoints under the target's budget) with
-// shard-sequence for so.Ranks ranks inserted before autodiff, and returns the
-// per-GPU memory and communication of one step. f is not modified.
+// PlanSharded compiles a copy of f as Compile does, with shard-sequence for
+// so.Ranks ranks before autodiff and the gradients all-reduced after it, and
+// returns the per-GPU memory and communication of one step. f is not modified.
 func PlanSharded(f *ir.Func, opts CompileOptions, so ShardOptions) (*ShardPlan, error) {
-	st, err := compileStep(f.Clone(), opts, &so)
+	opts.Ranks, opts.ShardMode = so.Ranks, so.Mode
+	res, p, err := compileOne(f.Clone(), opts)
 	if err != nil {
 		return nil, err
 	}
-	rep := report.Build(st.f, report.Input{Model: opts.Model, Target: opts.Target, Passes: st.stats,
-		Training: st.train, Attention: &st.attention})
-	sres := st.shard
+	sres := p.shard
 	return &ShardPlan{Ranks: so.Ranks, Mode: sres.Mode, Layout: sres.Layout, SeqLen: sres.SeqLen,
-		LocalSeqLen: sres.SeqLen / int64(so.Ranks), Memory: rep.Memory,
-		Communication: CommunicationOf(st.f), Report: rep, Func: st.f}, nil
+		LocalSeqLen: sres.SeqLen / int64(so.Ranks), Memory: res.Report.Memory,
+		Communication: CommunicationOf(res.Func), Report: res.Report, Func: res.Func}, nil
 }
 
 // CommunicationOf sums the bytes each GPU sends in one run of a sharded program.

@@ -12,6 +12,7 @@ import (
 	"github.com/lcc-dev/lcc/ir"
 	"github.com/lcc-dev/lcc/passes"
 	"github.com/lcc-dev/lcc/passes/autodiff"
+	"github.com/lcc-dev/lcc/passes/loss"
 	"github.com/lcc-dev/lcc/report"
 	"github.com/lcc-dev/lcc/runtime/cpu"
 	"github.com/lcc-dev/lcc/safetensors"
@@ -223,7 +224,7 @@ func TestShardedGQAFloat64(t *testing.T) {
 	for i := range labels.I {
 		labels.I[i] = rng.Int64N(24)
 		if i%7 == 3 {
-			labels.I[i] = IgnoreIndex
+			labels.I[i] = loss.IgnoreIndex
 		}
 	}
 	in := map[string]*tensor.Tensor{"x": x, "labels": labels}
@@ -296,7 +297,8 @@ func TestPlanShardedMillionTokens(t *testing.T) {
 		if c.mode == "ulysses" {
 			n = 4 // 4 heads
 		}
-		p, err := PlanSharded(f, CompileOptions{Target: tg, Loss: "cross-entropy", Attention: c.att},
+		p, err := PlanSharded(f, CompileOptions{Target: tg,
+			Options: Options{Loss: "cross-entropy", Attention: c.att}},
 			ShardOptions{Ranks: n, Mode: c.mode})
 		if err != nil {
 			t.Fatal(err)

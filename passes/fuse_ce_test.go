@@ -10,6 +10,7 @@ import (
 	"github.com/lcc-dev/lcc/ir"
 	"github.com/lcc-dev/lcc/passes"
 	"github.com/lcc-dev/lcc/passes/autodiff"
+	"github.com/lcc-dev/lcc/passes/loss"
 	"github.com/lcc-dev/lcc/runtime/cpu"
 	"github.com/lcc-dev/lcc/tensor"
 )
@@ -22,10 +23,9 @@ func lossModel(t *testing.T, name string) *ir.Func {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := driver.AddCrossEntropy(f); err != nil {
+	if _, err := loss.Apply(f, loss.CrossEntropy, false); err != nil {
 		t.Fatal(err)
 	}
-	f.Outputs = []ir.Output{{Name: "loss", Value: f.Output("loss")}}
 	passes.DeadCode(f)
 	return f
 }
@@ -43,7 +43,7 @@ func randomInputs(f *ir.Func, vocab int64) map[string]*tensor.Tensor {
 		for i := range x.I {
 			x.I[i] = r.Int64N(vocab)
 			if p.Role == ir.RoleLabel && i%5 == 1 {
-				x.I[i] = driver.IgnoreIndex
+				x.I[i] = loss.IgnoreIndex
 			}
 		}
 		in[p.Name] = x

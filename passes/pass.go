@@ -26,6 +26,9 @@ type Pass struct {
 	Name string
 	// Doc is a one-line description for `lcc passes`.
 	Doc string
+	// Config is the pass's configuration in words ("loss=auto"), printed by
+	// `lcc passes --pipeline`; "" when it has none.
+	Config string
 	// Run rewrites f in place; it returns an error for user-facing problems
 	// (a configuration that cannot apply) and may panic with "lcc: BUG: ..." on
 	// internal invariant violations.

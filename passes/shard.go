@@ -925,6 +925,16 @@ func (s *sharder) loss(n *ir.Node) error {
 	return nil
 }
 
+// AllReduceGradientsPass returns the all-reduce-gradients pass of a program
+// sharded over ranks (see AllReduceGradients).
+func AllReduceGradientsPass(ranks int, prefix string) Pass {
+	return Pass{Name: "all-reduce-gradients", Config: fmt.Sprintf("ranks=%d", ranks),
+		Doc: "sum each rank's share of the weight gradients over the ranks (sharded steps)",
+		Run: func(f *ir.Func) error { return AllReduceGradients(f, ranks, prefix) }}
+}
+
+var _ = Register(AllReduceGradientsPass(8, "grad."))
+
 // AllReduceGradients sums every gradient output "<prefix><weight>" over ranks: in
 // a sharded program each rank's weight gradient is its share of the sum. Run it
 // after autodiff of a program that shard-sequence produced.

@@ -63,6 +63,12 @@ type Report struct {
 	// KernelError says why CUDA code could not be generated ("" when it was).
 	KernelError string        `json:"kernel_error,omitempty"`
 	Passes      []passes.Stat `json:"passes"`
+	// Pipeline lists the passes with their configuration, as `lcc passes
+	// --pipeline` prints them.
+	Pipeline []string `json:"pipeline,omitempty"`
+	// ProgramHash identifies the program (driver.ProgramHash): lcc train prints
+	// the same hash when it runs this program.
+	ProgramHash string `json:"program_hash,omitempty"`
 	// Sharding and Communication describe a sequence-parallel plan (nil when the
 	// step runs on one GPU).
 	Sharding      *Sharding        `json:"sharding,omitempty"`
@@ -319,6 +325,9 @@ func (r *Report) WriteText(w io.Writer) {
 		ks = append(ks, k.Name)
 	}
 	fmt.Fprintf(w, "kernels    %d: %s\n", len(r.Kernels), strings.Join(ks, " "))
+	if r.ProgramHash != "" {
+		fmt.Fprintf(w, "program    %s\n", r.ProgramHash)
+	}
 	if r.KernelError != "" {
 		fmt.Fprintf(w, "kernels    incomplete: %s\n", r.KernelError)
 	}

@@ -2,19 +2,16 @@ package main
 
 import (
 	"fmt"
-	"os"
-	"path/filepath"
+	"io"
 	"sort"
 	"strings"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
 
-	cudagen "github.com/lcc-dev/lcc/codegen/cuda"
 	"github.com/lcc-dev/lcc/driver"
-	"github.com/lcc-dev/lcc/frontends/onnx"
-	"github.com/lcc-dev/lcc/ir"
 	"github.com/lcc-dev/lcc/passes"
+	"github.com/lcc-dev/lcc/passes/loss"
 	"github.com/lcc-dev/lcc/report"
 	"github.com/lcc-dev/lcc/targets"
 )
@@ -102,17 +99,54 @@ func lookupTarget(name, file string) (targets.Target, error) {
 	return t, nil
 }
 
+// compileFlags are the flags that choose the pipeline's passes: lcc compile,
+// lcc train and lcc passes --pipeline take them with the same meanings.
+type compileFlags struct {
+	af                 attentionFlags
+	target, targetFile string
+	loss, checkpoint   string
+	budget             int64
+	precision          string
+}
+
+func (c *compileFlags) add(cmd *cobra.Command) {
+	c.af.add(cmd)
+	f := cmd.Flags()
+	f.StringVar(&c.target, "target", "h200x1", "target machine (see lcc targets)")
+	f.StringVar(&c.targetFile, "target-file", "", "JSON file with extra targets")
+	f.StringVar(&c.loss, "loss", loss.Auto, loss.FlagDoc)
+	f.StringVar(&c.checkpoint, "checkpoint", "auto", "activation checkpointing: auto, none, layers or selective")
+	f.Int64Var(&c.budget, "memory-budget", 0, "activation memory budget per GPU in bytes (default: from the target)")
+	f.StringVar(&c.precision, "precision", "fp32",
+		"device storage: fp32, or bf16 (bf16 storage, fp32 math, fp32 master weights and AdamW state)")
+}
+
+// options validates the flags and returns the target and the pipeline options.
+func (c *compileFlags) options() (targets.Target, driver.Options, error) {
+	att, err := c.af.options()
+	if err != nil {
+		return targets.Target{}, driver.Options{}, err
+	}
+	t, err := lookupTarget(c.target, c.targetFile)
+	if err != nil {
+		return targets.Target{}, driver.Options{}, err
+	}
+	o := driver.Options{Loss: c.loss, Attention: att, Checkpoint: c.checkpoint, MemoryBudget: c.budget,
+		Precision: c.precision, Ranks: c.af.ranks, ShardMode: c.af.shardMode}
+	if _, err := driver.Pipeline(t, o); err != nil {
+		return targets.Target{}, driver.Options{}, err
+	}
+	return t, o, nil
+}
+
 func compileCmd() *cobra.Command {
 	var (
-		sf                      shapeFlags
-		target, targetFile, out string
-		reportFmt, printAfter   string
-		loss                    string
-		af                      attentionFlags
-		checkpoint              string
-		budget                  int64
-		emit                    []string
-		timePasses              bool
+		sf                    shapeFlags
+		cf                    compileFlags
+		out                   string
+		reportFmt, printAfter string
+		emit                  []string
+		timePasses            bool
 	)
 	cmd := &cobra.Command{
 		Use:   "compile MODEL",
@@ -122,16 +156,18 @@ func compileCmd() *cobra.Command {
 			if reportFmt != "text" && reportFmt != "json" {
 				return fmt.Errorf("--report %q: want text or json", reportFmt)
 			}
-			if printAfter != "" && printAfter != "all" {
-				if _, ok := passes.Lookup(printAfter); !ok {
-					return fmt.Errorf("--print-ir-after %q: no such pass (see lcc passes)", printAfter)
-				}
-			}
-			att, err := af.options()
-			if err != nil {
+			if err := checkPrintAfter(printAfter); err != nil {
 				return err
 			}
-			t, err := lookupTarget(target, targetFile)
+			for _, e := range emit {
+				if e != "onnx" && e != "dot" {
+					return fmt.Errorf("--emit %q: want onnx or dot", e)
+				}
+			}
+			if len(emit) > 0 && out == "" {
+				return fmt.Errorf("--emit needs -o DIR")
+			}
+			t, o, err := cf.options()
 			if err != nil {
 				return err
 			}
@@ -144,85 +180,14 @@ func compileCmd() *cobra.Command {
 				return err
 			}
 			warnings := driver.Warnings(f)
-			copts := driver.CompileOptions{Target: t, PrintAfter: printAfter,
-				Model: args[0], Loss: loss, Attention: att, Checkpoint: checkpoint, MemoryBudget: budget,
-				TimePasses: timePasses}
-			// Sequence parallelism: asked for with --ranks, or planned by default on
-			// a multi-GPU target when one GPU cannot hold the step.
-			var sharded *driver.ShardPlan
-			if af.ranks > 1 {
-				if sharded, err = driver.PlanSharded(f, copts, driver.ShardOptions{Ranks: af.ranks, Mode: af.shardMode}); err != nil {
-					return err
-				}
-			}
-			unsharded := f.Clone()
-			res, err := driver.Compile(f, copts)
+			res, err := driver.Compile(f, driver.CompileOptions{Options: o, Target: t, PrintAfter: printAfter,
+				Model: args[0], TimePasses: timePasses, DefaultShard: true})
 			if err != nil {
 				return err
 			}
-			if af.ranks == 0 {
-				so, ok := driver.DefaultShard(res.Report, t, af.mode)
-				// A multi-GPU target with fewer sequences than GPUs has no data
-				// parallelism to use them: split the sequence across all of them.
-				if !ok && t.GPUs > 1 && batchOf(res.Report) < int64(t.GPUs) {
-					so, ok = driver.ShardOptions{Ranks: t.GPUs, Mode: defaultShardMode(af.mode)}, true
-				}
-				if ok {
-					if sharded, err = driver.PlanSharded(unsharded, copts, so); err != nil {
-						return fmt.Errorf("%w (the step does not fit one GPU; pass --ranks=1 to plan it unsharded)", err)
-					}
-				}
-			}
-			if sharded != nil {
-				rep := res.Report
-				rep.Memory = sharded.Memory
-				rep.Sharding = &report.Sharding{Ranks: sharded.Ranks, Mode: sharded.Mode, Layout: sharded.Layout,
-					SeqLen: sharded.SeqLen, LocalSeqLen: sharded.LocalSeqLen}
-				rep.Communication = &report.Communication{BytesPerStepPerGPU: sharded.Communication.BytesPerStepPerGPU,
-					ByOp: sharded.Communication.ByOp}
-				if sr := sharded.Report; sr != nil {
-					// The step that runs is the sharded one: its FLOPs and checkpoints.
-					rep.FLOPs = sr.FLOPs
-					rep.Checkpoints = sr.Checkpoints
-				}
-			}
 			res.Report.Warnings = warnings
-			writeKernels := generateKernels(res, t)
-			if sharded != nil {
-				// One rank's SPMD program, beside the single-GPU graph the kernels are for.
-				res.Report.Sharding.Program = "rank.lcc"
-				if _, err := cudagen.Build(sharded.Func, cudagen.Options{Arch: t.Arch}); err != nil && t.Arch != targets.ArchCPU {
-					res.Report.KernelError = "sharded step: " + err.Error() +
-						" (the kernels listed are those of the single-GPU step)"
-				}
-				rank := sharded.Func
-				writeKernels = append(writeKernels, func(dir string) error {
-					return driver.WriteFileAtomic(filepath.Join(dir, "rank.lcc"), []byte(ir.Print(rank)))
-				})
-			}
-			for _, e := range emit {
-				switch e {
-				case "onnx":
-					writeKernels = append(writeKernels, func(dir string) error {
-						data, err := onnx.Export(res.Func)
-						if err != nil {
-							return err
-						}
-						return driver.WriteFileAtomic(filepath.Join(dir, "graph.onnx"), data)
-					})
-				case "dot":
-					writeKernels = append(writeKernels, func(dir string) error {
-						return driver.WriteFileAtomic(filepath.Join(dir, "graph.dot"), []byte(ir.DOT(res.Func)))
-					})
-				default:
-					return fmt.Errorf("--emit %q: want onnx or dot", e)
-				}
-			}
-			if len(emit) > 0 && out == "" {
-				return fmt.Errorf("--emit needs -o DIR")
-			}
 			if out != "" {
-				if err := driver.WriteOutputs(out, res, writeKernels...); err != nil {
+				if err := driver.WriteOutputs(out, res, emit...); err != nil {
 					return err
 				}
 			}
@@ -243,65 +208,24 @@ func compileCmd() *cobra.Command {
 		},
 	}
 	sf.add(cmd)
-	af.add(cmd)
+	cf.add(cmd)
 	cmd.Flags().BoolVar(&timePasses, "time-passes", false, "include pass timings in the report (then it differs run to run)")
 	cmd.Flags().StringSliceVar(&emit, "emit", nil, "also write the rewritten graph: onnx (DIR/graph.onnx, lcc ops in domain ai.lcc), dot (DIR/graph.dot)")
-	cmd.Flags().StringVar(&checkpoint, "checkpoint", "auto", "activation checkpointing: auto, none, layers or selective")
-	cmd.Flags().Int64Var(&budget, "memory-budget", 0, "activation memory budget per GPU in bytes (default: from the target)")
-	cmd.Flags().StringVar(&target, "target", "h200x1", "target machine (see lcc targets)")
-	cmd.Flags().StringVar(&targetFile, "target-file", "", "JSON file with extra targets")
-	cmd.Flags().StringVarP(&out, "output", "o", "", "write graph.lcc, weights and report.json to this folder")
+	cmd.Flags().StringVarP(&out, "output", "o", "", "write graph.lcc, weights, kernels and report.json to this folder")
 	cmd.Flags().StringVar(&reportFmt, "report", "text", "report format: text or json")
 	cmd.Flags().StringVar(&printAfter, "print-ir-after", "", "print the IR after this pass (or all) to stderr")
-	cmd.Flags().StringVar(&loss, "loss", "", "cross-entropy: add mean cross-entropy of the logits and plan training; none: inference")
 	return cmd
 }
 
-// generateKernels runs the CUDA backend for a GPU target and lists its kernels in
-// the report; it returns the writer of DIR/kernels and the launch plan. When an op
-// has no GPU lowering the plan stands and the report says which op is missing.
-func generateKernels(res *driver.Result, t targets.Target) []func(string) error {
-	if t.Arch == "" || t.Arch == targets.ArchCPU {
+// checkPrintAfter validates --print-ir-after against the registered passes.
+func checkPrintAfter(name string) error {
+	if name == "" || name == "all" {
 		return nil
 	}
-	prog, err := cudagen.Build(res.Func, cudagen.Options{Arch: t.Arch})
-	if err != nil {
-		res.Report.KernelError = err.Error()
-		return nil
+	if _, ok := passes.Lookup(name); !ok {
+		return fmt.Errorf("--print-ir-after %q: no such pass (see lcc passes)", name)
 	}
-	rep := res.Report
-	rep.Kernels = rep.Kernels[:0]
-	for _, k := range prog.Kernels {
-		rep.Kernels = append(rep.Kernels, report.Kernel{Name: k.Name, Op: k.Op})
-	}
-	for _, st := range prog.Plan.Steps {
-		if st.Kind == "gemm" {
-			rep.Kernels = append(rep.Kernels, report.Kernel{Name: "cublaslt_gemm", Op: "matmul"})
-			break
-		}
-	}
-	return []func(string) error{func(dir string) error {
-		return cudagen.WriteKernels(dir, prog.Kernels, prog.Plan)
-	}}
-}
-
-// batchOf is the bound batch dim of a report (1 when the model has none).
-func batchOf(r *report.Report) int64 {
-	for _, name := range []string{"batch", "batch_size", "bsz", "B", "N"} {
-		if v, ok := r.Shapes.Dims[name]; ok {
-			return v
-		}
-	}
-	return 1
-}
-
-// defaultShardMode is the sequence-parallel attention for an --attention value.
-func defaultShardMode(attention string) string {
-	switch attention {
-	case "dilated", "ring", "ulysses":
-		return attention
-	}
-	return "ring"
+	return nil
 }
 
 func targetsCmd() *cobra.Command {
@@ -323,20 +247,45 @@ func targetsCmd() *cobra.Command {
 }
 
 func passesCmd() *cobra.Command {
-	return &cobra.Command{
-		Use:   "passes",
-		Short: "list lcc's passes",
+	var (
+		cf       compileFlags
+		pipeline bool
+	)
+	cmd := &cobra.Command{
+		Use:   "passes [--pipeline [COMPILE FLAGS]]",
+		Short: "list lcc's passes, or with --pipeline the passes a compile with these flags runs",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			ps := append([]passes.Pass{}, passes.Registry...)
-			sort.Slice(ps, func(i, j int) bool { return ps[i].Name < ps[j].Name })
-			w := tabwriter.NewWriter(cmd.OutOrStdout(), 2, 4, 2, ' ', 0)
-			for _, p := range ps {
-				fmt.Fprintf(w, "%s\t%s\n", p.Name, p.Doc)
+			w := cmd.OutOrStdout()
+			if pipeline {
+				t, o, err := cf.options()
+				if err != nil {
+					return err
+				}
+				ps, err := driver.Pipeline(t, o)
+				if err != nil {
+					return err
+				}
+				_, err = io.WriteString(w, driver.Describe(ps))
+				return err
 			}
-			return w.Flush()
+			seen := map[string]bool{}
+			var ps []passes.Pass
+			for _, p := range passes.Registry {
+				if !seen[p.Name] {
+					seen[p.Name] = true
+					ps = append(ps, p)
+				}
+			}
+			sort.Slice(ps, func(i, j int) bool { return ps[i].Name < ps[j].Name })
+			tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
+			for _, p := range ps {
+				fmt.Fprintf(tw, "%s\t%s\n", p.Name, p.Doc)
+			}
+			return tw.Flush()
 		},
 	}
+	cmd.Flags().BoolVar(&pipeline, "pipeline", false, "print the pass list of lcc compile/train with the flags given")
+	cf.add(cmd)
+	return cmd
 }
-
-var _ = os.Stderr

@@ -27,7 +27,6 @@ package exec
 import (
 	"errors"
 	"fmt"
-	"math"
 	"slices"
 	"sort"
 	"strings"
@@ -53,9 +52,8 @@ type Options struct {
 	Poison bool
 }
 
-// arenaAlign is the alignment of every buffer in the arena (cuBLASLt and
-// 16-byte vector loads need far less; cudaMalloc gives 256).
-const arenaAlign = 256
+// arenaAlign is the alignment of every buffer in the arena.
+const arenaAlign = codegen.ArenaAlign
 
 // Run executes f on dev with f32 storage and returns its outputs by name, as
 // runtime/cpu.Run does. inputs maps parameter names to tensors; parameters with
@@ -421,77 +419,6 @@ func (r *runner) download(f *ir.Func) (map[string]*tensor.Tensor, error) {
 	return out, nil
 }
 
-// PlanArena assigns every allocated buffer of plan an offset in one arena and
-// returns the offsets (by buffer id; -1 for inline and alias buffers) and the
-// arena's size. A buffer lives from the first step that writes it to the last that
-// reads it; parameters, constants and outputs live throughout.
-func PlanArena(plan *codegen.Plan) (offs []int64, peak int64) {
-	n := len(plan.Buffers)
-	owner := func(id int) int {
-		if plan.Buffers[id].Kind == "alias" {
-			return plan.Buffers[id].AliasOf
-		}
-		return id
-	}
-	first := make([]int, n)
-	last := make([]int, n)
-	for i := range first {
-		first[i], last[i] = math.MaxInt, -1
-	}
-	end := len(plan.Steps)
-	for i, s := range plan.Steps {
-		for _, a := range s.Args {
-			o := owner(a)
-			first[o] = min(first[o], i)
-			last[o] = max(last[o], i)
-		}
-	}
-	for _, b := range plan.Buffers {
-		if b.Kind == "param" || b.Kind == "const" {
-			first[b.ID], last[b.ID] = -1, end
-		}
-	}
-	for _, o := range plan.Outputs {
-		id := owner(o.ID)
-		first[id] = min(first[id], -1)
-		last[id] = end
-	}
-	var ids []int
-	offs = make([]int64, n)
-	for _, b := range plan.Buffers {
-		offs[b.ID] = -1
-		if b.Kind != "alias" && b.Kind != "inline" && last[b.ID] >= 0 {
-			ids = append(ids, b.ID)
-		}
-	}
-	// Largest first; ties by id keep the plan deterministic.
-	sort.SliceStable(ids, func(i, j int) bool {
-		return plan.Buffers[ids[i]].Bytes > plan.Buffers[ids[j]].Bytes
-	})
-	type placed struct {
-		id        int
-		off, size int64
-	}
-	var done []placed
-	for _, id := range ids {
-		size := (plan.Buffers[id].Bytes + arenaAlign - 1) / arenaAlign * arenaAlign
-		var clash []placed
-		for _, p := range done {
-			if first[p.id] <= last[id] && first[id] <= last[p.id] {
-				clash = append(clash, p)
-			}
-		}
-		sort.Slice(clash, func(i, j int) bool { return clash[i].off < clash[j].off })
-		var off int64
-		for _, p := range clash {
-			if off+size <= p.off {
-				break
-			}
-			off = max(off, p.off+p.size)
-		}
-		offs[id] = off
-		done = append(done, placed{id, off, size})
-		peak = max(peak, off+size)
-	}
-	return offs, peak
-}
+// PlanArena is codegen's arena layout (cuda.PlanArena), the one the executor
+// allocates and the program hash covers.
+func PlanArena(plan *codegen.Plan) (offs []int64, peak int64) { return codegen.PlanArena(plan) }

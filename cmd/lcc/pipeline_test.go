@@ -1,0 +1,36 @@
+package main
+
+import (
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestPassesPipeline prints the pass list for compile flags, and refuses bad ones.
+func TestPassesPipeline(t *testing.T) {
+	out, stderr, code := lcc(t, "passes", "--pipeline", "--attention=dilated", "--segments=8,16",
+		"--dilations=1,2", "--ranks=2", "--precision=bf16", "--loss=cross-entropy")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	for _, want := range []string{" 1  match-attention\n", "dilate-attention      segments=8,16 dilations=1,2",
+		"insert-loss           loss=cross-entropy\n", "shard-sequence        ranks=2 mode=dilated\n",
+		" 9  autodiff\n", "10  all-reduce-gradients  ranks=2\n", "codegen               arch=sm_90 storage=bf16\n"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("lcc passes --pipeline lacks %q:\n%s", want, out)
+		}
+	}
+	if _, stderr, code := lcc(t, "passes", "--pipeline", "--loss=mse"); code != 1 || !strings.Contains(stderr, `--loss "mse"`) {
+		t.Errorf("--loss=mse: exit %d, %s", code, stderr)
+	}
+}
+
+// TestPrintAfterAutodiff prints the IR after the autodiff pass: the gradients.
+func TestPrintAfterAutodiff(t *testing.T) {
+	_, stderr, code := lcc(t, "compile", filepath.Join(td, "onnx", "gpt_mini.onnx"), "--seq-len=16",
+		"--print-ir-after=autodiff")
+	if code != 0 || !strings.Contains(stderr, "// ----- IR after autodiff -----") ||
+		!strings.Contains(stderr, `"grad.tok.weight"`) {
+		t.Errorf("exit %d, stderr:\n%.600s", code, stderr)
+	}
+}

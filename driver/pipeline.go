@@ -1,0 +1,360 @@
+package driver
+
+import (
+	"fmt"
+	"strings"
+
+	cudagen "github.com/lcc-dev/lcc/codegen/cuda"
+	"github.com/lcc-dev/lcc/ir"
+	"github.com/lcc-dev/lcc/passes"
+	"github.com/lcc-dev/lcc/passes/autodiff"
+	"github.com/lcc-dev/lcc/passes/loss"
+	"github.com/lcc-dev/lcc/plan"
+	"github.com/lcc-dev/lcc/targets"
+	"github.com/lcc-dev/lcc/tensor"
+)
+
+// Options are the flags that choose a compile's passes. lcc compile, check and
+// train take them with the same names and meanings.
+type Options struct {
+	// Loss is a loss.Kinds value: what the step differentiates ("" is auto).
+	Loss string
+	// Attention selects the attention rewrites.
+	Attention AttentionOptions
+	// Checkpoint is the activation checkpointing policy (auto, none, layers,
+	// selective); MemoryBudget overrides the budget derived from the target.
+	Checkpoint   string
+	MemoryBudget int64
+	// Precision is the device storage of float values: fp32 (default) or bf16
+	// (math stays fp32). It chooses the kernels.
+	Precision string
+	// Ranks > 1 shards the sequence over that many GPUs with ShardMode (ring,
+	// ulysses or dilated).
+	Ranks     int
+	ShardMode string
+	// KeepLogits keeps the model's outputs in a training step (by default a step
+	// returns the loss and gradients only, so the logits need not be stored and
+	// cross-entropy fuses with the output projection).
+	KeepLogits bool
+	// Forward stops after the forward rewrites (attention and cleanup): the
+	// pipeline of lcc check, which then differentiates what its reference asks.
+	Forward bool
+}
+
+// Storage is the device storage dtype Precision names.
+func (o Options) Storage() (tensor.DType, error) {
+	switch o.Precision {
+	case "", "fp32":
+		return tensor.F32, nil
+	case "bf16":
+		return tensor.BF16, nil
+	}
+	return tensor.Invalid, fmt.Errorf("--precision %q: want fp32 or bf16", o.Precision)
+}
+
+// validate checks the options alone, before any model is loaded.
+func (o Options) validate() error {
+	if err := o.Attention.Validate(); err != nil {
+		return err
+	}
+	if err := loss.CheckKind(o.Loss); err != nil {
+		return err
+	}
+	if _, err := o.Storage(); err != nil {
+		return err
+	}
+	switch o.Checkpoint {
+	case "", "auto", "none", "layers", "selective":
+	default:
+		return fmt.Errorf("--checkpoint %q: want auto, none, layers or selective", o.Checkpoint)
+	}
+	if o.MemoryBudget < 0 {
+		return fmt.Errorf("--memory-budget %d: want a positive number of bytes", o.MemoryBudget)
+	}
+	if o.Ranks < 0 {
+		return fmt.Errorf("--ranks %d: want a positive number", o.Ranks)
+	}
+	return nil
+}
+
+// passOrder lists pairs {a, b}: when both run, the last run of a precedes the
+// last run of b. Pipeline checks every pipeline it builds against it (as Go's SSA
+// backend checks its pass list, cmd/compile/internal/ssa/compile.go), and a test
+// checks that every name is a registered pass.
+var passOrder = [...]struct{ a, b string }{
+	// dilate-attention rewrites the attention ops match-attention makes.
+	{"match-attention", "dilate-attention"},
+	// sequence sharding rewrites attention ops: matched, dilated or not.
+	{"match-attention", "shard-sequence"},
+	{"dilate-attention", "shard-sequence"},
+	// fuse-cross-entropy fuses the cross-entropy insert-loss adds.
+	{"insert-loss", "fuse-cross-entropy"},
+	// shard-sequence splits the loss into per-rank partial sums, fused or not.
+	{"insert-loss", "shard-sequence"},
+	{"fuse-cross-entropy", "shard-sequence"},
+	// the backward uses the fused op's chunked gradient, of the rank's program.
+	{"fuse-cross-entropy", "autodiff"},
+	{"shard-sequence", "autodiff"},
+	{"insert-loss", "autodiff"},
+	// each rank's weight gradients are partial sums until all-reduced.
+	{"autodiff", "all-reduce-gradients"},
+	// checkpoints recompute forward values the backward reads...
+	{"autodiff", "insert-checkpoints"},
+	{"all-reduce-gradients", "insert-checkpoints"},
+	// ...and CSE would merge the recomputed copies back.
+	{"cse", "insert-checkpoints"},
+	// kernels are generated for the final program.
+	{"insert-checkpoints", "codegen"},
+	{"autodiff", "codegen"},
+	{"all-reduce-gradients", "codegen"},
+	{"dce", "codegen"},
+}
+
+// CheckOrder checks a pass list against the order constraints.
+func CheckOrder(ps []passes.Pass) error {
+	last := map[string]int{}
+	for i, p := range ps {
+		last[p.Name] = i
+	}
+	for _, c := range passOrder {
+		i, okA := last[c.a]
+		j, okB := last[c.b]
+		if okA && okB && i >= j {
+			return fmt.Errorf("passes %s and %s out of order: %s must run before %s", c.a, c.b, c.a, c.b)
+		}
+	}
+	return nil
+}
+
+// codegenPass describes the codegen step for `lcc passes`; Pipeline builds the
+// instance that runs.
+var _ = passes.Register(passes.Pass{Name: "codegen",
+	Doc: "lower the final program to CUDA kernels and a launch plan (GPU targets)",
+	Run: func(*ir.Func) error { return nil }})
+
+// autodiffPass returns the autodiff pass: it replaces f by autodiff.Grad(f, o),
+// o coming from opts when the pass runs, since an earlier pass of the pipeline
+// (insert-loss, shard-sequence) names the loss; ok false means there is nothing
+// to differentiate (an inference compile), and the pass changes nothing.
+func autodiffPass(opts func(f *ir.Func) (o autodiff.Options, ok bool)) passes.Pass {
+	return passes.Pass{Name: "autodiff",
+		Doc: "append the backward (reverse-mode) of the loss: outputs grad.<weight>",
+		Run: func(f *ir.Func) error {
+			o, ok := opts(f)
+			if !ok {
+				return nil
+			}
+			g, err := autodiff.Grad(f, o)
+			if err != nil {
+				return err
+			}
+			// A Func holds no pointers back to itself, so the gradient function can
+			// take f's place.
+			*f = *g
+			return nil
+		}}
+}
+
+var _ = passes.Register(autodiffPass(func(*ir.Func) (autodiff.Options, bool) {
+	return autodiff.Options{Loss: loss.Output, KeepOutputs: true}, true
+}))
+
+// pipeline is a pass list and what its passes found while running.
+type pipeline struct {
+	opts   Options
+	target targets.Target
+	passes []passes.Pass
+
+	matches    passes.AttentionMatches
+	layers     []string // attention layers dilate-attention rewrote
+	loss       loss.Choice
+	fused      int
+	shard      passes.ShardResult
+	fwdFLOPs   int64
+	trained    bool
+	ckpt       *passes.CheckpointStats
+	ckptRan    bool
+	prog       *cudagen.Program
+	codegenErr error
+}
+
+// Pipeline returns the passes of a compile for target t with options o, in the
+// order they run: match-attention, dilate-attention, cleanup, insert-loss,
+// fuse-cross-entropy, shard-sequence, autodiff, all-reduce-gradients, cleanup,
+// insert-checkpoints, codegen (each only where the options call for it). It is
+// the one pass list of lcc compile, lcc check (o.Forward) and lcc train.
+func Pipeline(t targets.Target, o Options) ([]passes.Pass, error) {
+	p, err := newPipeline(t, o)
+	if err != nil {
+		return nil, err
+	}
+	return p.passes, nil
+}
+
+func newPipeline(t targets.Target, o Options) (*pipeline, error) {
+	if err := o.validate(); err != nil {
+		return nil, err
+	}
+	p := &pipeline{opts: o, target: t}
+	add := func(ps ...passes.Pass) { p.passes = append(p.passes, ps...) }
+	a := o.Attention
+	match := passes.MatchAttention(passes.MatchConfig{RequireAttention: a.Require, Result: &p.matches})
+	if a.Require {
+		match.Config = "require"
+	}
+	add(match)
+	if a.Mode == "dilated" {
+		cfg := a.dilate()
+		cfg.Layers = &p.layers
+		d := passes.DilateAttention(cfg)
+		d.Config = fmt.Sprintf("segments=%s dilations=%s offsets=%s", joinInts(cfg.Segments),
+			joinInts(cfg.Dilations), cfg.Offsets)
+		add(d)
+	}
+	add(passes.Cleanup...)
+	if o.Forward || o.Loss == loss.None {
+		return p, p.finish()
+	}
+	add(loss.Insert(o.Loss, o.KeepLogits, &p.loss))
+	fuse := passes.FuseCrossEntropy
+	fuse.Run = func(f *ir.Func) error {
+		if p.loss.Loss == "" {
+			return nil
+		}
+		before := countOp(f, ir.OpFusedLinearCrossEntropy)
+		err := passes.FuseCrossEntropy.Run(f)
+		p.fused = countOp(f, ir.OpFusedLinearCrossEntropy) - before
+		return err
+	}
+	add(fuse, passes.EliminateDeadCode)
+	if o.Ranks > 1 {
+		s := passes.ShardSequence(passes.ShardConfig{Ranks: o.Ranks, Mode: o.ShardMode, Result: &p.shard})
+		s.Config = fmt.Sprintf("ranks=%d mode=%s", o.Ranks, o.ShardMode)
+		add(s)
+	}
+	add(autodiffPass(p.autodiffOptions))
+	if o.Ranks > 1 {
+		ar := passes.AllReduceGradientsPass(o.Ranks, autodiff.GradPrefix)
+		run := ar.Run
+		ar.Run = func(f *ir.Func) error {
+			if !p.trained {
+				return nil
+			}
+			return run(f)
+		}
+		add(ar)
+	}
+	add(passes.Cleanup...)
+	policy := o.Checkpoint
+	if policy == "" {
+		policy = "auto"
+	}
+	ck := passes.Pass{Name: "insert-checkpoints", Config: "policy=" + policy,
+		Doc: "recompute forward activations in the backward to fit the memory budget",
+		Run: func(f *ir.Func) error {
+			if !p.trained {
+				return nil
+			}
+			run, stats := passes.InsertCheckpointsWithStats(passes.CheckpointConfig{Policy: policy,
+				BudgetBytes: p.budget(f)})
+			p.ckpt, p.ckptRan = stats, true
+			return run.Run(f)
+		}}
+	if o.MemoryBudget > 0 {
+		ck.Config += fmt.Sprintf(" budget=%d", o.MemoryBudget)
+	}
+	add(ck, passes.EliminateDeadCode)
+	return p, p.finish()
+}
+
+// finish appends codegen for a GPU target and checks the order.
+func (p *pipeline) finish() error {
+	if !p.opts.Forward && p.target.Arch != "" && p.target.Arch != targets.ArchCPU {
+		storage, _ := p.opts.Storage()
+		cfg := "arch=" + p.target.Arch
+		if storage != tensor.F32 {
+			cfg += " storage=" + storage.String()
+		}
+		p.passes = append(p.passes, passes.Pass{Name: "codegen", Config: cfg,
+			Doc: "lower the final program to CUDA kernels and a launch plan (GPU targets)",
+			Run: func(f *ir.Func) error {
+				// An op without a GPU lowering leaves the plan standing; the report says
+				// which op is missing.
+				p.prog, p.codegenErr = cudagen.Build(f, cudagen.Options{Arch: p.target.Arch, Storage: storage})
+				return nil
+			}})
+	}
+	if err := CheckOrder(p.passes); err != nil {
+		return fmt.Errorf("lcc: BUG: %w", err)
+	}
+	return nil
+}
+
+// autodiffOptions is what the autodiff pass differentiates: the loss insert-loss
+// chose, or each rank's partial sum of it in a sharded step.
+func (p *pipeline) autodiffOptions(f *ir.Func) (autodiff.Options, bool) {
+	l := p.loss.Loss
+	if l == "" {
+		return autodiff.Options{}, false
+	}
+	if p.opts.Ranks > 1 {
+		local, ok := p.shard.Partial[l]
+		if !ok {
+			// Grad reports the missing output; say why it is missing.
+			l = fmt.Sprintf("%s (not a sum over positions, so it cannot be split over %d ranks)", l, p.opts.Ranks)
+		} else {
+			l = local
+		}
+	}
+	p.trained = true
+	p.fwdFLOPs = countFLOPs(f)
+	return autodiff.Options{Loss: l, KeepOutputs: true}, true
+}
+
+// budget is the activation budget of checkpointing: the flag, or the target's
+// memory less optimizer state and a fixed workspace.
+func (p *pipeline) budget(g *ir.Func) int64 {
+	if p.opts.MemoryBudget > 0 {
+		return p.opts.MemoryBudget
+	}
+	if p.target.MemoryBytes > 0 {
+		return p.target.MemoryBytes - trainable(g)*adamWBytesPerParam - WorkspaceBytes
+	}
+	return 0
+}
+
+// run runs the pipeline over f in place.
+func (p *pipeline) run(f *ir.Func, popts passes.Options) ([]passes.Stat, error) {
+	return passes.Run(f, p.passes, popts)
+}
+
+// Describe renders a pass list one pass a line, with its configuration, as
+// `lcc passes --pipeline` prints it.
+func Describe(ps []passes.Pass) string {
+	var sb strings.Builder
+	w := 0
+	for _, p := range ps {
+		w = max(w, len(p.Name))
+	}
+	for i, p := range ps {
+		line := fmt.Sprintf("%2d  %-*s  %s", i+1, w, p.Name, p.Config)
+		sb.WriteString(strings.TrimRight(line, " ") + "\n")
+	}
+	return sb.String()
+}
+
+func joinInts(xs []int64) string {
+	s := make([]string, len(xs))
+	for i, x := range xs {
+		s[i] = fmt.Sprint(x)
+	}
+	return strings.Join(s, ",")
+}
+
+func countFLOPs(f *ir.Func) int64 {
+	var n int64
+	for _, node := range f.Body {
+		n += plan.NodeFLOPs(node)
+	}
+	return n
+}
