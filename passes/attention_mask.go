@@ -11,9 +11,11 @@ import (
 // This file classifies the masks of exported attention. Exporters write the causal
 // mask in many ways (Trilu of ones, a bool buffer sliced per length, an additive
 // matrix of −inf or of float32's minimum, HF's _prepare_4d_causal_attention_mask),
-// and after ONNX import most of them are already constants. Rather than match
-// each form, the mask is evaluated on the CPU interpreter and its visible set is
-// compared with the causal pattern (DESIGN.md §4).
+// and after ONNX import the small ones are already constants. Two classifiers
+// look at each mask: a symbolic proof from the structure of its subgraph, which
+// holds at any length (attention_mask_prove.go), and, where the mask is small
+// enough, evaluation on the CPU interpreter, whose visible set is compared with
+// the causal pattern (DESIGN.md §4). Where both apply they must agree.
 
 // maskKind is what a mask hides.
 type maskKind uint8
@@ -35,12 +37,9 @@ func (k maskKind) String() string {
 const maskedScore = -1e30
 
 // DefaultMaskEvalLimit caps the elements of any value of a mask subgraph that
-// match-attention evaluates directly (4096², a few hundred MB of float64).
+// match-attention evaluates directly (4096², a few hundred MB of float64); larger
+// masks are classified by the symbolic proof alone.
 const DefaultMaskEvalLimit = 1 << 24
-
-// shrinkSize is the sequence length at which a mask too large to evaluate is
-// re-evaluated (see maskEval.shrunk); it must exceed every Trilu offset |k|.
-const shrinkSize = 64
 
 // maskEval evaluates constant subgraphs, caching results for masks that several
 // layers share.
@@ -143,98 +142,6 @@ func evalNodes(nodes []*ir.Node, sub map[*ir.Value]*tensor.Tensor) (
 	return vals, nil
 }
 
-// shrunk re-evaluates a mask too large to evaluate at a sequence length of
-// shrinkSize, for T = S. It only accepts subgraphs whose position dependence comes
-// from Trilu of uniform tensors: uniform sources (scalar constants, full, expand),
-// trilu, elementwise ops and reshapes that only add or drop unit dims. Such a mask
-// is a function of the Trilu predicates j − t ≤ k alone, so its top-left corner of
-// any size larger than every |k| shows every case the full mask has. Masks built
-// from Range (position comparisons) are not shrunk, since a comparison with a
-// constant (t < 100) would make the corner lie. It returns nil when the subgraph
-// does not qualify.
-func (e *maskEval) shrunk(v *ir.Value, seq int64) *tensor.Tensor {
-	nodes, ok := subgraph(v)
-	if !ok || seq <= shrinkSize {
-		return nil
-	}
-	shrink := func(shape []int64) []int64 {
-		out := append([]int64{}, shape...)
-		for i, d := range out {
-			if d == seq {
-				out[i] = shrinkSize
-			}
-		}
-		return out
-	}
-	// Rebuild each node with shrunk shape attributes; the copies are detached.
-	m := map[*ir.Value]*ir.Value{}
-	sub := map[*ir.Value]*tensor.Tensor{}
-	arg := func(a *ir.Value) (*ir.Value, bool) {
-		if c, ok := m[a]; ok {
-			return c, true
-		}
-		if a.Param != nil && a.Param.Data != nil && a.Param.Data.Numel() == 1 {
-			c := &ir.Value{Type: a.Type}
-			sub[c] = a.Param.Data
-			m[a] = c
-			return c, true
-		}
-		return nil, false
-	}
-	var copies []*ir.Node
-	for _, n := range nodes {
-		c := &ir.Node{Op: n.Op, Attrs: n.Attrs.Clone(), Name: n.Name}
-		switch {
-		case n.Op == ir.OpConstant:
-			if n.Result().Type.Numel() != 1 {
-				return nil
-			}
-		case n.Op == ir.OpFull || n.Op == ir.OpExpand:
-			c.Attrs = c.Attrs.With("shape", shrink(n.Attrs.Ints("shape")))
-		case n.Op == ir.OpReshape:
-			if !unitReshape(n.Args[0].Type.Shape, n.Attrs.Ints("shape")) {
-				return nil
-			}
-			c.Attrs = c.Attrs.With("shape", shrink(n.Attrs.Ints("shape")))
-		case n.Op == ir.OpTrilu:
-			if k := n.Attrs.Int("k", 0); k <= -shrinkSize+1 || k >= shrinkSize-1 {
-				return nil
-			}
-		case n.Op.Info().Elementwise:
-		default:
-			return nil
-		}
-		for _, a := range n.Args {
-			ca, ok := arg(a)
-			if !ok {
-				return nil
-			}
-			c.Args = append(c.Args, ca)
-		}
-		// Result types come from the op's own shape inference on the new args.
-		probe := ir.NewBuilder("shrink")
-		var args []*ir.Value
-		for _, a := range c.Args {
-			args = append(args, probe.Input("", a.Type))
-		}
-		rs := probe.Apply(c.Op, c.Attrs, args...)
-		if probe.Err() != nil {
-			return nil
-		}
-		for i, r := range n.Results {
-			cv := &ir.Value{Type: rs[i].Type, Def: c, Index: i}
-			c.Results = append(c.Results, cv)
-			m[r] = cv
-		}
-		copies = append(copies, c)
-	}
-	vals, err := evalNodes(copies, sub)
-	if err != nil {
-		return nil
-	}
-	return vals[m[v]]
-}
-
 // unitReshape reports whether a reshape from a to b only inserts or drops unit dims.
 func unitReshape(a, b []int64) bool {
 	strip := func(s []int64) []int64 {
@@ -294,25 +201,16 @@ func classify(m *tensor.Tensor, visible func(i int) (vis, pure bool), t, s int64
 	return maskExplicit
 }
 
-// boolVisible reads a where condition: the key is visible where cond differs from
-// hideWhenTrue.
-func boolVisible(cond *tensor.Tensor, hideWhenTrue bool) func(int) (bool, bool) {
-	return func(i int) (bool, bool) { return (cond.I[i] != 0) != hideWhenTrue, true }
-}
-
-// addVisible reads an additive mask: 0 shows a key, maskedScore or less hides it,
-// and anything else is a bias, not a mask.
-func addVisible(m *tensor.Tensor, coef float64) func(int) (bool, bool) {
-	return func(i int) (bool, bool) {
-		x := m.F[i] * coef
-		switch {
-		case x == 0:
-			return true, true
-		case x <= maskedScore:
-			return false, true
-		}
-		return false, false
+// additiveVisible reads an additive mask entry: 0 shows a key, maskedScore or
+// less hides it, and anything else is a bias, not a mask (pure is false).
+func additiveVisible(x float64) (vis, pure bool) {
+	switch {
+	case x == 0:
+		return true, true
+	case x <= maskedScore:
+		return false, true
 	}
+	return false, false
 }
 
 // uniformScalar returns the value every element of v has when v is a constant,

@@ -19,8 +19,8 @@ import (
 //
 // where α is any product of positive scalar constants applied to the scores, to q
 // or to kᵀ (PyTorch's SDPA decomposition multiplies q and kᵀ by √α each), and each
-// mask is Where(cond, −inf, s), Where(cond, s, −inf) or s + m. Masks are evaluated
-// (attention_mask.go): a causal one sets the op's causal flag, an all-visible one
+// mask is Where(cond, −inf, s), Where(cond, s, −inf) or s + m. Masks are proved
+// from their structure and, when small, evaluated (attention_mask*.go): a causal one sets the op's causal flag, an all-visible one
 // disappears, any other stays as the op's explicit mask argument. kᵀ may be a
 // transpose of k in either layout or PyTorch's Reshape/Transpose/Reshape of it;
 // k and v may repeat their heads for grouped-query attention (HF's repeat_kv:
@@ -36,8 +36,8 @@ type MatchConfig struct {
 	// attention scores stays unmatched, or when the function has no attention.
 	RequireAttention bool
 	// MaskEvalLimit caps the elements of a mask evaluated on the CPU interpreter to
-	// classify it; 0 means DefaultMaskEvalLimit. Larger Trilu-built masks are
-	// classified at a small sequence length instead.
+	// cross-check its symbolic classification; 0 means DefaultMaskEvalLimit. Larger
+	// masks are classified by the proof alone.
 	MaskEvalLimit int64
 	// Result, when not nil, receives what each run found.
 	Result *AttentionMatches
@@ -113,7 +113,7 @@ func MatchAttention(cfg MatchConfig) Pass {
 // cfg.RequireAttention an unmatched subgraph or a function without attention is
 // an error; the returned matches are valid either way.
 func FindAttention(f *ir.Func, cfg MatchConfig) (*AttentionMatches, error) {
-	m := &attnMatcher{masks: newMaskEval(cfg.MaskEvalLimit), reasons: map[*ir.Node]string{},
+	m := &attnMatcher{masks: newMaskEval(cfg.MaskEvalLimit), prover: newMaskProver(), reasons: map[*ir.Node]string{},
 		found: map[*ir.Node]FoundAttention{}}
 	patterns := []Pattern{
 		// matmul(softmax(α·q·kᵀ ⊕ masks), v) -> attention(q, k, v, [mask]) {causal, scale=α}
@@ -142,6 +142,7 @@ func FindAttention(f *ir.Func, cfg MatchConfig) (*AttentionMatches, error) {
 // attnMatcher holds one run's state.
 type attnMatcher struct {
 	masks   *maskEval
+	prover  *maskProver
 	reasons map[*ir.Node]string // why a softmax's subgraph did not match
 	found   map[*ir.Node]FoundAttention
 }
@@ -489,28 +490,7 @@ func (m *attnMatcher) analyze(f *ir.Func, pv *ir.Node, uses map[*ir.Value][]*ir.
 			a.scale *= l.factor
 			continue
 		}
-		tt, ss := t, s
-		mt := m.masks.value(l.mask)
-		if mt == nil && t == s {
-			if mt = m.masks.shrunk(l.mask, t); mt != nil {
-				tt, ss = shrinkSize, shrinkSize
-			}
-		}
-		var kind maskKind
-		switch {
-		case mt == nil:
-			kind = maskExplicit
-		case l.where:
-			kind = classify(mt, boolVisible(mt, l.hide), tt, ss)
-		case mt.DType.IsFloat():
-			coef := 1.0
-			if l.negated {
-				coef = -1
-			}
-			kind = classify(mt, addVisible(mt, coef), tt, ss)
-		default:
-			kind = maskExplicit
-		}
+		kind := m.classifyMask(l.mask, l.where, l.hide, l.negated, t, s)
 		switch kind {
 		case maskCausal:
 			a.causal = true
@@ -578,6 +558,40 @@ func (m *attnMatcher) analyze(f *ir.Func, pv *ir.Node, uses map[*ir.Value][]*ir.
 		return nil, fmt.Sprintf("%d query heads are not a multiple of %d kv heads", h, ks[1])
 	}
 	return a, ""
+}
+
+// classifyMask says what a mask layer hides: a where condition (hiding where
+// it is true when hide), or an additive mask (subtracted when negated). The
+// symbolic proof (attention_mask_prove.go) decides at any length; a mask small
+// enough to evaluate is also evaluated, and the two must agree.
+func (m *attnMatcher) classifyMask(mask *ir.Value, where, hide, negated bool, t, s int64) maskKind {
+	var vis func(x float64) (bool, bool)
+	switch {
+	case where:
+		vis = func(x float64) (bool, bool) { return (x != 0) != hide, true }
+	case mask.Type.DType.IsFloat():
+		coef := 1.0
+		if negated {
+			coef = -1
+		}
+		vis = func(x float64) (bool, bool) { return additiveVisible(x * coef) }
+	default:
+		return maskExplicit
+	}
+	proved, ok := m.prover.proveMask(mask, vis, t, s)
+	mt := m.masks.value(mask)
+	if mt == nil {
+		if ok {
+			return proved
+		}
+		return maskExplicit
+	}
+	evaluated := classify(mt, func(i int) (bool, bool) { return vis(mt.Float(i)) }, t, s)
+	if ok && evaluated != proved {
+		panic(fmt.Sprintf("lcc: BUG: mask %v of scores [%d, %d]: the symbolic proof says %v, "+
+			"evaluation says %v", mask.Type, t, s, proved, evaluated))
+	}
+	return evaluated
 }
 
 // scoreOperand says which argument of an add or sub carries the scores (the other

@@ -153,8 +153,8 @@ func TestMatchAttentionModels(t *testing.T) {
 }
 
 // A model's mask too large to evaluate (512² > the limit given) is built from
-// Trilu and is classified at a small size instead.
-func TestMatchAttentionShrunkMask(t *testing.T) {
+// Trilu and is classified by the symbolic proof alone.
+func TestMatchAttentionProvedMask(t *testing.T) {
 	for _, model := range []string{"gpt_mini.onnx", "llama_mini.onnx", "attn_mha.onnx"} {
 		t.Run(model, func(t *testing.T) {
 			f := importModel(t, model, map[string]int64{"batch": 1, "seq": 512})
