@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"runtime/debug"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -16,6 +17,7 @@ func trainCmd() *cobra.Command {
 	cfg := train.DefaultConfig()
 	precision := "fp32"
 	var af attentionFlags
+	var commTimeout time.Duration
 	cmd := &cobra.Command{
 		Use:   "train MODEL --data=SPEC --seq-len N --batch N --steps N --lr X",
 		Short: "train a model (.onnx or .lcc): AdamW, warmup+cosine, checkpoints, bit-identical resume",
@@ -32,7 +34,12 @@ bit. To split one run, keep --steps and stop the first part with --stop-at.
 
 --ranks=N shards each step's sequence over N ranks (--attention=ring, ulysses or
 dilated), one goroutine per rank in this process; every rank ends the step with
-the all-reduced gradient, and rank 0 writes the (consolidated) checkpoints.`,
+the all-reduced gradient, and rank 0 writes the (consolidated) checkpoints.
+Started by a launcher (torchrun --no-python lcc train ..., or srun), each process
+is one rank: RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and MASTER_PORT (or SLURM's
+variables) place it; rank 0 listens on MASTER_ADDR:MASTER_PORT, the others join,
+and on the CPU the ranks exchange tensors over TCP. A rank that dies, fails or
+stays silent for --comm-timeout ends every other rank with an error naming it.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			cfg.Model = args[0]
@@ -76,8 +83,18 @@ the all-reduced gradient, and rank 0 writes the (consolidated) checkpoints.`,
 				defer releaseOpt()
 				cfg.RunOptimizer = runOpt
 			}
-			res, err := runner.Local(cfg, 0)
-			if err != nil {
+			var res *train.Result
+			if env, ok, err := runner.EnvFrom(os.Getenv); err != nil {
+				return fmt.Errorf("launcher environment: %w", err)
+			} else if ok {
+				res, err = runner.Process(cfg, env, commTimeout)
+				if err != nil {
+					return err
+				}
+				if env.Rank != 0 {
+					return nil // rank 0 prints the summary
+				}
+			} else if res, err = runner.Local(cfg, commTimeout); err != nil {
 				return err
 			}
 			return trainSummary(cmd, res)
@@ -85,6 +102,8 @@ the all-reduced gradient, and rank 0 writes the (consolidated) checkpoints.`,
 	}
 	af.add(cmd)
 	f := cmd.Flags()
+	f.DurationVar(&commTimeout, "comm-timeout", runner.DefaultTimeout,
+		"with --ranks: a rank that waits this long for a peer (rendezvous or collective) fails, naming it")
 	f.StringVar(&precision, "precision", "fp32", "cuda step precision: fp32, or bf16 (bf16 storage, fp32 math, fp32 master weights and AdamW state)")
 	f.StringVar(&cfg.Device, "device", cfg.Device, "where to train: cpu (reference interpreter) or cuda (GPU 0, fp32)")
 	f.StringVar(&cfg.Data, "data", "",

@@ -27,6 +27,32 @@ import (
 	"time"
 )
 
+// Communicator is the collective interface every transport implements: the
+// in-process Endpoint here, runtime/comm/tcp between processes, and the NCCL
+// communicator of runtime/cuda (through host copies). Every rank issues the same
+// collectives in the same order; op names the calling node in errors. Results
+// are identical on every rank and across transports: reductions combine the
+// ranks' parts in rank order (Reduce). runtime/cpu's Communicator is the subset
+// its kernels call.
+type Communicator interface {
+	Rank() int
+	Size() int
+	// AllGather returns every rank's x by rank; a non-nil shape must agree on all ranks.
+	AllGather(op string, shape []int64, x []float64) ([][]float64, error)
+	// AllToAll sends parts[d] to rank d and returns what each rank sent here.
+	AllToAll(op string, parts [][]float64) ([][]float64, error)
+	// SendRecv sends x to dst and returns what src sent to this rank.
+	SendRecv(op string, x []float64, dst, src int) ([]float64, error)
+	// AllReduce reduces every rank's x elementwise ("sum", "max", "min").
+	AllReduce(op string, shape []int64, x []float64, reduce string) ([]float64, error)
+	// ReduceScatter reduces, elementwise in rank order, the parts[rank] every rank
+	// passes, and returns this rank's block (parts[d] is the caller's contribution
+	// to rank d's block).
+	ReduceScatter(op string, parts [][]float64, reduce string) ([]float64, error)
+}
+
+var _ Communicator = (*Endpoint)(nil)
+
 // DefaultTimeout bounds each wait of a collective when NewWorld gets 0.
 const DefaultTimeout = 30 * time.Second
 
@@ -222,10 +248,28 @@ func (e *Endpoint) AllReduce(op string, shape []int64, x []float64, reduce strin
 	if err != nil {
 		return nil, err
 	}
-	out := slices.Clone(all[0])
-	for _, y := range all[1:] {
+	return Reduce(op, e.rank, all, reduce)
+}
+
+// ReduceScatter reduces the blocks every rank sent this rank, in rank order.
+func (e *Endpoint) ReduceScatter(op string, parts [][]float64, reduce string) ([]float64, error) {
+	got, err := e.AllToAll(op, parts)
+	if err != nil {
+		return nil, err
+	}
+	return Reduce(op, e.rank, got, reduce)
+}
+
+// Reduce combines every rank's part elementwise with reduce ("sum", "max" or
+// "min"), in rank order, so that every implementation of AllReduce that reduces
+// gathered parts with it gives the same bits on every rank. rank names the caller
+// in errors.
+func Reduce(op string, rank int, parts [][]float64, reduce string) ([]float64, error) {
+	out := slices.Clone(parts[0])
+	for s, y := range parts[1:] {
 		if len(y) != len(out) {
-			return nil, fmt.Errorf("comm: rank %d: %s: sizes %d and %d differ", e.rank, op, len(out), len(y))
+			return nil, fmt.Errorf("comm: rank %d: %s: rank %d sent %d elements, rank 0 %d", rank, op,
+				s+1, len(y), len(out))
 		}
 		for i, v := range y {
 			switch reduce {

@@ -1,0 +1,109 @@
+package runner
+
+import (
+	"fmt"
+	"net"
+	"strconv"
+	"time"
+
+	"github.com/lcc-dev/lcc/runtime/comm/rendezvous"
+	"github.com/lcc-dev/lcc/runtime/comm/tcp"
+	"github.com/lcc-dev/lcc/train"
+)
+
+// Env is where a launcher placed this process: torchrun sets RANK, WORLD_SIZE,
+// LOCAL_RANK, MASTER_ADDR and MASTER_PORT; under srun, SLURM_PROCID,
+// SLURM_NTASKS and SLURM_LOCALID stand in for the first three, and the job
+// script exports MASTER_ADDR (MASTER_PORT defaults to torchrun's 29500).
+type Env struct {
+	Rank, WorldSize, LocalRank int
+	MasterAddr                 string
+	MasterPort                 int
+}
+
+// Addr is rank 0's rendezvous address.
+func (e Env) Addr() string { return net.JoinHostPort(e.MasterAddr, strconv.Itoa(e.MasterPort)) }
+
+// DefaultMasterPort is torchrun's default MASTER_PORT.
+const DefaultMasterPort = 29500
+
+// EnvFrom reads the launcher's variables through getenv (os.Getenv). ok is false
+// when no launcher started this process (neither WORLD_SIZE nor SLURM_NTASKS is
+// set); a variable that is set but malformed is an error naming it.
+func EnvFrom(getenv func(string) string) (env Env, ok bool, err error) {
+	pick := func(names ...string) (string, string) {
+		for _, n := range names {
+			if v := getenv(n); v != "" {
+				return n, v
+			}
+		}
+		return names[0], ""
+	}
+	num := func(dflt int, names ...string) int {
+		name, v := pick(names...)
+		if v == "" || err != nil {
+			return dflt
+		}
+		n, e := strconv.Atoi(v)
+		if e != nil || n < 0 {
+			err = fmt.Errorf("%s=%q: want a number >= 0", name, v)
+		}
+		return n
+	}
+	if _, v := pick("WORLD_SIZE", "SLURM_NTASKS"); v == "" {
+		return Env{}, false, nil
+	}
+	env.WorldSize = num(0, "WORLD_SIZE", "SLURM_NTASKS")
+	env.Rank = num(-1, "RANK", "SLURM_PROCID")
+	env.LocalRank = num(0, "LOCAL_RANK", "SLURM_LOCALID")
+	env.MasterPort = num(DefaultMasterPort, "MASTER_PORT")
+	_, env.MasterAddr = pick("MASTER_ADDR")
+	switch {
+	case err != nil:
+		return env, true, err
+	case env.WorldSize < 1:
+		return env, true, fmt.Errorf("WORLD_SIZE=%d: want >= 1", env.WorldSize)
+	case env.Rank < 0:
+		return env, true, fmt.Errorf("WORLD_SIZE=%d is set but RANK is not", env.WorldSize)
+	case env.Rank >= env.WorldSize:
+		return env, true, fmt.Errorf("RANK=%d: want < WORLD_SIZE=%d", env.Rank, env.WorldSize)
+	case env.MasterAddr == "" && env.WorldSize > 1:
+		return env, true, fmt.Errorf("WORLD_SIZE=%d: MASTER_ADDR is not set (rank 0's host)",
+			env.WorldSize)
+	case env.MasterPort < 1 || env.MasterPort > 65535:
+		return env, true, fmt.Errorf("MASTER_PORT=%d: want 1..65535", env.MasterPort)
+	}
+	return env, true, nil
+}
+
+// Process trains cfg as rank env.Rank of env.WorldSize processes: it meets the
+// others at env.Addr(), connects to them with the TCP communicator (whose
+// watchdog is timeout, DefaultTimeout when 0) and runs its rank of the step.
+// cfg.Ranks must be 0 (take WORLD_SIZE) or WORLD_SIZE. When the run fails, the
+// other ranks are told why; the error names this rank.
+func Process(cfg train.Config, env Env, timeout time.Duration) (*train.Result, error) {
+	if cfg.Ranks > 1 && cfg.Ranks != env.WorldSize {
+		return nil, fmt.Errorf("--ranks=%d, but the launcher started WORLD_SIZE=%d processes", cfg.Ranks,
+			env.WorldSize)
+	}
+	cfg.Ranks = env.WorldSize
+	if env.WorldSize == 1 {
+		return train.Train(cfg)
+	}
+	if timeout <= 0 {
+		timeout = DefaultTimeout
+	}
+	c, err := tcp.Connect(tcp.Config{Config: rendezvous.Config{Addr: env.Addr(), Rank: env.Rank,
+		Size: env.WorldSize, Timeout: timeout}, Watchdog: timeout})
+	if err != nil {
+		return nil, err
+	}
+	cfg.Comm = c
+	res, err := train.Train(cfg)
+	if err != nil {
+		err = fmt.Errorf("rank %d: %w", env.Rank, err)
+		c.Abort(err)
+		return nil, err
+	}
+	return res, c.Close()
+}
