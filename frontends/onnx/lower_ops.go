@@ -105,9 +105,9 @@ var lowerings map[string]lowerFunc
 
 func init() {
 	lowerings = map[string]lowerFunc{
-		"Identity": func(c *nodeCtx) ([]*ir.Value, error) { return one(c.in(0)) },
+		"Identity":       func(c *nodeCtx) ([]*ir.Value, error) { return one(c.in(0)) },
 		"Dropout":        lowerDropout,
-		"Neg":            unary(ir.OpNeg),
+		"Neg":            lowerNeg,
 		"Exp":            unary(ir.OpExp),
 		"Log":            unary(ir.OpLog),
 		"Sqrt":           unary(ir.OpSqrt),
@@ -174,6 +174,12 @@ func init() {
 		"ReduceMean":      reduce(ir.OpReduceMean, 18),
 		"ReduceMax":       reduce(ir.OpReduceMax, 18),
 		"ReduceMin":       reduce(ir.OpReduceMin, 18),
+		"ReduceL1":        reduceComposite(func(b *ir.Builder, x *ir.Value) *ir.Value { return b.Unary(ir.OpAbs, x) }, nil),
+		"ReduceL2":        reduceComposite(square, func(b *ir.Builder, y *ir.Value) *ir.Value { return b.Unary(ir.OpSqrt, y) }),
+		"ReduceSumSquare": reduceComposite(square, nil),
+		"ReduceLogSum":    reduceComposite(nil, func(b *ir.Builder, y *ir.Value) *ir.Value { return b.Unary(ir.OpLog, y) }),
+		"ReduceLogSumExp": lowerReduceLogSumExp,
+		"Mod":             lowerMod,
 		"Softmax": func(c *nodeCtx) ([]*ir.Value, error) {
 			return one(c.b.Apply1(ir.OpSoftmax, ir.A("axis", c.aInt("axis", -1)), c.in(0)))
 		},
@@ -738,21 +744,146 @@ func reduce(op ir.Op, inputSince int64) lowerFunc {
 	}
 }
 
+// lowerLayerNorm lowers LayerNormalization to layer_norm. Its optional Mean and
+// InvStdDev outputs (x's shape with the normalised dims kept as 1) are computed
+// beside it: the mean and 1/sqrt(var+eps) over dims axis..rank-1.
 func lowerLayerNorm(c *nodeCtx) ([]*ir.Value, error) {
-	if len(c.n.Outputs) > 1 && (c.n.Outputs[1] != "" || len(c.n.Outputs) > 2 && c.n.Outputs[2] != "") {
-		if c.usedLater(1) || c.usedLater(2) {
-			return nil, fmt.Errorf("%w: LayerNormalization's Mean and InvStdDev outputs", ErrUnsupported)
-		}
-	}
-	args := []*ir.Value{c.in(0)}
+	x := c.in(0)
+	axis := c.aInt("axis", -1)
+	eps := float64(float32(c.aFloat("epsilon", 1e-5)))
+	args := []*ir.Value{x}
 	if c.has(1) {
 		args = append(args, c.in(1))
 		if c.has(2) {
 			args = append(args, c.in(2))
 		}
 	}
-	return one(c.b.Apply1(ir.OpLayerNorm, ir.A("axis", c.aInt("axis", -1),
-		"eps", float64(float32(c.aFloat("epsilon", 1e-5)))), args...))
+	y := c.b.Apply1(ir.OpLayerNorm, ir.A("axis", axis, "eps", eps), args...)
+	if !c.usedLater(1) && !c.usedLater(2) {
+		return one(y)
+	}
+	ax, err := ir.AxisIndex(axis, x.Type.Rank())
+	if err != nil {
+		return nil, err
+	}
+	var axes []int64
+	for a := ax; a < x.Type.Rank(); a++ {
+		axes = append(axes, int64(a))
+	}
+	mean := c.b.Apply1(ir.OpReduceMean, ir.A("axes", axes, "keepdims", true), x)
+	d := c.b.Sub(x, mean)
+	v := c.b.Apply1(ir.OpReduceMean, ir.A("axes", axes, "keepdims", true), c.b.Mul(d, d))
+	inv := c.b.Unary(ir.OpRsqrt, c.b.Add(v, c.b.Scalar(v.Type.DType, eps)))
+	return []*ir.Value{y, mean, inv}, nil
+}
+
+// lowerNeg: integer negation is 0 − x (the IR's neg is floating-point).
+func lowerNeg(c *nodeCtx) ([]*ir.Value, error) {
+	x := c.in(0)
+	if x.Type.DType.IsFloat() {
+		return one(c.b.Neg(x))
+	}
+	return one(c.b.Sub(c.b.Scalar(x.Type.DType, 0), x))
+}
+
+// lowerMod lowers integer Mod from truncating division: r = a − (a/b)·b has the
+// dividend's sign (fmod=1); with fmod=0 (the default) a nonzero r whose sign
+// differs from b's is moved by b, giving the divisor's sign as Python's %.
+// Floating-point Mod is not supported.
+func lowerMod(c *nodeCtx) ([]*ir.Value, error) {
+	a, bv := c.in(0), c.in(1)
+	dt := a.Type.DType
+	if !dt.IsInt() || bv.Type.DType != dt {
+		return nil, fmt.Errorf("%w: Mod of %v and %v (integers of one type only)", ErrUnsupported, dt, bv.Type.DType)
+	}
+	b := c.b
+	r := b.Sub(a, b.Mul(b.Div(a, bv), bv))
+	if c.aInt("fmod", 0) != 0 {
+		return one(r)
+	}
+	zero := b.Scalar(dt, 0)
+	differ := b.Apply1(ir.OpXor, nil, b.Apply1(ir.OpLt, nil, r, zero), b.Apply1(ir.OpLt, nil, bv, zero))
+	move := b.Apply1(ir.OpAnd, nil, b.Apply1(ir.OpNot, nil, b.Apply1(ir.OpEq, nil, r, zero)), differ)
+	return one(b.Apply1(ir.OpWhere, nil, move, b.Add(r, bv), r))
+}
+
+func square(b *ir.Builder, x *ir.Value) *ir.Value { return b.Mul(x, x) }
+
+// reduceComposite lowers a Reduce* op that is pre, then reduce_sum, then post
+// (nil: none). With noop_with_empty_axes and no axes, nothing is reduced, as in
+// ONNX's reference: post(pre(x)).
+func reduceComposite(pre, post func(b *ir.Builder, x *ir.Value) *ir.Value) lowerFunc {
+	return func(c *nodeCtx) ([]*ir.Value, error) {
+		x := c.in(0)
+		if pre != nil {
+			x = pre(c.b, x)
+		}
+		axes, given, err := c.axesOf(1)
+		if err != nil {
+			return nil, err
+		}
+		y := x
+		if given && len(axes) > 0 || c.aInt("noop_with_empty_axes", 0) == 0 {
+			as := ir.A("keepdims", c.aInt("keepdims", 1) != 0)
+			if given && len(axes) > 0 {
+				as = as.With("axes", axes)
+			}
+			y = c.b.Apply1(ir.OpReduceSum, as, x)
+		}
+		if post != nil {
+			y = post(c.b, y)
+		}
+		return one(y)
+	}
+}
+
+// lowerReduceLogSumExp is m + log(Σ exp(x − m)) with m the max over the axes,
+// clamped to the finite range so that an empty or all −inf slice gives −inf.
+func lowerReduceLogSumExp(c *nodeCtx) ([]*ir.Value, error) {
+	x := c.in(0)
+	if !x.Type.DType.IsFloat() {
+		return nil, fmt.Errorf("%w: ReduceLogSumExp of %v", ErrUnsupported, x.Type.DType)
+	}
+	axes, given, err := c.axesOf(1)
+	if err != nil {
+		return nil, err
+	}
+	if (!given || len(axes) == 0) && c.aInt("noop_with_empty_axes", 0) != 0 {
+		return one(x)
+	}
+	keep := ir.A("keepdims", true)
+	if given && len(axes) > 0 {
+		keep = keep.With("axes", axes)
+	}
+	b, dt := c.b, x.Type.DType
+	m := b.Apply1(ir.OpReduceMax, keep, x)
+	m = b.Apply1(ir.OpMin, nil, b.Apply1(ir.OpMax, nil, m, b.Scalar(dt, -math.MaxFloat32)), b.Scalar(dt, math.MaxFloat32))
+	s := b.Apply1(ir.OpReduceSum, keep, b.Unary(ir.OpExp, b.Sub(x, m)))
+	y := b.Add(b.Unary(ir.OpLog, s), m)
+	if c.aInt("keepdims", 1) == 0 {
+		var shape []int64
+		for i, d := range x.Type.Shape {
+			if reducedAxis(axes, i, x.Type.Rank()) {
+				continue
+			}
+			shape = append(shape, d)
+		}
+		y = b.Reshape(y, shape...)
+	}
+	return one(y)
+}
+
+// reducedAxis reports whether dim i is among axes (all dims when axes is empty).
+func reducedAxis(axes []int64, i, rank int) bool {
+	if len(axes) == 0 {
+		return true
+	}
+	for _, a := range axes {
+		if ax, err := ir.AxisIndex(a, rank); err == nil && ax == i {
+			return true
+		}
+	}
+	return false
 }
 
 // usedLater reports whether output i of the node is read by any node or output.
@@ -818,19 +949,11 @@ func lowerDropout(c *nodeCtx) ([]*ir.Value, error) {
 }
 
 func lowerAttention(c *nodeCtx) ([]*ir.Value, error) {
-	if c.has(4) || c.has(5) {
-		return nil, fmt.Errorf("%w: Attention with a KV cache (past_key/past_value)", ErrUnsupported)
+	if c.has(6) {
+		return nil, fmt.Errorf("%w: Attention's nonpad_kv_seqlen input", ErrUnsupported)
 	}
-	for i := 1; i < len(c.n.Outputs); i++ {
-		if c.usedLater(i) {
-			return nil, fmt.Errorf("%w: Attention output %d", ErrUnsupported, i)
-		}
-	}
-	if sc := c.aFloat("softcap", 0); sc != 0 {
-		return nil, fmt.Errorf("%w: Attention softcap=%g", ErrUnsupported, sc)
-	}
-	if m := c.aInt("qk_matmul_output_mode", 0); m != 0 {
-		return nil, fmt.Errorf("%w: Attention qk_matmul_output_mode=%d", ErrUnsupported, m)
+	if explicitAttention(c) {
+		return lowerAttentionExplicit(c)
 	}
 	q, k, v := c.in(0), c.in(1), c.in(2)
 	three := q.Type.Rank() == 3

@@ -1,0 +1,187 @@
+package onnx
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/lcc-dev/lcc/ir"
+	"github.com/lcc-dev/lcc/tensor"
+)
+
+// explicitAttention reports whether an ONNX Attention node needs what lcc's fused
+// attention op does not express: a KV cache (past_key/past_value, and the
+// present_key/present_value outputs), a softcap, the qk_matmul_output output, or a
+// value head size other than the query's. Such nodes lower to the computation
+// itself (matmul, softmax, matmul), which autodiff and the CPU run like any other;
+// the passes then see no attention op to fuse or shard.
+func explicitAttention(c *nodeCtx) bool {
+	if c.has(4) || c.has(5) || c.aFloat("softcap", 0) != 0 {
+		return true
+	}
+	for i := 1; i < 4; i++ {
+		if c.usedLater(i) {
+			return true
+		}
+	}
+	q, v := c.in(0), c.in(2)
+	if q.Type.Rank() == 4 && v.Type.Rank() == 4 {
+		return q.Type.Shape[3] != v.Type.Shape[3]
+	}
+	if q.Type.Rank() == 3 && v.Type.Rank() == 3 {
+		qh, kvh := c.aInt("q_num_heads", 0), c.aInt("kv_num_heads", 0)
+		return qh > 0 && kvh > 0 && q.Type.Shape[2]*kvh != v.Type.Shape[2]*qh
+	}
+	return false
+}
+
+// lowerAttentionExplicit lowers opset-23 Attention as ONNX's reference computes it:
+// Q·Kᵀ·scale, then the softcap c·tanh(s/c), then the bias (the mask, true/false
+// becoming 0/−inf, padded with −inf to the keys' length; causal: key j is visible
+// to query i when j ≤ i + the past length), softmax over the keys (0 on a row the
+// mask hides entirely), and ·V. Keys and
+// values are the past ones followed by the new; kv heads are repeated for grouped
+// queries. qk_matmul_output_mode picks output 3: 0 and 1 the scaled (and capped)
+// scores, 2 with the bias, 3 the softmax.
+func lowerAttentionExplicit(c *nodeCtx) ([]*ir.Value, error) {
+	if c.has(6) {
+		return nil, fmt.Errorf("%w: Attention's nonpad_kv_seqlen input", ErrUnsupported)
+	}
+	b := c.b
+	q, k, v := c.in(0), c.in(1), c.in(2)
+	rank := q.Type.Rank()
+	if k.Type.Rank() != rank || v.Type.Rank() != rank || (rank != 3 && rank != 4) {
+		return nil, fmt.Errorf("Attention inputs %v, %v, %v: want all rank 3 or all rank 4", q.Type, k.Type, v.Type)
+	}
+	dt := q.Type.DType
+	if !dt.IsFloat() {
+		return nil, fmt.Errorf("Attention of %v", dt)
+	}
+	if rank == 3 {
+		// [B, T, H·D] -> [B, H, T, D]
+		split := func(x *ir.Value, heads int64, what string) (*ir.Value, error) {
+			s := x.Type.Shape
+			if heads <= 0 || s[2]%heads != 0 {
+				return nil, fmt.Errorf("3-D Attention %s %v needs %s_num_heads dividing its last dim", what, x.Type, what[:1])
+			}
+			return b.Transpose(b.Reshape(x, s[0], s[1], heads, s[2]/heads), 0, 2, 1, 3), nil
+		}
+		var err error
+		if q, err = split(q, c.aInt("q_num_heads", 0), "q"); err != nil {
+			return nil, err
+		}
+		kvh := c.aInt("kv_num_heads", 0)
+		if k, err = split(k, kvh, "kv"); err != nil {
+			return nil, err
+		}
+		if v, err = split(v, kvh, "kv"); err != nil {
+			return nil, err
+		}
+	}
+	past := int64(0)
+	if c.has(4) {
+		pk := c.in(4)
+		if pk.Type.Rank() != 4 {
+			return nil, fmt.Errorf("Attention past_key %v: want rank 4", pk.Type)
+		}
+		past = pk.Type.Shape[2]
+		k = b.Apply1(ir.OpConcat, ir.A("axis", 2), pk, k)
+	}
+	if c.has(5) {
+		v = b.Apply1(ir.OpConcat, ir.A("axis", 2), c.in(5), v)
+	}
+	presentK, presentV := k, v
+	qs, ks, vs := q.Type.Shape, k.Type.Shape, v.Type.Shape
+	hq, hkv, tq, tk, d := qs[1], ks[1], qs[2], ks[2], qs[3]
+	if ks[3] != d || vs[1] != hkv || vs[2] != tk || ks[0] != qs[0] || vs[0] != qs[0] {
+		return nil, fmt.Errorf("Attention: q %v, k %v and v %v do not fit", q.Type, k.Type, v.Type)
+	}
+	if hq != hkv {
+		if hkv <= 0 || hq%hkv != 0 {
+			return nil, fmt.Errorf("Attention: %d query heads are not a multiple of %d kv heads", hq, hkv)
+		}
+		g := hq / hkv
+		rep := func(x *ir.Value) *ir.Value { // [B, Hkv, T, D] -> [B, Hkv·g, T, D], each head g times
+			s := x.Type.Shape
+			x = b.Expand(b.Reshape(x, s[0], s[1], 1, s[2], s[3]), s[0], s[1], g, s[2], s[3])
+			return b.Reshape(x, s[0], s[1]*g, s[2], s[3])
+		}
+		k, v = rep(k), rep(v)
+	}
+	scale := 1 / math.Sqrt(float64(d))
+	if _, ok := c.attr("scale"); ok {
+		scale = c.aFloat("scale", 0)
+	}
+	s := b.Mul(b.MatMul(q, k, false, true), b.Scalar(dt, scale))
+	if sc := c.aFloat("softcap", 0); sc > 0 {
+		s = b.Mul(b.Unary(ir.OpTanh, b.Mul(s, b.Scalar(dt, 1/sc))), b.Scalar(dt, sc))
+	}
+	qk := s
+	var bias *ir.Value
+	if c.has(3) {
+		m := c.in(3)
+		if m.Type.Rank() == 0 {
+			return nil, fmt.Errorf("Attention attn_mask %v: want rank >= 1", m.Type)
+		}
+		if n := m.Type.Shape[m.Type.Rank()-1]; n < tk {
+			ps := append([]int64{}, m.Type.Shape...)
+			ps[len(ps)-1] = tk - n
+			pad := tensor.New(m.Type.DType, ps...)
+			if m.Type.DType.IsFloat() {
+				for i := range pad.F {
+					pad.F[i] = math.Inf(-1)
+				}
+			}
+			m = b.Apply1(ir.OpConcat, ir.A("axis", -1), m, b.Const(pad))
+		}
+		switch {
+		case m.Type.DType == tensor.Bool:
+			m = b.Apply1(ir.OpWhere, nil, m, b.Scalar(dt, 0), b.Scalar(dt, math.Inf(-1)))
+		case m.Type.DType != dt:
+			m = b.Cast(m, dt)
+		}
+		bias = m
+	}
+	if c.aInt("is_causal", 0) != 0 {
+		cm := tensor.New(dt, tq, tk)
+		for i := int64(0); i < tq; i++ {
+			for j := i + past + 1; j < tk; j++ {
+				cm.F[i*tk+j] = math.Inf(-1)
+			}
+		}
+		if bias == nil {
+			bias = b.Const(cm)
+		} else {
+			bias = b.Add(bias, b.Const(cm))
+		}
+	}
+	if bias != nil {
+		s = b.Add(s, bias)
+	}
+	mode := c.aInt("qk_matmul_output_mode", 0)
+	if mode == 2 {
+		qk = s
+	}
+	var p *ir.Value
+	if c.has(3) {
+		// A row the mask hides entirely attends to nothing: its probabilities are 0
+		// (not softmax's NaN, which would also poison the gradients).
+		hidden := b.Apply1(ir.OpEq, nil, b.Apply1(ir.OpReduceMax, ir.A("axes", []int64{-1}, "keepdims", true), s),
+			b.Scalar(dt, math.Inf(-1)))
+		zero := b.Scalar(dt, 0)
+		p = b.Apply1(ir.OpWhere, nil, hidden, zero, b.Softmax(b.Apply1(ir.OpWhere, nil, hidden, zero, s), -1))
+	} else {
+		p = b.Softmax(s, -1)
+	}
+	if mode == 3 {
+		qk = p
+	}
+	if mode < 0 || mode > 3 {
+		return nil, fmt.Errorf("Attention qk_matmul_output_mode=%d: want 0..3", mode)
+	}
+	y := b.MatMul(p, v, false, false)
+	if rank == 3 {
+		ys := y.Type.Shape
+		y = b.Reshape(b.Transpose(y, 0, 2, 1, 3), ys[0], ys[2], ys[1]*ys[3])
+	}
+	return []*ir.Value{y, presentK, presentV, qk}, nil
+}
