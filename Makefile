@@ -13,7 +13,7 @@ LONGFUZZTIME ?= 5m
 # stall a short run; bound it.
 FUZZMINTIME ?= 5s
 # Packages whose tests need a GPU; gpu-tests builds their test binaries into .gpu/.
-GPU_PKGS    ?= ./runtime/cuda ./runtime/nccl ./codegen/cuda
+GPU_PKGS    ?= ./runtime/cuda ./runtime/nccl ./codegen/cuda ./runtime/flash
 
 .PHONY: all build test unit-test fuzz-short fuzz gpu-tests demo vet fmt clean
 

@@ -29,7 +29,7 @@ func main() {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(compileCmd(), runCmd(), checkCmd(), trainCmd(), targetsCmd(), passesCmd(), versionCmd())
+	root.AddCommand(compileCmd(), runCmd(), checkCmd(), trainCmd(), targetsCmd(), passesCmd(), benchCmd(), versionCmd())
 	if err := root.Execute(); err != nil {
 		fmt.Fprintf(os.Stderr, "lcc: %v\n", err)
 		var ee *exitError

@@ -1,0 +1,156 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+
+	"github.com/spf13/cobra"
+
+	"github.com/lcc-dev/lcc/perf"
+	"github.com/lcc-dev/lcc/runtime/cuda"
+)
+
+// benchFlags are shared by every `lcc bench` workload.
+type benchFlags struct {
+	anchors     string
+	warm, iters int
+}
+
+// benchCmd is `lcc bench WORKLOAD`: one operation or step timed on GPU 0 with
+// CUDA events, beside the PyTorch anchors of --anchors run in the same command.
+// Each workload is a subcommand; add new ones to the list below.
+func benchCmd() *cobra.Command {
+	bf := &benchFlags{}
+	cmd := &cobra.Command{
+		Use:   "bench WORKLOAD",
+		Short: "time one operation on the GPU beside its PyTorch anchor",
+		Long: `bench times one operation on GPU 0 with CUDA events (warm-up runs, then the
+median of --iters runs) and prints its time and TFLOP/s. With --anchors DIR it also
+runs the PyTorch anchor scripts in DIR (a copy of the project's bench folder) in the
+same command, at the same shape, and prints the ratio of their time to lcc's
+(above 1: lcc is faster).`,
+	}
+	cmd.PersistentFlags().StringVar(&bf.anchors, "anchors", "", "folder with the PyTorch anchor scripts (attention.py ...)")
+	cmd.PersistentFlags().IntVar(&bf.warm, "warmup", 2, "untimed runs before timing")
+	cmd.PersistentFlags().IntVar(&bf.iters, "iters", 5, "timed runs (the median is reported)")
+	cmd.AddCommand(benchAttentionCmd(bf))
+	return cmd
+}
+
+// openBench opens GPU 0, a stream and the kernel cache.
+func (bf *benchFlags) open() (*perf.Bench, func(), error) {
+	if bf.iters < 1 || bf.warm < 0 {
+		return nil, nil, fmt.Errorf("--iters %d, --warmup %d: want iters ≥ 1 and warmup ≥ 0", bf.iters, bf.warm)
+	}
+	dev, err := cuda.Open(0)
+	if err != nil {
+		return nil, nil, fmt.Errorf("bench needs a GPU: %w", err)
+	}
+	st, err := dev.NewStream()
+	if err != nil {
+		dev.Close()
+		return nil, nil, err
+	}
+	dir, err := cuda.DefaultCacheDir()
+	if err != nil {
+		dev.Close()
+		return nil, nil, err
+	}
+	cache, err := cuda.OpenCache(dir)
+	if err != nil {
+		dev.Close()
+		return nil, nil, err
+	}
+	b := &perf.Bench{Dev: dev, Stream: st, Cache: cache, Warm: bf.warm, Iters: bf.iters}
+	return b, func() { b.Close(); st.Destroy(); dev.Close() }, nil
+}
+
+// anchorRows runs DIR/script with args when --anchors is set.
+func (bf *benchFlags) anchorRows(w io.Writer, script string, args ...string) ([]perf.AnchorRow, error) {
+	if bf.anchors == "" {
+		return nil, nil
+	}
+	fmt.Fprintf(w, "anchor: python3 %s/%s %v\n", bf.anchors, script, args)
+	return perf.RunAnchor(context.Background(), bf.anchors, script, args, os.Stderr)
+}
+
+func benchAttentionCmd(bf *benchFlags) *cobra.Command {
+	var s perf.AttentionShape
+	var tiles string
+	var noCausal bool
+	cmd := &cobra.Command{
+		Use:   "attention",
+		Short: "dense (or grouped-query) causal attention, bf16, forward and forward+backward",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			w := cmd.OutOrStdout()
+			s.Causal = !noCausal
+			if s.Hkv == 0 {
+				s.Hkv = s.H
+			}
+			if s.T <= 0 || s.B <= 0 || s.H <= 0 || s.Hkv <= 0 || s.H%s.Hkv != 0 {
+				return fmt.Errorf("--T %d --B %d --H %d --Hkv %d: want positive sizes and H a multiple of Hkv",
+					s.T, s.B, s.H, s.Hkv)
+			}
+			ts := []perf.Tiles{{}}
+			if tiles != "" {
+				var err error
+				if ts, err = perf.ParseTiles(tiles); err != nil {
+					return fmt.Errorf("--tiles: %w", err)
+				}
+			}
+			b, done, err := bf.open()
+			if err != nil {
+				return err
+			}
+			defer done()
+			fmt.Fprintf(w, "lcc bench attention: B=%d T=%d H=%d Hkv=%d D=%d causal=%v on %s\n",
+				s.B, s.T, s.H, s.Hkv, s.D, s.Causal, b.Dev.Name())
+			rows, err := b.Attention(s, ts)
+			for _, r := range rows {
+				res := r.Result(s)
+				fmt.Fprintf(w, "  %-44s fwd %8.3f ms %6.1f TFLOP/s | bwd %8.3f ms %6.1f | fwd+bwd %8.3f ms %6.1f TFLOP/s\n",
+					r.Tiles, r.Fwd.Ms(), res.Figures[0].TFLOPs, r.Bwd.Ms(), res.Figures[1].TFLOPs,
+					r.FwdBwd.Ms(), res.Figures[2].TFLOPs)
+			}
+			if err != nil {
+				return err
+			}
+			best := rows[0]
+			for _, r := range rows {
+				if r.FwdBwd.Median < best.FwdBwd.Median {
+					best = r
+				}
+			}
+			if s.B != 1 || !s.Causal {
+				if bf.anchors != "" {
+					fmt.Fprintln(w, "anchor skipped: attention.py dense times batch 1, causal")
+				}
+				return nil
+			}
+			arows, err := bf.anchorRows(w, "attention.py", "dense", "--T", strconv.FormatInt(s.T, 10),
+				"--H", strconv.Itoa(s.H), "--Hkv", strconv.Itoa(s.Hkv), "--D", strconv.Itoa(s.D))
+			if err != nil {
+				return err
+			}
+			var anchors []perf.Result
+			for _, r := range arows {
+				anchors = append(anchors, perf.AnchorResult(r, "fwd", "fwdbwd"))
+			}
+			return perf.Compare(w, fmt.Sprintf("attention T=%d H=%d Hkv=%d D=%d causal bf16 (lcc: %s)",
+				s.T, s.H, s.Hkv, s.D, best.Tiles), best.Result(s), anchors, "fwd", "bwd", "fwdbwd")
+		},
+	}
+	f := cmd.Flags()
+	f.Int64Var(&s.B, "B", 1, "batch")
+	f.Int64Var(&s.T, "T", 32768, "sequence length")
+	f.IntVar(&s.H, "H", 8, "query heads")
+	f.IntVar(&s.Hkv, "Hkv", 0, "key/value heads (grouped-query); 0: same as --H")
+	f.IntVar(&s.D, "D", 128, "head dim (64 or 128)")
+	f.BoolVar(&noCausal, "no-causal", false, "attend to every key (the anchors time causal only)")
+	f.StringVar(&tiles, "tiles", "", "tile configurations to sweep: Br,Bc,BwdBr,BwdBc,DQBr,DQBc,Stages;... (0: default)")
+	return cmd
+}

@@ -1,0 +1,164 @@
+// Package flash renders lcc's tensor-core attention kernels (FlashAttention-2's
+// algorithm on mma.sync, "tier 1", sm_80 and later) from one kernel descriptor,
+// Desc. Every kernel of the family (forward, delta, dK/dV, dQ, and the fp32
+// merge and conversion helpers of dilated and ring attention) is rendered with
+// text/template from the same Desc, so the same descriptor always gives the same
+// bytes.
+//
+// Layouts follow the attention op (DESIGN.md §3): q and o are [B, T, Hq, D], k and
+// v [B, S, Hkv, D], all bf16; lse and delta are [B, Hq, T] fp32 in natural-log
+// units. A dilated branch (W, R) reads its selected rows in place: in segment s
+// and head h the kernel sees rows s·W + o(h) + i·R, i = 0, 1, ..., as one causal
+// sequence. A ring block shifts the causal mask by QPos and KPos (global
+// positions of row 0 of q and of k).
+//
+// The kernels define their own bf16 helpers and inline PTX (mma.sync m16n8k16,
+// ldmatrix, cp.async), so NVRTC 11.8 alone compiles them for compute_80 and sm_90.
+package flash
+
+import (
+	"fmt"
+	"math"
+)
+
+// Desc describes one attention problem and how to tile it. The zero values of
+// the optional fields mean dense attention over the whole sequence.
+type Desc struct {
+	// Tier is the kernel tier: 1 (mma.sync, sm_80+). 0 means 1.
+	Tier int
+	// B, T, S are the batch, the query length and the key length; Hq and Hkv the
+	// query and key/value heads (Hq = G·Hkv, grouped-query attention reads kv head
+	// h/G without repeating it); D the head dim (64 or 128).
+	B, T, S int64
+	Hq, Hkv int
+	D       int
+	Causal  bool
+	Scale   float64 // 0 means 1/sqrt(D)
+	// Br and Bc are the forward's query and key tile rows; Stages the number of
+	// K/V tiles in flight (2: double buffering). Warps is Br/16.
+	Br, Bc, Stages int
+	// BwdBr and BwdBc tile the backward: the dK/dV kernel owns BwdBc keys and
+	// walks query tiles of BwdBr rows; the dQ kernel owns BwdBr·2 queries... see
+	// DQBr and DQBc.
+	BwdBr, BwdBc int
+	DQBr, DQBc   int
+	// W and R make a LongNet branch: segments of W rows, every R-th row from the
+	// head's offset (Offsets "paper": h mod R; "block": min(h / ceil(H/R), R−1)).
+	// W = 0 means one segment over the whole sequence, R = 0 means 1.
+	W       int64
+	R       int
+	Offsets string
+	// QPos and KPos are the global positions of q's and k's first row (ring
+	// blocks): causal masking compares QPos+i with KPos+j.
+	QPos, KPos int64
+	// Accumulate makes the kernels merge into fp32 outputs instead of writing
+	// bf16: the forward merges (o, lse) into a running fp32 (o, lse) (ring blocks,
+	// dilated branches), the backward adds dq, dk, dv into fp32 sums (dilated
+	// branches, in a fixed order). The backward always reads an external lse and
+	// delta: the global ones for the exact backward of DESIGN.md §3.
+	Accumulate bool
+	// PerMember restricts the dK/dV kernel to query head Member of each group:
+	// in a dilated branch the q heads of one kv head may select different rows, so
+	// their dK/dV run one launch per member, accumulating in a fixed order.
+	PerMember bool
+	Member    int
+}
+
+// Defaults fills tile sizes and the optional fields left zero.
+func (d Desc) Defaults() Desc {
+	if d.Tier == 0 {
+		d.Tier = 1
+	}
+	if d.Scale == 0 {
+		d.Scale = 1 / math.Sqrt(float64(d.D))
+	}
+	if d.Br == 0 {
+		d.Br = 128
+	}
+	if d.Bc == 0 {
+		d.Bc = 64
+		if d.D <= 64 {
+			d.Bc = 128
+		}
+	}
+	if d.Stages == 0 {
+		d.Stages = 2
+	}
+	if d.BwdBr == 0 {
+		d.BwdBr = 64
+	}
+	if d.BwdBc == 0 {
+		d.BwdBc = 128
+	}
+	if d.DQBr == 0 {
+		d.DQBr = 128
+	}
+	if d.DQBc == 0 {
+		d.DQBc = 64
+	}
+	if d.W == 0 {
+		d.W = d.T
+	}
+	if d.R == 0 {
+		d.R = 1
+	}
+	if d.Offsets == "" {
+		d.Offsets = "paper"
+	}
+	return d
+}
+
+// Dilated reports whether d is a LongNet branch (rows selected with a stride or
+// in segments shorter than the sequence).
+func (d Desc) Dilated() bool { return d.R > 1 || (d.W > 0 && d.W < d.T) }
+
+// Segments is the number of segments per sequence.
+func (d Desc) Segments() int64 { return (d.T + d.W - 1) / d.W }
+
+// Supported reports whether the tensor-core tier takes d, and why not.
+func Supported(d Desc) error {
+	if d.D != 64 && d.D != 128 {
+		return fmt.Errorf("head dim %d: the tensor-core kernels take 64 or 128", d.D)
+	}
+	if d.Hkv <= 0 || d.Hq%d.Hkv != 0 {
+		return fmt.Errorf("%d query heads over %d kv heads: want a whole group", d.Hq, d.Hkv)
+	}
+	return nil
+}
+
+// Check validates a Desc after Defaults.
+func (d Desc) Check() error {
+	if err := Supported(d); err != nil {
+		return err
+	}
+	if d.Tier != 1 {
+		return fmt.Errorf("tier %d: only tier 1 (mma.sync) is built", d.Tier)
+	}
+	if d.B <= 0 || d.T <= 0 || d.S <= 0 {
+		return fmt.Errorf("shape B=%d T=%d S=%d: want positive sizes", d.B, d.T, d.S)
+	}
+	if d.B*d.Segments() > 65535 || d.Hq > 65535 {
+		return fmt.Errorf("batch×segments %d or heads %d exceed the grid limit 65535", d.B*d.Segments(), d.Hq)
+	}
+	if d.Dilated() && d.S != d.T {
+		return fmt.Errorf("dilated attention needs as many keys as queries, got T=%d, S=%d", d.T, d.S)
+	}
+	for _, t := range []struct {
+		name string
+		v    int
+	}{{"Br", d.Br}, {"Bc", d.Bc}, {"BwdBr", d.BwdBr}, {"BwdBc", d.BwdBc}, {"DQBr", d.DQBr}, {"DQBc", d.DQBc}} {
+		if t.v < 16 || t.v > 256 || t.v%16 != 0 {
+			return fmt.Errorf("tile %s=%d: want a multiple of 16 in [16, 256]", t.name, t.v)
+		}
+	}
+	if d.Stages < 2 || d.Stages > 4 {
+		return fmt.Errorf("stages %d: want 2..4", d.Stages)
+	}
+	if d.PerMember && (d.Member < 0 || d.Member >= d.Hq/d.Hkv) {
+		return fmt.Errorf("group member %d: want 0..%d", d.Member, d.Hq/d.Hkv-1)
+	}
+	if d.Offsets != "paper" && d.Offsets != "block" {
+		return fmt.Errorf("offsets %q: want paper or block", d.Offsets)
+	}
+	return nil
+}

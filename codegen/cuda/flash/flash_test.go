@@ -1,0 +1,117 @@
+package flash
+
+import (
+	"strings"
+	"sync"
+	"testing"
+
+	rcuda "github.com/lcc-dev/lcc/runtime/cuda"
+)
+
+// variants are the descriptors CI compiles: dense causal and not, both head
+// dims, grouped-query, a dilated branch with accumulation, a ring block.
+func variants() []Desc {
+	var ds []Desc
+	for _, dim := range []int{64, 128} {
+		ds = append(ds,
+			Desc{B: 1, T: 1000, S: 1000, Hq: 4, Hkv: 4, D: dim, Causal: true},
+			Desc{B: 2, T: 300, S: 517, Hq: 4, Hkv: 2, D: dim},
+		)
+	}
+	ds = append(ds,
+		Desc{B: 1, T: 4096, S: 4096, Hq: 8, Hkv: 4, D: 128, Causal: true, W: 1024, R: 4, Accumulate: true,
+			PerMember: true, Member: 1},
+		Desc{B: 1, T: 512, S: 512, Hq: 4, Hkv: 4, D: 64, Causal: true, QPos: 512, KPos: 0, Accumulate: true})
+	return ds
+}
+
+func kernels(t *testing.T, d Desc) []Kernel {
+	t.Helper()
+	var ks []Kernel
+	for _, f := range []func(Desc) (Kernel, error){Forward, Delta, DKDV, DQ} {
+		k, err := f(d)
+		if err != nil {
+			t.Fatalf("%+v: %v", d, err)
+		}
+		ks = append(ks, k)
+	}
+	return append(ks, Convert(1024))
+}
+
+// TestDeterministic: the same descriptor renders the same bytes, and every
+// parameter of the descriptor that changes code changes the text.
+func TestDeterministic(t *testing.T) {
+	d := Desc{B: 1, T: 1000, S: 1000, Hq: 4, Hkv: 2, D: 128, Causal: true}
+	a, b := kernels(t, d), kernels(t, d)
+	for i := range a {
+		if a[i].Source() != b[i].Source() {
+			t.Fatalf("kernel %s renders differently twice", a[i].Op)
+		}
+		if strings.Contains(a[i].Source(), "@KERNEL@") || strings.Contains(a[i].Source(), "<no value>") {
+			t.Fatalf("kernel %s: unrendered text", a[i].Op)
+		}
+	}
+	e := d
+	e.QPos = 7
+	if k1, k2 := kernels(t, d)[0], kernels(t, e)[0]; k1.Name() == k2.Name() {
+		t.Fatal("QPos does not change the forward kernel")
+	}
+}
+
+// TestRejects: unsupported descriptors are errors naming the problem.
+func TestRejects(t *testing.T) {
+	for _, c := range []struct {
+		d    Desc
+		want string
+	}{
+		{Desc{B: 1, T: 8, S: 8, Hq: 1, Hkv: 1, D: 96}, "head dim 96"},
+		{Desc{B: 1, T: 8, S: 8, Hq: 3, Hkv: 2, D: 64}, "whole group"},
+		{Desc{B: 1, T: 8, S: 8, Hq: 1, Hkv: 1, D: 64, Br: 40}, "Br=40"},
+		{Desc{B: 1, T: 8, S: 9, Hq: 1, Hkv: 1, D: 64, W: 4, R: 2}, "as many keys"},
+	} {
+		_, err := Forward(c.d)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%+v: got %v, want an error with %q", c.d, err, c.want)
+		}
+	}
+}
+
+// TestNVRTCCompile compiles every variant for compute_80 and sm_90 (CI has
+// NVRTC 11.8 and no GPU).
+func TestNVRTCCompile(t *testing.T) {
+	if _, err := rcuda.NVRTCVersion(); err != nil {
+		t.Skipf("skipping: no NVRTC library: %v", err)
+	}
+	seen := map[string]bool{}
+	var srcs []Kernel
+	for _, d := range variants() {
+		for _, k := range kernels(t, d) {
+			if !seen[k.Name()] {
+				seen[k.Name()] = true
+				srcs = append(srcs, k)
+			}
+		}
+	}
+	var wg sync.WaitGroup
+	errs := make([]string, len(srcs)*2)
+	sem := make(chan struct{}, 2)
+	for i, k := range srcs {
+		for j, arch := range []string{"compute_80", "sm_90"} {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				sem <- struct{}{}
+				defer func() { <-sem }()
+				if _, log, err := rcuda.Compile(k.Source(), k.Name()+".cu", arch, nil); err != nil {
+					errs[2*i+j] = k.Name() + " " + arch + ": " + err.Error() + "\n" + log
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	for _, e := range errs {
+		if e != "" {
+			t.Error(e)
+		}
+	}
+}

@@ -1,0 +1,205 @@
+package perf
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+
+	fk "github.com/lcc-dev/lcc/codegen/cuda/flash"
+	"github.com/lcc-dev/lcc/runtime/cuda"
+	"github.com/lcc-dev/lcc/runtime/flash"
+)
+
+// AttentionShape is one attention benchmark: bf16, [B, T, H, D] queries over
+// [B, T, Hkv, D] keys and values.
+type AttentionShape struct {
+	B, T   int64
+	H, Hkv int
+	D      int
+	Causal bool
+}
+
+// FwdFLOPs counts the forward's useful FLOPs as the anchors do: 4·B·H·T²·D,
+// halved when causal. Forward+backward is 3.5 times that.
+func (s AttentionShape) FwdFLOPs() float64 {
+	f := 4 * float64(s.B) * float64(s.H) * float64(s.T) * float64(s.T) * float64(s.D)
+	if s.Causal {
+		f /= 2
+	}
+	return f
+}
+
+// Tiles are the tile sizes of one kernel configuration (zero: the default).
+type Tiles struct{ Br, Bc, BwdBr, BwdBc, DQBr, DQBc, Stages int }
+
+// ParseTiles reads "Br,Bc,BwdBr,BwdBc,DQBr,DQBc,Stages;..." (a sweep list).
+func ParseTiles(s string) ([]Tiles, error) {
+	var out []Tiles
+	for _, item := range strings.Split(s, ";") {
+		item = strings.TrimSpace(item)
+		if item == "" {
+			continue
+		}
+		f := strings.Split(item, ",")
+		if len(f) != 7 {
+			return nil, fmt.Errorf("tiles %q: want Br,Bc,BwdBr,BwdBc,DQBr,DQBc,Stages", item)
+		}
+		var v [7]int
+		for i, x := range f {
+			n, err := strconv.Atoi(strings.TrimSpace(x))
+			if err != nil {
+				return nil, fmt.Errorf("tiles %q: %v", item, err)
+			}
+			v[i] = n
+		}
+		out = append(out, Tiles{v[0], v[1], v[2], v[3], v[4], v[5], v[6]})
+	}
+	return out, nil
+}
+
+func (t Tiles) String() string {
+	return fmt.Sprintf("fwd %dx%d bwd %dx%d dq %dx%d stages %d", t.Br, t.Bc, t.BwdBr, t.BwdBc, t.DQBr, t.DQBc, t.Stages)
+}
+
+// Desc is the kernel descriptor of shape s with tiles t.
+func (s AttentionShape) Desc(t Tiles) fk.Desc {
+	return fk.Desc{B: s.B, T: s.T, S: s.T, Hq: s.H, Hkv: s.Hkv, D: s.D, Causal: s.Causal,
+		Br: t.Br, Bc: t.Bc, BwdBr: t.BwdBr, BwdBc: t.BwdBc, DQBr: t.DQBr, DQBc: t.DQBc, Stages: t.Stages}.Defaults()
+}
+
+// Bench is the device state shared by the benchmarks of one command.
+type Bench struct {
+	Dev         *cuda.Device
+	Stream      *cuda.Stream
+	Cache       *cuda.Cache
+	Warm, Iters int
+	frees       []cuda.DevicePtr
+}
+
+// Close frees what the benchmarks allocated.
+func (b *Bench) Close() {
+	for _, p := range b.frees {
+		b.Dev.Free(p)
+	}
+	b.frees = nil
+}
+
+// Alloc allocates bytes on the device, freed by Close.
+func (b *Bench) Alloc(bytes int64) (cuda.DevicePtr, error) {
+	p, err := b.Dev.Alloc(int(bytes))
+	if err != nil {
+		return 0, fmt.Errorf("perf: allocating %d bytes: %w", bytes, err)
+	}
+	b.frees = append(b.frees, p)
+	return p, nil
+}
+
+// Free releases the buffers allocated since mark (a length of the free list).
+func (b *Bench) freeFrom(mark int) {
+	for _, p := range b.frees[mark:] {
+		b.Dev.Free(p)
+	}
+	b.frees = b.frees[:mark]
+}
+
+// RandomBF16 allocates n bf16 values, normal-ish (a sum of uniforms) with a
+// fixed seed: a 1M-element block generated on the host, tiled on the device.
+func (b *Bench) RandomBF16(n int64, seed uint64) (cuda.DevicePtr, error) {
+	p, err := b.Alloc(2 * n)
+	if err != nil {
+		return 0, err
+	}
+	const block = 1 << 20
+	h := make([]uint16, min(n, block))
+	x := seed*0x9e3779b97f4a7c15 + 1
+	for i := range h {
+		var s float32
+		for j := 0; j < 4; j++ {
+			x ^= x << 13
+			x ^= x >> 7
+			x ^= x << 17
+			s += float32(x>>40) / float32(1<<24)
+		}
+		f := (s - 2) * 1.7320508 // variance 1
+		h[i] = uint16(mathFloat32bits(f) >> 16)
+	}
+	if err := cuda.CopyHtoD(b.Dev, p, h); err != nil {
+		return 0, err
+	}
+	for off := int64(len(h)); off < n; off += int64(len(h)) {
+		m := min(int64(len(h)), n-off)
+		if err := b.Dev.CopyDtoD(p+cuda.DevicePtr(2*off), p, int(2*m)); err != nil {
+			return 0, err
+		}
+	}
+	return p, nil
+}
+
+// AttentionRow is one tile configuration's measurement.
+type AttentionRow struct {
+	Tiles            Tiles
+	Fwd, Bwd, FwdBwd Timing
+}
+
+// Attention times the tensor-core kernels at shape s for each tile
+// configuration: the forward, the backward alone (delta, dK/dV, dQ) and both.
+func (b *Bench) Attention(s AttentionShape, tiles []Tiles) ([]AttentionRow, error) {
+	mark := len(b.frees)
+	defer b.freeFrom(mark)
+	nq := s.B * s.T * int64(s.H) * int64(s.D)
+	nk := s.B * s.T * int64(s.Hkv) * int64(s.D)
+	nl := s.B * int64(s.H) * s.T
+	var ptr [11]cuda.DevicePtr // q k v do o lse dq dk dv delta
+	sizes := []int64{0, 0, 0, 0, 2 * nq, 4 * nl, 2 * nq, 2 * nk, 2 * nk, 4 * nl}
+	for i, n := range []int64{nq, nk, nk, nq} {
+		p, err := b.RandomBF16(n, uint64(i+1))
+		if err != nil {
+			return nil, err
+		}
+		ptr[i] = p
+	}
+	for i := 4; i < len(sizes); i++ {
+		p, err := b.Alloc(sizes[i])
+		if err != nil {
+			return nil, err
+		}
+		ptr[i] = p
+	}
+	q, k, v, do, o, lse, dq, dk, dv, delta := ptr[0], ptr[1], ptr[2], ptr[3], ptr[4], ptr[5], ptr[6], ptr[7], ptr[8], ptr[9]
+	var rows []AttentionRow
+	for _, t := range tiles {
+		a, err := flash.New(b.Dev, b.Cache, s.Desc(t))
+		if err != nil {
+			return rows, fmt.Errorf("perf: attention %+v, %v: %w", s, t, err)
+		}
+		fwd := func() error { return a.Forward(b.Stream, o, lse, q, k, v) }
+		bwd := func() error { return a.Backward(b.Stream, dq, dk, dv, q, k, v, o, lse, do, delta) }
+		row := AttentionRow{Tiles: t}
+		if row.Fwd, err = Time(b.Dev, b.Stream, b.Warm, b.Iters, fwd); err == nil {
+			if row.Bwd, err = Time(b.Dev, b.Stream, b.Warm, b.Iters, bwd); err == nil {
+				row.FwdBwd, err = Time(b.Dev, b.Stream, b.Warm, b.Iters, func() error {
+					if err := fwd(); err != nil {
+						return err
+					}
+					return bwd()
+				})
+			}
+		}
+		a.Close()
+		if err != nil {
+			return rows, fmt.Errorf("perf: attention %+v, %v: %w", s, t, err)
+		}
+		rows = append(rows, row)
+	}
+	return rows, nil
+}
+
+// Result converts a row to lcc's figures at shape s.
+func (r AttentionRow) Result(s AttentionShape) Result {
+	f := s.FwdFLOPs()
+	return Result{Who: "lcc", Note: r.Tiles.String(), Figures: []Figure{
+		{Phase: "fwd", Ms: r.Fwd.Ms(), TFLOPs: f / r.Fwd.Ms() / 1e9},
+		{Phase: "bwd", Ms: r.Bwd.Ms(), TFLOPs: 2.5 * f / r.Bwd.Ms() / 1e9},
+		{Phase: "fwdbwd", Ms: r.FwdBwd.Ms(), TFLOPs: 3.5 * f / r.FwdBwd.Ms() / 1e9},
+	}}
+}

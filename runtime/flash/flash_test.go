@@ -1,0 +1,270 @@
+package flash
+
+import (
+	"math"
+	"math/rand/v2"
+	"sync"
+	"testing"
+
+	fk "github.com/lcc-dev/lcc/codegen/cuda/flash"
+	"github.com/lcc-dev/lcc/runtime/cpu/attention"
+	"github.com/lcc-dev/lcc/runtime/cuda"
+	"github.com/lcc-dev/lcc/tensor"
+)
+
+var (
+	devOnce sync.Once
+	dev     *cuda.Device
+	devErr  error
+)
+
+// gpu returns GPU 0 and a kernel cache, or skips the test.
+func gpu(t *testing.T) (*cuda.Device, *cuda.Cache) {
+	t.Helper()
+	devOnce.Do(func() { dev, devErr = cuda.Open(0) })
+	if devErr != nil {
+		t.Skipf("skipping: no GPU: %v", devErr)
+	}
+	if major, _ := dev.ComputeCapability(); major < 8 {
+		t.Skipf("skipping: %s is older than sm_80", dev.Name())
+	}
+	cache, err := cuda.OpenCache(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dev, cache
+}
+
+// buf is a device buffer with its host copy in float64.
+type buf struct {
+	p    cuda.DevicePtr
+	n    int
+	bf16 bool
+}
+
+func alloc(t *testing.T, d *cuda.Device, n int, bf16 bool) buf {
+	t.Helper()
+	size := n * 4
+	if bf16 {
+		size = n * 2
+	}
+	p, err := d.Alloc(size)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Free(p) })
+	// Poison: 0xff bytes are NaN in bf16 and in fp32.
+	if err := d.Memset8(p, 0xff, size); err != nil {
+		t.Fatal(err)
+	}
+	return buf{p: p, n: n, bf16: bf16}
+}
+
+// randBF16 uploads n normal values rounded to bf16 and returns them as float64.
+func randBF16(t *testing.T, d *cuda.Device, rng *rand.Rand, n int, scale float64) (buf, []float64) {
+	b := alloc(t, d, n, true)
+	h := make([]uint16, n)
+	x := make([]float64, n)
+	for i := range h {
+		h[i] = tensor.Float32ToBF16(float32(rng.NormFloat64() * scale))
+		x[i] = float64(tensor.BF16ToFloat32(h[i]))
+	}
+	if err := cuda.CopyHtoD(d, b.p, h); err != nil {
+		t.Fatal(err)
+	}
+	return b, x
+}
+
+func upload32(t *testing.T, d *cuda.Device, x []float64) buf {
+	b := alloc(t, d, len(x), false)
+	h := make([]float32, len(x))
+	for i, v := range x {
+		h[i] = float32(v)
+	}
+	if err := cuda.CopyHtoD(d, b.p, h); err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func (b buf) get(t *testing.T, d *cuda.Device) []float64 {
+	t.Helper()
+	x := make([]float64, b.n)
+	if b.bf16 {
+		h := make([]uint16, b.n)
+		if err := cuda.CopyDtoH(d, h, b.p); err != nil {
+			t.Fatal(err)
+		}
+		for i, v := range h {
+			x[i] = float64(tensor.BF16ToFloat32(v))
+		}
+		return x
+	}
+	h := make([]float32, b.n)
+	if err := cuda.CopyDtoH(d, h, b.p); err != nil {
+		t.Fatal(err)
+	}
+	for i, v := range h {
+		x[i] = float64(v)
+	}
+	return x
+}
+
+// relErr is ‖got − want‖ / ‖want‖ over the finite-want entries; a NaN in got is
+// an infinite error. lse rows of −Inf must match exactly.
+func relErr(got, want []float64) float64 {
+	var num, den float64
+	for i := range want {
+		if math.IsInf(want[i], -1) {
+			if !math.IsInf(got[i], -1) {
+				return math.Inf(1)
+			}
+			continue
+		}
+		if math.IsNaN(got[i]) || math.IsInf(got[i], 0) {
+			return math.Inf(1)
+		}
+		num += (got[i] - want[i]) * (got[i] - want[i])
+		den += want[i] * want[i]
+	}
+	if den == 0 {
+		return math.Sqrt(num)
+	}
+	return math.Sqrt(num / den)
+}
+
+const tol = 2e-2
+
+type denseCase struct {
+	name            string
+	b, t, s, hq, hk int
+	dim             int
+	causal          bool
+}
+
+func TestGPUDense(t *testing.T) {
+	d, cache := gpu(t)
+	cases := []denseCase{
+		{"causal-d64", 1, 200, 200, 2, 2, 64, true},
+		{"causal-d128-ragged", 2, 333, 333, 2, 2, 128, true},
+		{"full-d64-ragged-gqa", 1, 150, 271, 4, 2, 64, false},
+		{"causal-d128-gqa", 1, 256, 256, 6, 2, 128, true},
+		{"full-d128", 1, 128, 64, 2, 1, 128, false},
+	}
+	for i, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(uint64(i), 11))
+			dims := attention.Dims{B: c.b, T: c.t, S: c.s, Hq: c.hq, Hkv: c.hk, D: c.dim}
+			desc := fk.Desc{B: int64(c.b), T: int64(c.t), S: int64(c.s), Hq: c.hq, Hkv: c.hk, D: c.dim, Causal: c.causal}
+			a, err := New(d, cache, desc)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer a.Close()
+			nq, nk, nl := c.b*c.t*c.hq*c.dim, c.b*c.s*c.hk*c.dim, c.b*c.hq*c.t
+			q, qh := randBF16(t, d, rng, nq, 1)
+			k, kh := randBF16(t, d, rng, nk, 1)
+			v, vh := randBF16(t, d, rng, nk, 1)
+			do, doh := randBF16(t, d, rng, nq, 1)
+			o, lse := alloc(t, d, nq, true), alloc(t, d, nl, false)
+			if err := a.Forward(nil, o.p, lse.p, q.p, k.p, v.p); err != nil {
+				t.Fatal(err)
+			}
+			if err := d.Synchronize(); err != nil {
+				t.Fatal(err)
+			}
+			scale := 1 / math.Sqrt(float64(c.dim))
+			wo, wl := attention.Dense(qh, kh, vh, dims, c.causal, scale)
+			oh, lh := o.get(t, d), lse.get(t, d)
+			if e := relErr(oh, wo); e > tol {
+				t.Errorf("o: relative error %.3g > %g", e, tol)
+			}
+			if e := relErr(lh, wl); e > 1e-3 {
+				t.Errorf("lse: relative error %.3g", e)
+			}
+			// The backward from the GPU's own o and lse (what training does).
+			wdq, wdk, wdv := attention.DenseBackward(qh, kh, vh, oh, lh, doh, dims, c.causal, scale)
+			var first [3][]float64
+			for run := 0; run < 2; run++ {
+				dq, dk, dv := alloc(t, d, nq, true), alloc(t, d, nk, true), alloc(t, d, nk, true)
+				delta := alloc(t, d, nl, false)
+				if err := a.Backward(nil, dq.p, dk.p, dv.p, q.p, k.p, v.p, o.p, lse.p, do.p, delta.p); err != nil {
+					t.Fatal(err)
+				}
+				if err := d.Synchronize(); err != nil {
+					t.Fatal(err)
+				}
+				got := [3][]float64{dq.get(t, d), dk.get(t, d), dv.get(t, d)}
+				if run == 0 {
+					first = got
+					for j, w := range [][]float64{wdq, wdk, wdv} {
+						if e := relErr(got[j], w); e > tol {
+							t.Errorf("%s: relative error %.3g > %g", []string{"dq", "dk", "dv"}[j], e, tol)
+						}
+					}
+					continue
+				}
+				for j := range got {
+					for x := range got[j] {
+						if math.Float64bits(got[j][x]) != math.Float64bits(first[j][x]) {
+							t.Fatalf("%s differs between two runs at %d", []string{"dq", "dk", "dv"}[j], x)
+						}
+					}
+				}
+			}
+		})
+	}
+}
+
+// TestGPURing splits the keys into two ring blocks with position offsets and
+// merges them in fp32: the result is dense causal attention over all keys, and the
+// blocks' backward with the global o and lse sums to the dense gradient.
+func TestGPURing(t *testing.T) {
+	d, cache := gpu(t)
+	const B, T, H, D = 1, 192, 2, 64
+	rng := rand.New(rand.NewPCG(5, 5))
+	nq, nl := B*T*H*D, B*H*T
+	q, qh := randBF16(t, d, rng, nq, 1)
+	k, kh := randBF16(t, d, rng, nq, 1)
+	v, vh := randBF16(t, d, rng, nq, 1)
+	do, doh := randBF16(t, d, rng, nq, 1)
+	// Queries are the last 128 rows (positions 64..191); key blocks [0,64), [64,192).
+	const T2 = 128
+	half := func(x buf, from int) cuda.DevicePtr { return x.p + cuda.DevicePtr(from*H*D*2) }
+	o := upload32(t, d, make([]float64, B*T2*H*D))
+	lse0 := make([]float64, B*H*T2)
+	for i := range lse0 {
+		lse0[i] = math.Inf(-1)
+	}
+	lse := upload32(t, d, lse0)
+	for _, blk := range []struct{ kpos, rows int }{{0, 64}, {64, 128}} {
+		desc := fk.Desc{B: B, T: T2, S: int64(blk.rows), Hq: H, Hkv: H, D: D, Causal: true,
+			QPos: 64, KPos: int64(blk.kpos), Accumulate: true}
+		a, err := New(d, cache, desc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := a.Forward(nil, o.p, lse.p, half(q, 64), half(k, blk.kpos), half(v, blk.kpos)); err != nil {
+			t.Fatal(err)
+		}
+		a.Close()
+	}
+	if err := d.Synchronize(); err != nil {
+		t.Fatal(err)
+	}
+	dims := attention.Dims{B: B, T: T, S: T, Hq: H, Hkv: H, D: D}
+	wo, wl := attention.Dense(qh, kh, vh, dims, true, 1/math.Sqrt(D))
+	oh, lh := o.get(t, d), lse.get(t, d)
+	if e := relErr(oh, wo[64*H*D:]); e > tol {
+		t.Errorf("ring o: relative error %.3g", e)
+	}
+	var wl2 []float64
+	for h := 0; h < H; h++ {
+		wl2 = append(wl2, wl[h*T+64:h*T+T]...)
+	}
+	if e := relErr(lh, wl2); e > 1e-3 {
+		t.Errorf("ring lse: relative error %.3g", e)
+	}
+	_, _ = doh, nl
+	_ = do
+}
