@@ -160,19 +160,25 @@ func Compile(f *ir.Func, opts CompileOptions) (*Result, error) {
 	single := opts
 	single.Ranks = 0
 	res, _, err := compileOne(f, single)
-	if err != nil || model == nil {
+	if err != nil {
 		return res, err
+	}
+	if model == nil {
+		res.attachReplicated(opts)
+		return res, nil
 	}
 	so := ShardOptions{Ranks: opts.Ranks, Mode: opts.ShardMode}
 	if opts.Ranks == 0 {
 		var ok bool
 		so, ok = DefaultShard(res.Report, opts.Target, opts.Attention.Mode)
 		// A multi-GPU target with fewer sequences than GPUs has no data
-		// parallelism to use them: split the sequence across all of them.
-		if !ok && batchOf(res.Report) < int64(opts.Target.GPUs) {
+		// parallelism to use them: split the sequence across all of them, when
+		// the model has attention (a sequence) to split.
+		if !ok && batchOf(res.Report) < int64(opts.Target.GPUs) && res.Report.Attention.Found > 0 {
 			so, ok = ShardOptions{Ranks: opts.Target.GPUs, Mode: defaultShardMode(opts.Attention.Mode)}, true
 		}
 		if !ok {
+			res.attachReplicated(opts)
 			return res, nil
 		}
 		if res.Sharded, err = PlanSharded(model, opts.withoutPrint(), so); err != nil {
@@ -189,6 +195,29 @@ func Compile(f *ir.Func, opts CompileOptions) (*Result, error) {
 func (o CompileOptions) withoutPrint() CompileOptions {
 	o.PrintAfter = ""
 	return o
+}
+
+// attachReplicated says, on a multi-GPU target, that the step is not split but
+// replicated: every GPU runs the whole step on its own sequences (data
+// parallelism), which is what is left when there is no sequence to shard.
+func (res *Result) attachReplicated(opts CompileOptions) {
+	gpus := opts.Target.GPUs
+	if gpus <= 1 {
+		return
+	}
+	rep := res.Report
+	var why string
+	switch {
+	case opts.Ranks == 1:
+		why = "--ranks=1"
+	case rep.Attention.Found == 0:
+		why = "the model has no attention, so no sequence to shard"
+	case batchOf(rep) >= int64(gpus):
+		why = fmt.Sprintf("the batch of %d gives every GPU its own sequences", batchOf(rep))
+	default:
+		why = "the step fits one GPU"
+	}
+	rep.DataParallel = &report.DataParallel{GPUs: gpus, Reason: why}
 }
 
 // attachSharded puts the sharded step's plan into the report.

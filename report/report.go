@@ -71,7 +71,10 @@ type Report struct {
 	ProgramHash string `json:"program_hash,omitempty"`
 	// Sharding and Communication describe a sequence-parallel plan (nil when the
 	// step runs on one GPU).
-	Sharding      *Sharding        `json:"sharding,omitempty"`
+	Sharding *Sharding `json:"sharding,omitempty"`
+	// DataParallel is set on a multi-GPU target when the step is not sharded: it
+	// is replicated, one whole copy per GPU.
+	DataParallel  *DataParallel    `json:"data_parallel,omitempty"`
 	Communication *Communication   `json:"communication,omitempty"`
 	Outputs       map[string]Value `json:"outputs"`
 }
@@ -138,6 +141,14 @@ type Sharding struct {
 	LocalSeqLen int64  `json:"local_seq_len"`
 	// Program names the file (in -o DIR) holding one rank's program.
 	Program string `json:"program,omitempty"`
+}
+
+// DataParallel says that each of GPUs GPUs runs the whole step on its own
+// sequences (gradients are all-reduced in training), and why the sequence is
+// not split instead.
+type DataParallel struct {
+	GPUs   int    `json:"gpus"`
+	Reason string `json:"reason"`
 }
 
 // Communication is the traffic of one step per GPU.
@@ -307,6 +318,10 @@ func (r *Report) WriteText(w io.Writer) {
 	if sh := r.Sharding; sh != nil {
 		fmt.Fprintf(w, "sharding   %d ranks, %s (%s layout), %d of %d tokens per GPU\n", sh.Ranks, sh.Mode,
 			sh.Layout, sh.LocalSeqLen, sh.SeqLen)
+	}
+	if dp := r.DataParallel; dp != nil {
+		fmt.Fprintf(w, "parallel   data-parallel: the step is replicated on each of %d GPUs (%s)\n",
+			dp.GPUs, dp.Reason)
 	}
 	if c := r.Communication; c != nil {
 		var ops []string

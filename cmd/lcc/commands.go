@@ -55,14 +55,22 @@ type attentionFlags struct {
 func (a *attentionFlags) add(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&a.mode, "attention", "dense",
 		"attention: dense (exact), dilated (LongNet), ring or ulysses (sequence-parallel dense, with --ranks)")
-	cmd.Flags().IntVar(&a.ranks, "ranks", 0, "shard the sequence over N GPUs (ranks); default: the target's GPUs when one does not fit")
+	cmd.Flags().IntVar(&a.ranks, "ranks", 0, rankFlagDoc)
 	cmd.Flags().Int64SliceVar(&a.segments, "segments", nil, "dilated attention segment lengths, e.g. 2048,4096,8192")
 	cmd.Flags().Int64SliceVar(&a.dilations, "dilations", nil, "dilated attention dilation rates, e.g. 1,2,4")
 	cmd.Flags().StringVar(&a.offsets, "dilated-offsets", "paper", "head offsets of dilated attention: paper or block")
 	cmd.Flags().BoolVar(&a.require, "require-attention", false, "make an attention-like subgraph that does not match an error")
 }
 
-func (a *attentionFlags) options() (driver.AttentionOptions, error) {
+// rankFlagDoc is the help of --ranks; options() implements it.
+const rankFlagDoc = "split the sequence over N ranks (1: do not split). Default: compile, on a " +
+	"multi-GPU target, splits over all its GPUs when one GPU cannot hold the step or the batch has " +
+	"fewer sequences than GPUs (and replicates a model without attention); with --attention=ring " +
+	"or ulysses, the target's GPUs. check and train: no split unless given"
+
+// options validates the flags; gpus is the target's GPU count (0 where there is
+// no target), which --attention=ring or ulysses without --ranks shards over.
+func (a *attentionFlags) options(gpus int) (driver.AttentionOptions, error) {
 	rewrite, shard, err := driver.ShardModes(a.mode)
 	if err != nil {
 		return driver.AttentionOptions{}, err
@@ -70,7 +78,14 @@ func (a *attentionFlags) options() (driver.AttentionOptions, error) {
 	if a.ranks < 0 {
 		return driver.AttentionOptions{}, fmt.Errorf("--ranks %d: want a positive number", a.ranks)
 	}
+	if (a.mode == "ring" || a.mode == "ulysses") && a.ranks == 0 && gpus > 1 {
+		a.ranks = gpus
+	}
 	if (a.mode == "ring" || a.mode == "ulysses") && a.ranks < 2 {
+		if gpus == 1 {
+			return driver.AttentionOptions{}, fmt.Errorf("--attention=%s needs --ranks=N with N >= 2 "+
+				"(the target has one GPU)", a.mode)
+		}
 		return driver.AttentionOptions{}, fmt.Errorf("--attention=%s needs --ranks=N with N >= 2", a.mode)
 	}
 	a.shardMode = shard
@@ -123,11 +138,11 @@ func (c *compileFlags) add(cmd *cobra.Command) {
 
 // options validates the flags and returns the target and the pipeline options.
 func (c *compileFlags) options() (targets.Target, driver.Options, error) {
-	att, err := c.af.options()
+	t, err := lookupTarget(c.target, c.targetFile)
 	if err != nil {
 		return targets.Target{}, driver.Options{}, err
 	}
-	t, err := lookupTarget(c.target, c.targetFile)
+	att, err := c.af.options(t.GPUs)
 	if err != nil {
 		return targets.Target{}, driver.Options{}, err
 	}

@@ -114,7 +114,7 @@ func checkCmd() *cobra.Command {
 			if !(tolerance > 0) {
 				return fmt.Errorf("--tolerance %g: want a positive number", tolerance)
 			}
-			att, err := af.options()
+			att, err := af.options(0)
 			if err != nil {
 				return err
 			}

@@ -22,7 +22,8 @@ func trainCmd() *cobra.Command {
 		Use:   "train MODEL --data=SPEC --seq-len N --batch N --steps N --lr X",
 		Short: "train a model (.onnx or .lcc): AdamW, warmup+cosine, checkpoints, bit-identical resume",
 		Long: `train runs forward, backward (autodiff) and an AdamW update, all as lcc IR, on the
-CPU interpreter in f32 (--device=cpu; the CUDA executor is not available yet).
+CPU interpreter in f32 (--device=cpu, the default) or on GPU 0 with the CUDA executor
+(--device=cuda; --precision=bf16 for bf16 storage with fp32 master weights).
 
 Data specs: synthetic:copy[:ALPHABET], synthetic:passkey, tokens:FILE (uint16 or
 uint32 little-endian, --token-bytes), bytes:FILE (raw bytes; vocabulary >= 256).
@@ -50,7 +51,7 @@ stays silent for --comm-timeout ends every other rank with an error naming it.`,
 			if _, set := os.LookupEnv("GOGC"); !set {
 				defer debug.SetGCPercent(debug.SetGCPercent(400))
 			}
-			att, err := af.options()
+			att, err := af.options(0)
 			if err != nil {
 				return err
 			}
