@@ -43,6 +43,12 @@ func (c Comparison) tolerance(tol float64) float64 { return math.Max(tol, c.Floo
 
 // Compare measures a against ref (same element count required).
 func Compare(name string, a, ref *tensor.Tensor) (Comparison, error) {
+	return CompareNorm(name, a, ref, 0)
+}
+
+// CompareNorm is Compare with the relative error measured against at least
+// minNorm: ‖a − ref‖ / max(‖ref‖, minNorm).
+func CompareNorm(name string, a, ref *tensor.Tensor, minNorm float64) (Comparison, error) {
 	c := Comparison{Name: name, Shape: ref.Shape, Floor: ToleranceFloor(ref.DType)}
 	if a.Numel() != ref.Numel() {
 		return c, fmt.Errorf("%s: lcc gives %v%s, the reference %v%s: %w", name, a.DType,
@@ -62,8 +68,8 @@ func Compare(name string, a, ref *tensor.Tensor) (Comparison, error) {
 		c.MaxAbs = math.Max(c.MaxAbs, math.Abs(d))
 	}
 	c.RelErr = math.Sqrt(num)
-	if den > 0 {
-		c.RelErr /= math.Sqrt(den)
+	if den := max(math.Sqrt(den), minNorm); den > 0 {
+		c.RelErr /= den
 	}
 	return c, nil
 }

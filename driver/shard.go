@@ -296,7 +296,8 @@ func CheckSharded(f *ir.Func, ref *safetensors.File, refPath string, so ShardOpt
 		}
 	}
 	grad := func(p *ir.Param) *tensor.Tensor { return sp.Gather(outs, autodiff.GradPrefix+p.Name) }
-	if err := compareGrads(sp.Func, ref, refPath, opts.Out, grad, add); err != nil {
+	record := func(c Comparison) { res.Comparisons = append(res.Comparisons, c) }
+	if err := compareGrads(sp.Func, ref, refPath, opts.Out, grad, record); err != nil {
 		return nil, err
 	}
 	return res, res.Print(opts)

@@ -166,6 +166,9 @@ type Func struct {
 	// Notes are importer findings worth telling the user (not part of the text
 	// form): e.g. framework parameters the exporter folded into constants.
 	Notes []string
+	// Remarks say what the importer changed to keep the model the framework's,
+	// for the user to know (not warnings): e.g. merged parameters it untied.
+	Remarks []string
 }
 
 // Param returns the parameter called name, or nil.
@@ -236,7 +239,8 @@ func (f *Func) ReplaceUses(old, new *Value) {
 
 // Clone returns a deep copy of f's structure; parameter Data tensors are shared.
 func (f *Func) Clone() *Func {
-	g := &Func{Name: f.Name, Notes: append([]string(nil), f.Notes...)}
+	g := &Func{Name: f.Name, Notes: append([]string(nil), f.Notes...),
+		Remarks: append([]string(nil), f.Remarks...)}
 	m := make(map[*Value]*Value)
 	for _, p := range f.Params {
 		q := &Param{Name: p.Name, Role: p.Role, Data: p.Data, Frozen: p.Frozen, Origin: p.Origin,

@@ -29,7 +29,7 @@ func handBuiltMHA(t *testing.T, f *ir.Func, cfg DilateConfig) *ir.Func {
 	bsz, seq := x.Shape[0], x.Shape[1]
 	b := ir.NewBuilder("mha")
 	in := b.Input("x", ir.T(tensor.F32, bsz, seq, 32))
-	qkv := b.Add(b.MatMul(in, b.Weight("wqkv", w("val_2")), false, false),
+	qkv := b.Add(b.MatMul(in, b.Weight("wqkv", w("qkv.weight")), false, true),
 		b.Weight("bqkv", w("qkv.bias")))
 	parts := b.Apply(ir.OpSplit, ir.A("axis", int64(2), "sizes", []int64{32, 32, 32}), qkv)
 	var heads []*ir.Value
@@ -38,7 +38,7 @@ func handBuiltMHA(t *testing.T, f *ir.Func, cfg DilateConfig) *ir.Func {
 	}
 	o := b.Apply(ir.OpDilatedAttention, ir.A("segments", cfg.Segments, "dilations", cfg.Dilations,
 		"offsets", cfg.Offsets, "causal", true, "scale", 0.35355338), heads...)[0]
-	y := b.Add(b.MatMul(b.Reshape(o, bsz, seq, 32), b.Weight("wo", w("val_42")), false, false),
+	y := b.Add(b.MatMul(b.Reshape(o, bsz, seq, 32), b.Weight("wo", w("o.weight")), false, true),
 		b.Weight("bo", w("o.bias")))
 	b.Output("y", y)
 	g, err := b.Build()

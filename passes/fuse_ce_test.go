@@ -19,7 +19,13 @@ import (
 // loss kept as an output (as for training), so the logits have no other reader.
 func lossModel(t *testing.T, name string) *ir.Func {
 	t.Helper()
-	f, err := driver.Load("../testdata/onnx/"+name+".onnx", driver.Bindings{SeqLen: 16, Batch: 2})
+	return lossModelSeq(t, name, 16)
+}
+
+// lossModelSeq is lossModel at sequence length seq.
+func lossModelSeq(t *testing.T, name string, seq int64) *ir.Func {
+	t.Helper()
+	f, err := driver.Load("../testdata/onnx/"+name+".onnx", driver.Bindings{SeqLen: seq, Batch: 2})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -48,7 +48,10 @@ const AdamWBytesPerParam = 8
 type Report struct {
 	Model string `json:"model"`
 	// Warnings are things that look wrong in the model without being errors.
-	Warnings    []string               `json:"warnings,omitempty"`
+	Warnings []string `json:"warnings,omitempty"`
+	// Notes say what the importer changed to keep the model the framework's (for
+	// example parameters the exporter merged, trained separately again).
+	Notes       []string               `json:"notes,omitempty"`
 	Mode        string                 `json:"mode"`
 	Target      Target                 `json:"target"`
 	Shapes      Shapes                 `json:"shapes"`
@@ -286,6 +289,9 @@ func (r *Report) WriteText(w io.Writer) {
 	fmt.Fprintf(w, "model      %s (%s)\n", r.Model, r.Mode)
 	for _, warn := range r.Warnings {
 		fmt.Fprintf(w, "warning    %s\n", warn)
+	}
+	for _, note := range r.Notes {
+		fmt.Fprintf(w, "note       %s\n", note)
 	}
 	fmt.Fprintf(w, "target     %s: %d× GPU %s, %s each\n", r.Target.Name, r.Target.GPUs, r.Target.Arch,
 		Bytes(r.Target.MemoryBytes))

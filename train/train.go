@@ -69,7 +69,10 @@ type Config struct {
 	Resume bool
 
 	// Progress gets a progress line every ProgressEvery steps (nil: none).
-	Progress      io.Writer
+	Progress io.Writer
+	// Log gets the model's warnings and the importer's notes, as compile and
+	// check print them (nil: none).
+	Log           io.Writer
 	ProgressEvery int
 	// Version is lcc's version, recorded in checkpoints.
 	Version string
@@ -230,6 +233,14 @@ func newTrainer(cfg Config) (*trainer, error) {
 	model, err := driver.Load(cfg.Model, bind)
 	if err != nil {
 		return nil, err
+	}
+	if cfg.Log != nil {
+		for _, w := range driver.Warnings(model) {
+			fmt.Fprintf(cfg.Log, "lcc: warning: %s\n", w)
+		}
+		for _, n := range model.Remarks {
+			fmt.Fprintf(cfg.Log, "lcc: note: %s\n", n)
+		}
 	}
 	if miss := driver.MissingWeights(model); len(miss) > 0 {
 		return nil, fmt.Errorf("%s: weights without data: %s", cfg.Model, strings.Join(miss, ", "))

@@ -13,6 +13,7 @@ import (
 	"github.com/lcc-dev/lcc/driver"
 	"github.com/lcc-dev/lcc/ir"
 	"github.com/lcc-dev/lcc/runtime/cpu"
+	"github.com/lcc-dev/lcc/safetensors"
 	"github.com/lcc-dev/lcc/tensor"
 )
 
@@ -327,6 +328,43 @@ func TestConfigErrors(t *testing.T) {
 		tc.mod(&c)
 		if _, err := Train(c); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("got %v, want an error containing %q", err, tc.want)
+		}
+	}
+}
+
+// TestUntiedScalesDiffer: PyTorch's exporter merged gpt_mini's five LayerNorm
+// scales (all ones at initialisation) into one initializer. lcc trains them as
+// the five parameters PyTorch has, says so, and after 20 steps they differ.
+func TestUntiedScalesDiffer(t *testing.T) {
+	c := small(t, 20)
+	c.CheckpointDir = t.TempDir()
+	var log strings.Builder
+	c.Log = &log
+	run(t, c)
+	if !strings.Contains(log.String(), "lcc: note: untied 8 parameter(s)") ||
+		!strings.Contains(log.String(), "lnf.weight (merged into blocks.0.ln1.weight)") {
+		t.Errorf("no note about the untied parameters:\n%s", log.String())
+	}
+	ck, err := safetensors.Read(filepath.Join(c.CheckpointDir, "ckpt-00000020.safetensors"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := []string{"blocks.0.ln1.weight", "blocks.0.ln2.weight", "blocks.1.ln1.weight",
+		"blocks.1.ln2.weight", "lnf.weight"}
+	for i, a := range names {
+		wa := ck.Tensors[a]
+		if wa == nil {
+			t.Fatalf("checkpoint lacks %s (has %v)", a, ck.Names)
+		}
+		for _, b := range names[:i] {
+			wb := ck.Tensors[b]
+			same := true
+			for k := range wa.F {
+				same = same && wa.F[k] == wb.F[k]
+			}
+			if same {
+				t.Errorf("%s and %s are equal after 20 steps: still tied", a, b)
+			}
 		}
 	}
 }

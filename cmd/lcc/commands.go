@@ -201,6 +201,7 @@ func compileCmd() *cobra.Command {
 				return err
 			}
 			res.Report.Warnings = warnings
+			res.Report.Notes = f.Remarks
 			if out != "" {
 				if err := driver.WriteOutputs(out, res, emit...); err != nil {
 					return err

@@ -134,6 +134,9 @@ func checkCmd() *cobra.Command {
 			for _, w := range driver.Warnings(f) {
 				fmt.Fprintf(cmd.ErrOrStderr(), "lcc: warning: %s\n", w)
 			}
+			for _, n := range f.Remarks {
+				fmt.Fprintf(cmd.ErrOrStderr(), "lcc: note: %s\n", n)
+			}
 			if _, err := driver.Prepare(f, att, passes.Options{VerifyEach: true}); err != nil {
 				return err
 			}

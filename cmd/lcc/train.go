@@ -45,6 +45,7 @@ stays silent for --comm-timeout ends every other rank with an error naming it.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			cfg.Model = args[0]
 			cfg.Progress = cmd.OutOrStdout()
+			cfg.Log = cmd.ErrOrStderr()
 			cfg.Version = version
 			// The interpreter allocates a tensor per op; the live heap is small, so a
 			// lazier GC buys ~15% of step time. An explicit GOGC still wins.

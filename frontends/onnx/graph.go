@@ -11,6 +11,12 @@ import (
 
 func (d *decoder) decodeGraph(gp *onnxpb.GraphProto) (*Graph, error) {
 	g := &Graph{Name: gp.GetName(), Initializers: map[string]*tensor.Tensor{}}
+	for _, kv := range gp.GetMetadataProps() {
+		if g.Metadata == nil {
+			g.Metadata = map[string]string{}
+		}
+		g.Metadata[kv.GetKey()] = kv.GetValue()
+	}
 	for _, sp := range gp.GetSparseInitializer() {
 		return nil, fmt.Errorf("%w: sparse initializer %q", ErrUnsupported, sp.GetValues().GetName())
 	}

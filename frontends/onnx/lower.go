@@ -75,7 +75,12 @@ func Import(m *Model, opts ImportOptions) (*ir.Func, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", m.Source, err)
 	}
-	f.Notes = foldedParameters(m, f)
+	if l.plan != nil {
+		f.Notes = l.paramNotes(l.prov)
+		f.Remarks = l.plan.remarks()
+	} else {
+		f.Notes = foldedParameters(m, f)
+	}
 	l.dropBoundInputs(f)
 	return f, nil
 }
@@ -215,10 +220,12 @@ func checkOps(m *Model) error {
 	return fmt.Errorf("%s: %w: %s", m.Source, ErrUnsupported, strings.Join(bad, "; "))
 }
 
-// val is an ONNX value during lowering: an IR value, a known constant, or both.
+// val is an ONNX value during lowering: an IR value, a known constant, or both;
+// or the transpose of weight wt (a folded Linear weight), built when first read.
 type val struct {
-	v *ir.Value
-	c *tensor.Tensor
+	v  *ir.Value
+	c  *tensor.Tensor
+	wt *ir.Value
 }
 
 type lowerer struct {
@@ -228,6 +235,10 @@ type lowerer struct {
 	env  map[string]*val
 	// bound holds the inputs bound to their given values (ImportOptions.InputValues).
 	bound map[string]*tensor.Tensor
+	// prov and plan are the exporter's parameter provenance and what the
+	// importer made of it (see params.go); nil for files without it.
+	prov *provenance
+	plan *paramPlan
 }
 
 func (l *lowerer) isLabel(name string) bool {
@@ -261,6 +272,10 @@ func (l *lowerer) params() error {
 			role = ir.RoleLabel
 		}
 		l.env[in.Name] = &val{v: l.b.Func().AddParam(in.Name, role, t, nil)}
+	}
+	if l.prov = readProvenance(l.m); l.prov != nil {
+		l.planParams(l.prov)
+		return nil
 	}
 	for _, name := range g.InitializerNames {
 		t := g.Initializers[name]
@@ -359,6 +374,9 @@ func (l *lowerer) value(b *ir.Builder, name string) (*ir.Value, error) {
 		}
 		return nil, fmt.Errorf("lcc: BUG: folding reads a non-constant %q", name)
 	}
+	if e.v == nil && e.wt != nil {
+		e.v = b.Transpose(e.wt, 1, 0)
+	}
 	if e.v == nil {
 		e.v = b.Const(e.c)
 	}
@@ -392,12 +410,20 @@ func (l *lowerer) node(n *Node) error {
 	}
 	c := &nodeCtx{l: l, n: n, b: l.b}
 	l.b.SetName(nodeName(n))
+	restore := l.redirect(n)
 	outs, err := lower(c)
+	restore()
 	if err == nil {
 		err = l.b.Err()
 	}
 	if err != nil {
 		return err
+	}
+	if l.plan != nil {
+		if bias, ok := l.plan.restored[n]; ok && len(outs) == 1 {
+			// The exporter dropped this Gemm's zero bias; PyTorch trains it.
+			outs[0] = l.b.Add(outs[0], l.plan.held[bias].w)
+		}
 	}
 	return l.bind(n, outs, nil)
 }

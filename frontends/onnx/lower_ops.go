@@ -245,6 +245,10 @@ func lowerCast(c *nodeCtx) ([]*ir.Value, error) {
 // MatMul follows numpy: a 1-D operand is promoted to a matrix and the added dim
 // removed from the result.
 func lowerMatMul(c *nodeCtx) ([]*ir.Value, error) {
+	if w := c.transposedWeight(1); w != nil && c.in(0).Type.Rank() >= 2 {
+		// x·Wᵀ of a Linear whose transpose the exporter folded: PyTorch's layout.
+		return one(c.b.MatMul(c.in(0), w, false, true))
+	}
 	a, b := c.in(0), c.in(1)
 	if a.Type.Rank() == 0 || b.Type.Rank() == 0 {
 		return nil, fmt.Errorf("MatMul of a scalar")
@@ -279,7 +283,14 @@ func btoi(b bool) int {
 
 // Gemm: alpha·A'·B' + beta·C.
 func lowerGemm(c *nodeCtx) ([]*ir.Value, error) {
-	y := c.b.MatMul(c.in(0), c.in(1), c.aInt("transA", 0) != 0, c.aInt("transB", 0) != 0)
+	bT := c.aInt("transB", 0) != 0
+	var b *ir.Value
+	if w := c.transposedWeight(1); w != nil {
+		b, bT = w, !bT
+	} else {
+		b = c.in(1)
+	}
+	y := c.b.MatMul(c.in(0), b, c.aInt("transA", 0) != 0, bT)
 	if alpha := c.aFloat("alpha", 1); alpha != 1 {
 		y = c.b.Mul(y, c.b.Scalar(y.Type.DType, alpha))
 	}

@@ -45,6 +45,9 @@ type Graph struct {
 	Initializers map[string]*tensor.Tensor
 	// InitializerNames lists the initializers in file order.
 	InitializerNames []string
+	// Metadata holds the graph's metadata_props (PyTorch's exporter records the
+	// ExportedProgram's graph signature here: which inputs were parameters).
+	Metadata map[string]string
 }
 
 // Node is one operator call.
