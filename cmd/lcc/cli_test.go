@@ -59,6 +59,7 @@ func TestCheckSharedModels(t *testing.T) {
 		{"llama_mini_op23.onnx", "llama_mini.ref.safetensors"},
 		{"llama_mini_extdata.onnx", "llama_mini.ref.safetensors"},
 		{"attn_mha.onnx", "attn_mha_dense.ref.safetensors"},
+		{"gpt_mini_loss.onnx", "gpt_mini_loss.ref.safetensors"},
 	}
 	for _, c := range cases {
 		out, stderr, code := lcc(t, "check", filepath.Join(td, "onnx", c.model), "--ref", filepath.Join(td, "ref", c.ref))
@@ -82,15 +83,20 @@ func TestCheckSharedModels(t *testing.T) {
 	}
 }
 
-// TestCheckGPTMiniLossFileDefect pins down why gpt_mini_loss.onnx cannot match its
-// reference: the exported graph's embedding Gather reads the graph input "labels",
-// while PyTorch's model embeds input_ids. lcc reports the mismatch and exits 1.
-func TestCheckGPTMiniLossFileDefect(t *testing.T) {
+// TestCheckGPTMiniLoss: the re-exported gpt_mini_loss.onnx (distinct example
+// tensors for input_ids and labels, so the embedding reads input_ids) matches its
+// reference, gradients included, with each merged LayerNorm parameter compared
+// with its own gradient.
+func TestCheckGPTMiniLoss(t *testing.T) {
 	out, stderr, code := lcc(t, "check", filepath.Join(td, "onnx", "gpt_mini_loss.onnx"), "--ref",
-		filepath.Join(td, "ref", "gpt_mini_loss.ref.safetensors"))
-	if code != 1 || !strings.Contains(stderr, "cross_entropy_loss") ||
-		!strings.Contains(stderr, `input "input_ids" is never read`) {
-		t.Errorf("want exit 1 naming cross_entropy_loss, got %d\n%s%s", code, out, stderr)
+		filepath.Join(td, "ref", "gpt_mini_loss.ref.safetensors"), "--grads")
+	if code != 0 || strings.Contains(stderr, "never read") || !strings.Contains(out, "cross_entropy_loss") {
+		t.Errorf("exit %d\n%s%s", code, out, stderr)
+	}
+	for _, name := range []string{"grad.blocks.1.ln2.weight", "grad.lnf.bias"} {
+		if !strings.Contains(out, name+" (as m."+strings.TrimPrefix(name, "grad.")+")") {
+			t.Errorf("%s is not compared on its own:\n%s", name, out)
+		}
 	}
 }
 

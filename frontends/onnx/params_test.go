@@ -19,6 +19,7 @@ import (
 func TestWeightsArePyTorchParameters(t *testing.T) {
 	cases := []struct{ model, ref string }{
 		{"onnx/gpt_mini.onnx", "ref/gpt_mini.ref.safetensors"},
+		{"onnx/gpt_mini_loss.onnx", "ref/gpt_mini_loss.ref.safetensors"},
 		{"onnx/llama_mini.onnx", "ref/llama_mini.ref.safetensors"},
 		{"onnx/llama_mini_op23.onnx", "ref/llama_mini.ref.safetensors"},
 		{"onnx/llama_mini_extdata.onnx", "ref/llama_mini.ref.safetensors"},
