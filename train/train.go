@@ -83,7 +83,8 @@ type Config struct {
 	Attention driver.AttentionOptions
 	// Ranks > 1 shards every step's sequence over that many ranks with ShardMode
 	// (ring, ulysses or dilated: see driver.ShardModes); Comm is this rank's
-	// communicator. Each rank runs the rank-specific build of the step on its
+	// communicator (with Ranks ≤ 1, a Comm of one rank runs the step sharded for
+	// one rank, collectives included: how a one-rank NCCL communicator is tested). Each rank runs the rank-specific build of the step on its
 	// share of the batch and ends the step with the all-reduced gradient, so
 	// weights and optimizer state are the same on every rank. Rank 0 alone writes
 	// checkpoints, metrics and progress; every rank resumes from its checkpoints.
@@ -163,9 +164,9 @@ func (c *Config) check() error {
 		return fmt.Errorf("--ranks %d: want >= 1", c.Ranks)
 	case c.Ranks > 1 && c.Comm == nil:
 		return fmt.Errorf("--ranks=%d: no communicator (train/runner starts the ranks)", c.Ranks)
-	case c.Ranks > 1 && c.Comm.Size() != c.Ranks:
+	case c.Comm != nil && c.Comm.Size() != max(c.Ranks, 1):
 		return fmt.Errorf("--ranks=%d, but the communicator has %d ranks", c.Ranks, c.Comm.Size())
-	case c.Ranks > 1 && c.Run != nil:
+	case c.Comm != nil && c.Run != nil:
 		return fmt.Errorf("--ranks=%d --device=%s: the GPU executor runs no collectives yet; "+
 			"use --device=cpu", c.Ranks, c.Device)
 	}
@@ -217,7 +218,7 @@ func Train(cfg Config) (*Result, error) {
 	if err := cfg.check(); err != nil {
 		return nil, err
 	}
-	if cfg.Progress == nil || (cfg.Ranks > 1 && cfg.Comm.Rank() != 0) {
+	if cfg.Progress == nil || (cfg.Comm != nil && cfg.Comm.Rank() != 0) {
 		cfg.Progress = io.Discard
 	}
 	t, err := newTrainer(cfg)
@@ -249,7 +250,7 @@ func newTrainer(cfg Config) (*trainer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", cfg.Model, err)
 	}
-	if cfg.Attention.Mode != "" || cfg.Ranks > 1 {
+	if cfg.Attention.Mode != "" || cfg.Comm != nil {
 		if _, err := driver.Prepare(obj, cfg.Attention, passes.Options{VerifyEach: true}); err != nil {
 			return nil, fmt.Errorf("%s: %w", cfg.Model, err)
 		}
@@ -259,9 +260,9 @@ func newTrainer(cfg Config) (*trainer, error) {
 		shard *driver.ShardedProgram
 		rank  int
 	)
-	if cfg.Ranks > 1 {
+	if cfg.Comm != nil {
 		shard, err = driver.ShardObjective(obj, driver.Objective{Loss: lossName},
-			driver.ShardOptions{Ranks: cfg.Ranks, Mode: cfg.ShardMode, Grads: true})
+			driver.ShardOptions{Ranks: cfg.Comm.Size(), Mode: cfg.ShardMode, Grads: true})
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", cfg.Model, err)
 		}

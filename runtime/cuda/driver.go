@@ -53,6 +53,7 @@ var (
 	cuEventRecord             = libcuda.sym("cuEventRecord")
 	cuEventSynchronize        = libcuda.sym("cuEventSynchronize")
 	cuEventElapsedTime        = libcuda.sym("cuEventElapsedTime")
+	cuEventQuery              = libcuda.sym("cuEventQuery")
 )
 
 // driverSymbols lists every driver entry point; a GPU test resolves them all so a
@@ -66,13 +67,14 @@ var driverSymbols = []*symbol{cuInit, cuDriverGetVersion, cuGetErrorString, cuGe
 	cuMemcpyDtoD, cuMemsetD8, cuMemsetD32, cuModuleLoadData, cuModuleUnload,
 	cuModuleGetFunction, cuFuncSetAttribute, cuLaunchKernel, cuStreamCreate,
 	cuStreamDestroy, cuStreamSynchronize, cuStreamWaitEvent, cuEventCreate, cuEventDestroy,
-	cuEventRecord, cuEventSynchronize, cuEventElapsedTime}
+	cuEventRecord, cuEventSynchronize, cuEventElapsedTime, cuEventQuery}
 
 // CUresult values this package tests for.
 const (
 	cudaSuccess           = 0
 	cudaErrorInvalidValue = 1
 	cudaErrorNoDevice     = 100
+	cudaErrorNotReady     = 600
 )
 
 // CUdevice_attribute values.

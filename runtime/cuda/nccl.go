@@ -1,8 +1,10 @@
 package cuda
 
 import (
+	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"unsafe"
 
 	"github.com/ebitengine/purego"
@@ -27,9 +29,11 @@ var (
 	ncclRecv           = libnccl.sym("ncclRecv")
 	ncclGroupStart     = libnccl.sym("ncclGroupStart")
 	ncclGroupEnd       = libnccl.sym("ncclGroupEnd")
+	ncclCommAbort      = libnccl.sym("ncclCommAbort")
+	ncclCommAsyncError = libnccl.sym("ncclCommGetAsyncError")
 	ncclSymbols        = []*symbol{ncclGetErrorString, ncclGetUniqueId, ncclCommInitRank,
 		ncclCommDestroy, ncclAllReduce, ncclAllGather, ncclReduceScatter, ncclSend, ncclRecv,
-		ncclGroupStart, ncclGroupEnd}
+		ncclGroupStart, ncclGroupEnd, ncclCommAbort, ncclCommAsyncError}
 )
 
 // NCCLUniqueID is the rendezvous token (ncclUniqueId): rank 0 makes it with
@@ -123,7 +127,12 @@ type Comm struct {
 	dev          *Device
 	handle       uintptr // ncclComm_t
 	rank, nranks int
+	// aborted is set by Abort, from any goroutine; the handle is then dead.
+	aborted atomic.Bool
 }
+
+// errAborted is returned by calls on an aborted communicator.
+var errAborted = errors.New("cuda: NCCL communicator aborted (ncclCommAbort)")
 
 // NewComm joins rank of an nranks-wide communicator identified by id, on d. It
 // blocks until all ranks have joined; in one process, call it from one goroutine
@@ -162,6 +171,9 @@ func (c *Comm) Size() int { return c.nranks }
 
 // collective queues one NCCL call on s with the device's context current.
 func (c *Comm) collective(t tensor.DType, call func(dt uintptr) error) error {
+	if c.aborted.Load() {
+		return errAborted
+	}
 	dt, err := ncclType(t)
 	if err != nil {
 		return err
@@ -213,9 +225,37 @@ func (c *Comm) Recv(buf DevicePtr, count int, t tensor.DType, peer int, s *Strea
 	})
 }
 
+// AsyncError returns the communicator's asynchronous error
+// (ncclCommGetAsyncError): a failure of queued NCCL work, such as a peer's
+// connection breaking, that no call has returned. nil while all is well.
+func (c *Comm) AsyncError() error {
+	if c.aborted.Load() {
+		return errAborted
+	}
+	if c.handle == 0 {
+		return nil
+	}
+	var res int32
+	if err := nccl(ncclCommAsyncError, "", c.handle, uintptr(unsafe.Pointer(&res))); err != nil {
+		return err
+	}
+	return ncclCheck("ncclCommGetAsyncError", fmt.Sprintf("rank %d of %d", c.rank, c.nranks), res)
+}
+
+// Abort frees the communicator and makes its queued and blocked operations end
+// (ncclCommAbort): the way out of a collective a dead or hung peer never joins.
+// It may be called from any goroutine while another waits in an NCCL call; the
+// communicator is unusable afterwards.
+func (c *Comm) Abort() error {
+	if c.handle == 0 || c.aborted.Swap(true) {
+		return nil
+	}
+	return c.dev.do(func() error { return nccl(ncclCommAbort, "", c.handle) })
+}
+
 // Close destroys the communicator.
 func (c *Comm) Close() error {
-	if c.handle == 0 {
+	if c.handle == 0 || c.aborted.Load() {
 		return nil
 	}
 	err := c.dev.do(func() error { return nccl(ncclCommDestroy, "", c.handle) })

@@ -93,6 +93,27 @@ func (e *Event) Synchronize() error {
 	return e.dev.do(func() error { return cu(cuEventSynchronize, "", e.handle) })
 }
 
+// Done reports, without blocking, whether the work recorded before the event has
+// completed (cuEventQuery); a failure of that work is an error. Watchdogs poll it.
+func (e *Event) Done() (bool, error) {
+	var done bool
+	err := e.dev.do(func() error {
+		r, err := cuEventQuery.call(e.handle)
+		if err != nil {
+			return err
+		}
+		switch code := int32(r); code {
+		case cudaSuccess:
+			done = true
+		case cudaErrorNotReady:
+		default:
+			return driverError(cuEventQuery.name, "", code)
+		}
+		return nil
+	})
+	return done, err
+}
+
 // Since returns the GPU time between start and e, both recorded and completed
 // (call e.Synchronize first). The driver's resolution is about half a microsecond.
 func (e *Event) Since(start *Event) (time.Duration, error) {
