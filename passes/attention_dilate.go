@@ -30,7 +30,11 @@ var DefaultDilateConfig = DilateConfig{
 }
 
 // dilateAttentionDefault makes the pass known to `lcc passes` and --print-ir-after.
-var _ = Register(DilateAttention(DefaultDilateConfig))
+var _ = RegisterConfigurable(DilateAttention(DefaultDilateConfig), func(a *Args) (Pass, error) {
+	d := DefaultDilateConfig
+	return DilateAttention(DilateConfig{Segments: a.Ints("segments", d.Segments),
+		Dilations: a.Ints("dilations", d.Dilations), Offsets: a.String("offsets", d.Offsets)}), nil
+})
 
 // DilateAttention returns the dilate-attention pass: every `attention` op, which
 // must be causal, without a mask and with as many keys as queries, becomes a

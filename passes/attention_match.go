@@ -94,7 +94,10 @@ type UnmatchedAttention struct {
 }
 
 // matchAttentionDefault makes the pass known to `lcc passes` and --print-ir-after.
-var _ = Register(MatchAttention(MatchConfig{}))
+var _ = RegisterConfigurable(MatchAttention(MatchConfig{}), func(a *Args) (Pass, error) {
+	return MatchAttention(MatchConfig{RequireAttention: a.Bool("require", false),
+		MaskEvalLimit: a.Int("mask-eval-limit", 0)}), nil
+})
 
 // MatchAttention returns the match-attention pass.
 func MatchAttention(cfg MatchConfig) Pass {

@@ -77,7 +77,11 @@ func InsertCheckpointsWithStats(cfg CheckpointConfig) (Pass, *CheckpointStats) {
 
 // The registry's instance (for `lcc passes` and --print-ir-after): auto without a
 // budget, which changes nothing.
-var _ = Register(InsertCheckpoints(CheckpointConfig{Policy: "auto"}))
+var _ = RegisterConfigurable(InsertCheckpoints(CheckpointConfig{Policy: "auto"}),
+	func(a *Args) (Pass, error) {
+		return InsertCheckpoints(CheckpointConfig{Policy: a.String("policy", "auto"),
+			BudgetBytes: a.Int("budget", 0)}), nil
+	})
 
 // Checkpoint applies cfg to f, a function made by autodiff, in place.
 func Checkpoint(f *ir.Func, cfg CheckpointConfig) (CheckpointStats, error) {

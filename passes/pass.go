@@ -114,22 +114,3 @@ func dump(dir, pass, ir string) string {
 	}
 	return " (IR before the failure: " + path + ")"
 }
-
-// Registry lists every pass lcc has, for `lcc passes` and --print-ir-after.
-var Registry []Pass
-
-// Register adds a pass to the registry (called from each pass's file).
-func Register(p Pass) Pass {
-	Registry = append(Registry, p)
-	return p
-}
-
-// Lookup finds a registered pass by name.
-func Lookup(name string) (Pass, bool) {
-	for _, p := range Registry {
-		if p.Name == name {
-			return p, true
-		}
-	}
-	return Pass{}, false
-}

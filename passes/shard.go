@@ -129,7 +129,11 @@ func ShardSequence(cfg ShardConfig) Pass {
 		}}
 }
 
-var _ = Register(ShardSequence(ShardConfig{Ranks: 8, Mode: ShardRing}))
+var _ = RegisterConfigurable(ShardSequence(ShardConfig{Ranks: 8, Mode: ShardRing}),
+	func(a *Args) (Pass, error) {
+		return ShardSequence(ShardConfig{Ranks: int(a.Int("ranks", 8)),
+			Mode: a.String("mode", ShardRing), SeqLen: a.Int("seq-len", 0)}), nil
+	})
 
 // state is a value's sequence-axis state.
 type state struct {
