@@ -155,9 +155,12 @@ func autodiffPass(opts func(f *ir.Func) (o autodiff.Options, ok bool)) passes.Pa
 		}}
 }
 
-var _ = passes.Register(autodiffPass(func(*ir.Func) (autodiff.Options, bool) {
+var _ = passes.RegisterConfigurable(autodiffPass(func(*ir.Func) (autodiff.Options, bool) {
 	return autodiff.Options{Loss: loss.Output, KeepOutputs: true}, true
-}))
+}), func(a *passes.Args) (passes.Pass, error) {
+	o := autodiff.Options{Loss: a.String("loss", loss.Output), KeepOutputs: a.Bool("keep-outputs", true)}
+	return autodiffPass(func(*ir.Func) (autodiff.Options, bool) { return o, true }), nil
+})
 
 // pipeline is a pass list and what its passes found while running.
 type pipeline struct {

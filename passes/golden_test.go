@@ -11,6 +11,7 @@ import (
 
 	"golang.org/x/tools/txtar"
 
+	cudagen "github.com/lcc-dev/lcc/codegen/cuda"
 	"github.com/lcc-dev/lcc/ir"
 	"github.com/lcc-dev/lcc/tensor"
 )
@@ -24,6 +25,9 @@ var update = flag.Bool("update", false, "rewrite the want.lcc and error sections
 //	-- pipeline --   the passes to run, one per line: `name key=value ...`
 //	                 (ParsePipeline); the IR is verified after each
 //	-- want.lcc --   the exact IR after the pipeline, or
+//	-- want.cu --    when the pipeline ends with `codegen arch=A storage=S`: the
+//	                 kernels codegen/cuda generates for the IR, after the shared
+//	                 prelude, with their launch shapes, and the launch steps, or
 //	-- error --      a part of the error the pipeline must fail with
 //
 // and optionally
@@ -56,7 +60,7 @@ func readGolden(t *testing.T, path string) (*txtar.Archive, map[string]string) {
 	files := map[string]string{}
 	for _, f := range ar.Files {
 		switch f.Name {
-		case "in.lcc", "pipeline", "want.lcc", "error", "want", "check":
+		case "in.lcc", "pipeline", "want.lcc", "want.cu", "error", "want", "check":
 		default:
 			t.Fatalf("unknown section %q", f.Name)
 		}
@@ -80,12 +84,17 @@ func runGolden(t *testing.T, path string) {
 	if got := ir.Print(f); got != files["in.lcc"] {
 		t.Errorf("in.lcc does not print back as itself:\n%s", got)
 	}
-	ps, err := ParsePipeline(files["pipeline"])
+	pipeline, codegen := splitCodegen(t, files["pipeline"])
+	ps, err := ParsePipeline(pipeline)
 	if err != nil {
 		t.Fatal(err)
 	}
 	before := f.Clone()
 	_, runErr := Run(f, ps, Options{VerifyEach: true})
+	var cu string
+	if runErr == nil && codegen != nil {
+		cu, runErr = generate(f, *codegen)
+	}
 	if wantErr, ok := files["error"]; ok {
 		switch {
 		case runErr == nil:
@@ -121,6 +130,18 @@ func runGolden(t *testing.T, path string) {
 	default:
 		t.Fatalf("bad check section %q", files["check"])
 	}
+	if codegen != nil {
+		want, ok := files["want.cu"]
+		switch {
+		case *update:
+			writeSection(t, path, ar, "want.cu", cu)
+		case !ok:
+			t.Errorf("no want.cu section; kernels:\n%s", cu)
+		case cu != want:
+			t.Errorf("kernels:\n%s\nwant:\n%s", cu, want)
+		}
+		return
+	}
 	want, ok := files["want.lcc"]
 	got := ir.Print(f)
 	switch {
@@ -131,6 +152,59 @@ func runGolden(t *testing.T, path string) {
 	case got != want:
 		t.Errorf("IR after the pipeline:\n%s\nwant:\n%s", got, want)
 	}
+}
+
+// splitCodegen removes a final `codegen` line from a pipeline and returns its
+// options (the registered codegen pass only names the step; the test runs it).
+func splitCodegen(t *testing.T, pipeline string) (string, *cudagen.Options) {
+	t.Helper()
+	lines := strings.Split(strings.TrimSpace(pipeline), "\n")
+	fields := strings.Fields(lines[len(lines)-1])
+	if len(fields) == 0 || fields[0] != "codegen" {
+		return pipeline, nil
+	}
+	o := cudagen.Options{Arch: "sm_90", Storage: tensor.F32}
+	for _, w := range fields[1:] {
+		k, v, _ := strings.Cut(w, "=")
+		switch k {
+		case "arch":
+			o.Arch = v
+		case "storage":
+			dt, err := tensor.ParseDType(v)
+			if err != nil {
+				t.Fatalf("codegen: %v", err)
+			}
+			o.Storage = dt
+		default:
+			t.Fatalf("codegen: unknown option %q (arch, storage)", w)
+		}
+	}
+	return strings.Join(lines[:len(lines)-1], "\n"), &o
+}
+
+// generate renders what codegen/cuda makes of f: each kernel after the shared
+// prelude, then the launch steps.
+func generate(f *ir.Func, o cudagen.Options) (string, error) {
+	p, err := cudagen.Build(f, o)
+	if err != nil {
+		return "", err
+	}
+	var sb strings.Builder
+	for _, k := range p.Kernels {
+		fmt.Fprintf(&sb, "// kernel %s (%s) grid=%v block=%v shared=%d\n%s\n", k.Name, k.Op,
+			k.Grid, k.Block, k.Shared, strings.TrimSpace(k.Body()))
+	}
+	sb.WriteString("// launches\n")
+	for _, s := range p.Plan.Steps {
+		target := s.Kernel
+		if s.Gemm != nil {
+			g := s.Gemm
+			target = fmt.Sprintf("gemm m=%d n=%d k=%d batch=%d trans_a=%t trans_b=%t", g.M, g.N, g.K,
+				g.Batch, g.TransA, g.TransB)
+		}
+		fmt.Fprintf(&sb, "//   node %d %s: %s args=%v\n", s.Node, s.Op, target, s.Args)
+	}
+	return sb.String(), nil
 }
 
 // TestGoldenCoversEveryPass requires at least two golden files naming each

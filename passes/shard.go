@@ -937,7 +937,9 @@ func AllReduceGradientsPass(ranks int, prefix string) Pass {
 		Run: func(f *ir.Func) error { return AllReduceGradients(f, ranks, prefix) }}
 }
 
-var _ = Register(AllReduceGradientsPass(8, "grad."))
+var _ = RegisterConfigurable(AllReduceGradientsPass(8, "grad."), func(a *Args) (Pass, error) {
+	return AllReduceGradientsPass(int(a.Int("ranks", 8)), a.String("prefix", "grad.")), nil
+})
 
 // AllReduceGradients sums every gradient output "<prefix><weight>" over ranks: in
 // a sharded program each rank's weight gradient is its share of the sum. Run it

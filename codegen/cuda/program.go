@@ -46,6 +46,10 @@ type Kernel struct {
 	Params []Param
 }
 
+// Body is the kernel's source after the prelude every kernel shares: what golden
+// tests compare.
+func (k Kernel) Body() string { return strings.TrimPrefix(k.Source, prelude) }
+
 // Buffer is one device buffer of the plan: an IR value or a temporary.
 type Buffer struct {
 	ID    int     `json:"id"`

@@ -306,7 +306,13 @@ func Insert(kind string, keepOutputs bool, res *Choice) passes.Pass {
 		}}
 }
 
-var _ = passes.Register(Insert(Auto, false, nil))
+var _ = passes.RegisterConfigurable(Insert(Auto, false, nil), func(a *passes.Args) (passes.Pass, error) {
+	kind := a.String("loss", Auto)
+	if err := CheckKind(kind); err != nil {
+		return passes.Pass{}, err
+	}
+	return Insert(kind, a.Bool("keep-outputs", false), nil), nil
+})
 
 func outputList(f *ir.Func) string {
 	var s []string
