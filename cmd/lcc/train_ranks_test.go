@@ -1,10 +1,14 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"math"
+	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -65,5 +69,63 @@ func TestTrainRanks(t *testing.T) {
 	_, stderr, code := lcc(t, append(common, "--ranks=2", "--device=cuda")...)
 	if code != 1 || !strings.Contains(stderr, "--ranks") {
 		t.Errorf("--ranks=2 --device=cuda: exit %d: %s", code, stderr)
+	}
+}
+
+// TestTrainTwoProcesses starts two lcc processes as torchrun does (RANK,
+// WORLD_SIZE, LOCAL_RANK, MASTER_ADDR=127.0.0.1, a free MASTER_PORT): they meet
+// through the rendezvous, train over TCP, and rank 0's per-step losses are the
+// in-process --ranks=2 run's, bit for bit. Rank 1 prints nothing.
+func TestTrainTwoProcesses(t *testing.T) {
+	dir := t.TempDir()
+	args := []string{"train", filepath.Join(td, "onnx", "llama_mini.onnx"), "--data=synthetic:copy",
+		"--seq-len=16", "--batch=2", "--steps=3", "--attention=dilated", "--segments=4,16",
+		"--dilations=1,2"}
+	local := filepath.Join(dir, "local.jsonl")
+	if out, stderr, code := lcc(t, append(args, "--ranks=2", "--metrics="+local)...); code != 0 {
+		t.Fatalf("--ranks=2: exit %d\n%s%s", code, out, stderr)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
+	ln.Close()
+	procs := make([]*exec.Cmd, 2)
+	outs := make([]bytes.Buffer, 2)
+	metrics := filepath.Join(dir, "procs.jsonl")
+	for r := range procs {
+		c := exec.Command(lccBin, append(args, "--metrics="+metrics)...)
+		c.Env = append(os.Environ(), "RANK="+strconv.Itoa(r), "WORLD_SIZE=2", "LOCAL_RANK="+strconv.Itoa(r),
+			"MASTER_ADDR=127.0.0.1", "MASTER_PORT="+port)
+		c.Stdout, c.Stderr = &outs[r], &outs[r]
+		if err := c.Start(); err != nil {
+			t.Fatal(err)
+		}
+		procs[r] = c
+	}
+	for r, c := range procs {
+		if err := c.Wait(); err != nil {
+			t.Fatalf("rank %d: %v\n%s", r, err, outs[r].String())
+		}
+	}
+	a, b := metricLosses(t, local), metricLosses(t, metrics)
+	if len(b) != 3 {
+		t.Fatalf("%d losses from the processes, want 3", len(b))
+	}
+	for i := range a {
+		if math.Float64bits(a[i]) != math.Float64bits(b[i]) {
+			t.Errorf("step %d: %v from two processes, %v from two goroutines", i+1, b[i], a[i])
+		}
+	}
+	if !strings.Contains(outs[0].String(), "trained steps 1..3") || outs[1].Len() != 0 {
+		t.Errorf("rank 0 printed %q, rank 1 %q", outs[0].String(), outs[1].String())
+	}
+	// A launcher environment that makes no sense is an error naming the variable.
+	c := exec.Command(lccBin, args...)
+	c.Env = append(os.Environ(), "WORLD_SIZE=2", "RANK=2", "MASTER_ADDR=127.0.0.1")
+	out, _ := c.CombinedOutput()
+	if c.ProcessState.ExitCode() != 1 || !strings.Contains(string(out), "RANK=2: want < WORLD_SIZE=2") {
+		t.Errorf("RANK=2 of 2: exit %d: %s", c.ProcessState.ExitCode(), out)
 	}
 }

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/lcc-dev/lcc/runtime/comm/commtest"
+	"github.com/lcc-dev/lcc/runtime/comm/rendezvous"
+	"github.com/lcc-dev/lcc/runtime/comm/tcp"
 	"github.com/lcc-dev/lcc/runtime/cuda"
 	"github.com/lcc-dev/lcc/tensor"
 )
@@ -134,5 +136,29 @@ func TestGPUMonitorAborts(t *testing.T) {
 	_, err := c.AllReduce("after", []int64{1}, []float64{1}, "sum")
 	if err == nil || !strings.Contains(err.Error(), "rank 1") {
 		t.Errorf("after the monitor's report: %v", err)
+	}
+}
+
+// TestGPUJoinOneRank starts a one-process NCCL run the way the multi-process
+// runner does: rendezvous, TCP mesh, NCCL id through the mesh, NCCL init.
+func TestGPUJoinOneRank(t *testing.T) {
+	dev, err := cuda.Open(0)
+	if err != nil {
+		t.Skipf("skipping: no usable GPU: %v", err)
+	}
+	defer dev.Close()
+	if _, err := cuda.NCCLGetUniqueID(); err != nil {
+		t.Skipf("skipping: no usable NCCL: %v", err)
+	}
+	c, mesh, err := Join(dev, tcp.Config{Config: rendezvous.Config{Addr: "127.0.0.1:0", Rank: 0, Size: 1,
+		Timeout: 10 * time.Second}, Watchdog: 10 * time.Second}, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mesh.Close()
+	defer c.Close()
+	got, err := c.AllReduce("x", []int64{2}, []float64{1.5, -2}, "sum")
+	if err != nil || got[0] != 1.5 || got[1] != -2 {
+		t.Errorf("all_reduce: %v %v", got, err)
 	}
 }
