@@ -56,6 +56,9 @@ type Result struct {
 	Pipeline []passes.Pass
 	// Sharded is the sequence-sharded plan (nil when the step runs on one GPU).
 	Sharded *ShardPlan
+	// Rank is the program of one rank and its layout, from CompileStep with
+	// Ranks > 1 (Func is then that program); nil otherwise.
+	Rank *ShardedProgram
 	// Hash identifies the program: see ProgramHash.
 	Hash string
 }
@@ -188,6 +191,26 @@ func Compile(f *ir.Func, opts CompileOptions) (*Result, error) {
 		return nil, err
 	}
 	res.attachSharded()
+	return res, nil
+}
+
+// CompileStep compiles f, in place, into the step lcc train runs: the pipeline
+// of Compile for one GPU or, with Ranks > 1, for one of Ranks ranks (the SPMD
+// program every rank runs on its share of the sequence; Result.Rank says how to
+// cut the feeds). It plans nothing else, so it is Compile's program and hash.
+func CompileStep(f *ir.Func, opts CompileOptions) (*Result, error) {
+	if _, ok := CompiledStep(f); ok && opts.Ranks > 1 {
+		return nil, fmt.Errorf("--ranks=%d: %s is a compiled one-GPU step; give the model it came from",
+			opts.Ranks, opts.Model)
+	}
+	res, p, err := compileOne(f, opts)
+	if err != nil {
+		return nil, err
+	}
+	if opts.sharded() {
+		res.Rank = &ShardedProgram{Func: res.Func, Layout: p.shard, Objective: Objective{Loss: res.Loss},
+			seedAxes: map[string]passes.SeqAxis{}}
+	}
 	return res, nil
 }
 

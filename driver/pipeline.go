@@ -32,6 +32,9 @@ type Options struct {
 	// ulysses or dilated).
 	Ranks     int
 	ShardMode string
+	// SPMD shards even for one rank (Ranks 1): the step then holds its
+	// collectives, as a one-rank communicator test needs.
+	SPMD bool
 	// KeepLogits keeps the model's outputs in a training step (by default a step
 	// returns the loss and gradients only, so the logits need not be stored and
 	// cross-entropy fuses with the output projection).
@@ -51,6 +54,9 @@ func (o Options) Storage() (tensor.DType, error) {
 	}
 	return tensor.Invalid, fmt.Errorf("--precision %q: want fp32 or bf16", o.Precision)
 }
+
+// sharded says whether the step is sequence-sharded (an SPMD program).
+func (o Options) sharded() bool { return o.Ranks > 1 || o.SPMD && o.Ranks == 1 }
 
 // validate checks the options alone, before any model is loaded.
 func (o Options) validate() error {
@@ -230,14 +236,15 @@ func newPipeline(t targets.Target, o Options) (*pipeline, error) {
 		return err
 	}
 	add(fuse, passes.EliminateDeadCode)
-	if o.Ranks > 1 {
-		s := passes.ShardSequence(passes.ShardConfig{Ranks: o.Ranks, Mode: o.ShardMode, Result: &p.shard})
-		s.Config = fmt.Sprintf("ranks=%d mode=%s", o.Ranks, o.ShardMode)
+	if o.sharded() {
+		s := passes.ShardSequence(passes.ShardConfig{Ranks: max(o.Ranks, 1), Mode: o.ShardMode,
+			Result: &p.shard})
+		s.Config = fmt.Sprintf("ranks=%d mode=%s", max(o.Ranks, 1), o.ShardMode)
 		add(s)
 	}
 	add(autodiffPass(p.autodiffOptions))
-	if o.Ranks > 1 {
-		ar := passes.AllReduceGradientsPass(o.Ranks, autodiff.GradPrefix)
+	if o.sharded() {
+		ar := passes.AllReduceGradientsPass(max(o.Ranks, 1), autodiff.GradPrefix)
 		run := ar.Run
 		ar.Run = func(f *ir.Func) error {
 			if !p.trained {
@@ -300,7 +307,7 @@ func (p *pipeline) autodiffOptions(f *ir.Func) (autodiff.Options, bool) {
 	if l == "" {
 		return autodiff.Options{}, false
 	}
-	if p.opts.Ranks > 1 {
+	if p.opts.sharded() {
 		local, ok := p.shard.Partial[l]
 		if !ok {
 			// Grad reports the missing output; say why it is missing.

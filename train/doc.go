@@ -1,7 +1,8 @@
-// Package train is lcc's training runtime (DESIGN.md §7): it turns a model into a
-// training step (objective, reverse-mode gradients, AdamW update, all as IR), runs
-// it on the CPU interpreter, reports progress and metrics, and writes
-// checkpoints that resume bit for bit.
+// Package train is lcc's training runtime (DESIGN.md §7): it compiles a model
+// into a training step with driver's pipeline (the program lcc compile reports
+// for the same flags, with the same program hash), adds the AdamW update, runs
+// them on the CPU interpreter or the GPU executor, reports progress and metrics,
+// and writes checkpoints that resume bit for bit.
 //
 // One step of Train, with A micro-batches (--accumulate):
 //
@@ -9,7 +10,7 @@
 //	                      sums = sums + grads                       (optim.Accumulate)
 //	weights, state = adamw(state, sums, lr = schedule(step))        (optim.AdamW)
 //
-// The gradient function comes from BuildObjective and autodiff.Grad; the update
+// The gradient function is driver.CompileStep's program (Step); the update
 // from package optim; batches from package data; checkpoints from package
 // checkpoint. Each piece is an ir.Func, so the GPU executor will run the very same
 // functions; the CPU interpreter here is its reference.

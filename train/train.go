@@ -15,9 +15,10 @@ import (
 
 	"github.com/lcc-dev/lcc/driver"
 	"github.com/lcc-dev/lcc/ir"
-	"github.com/lcc-dev/lcc/passes"
 	"github.com/lcc-dev/lcc/passes/autodiff"
+	"github.com/lcc-dev/lcc/passes/loss"
 	"github.com/lcc-dev/lcc/runtime/cpu"
+	"github.com/lcc-dev/lcc/targets"
 	"github.com/lcc-dev/lcc/tensor"
 	"github.com/lcc-dev/lcc/train/checkpoint"
 	"github.com/lcc-dev/lcc/train/data"
@@ -56,7 +57,7 @@ type Config struct {
 
 	TokenBytes int    // tokens:FILE width, 2 or 4
 	Seed       uint64 // seeds the data stream
-	Loss       string // objective kind: see BuildObjective
+	Loss       string // --loss: see package passes/loss
 
 	// Metrics, if set, gets one JSON line per step (appended to when resuming).
 	Metrics string
@@ -77,14 +78,25 @@ type Config struct {
 	// Version is lcc's version, recorded in checkpoints.
 	Version string
 
-	// Attention selects the attention rewrites, as lcc compile's --attention,
-	// --segments, --dilations and --dilated-offsets do; the zero value trains the
-	// model's attention as exported.
+	// Target, Loss (above), Attention, Checkpoint, MemoryBudget, Precision, Ranks
+	// and ShardMode choose the passes of the step exactly as lcc compile's flags
+	// of the same names do (driver.Options): the step trained is the program
+	// lcc compile reports, with the same hash.
+	Target targets.Target
+	// Attention selects the attention rewrites (--attention, --segments,
+	// --dilations, --dilated-offsets); the zero value is dense attention.
 	Attention driver.AttentionOptions
+	// Checkpoint is the activation checkpointing policy; MemoryBudget overrides
+	// the budget derived from Target.
+	Checkpoint   string
+	MemoryBudget int64
+	// Precision is the device storage (fp32 or bf16); it chooses the kernels.
+	Precision string
 	// Ranks > 1 shards every step's sequence over that many ranks with ShardMode
 	// (ring, ulysses or dilated: see driver.ShardModes); Comm is this rank's
 	// communicator (with Ranks ≤ 1, a Comm of one rank runs the step sharded for
-	// one rank, collectives included: how a one-rank NCCL communicator is tested). Each rank runs the rank-specific build of the step on its
+	// one rank, collectives included: how a one-rank NCCL communicator is
+	// tested). Each rank runs the rank-specific build of the step on its
 	// share of the batch and ends the step with the all-reduced gradient, so
 	// weights and optimizer state are the same on every rank. Rank 0 alone writes
 	// checkpoints, metrics and progress; every rank resumes from its checkpoints.
@@ -97,9 +109,14 @@ type Config struct {
 // DefaultConfig returns the defaults of `lcc train` (AdamW as PyTorch's
 // defaults, clipping at 1, cosine to lr/10, keep 3 checkpoints).
 func DefaultConfig() Config {
+	t, _ := targets.Lookup(DefaultTarget)
 	return Config{Device: "cpu", LR: 1e-3, MinLR: -1, WeightDecay: 0.01, Clip: 1,
-		Accumulate: 1, TokenBytes: 2, Loss: LossAuto, Keep: 3, ProgressEvery: 10}
+		Accumulate: 1, TokenBytes: 2, Loss: loss.Auto, Keep: 3, ProgressEvery: 10, Target: t,
+		Checkpoint: "auto", Precision: "fp32"}
 }
+
+// DefaultTarget is the target of lcc compile and lcc train without --target.
+const DefaultTarget = "h200x1"
 
 // Result summarises a run.
 type Result struct {
@@ -115,6 +132,8 @@ type Result struct {
 	Wall        time.Duration
 	// TokensPerSec is the mean training throughput over the run.
 	TokensPerSec float64
+	// Program is the program hash of the step (driver.ProgramHash).
+	Program string
 }
 
 // check validates cfg, naming the flag at fault.
@@ -204,6 +223,7 @@ type trainer struct {
 	weights  map[string]*tensor.Tensor // every weight the grad function reads
 	state    map[string]*tensor.Tensor // optimizer state by update parameter name
 	hash     string
+	program  string // the program hash (driver.ProgramHash)
 	// shard is the sharded step of a multi-rank run (nil with one rank), rank
 	// this process's rank in it.
 	shard *driver.ShardedProgram
@@ -229,7 +249,22 @@ func Train(cfg Config) (*Result, error) {
 	return t.run()
 }
 
-func newTrainer(cfg Config) (*trainer, error) {
+// compileOptions are the pipeline options of cfg: the same as lcc compile's
+// for the same flags.
+func (c *Config) compileOptions() driver.CompileOptions {
+	o := driver.CompileOptions{Target: c.Target, Model: c.Model, Options: driver.Options{
+		Loss: c.Loss, Attention: c.Attention, Checkpoint: c.Checkpoint, MemoryBudget: c.MemoryBudget,
+		Precision: c.Precision, Ranks: c.Ranks, ShardMode: c.ShardMode}}
+	if c.Comm != nil {
+		o.Ranks, o.SPMD = c.Comm.Size(), true
+	}
+	return o
+}
+
+// Step compiles the training step cfg trains: the model loaded with cfg's
+// bindings, through the pipeline lcc compile runs with the same flags
+// (driver.CompileStep). Its Hash is the program hash lcc compile reports.
+func Step(cfg Config) (*driver.Result, error) {
 	bind := driver.Bindings{SeqLen: int64(cfg.SeqLen), Batch: int64(cfg.Batch)}
 	model, err := driver.Load(cfg.Model, bind)
 	if err != nil {
@@ -246,29 +281,25 @@ func newTrainer(cfg Config) (*trainer, error) {
 	if miss := driver.MissingWeights(model); len(miss) > 0 {
 		return nil, fmt.Errorf("%s: weights without data: %s", cfg.Model, strings.Join(miss, ", "))
 	}
-	obj, lossName, err := BuildObjective(model, cfg.Loss)
+	res, err := driver.CompileStep(model, cfg.compileOptions())
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", cfg.Model, err)
 	}
-	if cfg.Attention.Mode != "" || cfg.Comm != nil {
-		if _, err := driver.Prepare(obj, cfg.Attention, passes.Options{VerifyEach: true}); err != nil {
-			return nil, fmt.Errorf("%s: %w", cfg.Model, err)
-		}
+	if res.Loss == "" {
+		return nil, fmt.Errorf("%s: --loss=%s: nothing to train: the model has no loss output and no "+
+			"logits to add cross-entropy to (outputs: %s)", cfg.Model, cfg.Loss, outputList(res.Func))
 	}
-	var (
-		grad  *ir.Func
-		shard *driver.ShardedProgram
-		rank  int
-	)
-	if cfg.Comm != nil {
-		shard, err = driver.ShardObjective(obj, driver.Objective{Loss: lossName},
-			driver.ShardOptions{Ranks: cfg.Comm.Size(), Mode: cfg.ShardMode, Grads: true})
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", cfg.Model, err)
-		}
-		grad, rank = shard.Func, cfg.Comm.Rank()
-	} else if grad, err = autodiff.Grad(obj, autodiff.Options{Loss: lossName}); err != nil {
-		return nil, fmt.Errorf("%s: gradients: %w", cfg.Model, err)
+	return res, nil
+}
+
+func newTrainer(cfg Config) (*trainer, error) {
+	step, err := Step(cfg)
+	if err != nil {
+		return nil, err
+	}
+	grad, lossName, shard, rank := step.Func, step.Loss, step.Rank, 0
+	if shard != nil {
+		rank = cfg.Comm.Rank()
 	}
 	o := optim.DefaultAdamW()
 	o.WeightDecay, o.MaxNorm, o.MicroSteps = cfg.WeightDecay, cfg.Clip, cfg.Accumulate
@@ -276,8 +307,8 @@ func newTrainer(cfg Config) (*trainer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", cfg.Model, err)
 	}
-	t := &trainer{cfg: cfg, grad: grad, upd: upd, lossName: lossName, hash: ModelHash(model),
-		shard: shard, rank: rank,
+	t := &trainer{cfg: cfg, grad: grad, upd: upd, lossName: lossName, hash: ModelHash(grad),
+		program: step.Hash, shard: shard, rank: rank,
 		sched:   optim.Schedule{LR: cfg.LR, MinLR: cfg.MinLR, Warmup: cfg.Warmup, Total: cfg.Steps},
 		weights: map[string]*tensor.Tensor{}, state: map[string]*tensor.Tensor{}}
 	if err := t.sched.Check(); err != nil {
@@ -288,7 +319,7 @@ func newTrainer(cfg Config) (*trainer, error) {
 			return nil, err
 		}
 	}
-	if err := t.bindData(obj); err != nil {
+	if err := t.bindData(grad); err != nil {
 		return nil, fmt.Errorf("%s: %w", cfg.Model, err)
 	}
 	for _, p := range grad.Params {
@@ -304,9 +335,10 @@ func newTrainer(cfg Config) (*trainer, error) {
 			t.state[p.Name] = p.Data
 		}
 	}
-	vocab, err := Vocab(obj)
-	if err != nil {
-		return nil, err
+	vocab, ok := loss.Vocab(grad)
+	if !ok {
+		return nil, fmt.Errorf("%s: cannot tell the vocabulary (no embedding gather of a token input "+
+			"and no cross-entropy over labels)", cfg.Model)
 	}
 	t.stream, err = data.Open(cfg.Data, data.Options{SeqLen: cfg.SeqLen, Batch: cfg.Batch,
 		Vocab: vocab, Seed: cfg.Seed, TokenBytes: cfg.TokenBytes})
@@ -319,8 +351,15 @@ func newTrainer(cfg Config) (*trainer, error) {
 // bindData finds the token input and the label parameter the batches feed, and
 // checks they are [batch, seq].
 func (t *trainer) bindData(f *ir.Func) error {
-	want := ir.T(tensor.I64, int64(t.cfg.Batch), int64(t.cfg.SeqLen))
+	whole := ir.T(tensor.I64, int64(t.cfg.Batch), int64(t.cfg.SeqLen))
 	for _, p := range f.Params {
+		want := whole
+		if t.shard != nil {
+			// A rank's program takes its share of a sharded input.
+			if _, ok := t.shard.Layout.Inputs[p.Name]; ok {
+				want = ir.T(tensor.I64, int64(t.cfg.Batch), int64(t.cfg.SeqLen/t.cfg.Ranks))
+			}
+		}
 		var slot *string
 		switch p.Role {
 		case ir.RoleInput:
@@ -566,7 +605,8 @@ type metric struct {
 
 func (t *trainer) run() (*Result, error) {
 	cfg := t.cfg
-	res := &Result{}
+	res := &Result{Program: t.program}
+	fmt.Fprintf(cfg.Progress, "program %s\n", t.program)
 	first := 0
 	if cfg.Resume {
 		var err error
@@ -679,4 +719,15 @@ func finite(v float64) any {
 		return nil
 	}
 	return v
+}
+
+func outputList(f *ir.Func) string {
+	var s []string
+	for _, o := range f.Outputs {
+		s = append(s, fmt.Sprintf("%s: %v", o.Name, o.Value.Type))
+	}
+	if len(s) == 0 {
+		return "none"
+	}
+	return strings.Join(s, ", ")
 }

@@ -10,11 +10,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/lcc-dev/lcc/driver"
 	"github.com/lcc-dev/lcc/ir"
-	"github.com/lcc-dev/lcc/runtime/cpu"
 	"github.com/lcc-dev/lcc/safetensors"
-	"github.com/lcc-dev/lcc/tensor"
 )
 
 const (
@@ -40,68 +37,42 @@ func run(t *testing.T, c Config) *Result {
 	return r
 }
 
-// TestBuildObjective checks both kinds of objective on the two gpt_mini exports,
-// and the cross-entropy numbers against a direct computation from the logits.
-func TestBuildObjective(t *testing.T) {
-	f, err := driver.Load(gptMini, driver.Bindings{SeqLen: 4, Batch: 2})
+// TestStep checks the step Train trains: the pipeline's program with the loss
+// package's choice of loss, fused cross-entropy, and the program hash.
+func TestStep(t *testing.T) {
+	c := small(t, 1)
+	st, err := Step(c)
 	if err != nil {
 		t.Fatal(err)
 	}
-	g, loss, err := BuildObjective(f, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if loss != LossOutput || f.Param(LabelsParam) != nil {
-		t.Fatalf("loss %q; input modified: %v", loss, f.Param(LabelsParam) != nil)
-	}
-	if got := g.Param(LabelsParam).Value.Type.String(); got != "i64[batch=2,seq=4]" {
-		t.Errorf("labels type %s, want i64[batch=2,seq=4]", got)
-	}
-	ids := tensor.FromInts(tensor.I64, []int64{2, 4}, []int64{1, 2, 3, 4, 5, 6, 7, 8})
-	labels := tensor.FromInts(tensor.I64, []int64{2, 4}, []int64{2, 3, -100, 9, 6, -100, 8, 500})
-	out, err := cpu.Run(g, map[string]*tensor.Tensor{"input_ids": ids, LabelsParam: labels},
-		cpu.Options{Precision: tensor.F64})
-	if err != nil {
-		t.Fatal(err)
-	}
-	logits := out[f.Outputs[0].Name]
-	var want float64
-	var n int
-	for i, l := range labels.I {
-		if l == -100 {
-			continue
+	fused := 0
+	for _, n := range st.Func.Body {
+		if n.Op == ir.OpFusedLinearCrossEntropy {
+			fused++
 		}
-		row := logits.F[i*512 : (i+1)*512]
-		var s float64
-		for _, x := range row {
-			s += math.Exp(x)
-		}
-		want += math.Log(s) - row[l]
-		n++
 	}
-	want /= float64(n)
-	if got := out[LossOutput].F[0]; math.Abs(got-want) > 1e-9 {
-		t.Errorf("loss %v, want %v", got, want)
+	if st.Loss != "loss" || fused != 1 || !strings.HasPrefix(st.Hash, "sha256:") || st.Program == nil {
+		t.Errorf("gpt_mini: loss %q, %d fused cross-entropy, hash %q, program %v", st.Loss, fused,
+			st.Hash, st.Program != nil)
 	}
-
-	fl, err := driver.Load(gptMiniLoss, driver.Bindings{SeqLen: 4, Batch: 2})
-	if err != nil {
-		t.Fatal(err)
+	if got := st.Func.Param("labels").Value.Type.String(); got != "i64[batch=2,seq=16]" {
+		t.Errorf("labels type %s, want i64[batch=2,seq=16]", got)
 	}
-	if _, loss, err := BuildObjective(fl, LossAuto); err != nil || loss != "cross_entropy_loss" {
-		t.Errorf("gpt_mini_loss: %q, %v; want its own cross_entropy_loss", loss, err)
+	c.Model = gptMiniLoss
+	if st, err := Step(c); err != nil || st.Loss != "cross_entropy_loss" {
+		t.Errorf("gpt_mini_loss: %v; want its own cross_entropy_loss", err)
 	}
 	for _, tc := range []struct {
-		f    *ir.Func
-		kind string
-		want string
+		loss, want string
 	}{
-		{f, LossModel, "no scalar float output"},
-		{f, "mse", `--loss "mse"`},
-		{fl, LossCrossEntropy, `already has a parameter "labels"`},
+		{"model", "--loss=model: func @main_graph has no scalar float output"},
+		{"none", "--loss=none: nothing to train"},
+		{"mse", `--loss "mse"`},
 	} {
-		if _, _, err := BuildObjective(tc.f, tc.kind); err == nil || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("BuildObjective(%s, %q): %v, want %q", tc.f.Name, tc.kind, err, tc.want)
+		c := small(t, 1)
+		c.Loss = tc.loss
+		if _, err := Step(c); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("--loss=%s: %v, want %q", tc.loss, err, tc.want)
 		}
 	}
 }
@@ -272,7 +243,8 @@ func TestMetricsAndProgress(t *testing.T) {
 		t.Errorf("metrics after resume:\n%s", got)
 	}
 	if !strings.Contains(log.String(), "step 2/4  loss ") || !strings.Contains(log.String(), "tok/s") ||
-		!strings.Contains(log.String(), "ETA") || strings.Count(log.String(), "\n") != 2 {
+		!strings.Contains(log.String(), "ETA") || strings.Count(log.String(), "\n") != 3 ||
+		!strings.HasPrefix(log.String(), "program sha256:"+r.Program[len("sha256:"):]+"\n") {
 		t.Errorf("progress:\n%s", log.String())
 	}
 }
@@ -321,7 +293,7 @@ func TestConfigErrors(t *testing.T) {
 		{func(c *Config) { c.TokenBytes = 3 }, "--token-bytes"},
 		{func(c *Config) { c.Resume = true }, "--resume needs --checkpoint-dir"},
 		{func(c *Config) { c.CheckpointEvery = 5 }, "--checkpoint-every needs --checkpoint-dir"},
-		{func(c *Config) { c.Loss = "model" }, "--loss model"},
+		{func(c *Config) { c.Loss = "model" }, "--loss=model"},
 		{func(c *Config) { c.Model = "nope.onnx" }, "nope.onnx"},
 	} {
 		c := small(t, 3)

@@ -15,15 +15,18 @@ import (
 // trainCmd is `lcc train`: it parses flags into a train.Config and runs it.
 func trainCmd() *cobra.Command {
 	cfg := train.DefaultConfig()
-	precision := "fp32"
-	var af attentionFlags
+	var cf compileFlags
 	var commTimeout time.Duration
 	cmd := &cobra.Command{
 		Use:   "train MODEL --data=SPEC --seq-len N --batch N --steps N --lr X",
 		Short: "train a model (.onnx or .lcc): AdamW, warmup+cosine, checkpoints, bit-identical resume",
-		Long: `train runs forward, backward (autodiff) and an AdamW update, all as lcc IR, on the
-CPU interpreter in f32 (--device=cpu, the default) or on GPU 0 with the CUDA executor
-(--device=cuda; --precision=bf16 for bf16 storage with fp32 master weights).
+		Long: `train compiles the model into a training step with the pipeline lcc compile runs
+for the same flags (--target, --loss, --attention, --segments, --dilations,
+--dilated-offsets, --checkpoint, --memory-budget, --precision, --ranks: LongNet
+attention, fused cross-entropy, activation checkpoints), prints its program hash
+(the one lcc compile reports), and trains it with AdamW on the CPU interpreter in
+f32 (--device=cpu) or on GPU 0 (--device=cuda). A step compiled by lcc compile -o
+DIR trains as DIR/graph.lcc with the same flags: the same program and losses.
 
 Data specs: synthetic:copy[:ALPHABET], synthetic:passkey, tokens:FILE (uint16 or
 uint32 little-endian, --token-bytes), bytes:FILE (raw bytes; vocabulary >= 256).
@@ -52,14 +55,13 @@ stays silent for --comm-timeout ends every other rank with an error naming it.`,
 			if _, set := os.LookupEnv("GOGC"); !set {
 				defer debug.SetGCPercent(debug.SetGCPercent(400))
 			}
-			att, err := af.options(0)
+			t, o, err := cf.options()
 			if err != nil {
 				return err
 			}
-			if cmd.Flags().Changed("attention") || af.ranks > 1 {
-				cfg.Attention = att
-			}
-			cfg.Ranks, cfg.ShardMode = af.ranks, af.shardMode
+			cfg.Target, cfg.Loss, cfg.Attention, cfg.Checkpoint = t, o.Loss, o.Attention, o.Checkpoint
+			cfg.MemoryBudget, cfg.Precision, cfg.Ranks, cfg.ShardMode = o.MemoryBudget, o.Precision, o.Ranks, o.ShardMode
+			precision := o.Precision
 			if cfg.Ranks > 1 && cfg.Device != "cpu" {
 				return fmt.Errorf("--ranks=%d --device=%s: the GPU executor runs no collectives yet; "+
 					"use --device=cpu", cfg.Ranks, cfg.Device)
@@ -102,11 +104,10 @@ stays silent for --comm-timeout ends every other rank with an error naming it.`,
 			return trainSummary(cmd, res)
 		},
 	}
-	af.add(cmd)
+	cf.add(cmd)
 	f := cmd.Flags()
 	f.DurationVar(&commTimeout, "comm-timeout", runner.DefaultTimeout,
 		"with --ranks: a rank that waits this long for a peer (rendezvous or collective) fails, naming it")
-	f.StringVar(&precision, "precision", "fp32", "cuda step precision: fp32, or bf16 (bf16 storage, fp32 math, fp32 master weights and AdamW state)")
 	f.StringVar(&cfg.Device, "device", cfg.Device, "where to train: cpu (reference interpreter) or cuda (GPU 0, fp32)")
 	f.StringVar(&cfg.Data, "data", "",
 		"training data: synthetic:copy, synthetic:passkey, tokens:FILE or bytes:FILE")
@@ -126,8 +127,6 @@ stays silent for --comm-timeout ends every other rank with an error naming it.`,
 	f.IntVar(&cfg.TokenBytes, "token-bytes", cfg.TokenBytes,
 		"bytes per token of tokens:FILE: 2 (uint16) or 4 (uint32)")
 	f.Uint64Var(&cfg.Seed, "seed", cfg.Seed, "seed of the data stream")
-	f.StringVar(&cfg.Loss, "loss", cfg.Loss,
-		"objective: auto (the model's loss output, else cross-entropy), cross-entropy or model")
 	f.StringVar(&cfg.Metrics, "metrics", "",
 		"write one JSON line per step (step, loss, lr, grad_norm, tokens_per_s) to this file")
 	f.StringVar(&cfg.CheckpointDir, "checkpoint-dir", "",

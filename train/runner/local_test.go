@@ -8,7 +8,6 @@ import (
 
 	"github.com/lcc-dev/lcc/driver"
 	"github.com/lcc-dev/lcc/ir"
-	"github.com/lcc-dev/lcc/passes"
 	"github.com/lcc-dev/lcc/train"
 )
 
@@ -75,26 +74,19 @@ func TestLocalMatchesOneRank(t *testing.T) {
 // TestDilatedGathers checks that the dilated case above exercises LongNet's sparse
 // all-gather: the sharded step communicates k/v rows of its long branch.
 func TestDilatedGathers(t *testing.T) {
-	f, err := driver.Load(llamaMini, driver.Bindings{SeqLen: 16, Batch: 2})
+	c := base(1)
+	c.Attention, c.Ranks, c.ShardMode = dilated, 2, "dilated"
+	st, err := train.Step(c)
 	if err != nil {
 		t.Fatal(err)
 	}
-	obj, loss, err := train.BuildObjective(f, train.LossAuto)
-	if err != nil {
-		t.Fatal(err)
+	if st.Rank == nil {
+		t.Fatal("Step with 2 ranks returned no rank program")
 	}
-	if _, err := driver.Prepare(obj, dilated, passes.Options{}); err != nil {
-		t.Fatal(err)
-	}
-	sp, err := driver.ShardObjective(obj, driver.Objective{Loss: loss},
-		driver.ShardOptions{Ranks: 2, Mode: "dilated", Grads: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := driver.CommunicationOf(sp.Func)
-	if c.ByOp[ir.OpShardedDilatedAttention.String()] == 0 ||
-		c.ByOp[ir.OpShardedDilatedAttentionGrad.String()] == 0 {
-		t.Errorf("the sharded dilated step gathers nothing: %v", c.ByOp)
+	comm := driver.CommunicationOf(st.Func)
+	if comm.ByOp[ir.OpShardedDilatedAttention.String()] == 0 ||
+		comm.ByOp[ir.OpShardedDilatedAttentionGrad.String()] == 0 {
+		t.Errorf("the sharded dilated step gathers nothing: %v", comm.ByOp)
 	}
 }
 
