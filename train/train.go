@@ -357,7 +357,7 @@ func (t *trainer) bindData(f *ir.Func) error {
 		if t.shard != nil {
 			// A rank's program takes its share of a sharded input.
 			if _, ok := t.shard.Layout.Inputs[p.Name]; ok {
-				want = ir.T(tensor.I64, int64(t.cfg.Batch), int64(t.cfg.SeqLen/t.cfg.Ranks))
+				want = ir.T(tensor.I64, int64(t.cfg.Batch), int64(t.cfg.SeqLen/t.shard.Layout.Ranks))
 			}
 		}
 		var slot *string
