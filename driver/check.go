@@ -1,9 +1,12 @@
 package driver
 
 import (
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"math"
+	"path/filepath"
 	"sort"
 	"strings"
 
@@ -111,6 +114,14 @@ var ErrShape = fmt.Errorf("the sizes differ")
 func ReadRef(path string) (*safetensors.File, map[string][]int64, error) {
 	ref, err := safetensors.Read(path)
 	if err != nil {
+		switch {
+		case errors.Is(err, fs.ErrNotExist) || errors.Is(err, fs.ErrPermission):
+		case strings.EqualFold(filepath.Ext(path), ".onnx"):
+			return nil, nil, fmt.Errorf("%s is an ONNX model, not a safetensors file: the reference "+
+				"holds tensors (inputs and expected outputs by name), e.g. MODEL.ref.safetensors", path)
+		default:
+			return nil, nil, fmt.Errorf("%s is not a safetensors file: %w", path, err)
+		}
 		return nil, nil, err
 	}
 	shapes := map[string][]int64{}
@@ -134,6 +145,9 @@ func Feeds(f *ir.Func, ref *safetensors.File, refPath string) (map[string]*tenso
 			missing = append(missing, p.Name)
 			continue
 		}
+		if err := integral(t, p); err != nil {
+			return nil, fmt.Errorf("%s: %w", refPath, err)
+		}
 		t = convert(t, p.Value.Type.DType)
 		if len(p.Value.Type.Shape) == 0 && len(t.Shape) > 0 && t.Numel() == 1 {
 			// One element given for a declared scalar (the importer accepts it).
@@ -146,6 +160,38 @@ func Feeds(f *ir.Func, ref *safetensors.File, refPath string) (map[string]*tenso
 			strings.Join(missing, ", "), strings.Join(ref.Names, ", "))
 	}
 	return feeds, nil
+}
+
+// integral refuses a floating tensor given for an integer input (token ids,
+// labels) unless every value is a whole number, which convert then keeps exactly.
+func integral(t *tensor.Tensor, p *ir.Param) error {
+	if !t.DType.IsFloat() || p.Value.Type.DType.IsFloat() {
+		return nil
+	}
+	for i, x := range t.F {
+		if x != math.Trunc(x) || math.IsInf(x, 0) || math.Abs(x) > 1<<53 {
+			return fmt.Errorf("input %q is %v in the model, but the file stores it as %v with "+
+				"element %d = %g, not a whole number; store it as an integer tensor", p.Name,
+				p.Value.Type.DType, t.DType, i, x)
+		}
+	}
+	return nil
+}
+
+// RefWarnings says which integer inputs a reference stores as floats (Feeds
+// converts them when every value is a whole number, and refuses them otherwise).
+func RefWarnings(f *ir.Func, ref *safetensors.File, refPath string) []string {
+	var out []string
+	for _, p := range f.Params {
+		t, ok := ref.Tensors[p.Name]
+		if !ok || (p.Role != ir.RoleInput && p.Role != ir.RoleLabel) || !t.DType.IsFloat() ||
+			p.Value.Type.DType.IsFloat() {
+			continue
+		}
+		out = append(out, fmt.Sprintf("%s: integer input %q is stored as %v; converted to %v",
+			refPath, p.Name, t.DType, p.Value.Type.DType))
+	}
+	return out
 }
 
 // convert returns t in dtype dt (a copy when the dtype differs).

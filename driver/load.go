@@ -7,6 +7,7 @@
 package driver
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -37,6 +38,8 @@ type Bindings struct {
 	// InputValues are the given input tensors (check, run): integer inputs that
 	// decide shapes are bound to them (onnx.ImportOptions.InputValues).
 	InputValues map[string]*tensor.Tensor
+	// InputsFrom names the file InputShapes came from, for errors.
+	InputsFrom string
 }
 
 // ParseShapeFlags parses --shape values "name=value" (several may be given, each
@@ -123,11 +126,40 @@ func Load(path string, b Bindings) (*ir.Func, error) {
 		if err != nil {
 			return nil, err
 		}
-		return onnx.Import(m, onnx.ImportOptions{Dims: dims, InputShapes: b.InputShapes, InputValues: b.InputValues})
+		f, err := onnx.Import(m, onnx.ImportOptions{Dims: dims, InputShapes: b.InputShapes,
+			InputValues: b.InputValues})
+		if err != nil && errors.Is(err, onnx.ErrUnboundDim) && b.InputsFrom != "" {
+			if missing := missingInputs(m, b.InputShapes); len(missing) > 0 {
+				var has []string
+				for name := range b.InputShapes {
+					has = append(has, name)
+				}
+				sort.Strings(has)
+				return nil, fmt.Errorf("%s: no tensor named like model input(s) %s (the file has: %s), "+
+					"so their shapes are unknown", b.InputsFrom, strings.Join(missing, ", "),
+					strings.Join(has, ", "))
+			}
+		}
+		return f, err
 	case ".lcc":
 		return loadText(path)
 	}
 	return nil, fmt.Errorf("%s: unknown model format (want .onnx or .lcc)", path)
+}
+
+// missingInputs lists the model's graph inputs (initializers aside) that shapes
+// has no entry for.
+func missingInputs(m *onnx.Model, shapes map[string][]int64) []string {
+	var out []string
+	for _, in := range m.Graph.Inputs {
+		if _, init := m.Graph.Initializers[in.Name]; init {
+			continue
+		}
+		if _, ok := shapes[in.Name]; !ok {
+			out = append(out, in.Name)
+		}
+	}
+	return out
 }
 
 func dimNames(m *onnx.Model) []string {

@@ -120,7 +120,7 @@ type compileFlags struct {
 	af                 attentionFlags
 	target, targetFile string
 	loss, checkpoint   string
-	budget             int64
+	budget             byteSize
 	precision          string
 }
 
@@ -131,7 +131,8 @@ func (c *compileFlags) add(cmd *cobra.Command) {
 	f.StringVar(&c.targetFile, "target-file", "", "JSON file with extra targets")
 	f.StringVar(&c.loss, "loss", loss.Auto, loss.FlagDoc)
 	f.StringVar(&c.checkpoint, "checkpoint", "auto", "activation checkpointing: auto, none, layers or selective")
-	f.Int64Var(&c.budget, "memory-budget", 0, "activation memory budget per GPU in bytes (default: from the target)")
+	f.Var(&c.budget, "memory-budget",
+		"activation memory budget per GPU: bytes, or with a unit (80GB, 70GiB); default: from the target")
 	f.StringVar(&c.precision, "precision", "fp32",
 		"device storage: fp32, or bf16 (bf16 storage, fp32 math, fp32 master weights and AdamW state)")
 }
@@ -146,7 +147,7 @@ func (c *compileFlags) options() (targets.Target, driver.Options, error) {
 	if err != nil {
 		return targets.Target{}, driver.Options{}, err
 	}
-	o := driver.Options{Loss: c.loss, Attention: att, Checkpoint: c.checkpoint, MemoryBudget: c.budget,
+	o := driver.Options{Loss: c.loss, Attention: att, Checkpoint: c.checkpoint, MemoryBudget: int64(c.budget),
 		Precision: c.precision, Ranks: c.af.ranks, ShardMode: c.af.shardMode}
 	if _, err := driver.Pipeline(t, o); err != nil {
 		return targets.Target{}, driver.Options{}, err

@@ -9,6 +9,8 @@ import (
 
 	"github.com/lcc-dev/lcc/frontends/onnx"
 	"github.com/lcc-dev/lcc/ir"
+	"github.com/lcc-dev/lcc/safetensors"
+	"github.com/lcc-dev/lcc/tensor"
 )
 
 // compileJSON runs lcc compile --report=json and decodes the report.
@@ -146,4 +148,104 @@ func atof(s string) float64 {
 		x = 10*x + float64(c-'0')
 	}
 	return x
+}
+
+// refVariant writes a copy of a reference with input_ids changed by edit.
+func refVariant(t *testing.T, ref string, edit func(ts map[string]*tensor.Tensor)) string {
+	t.Helper()
+	f, err := safetensors.Read(ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	edit(f.Tensors)
+	var names []string
+	for n := range f.Tensors {
+		names = append(names, n)
+	}
+	out := filepath.Join(t.TempDir(), "variant.safetensors")
+	if err := safetensors.Write(out, names, f.Tensors, nil); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// TestClearerMessages: each mistake a new user makes gets an error (exit 1) that
+// says what is wrong, or a warning where lcc can go on.
+func TestClearerMessages(t *testing.T) {
+	model := filepath.Join(td, "hf", "hf_llama_gqa_eager.onnx")
+	ref := filepath.Join(td, "hf", "hf_llama_gqa_eager.ref.safetensors")
+	renamed := refVariant(t, ref, func(ts map[string]*tensor.Tensor) {
+		ts["tokens"] = ts["input_ids"]
+		delete(ts, "input_ids")
+	})
+	asFloat := func(frac float64) func(ts map[string]*tensor.Tensor) {
+		return func(ts map[string]*tensor.Tensor) {
+			ids := ts["input_ids"]
+			f := tensor.New(tensor.F32, ids.Shape...)
+			for i, x := range ids.I {
+				f.F[i] = float64(x)
+			}
+			f.F[3] += frac
+			ts["input_ids"] = f
+		}
+	}
+	fractional := refVariant(t, ref, asFloat(0.5))
+	cases := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"ref without the input", []string{"check", model, "--ref", renamed},
+			`no tensor named like model input(s) input_ids (the file has: `},
+		{"onnx as ref", []string{"check", model, "--ref", model},
+			"is an ONNX model, not a safetensors file"},
+		{"ids as fractions", []string{"check", model, "--ref", fractional},
+			`input "input_ids" is i64 in the model, but the file stores it as f32 with element 3`},
+		{"seq-len 0", []string{"compile", model, "--seq-len=0"}, "--seq-len 0: want a positive integer"},
+		{"batch 0", []string{"compile", model, "--seq-len=8", "--batch=0"}, "--batch 0: want a positive integer"},
+		{"train seq-len 0", []string{"train", model, "--seq-len=0"}, "--seq-len 0: want a positive integer"},
+		{"bad budget", []string{"compile", model, "--seq-len=8", "--memory-budget=lots"},
+			`"lots" is not a size`},
+		{"bert past its positions", []string{"compile", filepath.Join(td, "hf", "hf_bert.onnx"), "--seq-len=4096"},
+			`"m.embeddings.position_ids" [1 64], whose axis 1 holds 64: a sequence longer than the model's position table?`},
+		{"gpt2 past its positions", []string{"compile", filepath.Join(td, "hf", "hf_gpt2.onnx"), "--seq-len=4096"},
+			`"m.transformer.wpe.weight" [64 64] has 64 entries on axis 0: a sequence longer than that position table?`},
+		{"misspelt flag", []string{"compile", model, "--seq-lenn=8"}, "unknown flag: --seq-lenn; did you mean --seq-len?"},
+		{"misspelt target flag", []string{"compile", model, "--targt=a100x8"}, "did you mean --target?"},
+		{"misspelt check flag", []string{"check", model, "--reff", ref}, "did you mean --ref?"},
+	}
+	for _, c := range cases {
+		_, stderr, code := lcc(t, c.args...)
+		if code != 1 || !strings.Contains(stderr, c.want) {
+			t.Errorf("%s: exit %d, want 1 and %q in:\n%s", c.name, code, c.want, stderr)
+		}
+	}
+
+	// Whole numbers stored as floats are converted, with a warning.
+	whole := refVariant(t, ref, asFloat(0))
+	out, stderr, code := lcc(t, "check", model, "--ref", whole)
+	if code != 0 || !strings.Contains(stderr, `integer input "input_ids" is stored as f32; converted to i64`) {
+		t.Errorf("whole-number float ids: exit %d\n%s%s", code, out, stderr)
+	}
+
+	// --memory-budget takes units; the budget reaches the plan.
+	for _, b := range []string{"80GB", "70GiB", "85899345920", "512MiB"} {
+		if _, stderr, code := lcc(t, "compile", model, "--seq-len=8", "--memory-budget="+b); code != 0 {
+			t.Errorf("--memory-budget=%s: exit %d\n%s", b, code, stderr)
+		}
+	}
+}
+
+func TestParseBytes(t *testing.T) {
+	for in, want := range map[string]int64{"80GB": 80e9, "70GiB": 70 << 30, "70gib": 70 << 30,
+		"1.5GiB": 3 << 29, "123": 123, "512 MiB": 512 << 20, "2TB": 2e12, "64k": 64e3, "7B": 7} {
+		if got, err := parseBytes(in); err != nil || got != want {
+			t.Errorf("parseBytes(%q) = %d, %v; want %d", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"", "GB", "-1GB", "lots", "1e400", "NaN"} {
+		if _, err := parseBytes(in); err == nil {
+			t.Errorf("parseBytes(%q) accepted", in)
+		}
+	}
 }

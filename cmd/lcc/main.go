@@ -29,6 +29,8 @@ func main() {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
+	root.SetFlagErrorFunc(suggestFlag)
+	root.PersistentPreRunE = func(cmd *cobra.Command, _ []string) error { return checkPositiveFlags(cmd) }
 	root.AddCommand(compileCmd(), runCmd(), checkCmd(), trainCmd(), targetsCmd(), passesCmd(), benchCmd(), versionCmd())
 	if err := root.Execute(); err != nil {
 		fmt.Fprintf(os.Stderr, "lcc: %v\n", err)

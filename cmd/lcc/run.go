@@ -39,10 +39,13 @@ func runCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			b.InputShapes, b.InputValues = shapes, in.Tensors
+			b.InputShapes, b.InputValues, b.InputsFrom = shapes, in.Tensors, inputs
 			f, err := driver.Load(args[0], b)
 			if err != nil {
 				return err
+			}
+			for _, w := range driver.RefWarnings(f, in, inputs) {
+				fmt.Fprintf(cmd.ErrOrStderr(), "lcc: warning: %s\n", w)
 			}
 			feeds, err := driver.Feeds(f, in, inputs)
 			if err != nil {
@@ -126,10 +129,13 @@ func checkCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			b.InputShapes, b.InputValues = shapes, rf.Tensors
+			b.InputShapes, b.InputValues, b.InputsFrom = shapes, rf.Tensors, ref
 			f, err := driver.Load(args[0], b)
 			if err != nil {
 				return err
+			}
+			for _, w := range driver.RefWarnings(f, rf, ref) {
+				fmt.Fprintf(cmd.ErrOrStderr(), "lcc: warning: %s\n", w)
 			}
 			for _, w := range driver.Warnings(f) {
 				fmt.Fprintf(cmd.ErrOrStderr(), "lcc: warning: %s\n", w)

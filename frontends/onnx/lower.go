@@ -61,6 +61,10 @@ func Import(m *Model, opts ImportOptions) (*ir.Func, error) {
 	}
 	for i := range m.Graph.Nodes {
 		if err := l.node(&m.Graph.Nodes[i]); err != nil {
+			if l.clipped != "" {
+				err = fmt.Errorf("%w; earlier, %s: a sequence longer than the model's position "+
+					"table?", err, l.clipped)
+			}
 			return nil, fmt.Errorf("%s: %s: %w", m.Source, m.Graph.Nodes[i].String(), err)
 		}
 	}
@@ -239,6 +243,10 @@ type lowerer struct {
 	// importer made of it (see params.go); nil for files without it.
 	prov *provenance
 	plan *paramPlan
+	// clipped describes the first Slice that asked for more than its input holds
+	// (see lowerSlice): a later shape error is then most likely a sequence longer
+	// than a learned table, and the error says so.
+	clipped string
 }
 
 func (l *lowerer) isLabel(name string) bool {

@@ -423,6 +423,12 @@ func lowerSlice(c *nodeCtx) ([]*ir.Value, error) {
 		} else if e < 0 {
 			e = -1
 		}
+		if st > 0 && e > d && e < 1<<40 && c.l.clipped == "" {
+			// Exporters end open slices at INT64_MAX; a concrete end past the axis is
+			// a request for more rows than exist (HF BERT's position_ids[:, :seq]).
+			c.l.clipped = fmt.Sprintf("%s asked for %d entries of %q %v, whose axis %d holds %d",
+				c.n.String(), e, c.n.Inputs[0], x.Type.Shape, ax, d)
+		}
 		if st > 0 {
 			s, e = clamp(s, 0, d), clamp(e, 0, d)
 		} else {
@@ -502,8 +508,9 @@ func lowerGather(c *nodeCtx) ([]*ir.Value, error) {
 	if ax, err := ir.AxisIndex(axis, data.Type.Rank()); err == nil {
 		lo, hi, known := indexRange(c, idx)
 		if d := data.Type.Shape[ax]; known && (lo < -d || hi >= d) {
-			return nil, fmt.Errorf("indices reach %d but axis %d has size %d (a sequence longer than a "+
-				"position table allows?)", max(hi, -lo-1), ax, d)
+			return nil, fmt.Errorf("indices reach %d but %q %v has %d entries on axis %d: "+
+				"a sequence longer than that position table?", max(hi, -lo-1), c.n.Inputs[0],
+				data.Type.Shape, d, ax)
 		}
 	}
 	return one(c.b.Apply1(ir.OpGather, ir.A("axis", axis), data, idx))

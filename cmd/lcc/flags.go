@@ -1,0 +1,138 @@
+package main
+
+import (
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+)
+
+// byteSize is a flag holding a number of bytes, written plainly (85899345920) or
+// with a unit: decimal kB, MB, GB, TB (powers of 1000) or binary KiB, MiB, GiB,
+// TiB (powers of 1024), case-insensitive, with an optional fraction (1.5GiB).
+type byteSize int64
+
+var byteUnits = []struct {
+	suffix string
+	scale  float64
+}{
+	// Longest suffixes first, so "GiB" is not read as "B".
+	{"kib", 1 << 10}, {"mib", 1 << 20}, {"gib", 1 << 30}, {"tib", 1 << 40},
+	{"kb", 1e3}, {"mb", 1e6}, {"gb", 1e9}, {"tb", 1e12},
+	{"ki", 1 << 10}, {"mi", 1 << 20}, {"gi", 1 << 30}, {"ti", 1 << 40},
+	{"k", 1e3}, {"m", 1e6}, {"g", 1e9}, {"t", 1e12}, {"b", 1},
+}
+
+// parseBytes reads a byte size (see byteSize).
+func parseBytes(s string) (int64, error) {
+	t := strings.ToLower(strings.TrimSpace(s))
+	scale := 1.0
+	for _, u := range byteUnits {
+		if strings.HasSuffix(t, u.suffix) {
+			t, scale = strings.TrimSpace(strings.TrimSuffix(t, u.suffix)), u.scale
+			break
+		}
+	}
+	x, err := strconv.ParseFloat(t, 64)
+	if err != nil || x < 0 || math.IsInf(x, 0) || math.IsNaN(x) || x*scale > math.MaxInt64/2 {
+		return 0, fmt.Errorf("%q is not a size: want bytes (85899345920) or a number with a unit "+
+			"(80GB, 70GiB, 512MiB)", s)
+	}
+	return int64(math.Round(x * scale)), nil
+}
+
+func (b *byteSize) Set(s string) error {
+	n, err := parseBytes(s)
+	if err != nil {
+		return err
+	}
+	*b = byteSize(n)
+	return nil
+}
+
+func (b *byteSize) String() string { return strconv.FormatInt(int64(*b), 10) }
+func (b *byteSize) Type() string   { return "bytes" }
+
+// positiveFlags are the flags that, when given, must be positive: a zero would
+// read as "not given" further down and silently pick a default.
+var positiveFlags = []string{"seq-len", "batch"}
+
+// checkPositiveFlags refuses --seq-len=0 and the like.
+func checkPositiveFlags(cmd *cobra.Command) error {
+	for _, name := range positiveFlags {
+		f := cmd.Flags().Lookup(name)
+		if f == nil || !f.Changed {
+			continue
+		}
+		if n, err := strconv.ParseInt(f.Value.String(), 10, 64); err == nil && n <= 0 {
+			return fmt.Errorf("--%s %d: want a positive integer", name, n)
+		}
+	}
+	return nil
+}
+
+// suggestFlag is the commands' flag error handler: for an unknown flag it adds
+// the closest flags the command has, as cobra does for unknown commands.
+func suggestFlag(cmd *cobra.Command, err error) error {
+	msg := err.Error()
+	var name string
+	switch {
+	case strings.HasPrefix(msg, "unknown flag: --"):
+		name = strings.TrimPrefix(msg, "unknown flag: --")
+	case strings.HasPrefix(msg, "unknown shorthand flag: "):
+		// "unknown shorthand flag: 'x' in -xyz"
+		if i := strings.Index(msg, " in -"); i >= 0 {
+			name = msg[i+len(" in -"):]
+		}
+	default:
+		return err
+	}
+	var best []string
+	bestD := 1 << 30
+	cmd.Flags().VisitAll(func(f *pflag.Flag) {
+		if f.Hidden {
+			return
+		}
+		d := editDistance(name, f.Name)
+		if strings.HasPrefix(f.Name, name) || strings.HasPrefix(name, f.Name) {
+			d = min(d, 1)
+		}
+		switch {
+		case d < bestD:
+			best, bestD = []string{f.Name}, d
+		case d == bestD:
+			best = append(best, f.Name)
+		}
+	})
+	if len(best) == 0 || bestD > max(2, len(name)/3) {
+		return fmt.Errorf("%s (see lcc %s --help)", msg, cmd.Name())
+	}
+	for i := range best {
+		best[i] = "--" + best[i]
+	}
+	return fmt.Errorf("%s; did you mean %s?", msg, strings.Join(best, " or "))
+}
+
+// editDistance is the Levenshtein distance between a and b.
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
+}
