@@ -187,10 +187,10 @@ func badCases() []badCase {
 			[]string{`node "mm" (MatMul) output "x" shadows graph input "x"`}, ErrInvalidGraph},
 		{"graph output undefined", mutate(func(m *onnxpb.ModelProto) { m.Graph.Output[0].Name = proto.String("z") }),
 			[]string{`graph output "z" is not produced`}, ErrInvalidGraph},
-		{"opset newer", mutate(func(m *onnxpb.ModelProto) { m.OpsetImport[0].Version = proto.Int64(24) }),
-			[]string{`opset 24 for domain "" is newer than supported (13..23)`}, ErrUnsupported},
+		{"opset newer", mutate(func(m *onnxpb.ModelProto) { m.OpsetImport[0].Version = proto.Int64(29) }),
+			[]string{`opset 29 for domain "" is newer than supported (13..28)`}, ErrUnsupported},
 		{"opset older", mutate(func(m *onnxpb.ModelProto) { m.OpsetImport[0].Version = proto.Int64(11) }),
-			[]string{`opset 11 for domain "" is older than supported (13..23)`}, ErrUnsupported},
+			[]string{`opset 11 for domain "" is older than supported (13..28)`}, ErrUnsupported},
 		{"ai.onnx opset newer", mutate(func(m *onnxpb.ModelProto) {
 			m.OpsetImport[0].Domain = proto.String("ai.onnx")
 			m.OpsetImport[0].Version = proto.Int64(30)

@@ -40,7 +40,9 @@
 //     what it covers.
 //   - The default domain must be imported at an opset from MinOpset to MaxOpset:
 //     lcc's op semantics follow those versions, and silently reading a newer
-//     opset's ops with older semantics would give wrong numbers.
+//     opset's ops with older semantics would give wrong numbers. Past
+//     SemanticsOpset, each op that ONNX redefined is accepted only at the versions
+//     lcc implements; the others are refused by name and version.
 //   - Segmented tensors, sparse initializers, string tensors and other dtypes are
 //     refused with an error that names the tensor.
 //

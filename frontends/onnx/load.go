@@ -12,10 +12,12 @@ import (
 	"github.com/lcc-dev/lcc/frontends/onnx/onnxpb"
 )
 
-// The opset range of the default domain that lcc's op semantics follow.
+// The opset range of the default domain that lcc reads. Up to SemanticsOpset
+// every op follows that version; past it, ops ONNX changed are checked one by one
+// (newerVersions).
 const (
 	MinOpset = 13
-	MaxOpset = 23
+	MaxOpset = 28
 )
 
 // Default limits of LoadOptions.

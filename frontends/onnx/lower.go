@@ -203,6 +203,9 @@ func checkOps(m *Model) error {
 	for i := range m.Graph.Nodes {
 		n := &m.Graph.Nodes[i]
 		if n.Domain == "" && lowerings[n.OpType] != nil {
+			if err := opVersionError(n.OpType, m.Opsets[""]); err != nil {
+				bad = append(bad, fmt.Sprintf("%v at %s", err, n.String()))
+			}
 			continue
 		}
 		key := n.Domain + "/" + n.OpType

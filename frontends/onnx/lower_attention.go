@@ -11,11 +11,13 @@ import (
 // explicitAttention reports whether an ONNX Attention node needs what lcc's fused
 // attention op does not express: a KV cache (past_key/past_value, and the
 // present_key/present_value outputs), a softcap, the qk_matmul_output output, or a
-// value head size other than the query's. Such nodes lower to the computation
+// value head size other than the query's, and (opsets 24, 25) nonpad_kv_seqlen or a
+// sliding window. Such nodes lower to the computation
 // itself (matmul, softmax, matmul), which autodiff and the CPU run like any other;
 // the passes then see no attention op to fuse or shard.
 func explicitAttention(c *nodeCtx) bool {
-	if c.has(4) || c.has(5) || c.aFloat("softcap", 0) != 0 {
+	if c.has(4) || c.has(5) || c.has(6) || c.aFloat("softcap", 0) != 0 ||
+		c.aInt("left_window_size", -1) >= 0 || c.aInt("right_window_size", -1) >= 0 {
 		return true
 	}
 	for i := 1; i < 4; i++ {
@@ -37,15 +39,14 @@ func explicitAttention(c *nodeCtx) bool {
 // lowerAttentionExplicit lowers opset-23 Attention as ONNX's reference computes it:
 // Q·Kᵀ·scale, then the softcap c·tanh(s/c), then the bias (the mask, true/false
 // becoming 0/−inf, padded with −inf to the keys' length; causal: key j is visible
-// to query i when j ≤ i + the past length), softmax over the keys (0 on a row the
-// mask hides entirely), and ·V. Keys and
+// to query i when j ≤ i + offset, offset the past length, or nonpad_kv_seqlen − Tq
+// with an external cache; a window bounds j by i + offset − left and + right;
+// nonpad_kv_seqlen hides the keys past it), softmax over the keys (0 on a row the
+// bias hides entirely), and ·V. Keys and
 // values are the past ones followed by the new; kv heads are repeated for grouped
 // queries. qk_matmul_output_mode picks output 3: 0 and 1 the scaled (and capped)
 // scores, 2 with the bias, 3 the softmax.
 func lowerAttentionExplicit(c *nodeCtx) ([]*ir.Value, error) {
-	if c.has(6) {
-		return nil, fmt.Errorf("%w: Attention's nonpad_kv_seqlen input", ErrUnsupported)
-	}
 	b := c.b
 	q, k, v := c.in(0), c.in(1), c.in(2)
 	rank := q.Type.Rank()
@@ -141,11 +142,41 @@ func lowerAttentionExplicit(c *nodeCtx) ([]*ir.Value, error) {
 		}
 		bias = m
 	}
-	if c.aInt("is_causal", 0) != 0 {
-		cm := tensor.New(dt, tq, tk)
-		for i := int64(0); i < tq; i++ {
-			for j := i + past + 1; j < tk; j++ {
-				cm.F[i*tk+j] = math.Inf(-1)
+	var nonpad []int64
+	if c.has(6) {
+		// The valid keys per batch: a shape-deciding input, bound to its given value.
+		var err error
+		if nonpad, err = c.constInts(6); err != nil {
+			return nil, err
+		}
+		if int64(len(nonpad)) != qs[0] {
+			return nil, fmt.Errorf("Attention nonpad_kv_seqlen has %d values for batch %d", len(nonpad), qs[0])
+		}
+	}
+	causal := c.aInt("is_causal", 0) != 0
+	left, right := c.aInt("left_window_size", -1), c.aInt("right_window_size", -1)
+	if causal || nonpad != nil || left >= 0 || right >= 0 {
+		// Query i sits at p = offset + i: offset is the past length with a KV cache,
+		// nonpad_kv_seqlen − Tq with an external cache, else 0. It sees key j when
+		// j ≤ p (causal), p − left ≤ j ≤ p + right (windows) and j < nonpad.
+		nb := int64(1)
+		if nonpad != nil {
+			nb = qs[0]
+		}
+		cm := tensor.New(dt, nb, 1, tq, tk)
+		for bi := int64(0); bi < nb; bi++ {
+			off := past
+			if !c.has(4) && nonpad != nil {
+				off = nonpad[bi] - tq
+			}
+			for i := int64(0); i < tq; i++ {
+				p := off + i
+				for j := int64(0); j < tk; j++ {
+					if causal && j > p || left >= 0 && j < p-left || right >= 0 && j > p+right ||
+						nonpad != nil && j >= nonpad[bi] {
+						cm.F[(bi*tq+i)*tk+j] = math.Inf(-1)
+					}
+				}
 			}
 		}
 		if bias == nil {
@@ -162,7 +193,7 @@ func lowerAttentionExplicit(c *nodeCtx) ([]*ir.Value, error) {
 		qk = s
 	}
 	var p *ir.Value
-	if c.has(3) {
+	if bias != nil {
 		// A row the mask hides entirely attends to nothing: its probabilities are 0
 		// (not softmax's NaN, which would also poison the gradients).
 		hidden := b.Apply1(ir.OpEq, nil, b.Apply1(ir.OpReduceMax, ir.A("axes", []int64{-1}, "keepdims", true), s),

@@ -151,6 +151,7 @@ func init() {
 		"Expand":    lowerExpand,
 		"Slice":     lowerSlice,
 		"Concat":    lowerConcat,
+		"Pad":       lowerPad,
 		"Split":     lowerSplit,
 		"Gather":    lowerGather,
 		"GatherElements": func(c *nodeCtx) ([]*ir.Value, error) {
@@ -446,6 +447,93 @@ func lowerSlice(c *nodeCtx) ([]*ir.Value, error) {
 }
 
 func clamp(v, lo, hi int64) int64 { return max(lo, min(v, hi)) }
+
+// lowerPad lowers constant-mode Pad: negative pads slice, positive ones concat
+// blocks of the constant value (0 when absent) on each side.
+func lowerPad(c *nodeCtx) ([]*ir.Value, error) {
+	if mode := c.aString("mode", "constant"); mode != "constant" {
+		return nil, fmt.Errorf("%w: Pad mode %q", ErrUnsupported, mode)
+	}
+	x := c.in(0)
+	r := x.Type.Rank()
+	pads, err := c.constInts(1)
+	if err != nil {
+		return nil, err
+	}
+	axes := make([]int64, r)
+	for i := range axes {
+		axes[i] = int64(i)
+	}
+	if c.has(3) {
+		if axes, err = c.constInts(3); err != nil {
+			return nil, err
+		}
+	}
+	if len(pads) != 2*len(axes) {
+		return nil, fmt.Errorf("Pad: %d pads for %d axes", len(pads), len(axes))
+	}
+	begin, end := make([]int64, r), make([]int64, r)
+	for i, a := range axes {
+		ax, err := ir.AxisIndex(a, r)
+		if err != nil {
+			return nil, err
+		}
+		begin[ax], end[ax] = pads[i], pads[len(axes)+i]
+	}
+	var sa, ss, se, st []int64
+	for ax := 0; ax < r; ax++ {
+		d := x.Type.Shape[ax]
+		if begin[ax] < 0 || end[ax] < 0 {
+			s, e := max(-begin[ax], 0), d-max(-end[ax], 0)
+			if s > e {
+				return nil, fmt.Errorf("Pad: pads %d, %d remove more than dim %d's %d", begin[ax], end[ax], ax, d)
+			}
+			sa, ss, se, st = append(sa, int64(ax)), append(ss, s), append(se, e), append(st, 1)
+		}
+	}
+	if len(sa) > 0 {
+		x = c.b.Apply1(ir.OpSlice, ir.A("axes", sa, "starts", ss, "ends", se, "steps", st), x)
+	}
+	fill := func(shape []int64) *ir.Value {
+		if c.has(2) {
+			if cv, err := c.constIn(2); err == nil && cv.Numel() == 1 {
+				t := tensor.New(x.Type.DType, shape...)
+				for i := range t.F {
+					t.F[i] = cv.Float(0)
+				}
+				for i := range t.I {
+					t.I[i] = cv.Int(0)
+				}
+				return c.b.Const(t)
+			}
+			ones := make([]int64, r)
+			for i := range ones {
+				ones[i] = 1
+			}
+			return c.b.Expand(c.b.Reshape(c.b.Cast(c.in(2), x.Type.DType), ones...), shape...)
+		}
+		return c.b.Const(tensor.New(x.Type.DType, shape...))
+	}
+	for ax := 0; ax < r; ax++ {
+		if begin[ax] <= 0 && end[ax] <= 0 {
+			continue
+		}
+		parts := []*ir.Value{}
+		if begin[ax] > 0 {
+			s := append([]int64{}, x.Type.Shape...)
+			s[ax] = begin[ax]
+			parts = append(parts, fill(s))
+		}
+		parts = append(parts, x)
+		if end[ax] > 0 {
+			s := append([]int64{}, x.Type.Shape...)
+			s[ax] = end[ax]
+			parts = append(parts, fill(s))
+		}
+		x = c.b.Apply1(ir.OpConcat, ir.A("axis", int64(ax)), parts...)
+	}
+	return one(x)
+}
 
 func lowerConcat(c *nodeCtx) ([]*ir.Value, error) {
 	var args []*ir.Value
@@ -967,9 +1055,6 @@ func lowerDropout(c *nodeCtx) ([]*ir.Value, error) {
 }
 
 func lowerAttention(c *nodeCtx) ([]*ir.Value, error) {
-	if c.has(6) {
-		return nil, fmt.Errorf("%w: Attention's nonpad_kv_seqlen input", ErrUnsupported)
-	}
 	if explicitAttention(c) {
 		return lowerAttentionExplicit(c)
 	}
