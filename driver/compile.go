@@ -11,6 +11,7 @@ import (
 
 	cudagen "github.com/lcc-dev/lcc/codegen/cuda"
 	"github.com/lcc-dev/lcc/frontends/onnx"
+	"github.com/lcc-dev/lcc/internal/atomicfile"
 	"github.com/lcc-dev/lcc/ir"
 	"github.com/lcc-dev/lcc/passes"
 	"github.com/lcc-dev/lcc/passes/loss"
@@ -420,7 +421,7 @@ func WriteOutputs(dir string, res *Result, emit ...string) error {
 		}
 	}
 	for _, f := range extra {
-		if err := WriteFileAtomic(filepath.Join(dir, f.name), f.data); err != nil {
+		if err := atomicfile.WriteFile(filepath.Join(dir, f.name), f.data, 0o644); err != nil {
 			return err
 		}
 	}
@@ -431,7 +432,7 @@ func WriteOutputs(dir string, res *Result, emit ...string) error {
 		{"report.json", append(js, '\n')},
 	} {
 		path := filepath.Join(dir, f.name)
-		if err := WriteFileAtomic(path, f.data); err != nil {
+		if err := atomicfile.WriteFile(path, f.data, 0o644); err != nil {
 			for _, w := range written {
 				os.Remove(w)
 			}
@@ -454,31 +455,6 @@ func EncodeWeights(f *ir.Func) ([]byte, error) {
 	}
 	sort.Strings(names)
 	return safetensors.Encode(names, ts, map[string]string{"format": "lcc"})
-}
-
-// WriteFileAtomic writes data to path through a temporary file in the same folder,
-// fsynced and renamed.
-func WriteFileAtomic(path string, data []byte) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	if err := os.Chmod(tmp.Name(), 0o644); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), path)
 }
 
 // ReportJSON renders the report as indented JSON.

@@ -5,9 +5,8 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
-	"os"
-	"path/filepath"
 
+	"github.com/lcc-dev/lcc/internal/atomicfile"
 	"github.com/lcc-dev/lcc/tensor"
 )
 
@@ -29,7 +28,7 @@ func Write(path string, names []string, tensors map[string]*tensor.Tensor,
 	if err != nil {
 		return err
 	}
-	if err := writeAtomic(path, data); err != nil {
+	if err := atomicfile.WriteFile(path, data, 0o644); err != nil {
 		return &Error{File: path, Err: err}
 	}
 	return nil
@@ -147,47 +146,4 @@ func writeString(b *bytes.Buffer, s string) {
 	enc.SetEscapeHTML(false)
 	_ = enc.Encode(s)       // a string always encodes
 	b.Truncate(b.Len() - 1) // Encode appends '\n'
-}
-
-// writeAtomic replaces path with data so that readers see the old file or the new
-// one, never a mix, even across a crash.
-func writeAtomic(path string, data []byte) error {
-	dir, base := filepath.Split(path)
-	if dir == "" {
-		dir = "."
-	}
-	tmp, err := os.CreateTemp(dir, "."+base+".tmp-*")
-	if err != nil {
-		return err
-	}
-	if err := fillAndClose(tmp, data); err != nil {
-		os.Remove(tmp.Name())
-		return err
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		os.Remove(tmp.Name())
-		return err
-	}
-	// The rename is durable only once the directory entry is.
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
-}
-
-// fillAndClose writes data to f, makes it readable, fsyncs and closes it.
-func fillAndClose(f *os.File, data []byte) error {
-	_, err := f.Write(data)
-	if err == nil {
-		err = f.Chmod(0o644)
-	}
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	return err
 }

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"sort"
 
+	"github.com/lcc-dev/lcc/internal/atomicfile"
 	"github.com/lcc-dev/lcc/safetensors"
 	"github.com/lcc-dev/lcc/tensor"
 )
@@ -60,16 +61,16 @@ func WriteKernels(dir string, ks []Kernel, plan *Plan) error {
 		return fmt.Errorf("codegen/cuda: -o %s: %w", dir, err)
 	}
 	for _, k := range ks {
-		if err := writeAtomic(filepath.Join(kdir, k.Name+".cu"), []byte(k.Source)); err != nil {
-			return err
+		if err := atomicfile.WriteFile(filepath.Join(kdir, k.Name+".cu"), []byte(k.Source), 0o644); err != nil {
+			return fmt.Errorf("codegen/cuda: %w", err)
 		}
 	}
 	js, err := PlanJSON(ks, plan)
 	if err != nil {
 		return err
 	}
-	if err := writeAtomic(filepath.Join(dir, "launch_plan.json"), js); err != nil {
-		return err
+	if err := atomicfile.WriteFile(filepath.Join(dir, "launch_plan.json"), js, 0o644); err != nil {
+		return fmt.Errorf("codegen/cuda: %w", err)
 	}
 	if len(plan.Constants) == 0 {
 		return nil
@@ -78,7 +79,10 @@ func WriteKernels(dir string, ks []Kernel, plan *Plan) error {
 	if err != nil {
 		return err
 	}
-	return writeAtomic(filepath.Join(dir, "constants.safetensors"), data)
+	if err := atomicfile.WriteFile(filepath.Join(dir, "constants.safetensors"), data, 0o644); err != nil {
+		return fmt.Errorf("codegen/cuda: %w", err)
+	}
+	return nil
 }
 
 // ConstantsSafetensors encodes the plan's constants, named "%<id>".
@@ -92,27 +96,4 @@ func ConstantsSafetensors(plan *Plan) ([]byte, error) {
 	}
 	sort.Strings(names)
 	return safetensors.Encode(names, ts, map[string]string{"format": "lcc-constants"})
-}
-
-// writeAtomic writes data to path through a temporary file in the same folder.
-func writeAtomic(path string, data []byte) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
-	if err != nil {
-		return fmt.Errorf("codegen/cuda: %w", err)
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		return fmt.Errorf("codegen/cuda: writing %s: %w", path, err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("codegen/cuda: writing %s: %w", path, err)
-	}
-	if err := os.Chmod(tmp.Name(), 0o644); err != nil {
-		return fmt.Errorf("codegen/cuda: %w", err)
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		return fmt.Errorf("codegen/cuda: %w", err)
-	}
-	return nil
 }

@@ -13,6 +13,8 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+
+	"github.com/lcc-dev/lcc/internal/atomicfile"
 )
 
 // Cache is the on-disk kernel cache: compiled images keyed by sha256 of the source,
@@ -214,7 +216,7 @@ func (c *Cache) load(key Key, src, name, arch string, opts []string) ([]byte, er
 		saveFailedSource(err, src, c.dir)
 		return nil, err
 	}
-	if err := writeAtomic(c.dir, path, encodeEntry(key, img)); err != nil {
+	if err := atomicfile.WriteFile(path, encodeEntry(key, img), 0o600); err != nil {
 		return nil, fmt.Errorf("cuda: kernel cache: storing %q: %w", name, err)
 	}
 	return img, nil
@@ -267,39 +269,4 @@ func decodeEntry(key Key, raw []byte) ([]byte, error) {
 		return nil, errors.New("entry checksum mismatch")
 	}
 	return img, nil
-}
-
-// writeAtomic writes data to path through a temporary file in dir that is fsynced
-// before the rename, then fsyncs dir, so after a crash path holds the old entry,
-// the new one or nothing, never a mix.
-func writeAtomic(dir, path string, data []byte) (err error) {
-	f, err := os.CreateTemp(dir, ".tmp-*") // mode 0600
-	if err != nil {
-		return err
-	}
-	tmp := f.Name()
-	defer func() {
-		if err != nil {
-			os.Remove(tmp)
-		}
-	}()
-	if _, err = f.Write(data); err != nil {
-		f.Close()
-		return err
-	}
-	if err = f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	if err = f.Close(); err != nil {
-		return err
-	}
-	if err = os.Rename(tmp, path); err != nil {
-		return err
-	}
-	if d, derr := os.Open(dir); derr == nil {
-		d.Sync() // best effort: some filesystems refuse fsync on a directory
-		d.Close()
-	}
-	return nil
 }

@@ -181,7 +181,7 @@ func TestCacheHitMissAndPersistence(t *testing.T) {
 	}
 	entries, _ := os.ReadDir(dir)
 	for _, e := range entries {
-		if strings.HasPrefix(e.Name(), ".tmp-") {
+		if strings.Contains(e.Name(), ".tmp-") {
 			t.Errorf("temporary file %s left behind", e.Name())
 		}
 		if fi, _ := e.Info(); fi.Mode().Perm()&0o077 != 0 {

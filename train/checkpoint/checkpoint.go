@@ -23,6 +23,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -30,6 +31,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/lcc-dev/lcc/internal/atomicfile"
 	"github.com/lcc-dev/lcc/ir"
 	"github.com/lcc-dev/lcc/safetensors"
 	"github.com/lcc-dev/lcc/tensor"
@@ -94,7 +96,7 @@ func Save(dir string, step int, m Meta, tensors map[string]*tensor.Tensor) (stri
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", fmt.Errorf("checkpoint: %w", err)
 	}
-	removeStaleTemps(dir)
+	atomicfile.RemoveTemps(dir) // a killed writer's leftovers; best effort
 	base := Base(dir, step)
 	raw, err := safetensors.Encode(nil, tensors, map[string]string{"step": strconv.Itoa(step)})
 	if err != nil {
@@ -116,62 +118,23 @@ func Save(dir string, step int, m Meta, tensors map[string]*tensor.Tensor) (stri
 	return base + ".json", nil
 }
 
-// writeAtomic replaces path with data so that readers see the old file or the
-// new one, never a mix, even across a crash.
+// writeAtomic replaces path with data (atomicfile.Write), in chunks so that tests
+// can fail or stop the writer half-way (writeHook).
 func writeAtomic(path string, data []byte) error {
-	dir, base := filepath.Split(path)
-	if dir == "" {
-		dir = "."
-	}
-	tmp, err := os.CreateTemp(dir, "."+base+".tmp-*")
-	if err != nil {
-		return err
-	}
-	fail := func(err error) error {
-		tmp.Close()
-		os.Remove(tmp.Name())
-		return err
-	}
-	for off := 0; off < len(data); off += writeChunk {
-		end := min(off+writeChunk, len(data))
-		if _, err := tmp.Write(data[off:end]); err != nil {
-			return fail(err)
-		}
-		if writeHook != nil {
-			if err := writeHook(path, end); err != nil {
-				return fail(err)
+	return atomicfile.Write(path, 0o644, func(w io.Writer) error {
+		for off := 0; off < len(data); off += writeChunk {
+			end := min(off+writeChunk, len(data))
+			if _, err := w.Write(data[off:end]); err != nil {
+				return err
+			}
+			if writeHook != nil {
+				if err := writeHook(path, end); err != nil {
+					return err
+				}
 			}
 		}
-	}
-	if err := tmp.Chmod(0o644); err != nil {
-		return fail(err)
-	}
-	if err := tmp.Sync(); err != nil {
-		return fail(err)
-	}
-	if err := tmp.Close(); err != nil {
-		os.Remove(tmp.Name())
-		return err
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		os.Remove(tmp.Name())
-		return err
-	}
-	// The rename is durable only once the directory entry is.
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
-}
-
-// removeStaleTemps deletes temp files a killed writer left behind.
-func removeStaleTemps(dir string) {
-	ms, _ := filepath.Glob(filepath.Join(dir, ".ckpt-*.tmp-*"))
-	for _, m := range ms {
-		os.Remove(m)
-	}
+		return nil
+	})
 }
 
 var nameRE = regexp.MustCompile(`^ckpt-(\d{8,})\.json$`)
