@@ -237,6 +237,43 @@ func (f *Func) ReplaceUses(old, new *Value) {
 	}
 }
 
+// RemoveDeadNodes removes every node none of whose results is used by a live node
+// or an output, and returns the number removed. Every lcc op is free of side
+// effects, so this is safe for forward and backward nodes alike. It is lcc's one
+// dead-code remover: the dce pass and autodiff call it.
+func (f *Func) RemoveDeadNodes() int {
+	live := make(map[*Value]bool)
+	for _, o := range f.Outputs {
+		live[o.Value] = true
+	}
+	keep := make([]bool, len(f.Body))
+	for i := len(f.Body) - 1; i >= 0; i-- {
+		n := f.Body[i]
+		for _, r := range n.Results {
+			if live[r] {
+				keep[i] = true
+				break
+			}
+		}
+		if keep[i] {
+			for _, a := range n.Args {
+				live[a] = true
+			}
+		}
+	}
+	body := f.Body[:0]
+	removed := 0
+	for i, n := range f.Body {
+		if keep[i] {
+			body = append(body, n)
+		} else {
+			removed++
+		}
+	}
+	f.Body = body
+	return removed
+}
+
 // Clone returns a deep copy of f's structure; parameter Data tensors are shared.
 func (f *Func) Clone() *Func {
 	g := &Func{Name: f.Name, Notes: append([]string(nil), f.Notes...),

@@ -13,39 +13,8 @@ var EliminateDeadCode = Register(Pass{Name: "dce", Doc: "remove nodes whose resu
 	Run: func(f *ir.Func) error { DeadCode(f); return nil }})
 
 // DeadCode removes every node none of whose results is used by a live node or an
-// output. It returns the number of nodes removed.
-func DeadCode(f *ir.Func) int {
-	live := make(map[*ir.Value]bool)
-	for _, o := range f.Outputs {
-		live[o.Value] = true
-	}
-	keep := make([]bool, len(f.Body))
-	for i := len(f.Body) - 1; i >= 0; i-- {
-		n := f.Body[i]
-		for _, r := range n.Results {
-			if live[r] {
-				keep[i] = true
-				break
-			}
-		}
-		if keep[i] {
-			for _, a := range n.Args {
-				live[a] = true
-			}
-		}
-	}
-	body := f.Body[:0]
-	removed := 0
-	for i, n := range f.Body {
-		if keep[i] {
-			body = append(body, n)
-		} else {
-			removed++
-		}
-	}
-	f.Body = body
-	return removed
-}
+// output (Func.RemoveDeadNodes). It returns the number of nodes removed.
+func DeadCode(f *ir.Func) int { return f.RemoveDeadNodes() }
 
 // EliminateCommonSubexpressions merges nodes with equal op, arguments and attributes.
 var EliminateCommonSubexpressions = Register(Pass{Name: "cse",

@@ -242,7 +242,7 @@ func Grad(f *ir.Func, opts Options) (*ir.Func, error) {
 	if err := b.Err(); err != nil {
 		return nil, fmt.Errorf("autodiff: func @%s: %w", f.Name, err)
 	}
-	deadCode(g)
+	g.RemoveDeadNodes()
 	if err := ir.Verify(g); err != nil {
 		return nil, fmt.Errorf("autodiff: func @%s: lcc: BUG: result does not verify: %w", f.Name, err)
 	}
@@ -265,34 +265,6 @@ func applyRule(b *ir.Builder, rule ir.GradFunc, n *ir.Node, dys []*ir.Value) (dx
 		return nil, fmt.Errorf("lcc: BUG: rule returned %d cotangents for %d args", len(dxs), len(n.Args))
 	}
 	return dxs, nil
-}
-
-// deadCode deletes the nodes none of whose results reach an output. Every lcc op
-// is free of side effects, so this is safe for forward and backward nodes alike.
-func deadCode(g *ir.Func) {
-	live := make(map[*ir.Value]bool)
-	for _, o := range g.Outputs {
-		live[o.Value] = true
-	}
-	keep := make([]bool, len(g.Body))
-	for i := len(g.Body) - 1; i >= 0; i-- {
-		n := g.Body[i]
-		for _, r := range n.Results {
-			keep[i] = keep[i] || live[r]
-		}
-		if keep[i] {
-			for _, a := range n.Args {
-				live[a] = true
-			}
-		}
-	}
-	body := g.Body[:0]
-	for i, n := range g.Body {
-		if keep[i] {
-			body = append(body, n)
-		}
-	}
-	g.Body = body
 }
 
 func isSeedParam(p *ir.Param, seeds map[string]string) bool {
