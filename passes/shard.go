@@ -928,37 +928,3 @@ func (s *sharder) loss(n *ir.Node) error {
 	s.apply(ir.OpDiv, nil, partial, sum, count)
 	return nil
 }
-
-// AllReduceGradientsPass returns the all-reduce-gradients pass of a program
-// sharded over ranks (see AllReduceGradients).
-func AllReduceGradientsPass(ranks int, prefix string) Pass {
-	return Pass{Name: "all-reduce-gradients", Config: fmt.Sprintf("ranks=%d", ranks),
-		Doc: "sum each rank's share of the weight gradients over the ranks (sharded steps)",
-		Run: func(f *ir.Func) error { return AllReduceGradients(f, ranks, prefix) }}
-}
-
-var _ = RegisterConfigurable(AllReduceGradientsPass(8, "grad."), func(a *Args) (Pass, error) {
-	return AllReduceGradientsPass(int(a.Int("ranks", 8)), a.String("prefix", "grad.")), nil
-})
-
-// AllReduceGradients sums every gradient output "<prefix><weight>" over ranks: in
-// a sharded program each rank's weight gradient is its share of the sum. Run it
-// after autodiff of a program that shard-sequence produced.
-func AllReduceGradients(f *ir.Func, ranks int, prefix string) error {
-	b := ir.Edit(f)
-	b.SetName("lcc.shard.grad")
-	for i, o := range f.Outputs {
-		name, ok := strings.CutPrefix(o.Name, prefix)
-		if !ok {
-			continue
-		}
-		if p := f.Param(name); p == nil || p.Role != ir.RoleWeight {
-			continue
-		}
-		f.Outputs[i].Value = b.Apply1(ir.OpAllReduce, ir.A("op", "sum", "ranks", int64(ranks)), o.Value)
-	}
-	if err := b.Err(); err != nil {
-		return err
-	}
-	return ir.Verify(f)
-}
