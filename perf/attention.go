@@ -30,9 +30,10 @@ func (s AttentionShape) FwdFLOPs() float64 {
 }
 
 // Tiles are the tile sizes of one kernel configuration (zero: the default).
-type Tiles struct{ Br, Bc, BwdBr, BwdBc, DQBr, DQBc, Stages int }
+type Tiles struct{ Br, Bc, BwdBr, BwdBc, DQBr, DQBc, Stages, WM, DQWM int }
 
-// ParseTiles reads "Br,Bc,BwdBr,BwdBc,DQBr,DQBc,Stages;..." (a sweep list).
+// ParseTiles reads "Br,Bc,BwdBr,BwdBc,DQBr,DQBc,Stages[,WM,DQWM];..." (a sweep
+// list; WM and DQWM are the m-tiles of 16 rows per forward and dQ warp).
 func ParseTiles(s string) ([]Tiles, error) {
 	var out []Tiles
 	for _, item := range strings.Split(s, ";") {
@@ -41,10 +42,10 @@ func ParseTiles(s string) ([]Tiles, error) {
 			continue
 		}
 		f := strings.Split(item, ",")
-		if len(f) != 7 {
-			return nil, fmt.Errorf("tiles %q: want Br,Bc,BwdBr,BwdBc,DQBr,DQBc,Stages", item)
+		if len(f) != 7 && len(f) != 9 {
+			return nil, fmt.Errorf("tiles %q: want Br,Bc,BwdBr,BwdBc,DQBr,DQBc,Stages[,WM,DQWM]", item)
 		}
-		var v [7]int
+		var v [9]int
 		for i, x := range f {
 			n, err := strconv.Atoi(strings.TrimSpace(x))
 			if err != nil {
@@ -52,19 +53,21 @@ func ParseTiles(s string) ([]Tiles, error) {
 			}
 			v[i] = n
 		}
-		out = append(out, Tiles{v[0], v[1], v[2], v[3], v[4], v[5], v[6]})
+		out = append(out, Tiles{v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8]})
 	}
 	return out, nil
 }
 
 func (t Tiles) String() string {
-	return fmt.Sprintf("fwd %dx%d bwd %dx%d dq %dx%d stages %d", t.Br, t.Bc, t.BwdBr, t.BwdBc, t.DQBr, t.DQBc, t.Stages)
+	return fmt.Sprintf("fwd %dx%d/%d bwd %dx%d dq %dx%d/%d st %d", t.Br, t.Bc, max(t.WM, 1), t.BwdBr, t.BwdBc,
+		t.DQBr, t.DQBc, max(t.DQWM, 1), t.Stages)
 }
 
 // Desc is the kernel descriptor of shape s with tiles t.
 func (s AttentionShape) Desc(t Tiles) fk.Desc {
 	return fk.Desc{B: s.B, T: s.T, S: s.T, Hq: s.H, Hkv: s.Hkv, D: s.D, Causal: s.Causal,
-		Br: t.Br, Bc: t.Bc, BwdBr: t.BwdBr, BwdBc: t.BwdBc, DQBr: t.DQBr, DQBc: t.DQBc, Stages: t.Stages}.Defaults()
+		Br: t.Br, Bc: t.Bc, BwdBr: t.BwdBr, BwdBc: t.BwdBc, DQBr: t.DQBr, DQBc: t.DQBc, Stages: t.Stages,
+		WM: t.WM, DQWM: t.DQWM}.Defaults()
 }
 
 // Bench is the device state shared by the benchmarks of one command.
@@ -139,6 +142,7 @@ func (b *Bench) RandomBF16(n int64, seed uint64) (cuda.DevicePtr, error) {
 type AttentionRow struct {
 	Tiles            Tiles
 	Fwd, Bwd, FwdBwd Timing
+	DKDV, DQ         Timing // the backward's two main kernels alone
 }
 
 // Attention times the tensor-core kernels at shape s for each tile
@@ -182,6 +186,15 @@ func (b *Bench) Attention(s AttentionShape, tiles []Tiles) ([]AttentionRow, erro
 						return err
 					}
 					return bwd()
+				})
+			}
+		}
+		if err == nil {
+			if row.DKDV, err = Time(b.Dev, b.Stream, b.Warm, b.Iters, func() error {
+				return a.DKDV(b.Stream, dk, dv, q, k, v, lse, delta, do)
+			}); err == nil {
+				row.DQ, err = Time(b.Dev, b.Stream, b.Warm, b.Iters, func() error {
+					return a.DQ(b.Stream, dq, q, k, v, lse, delta, do)
 				})
 			}
 		}

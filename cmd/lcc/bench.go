@@ -36,7 +36,7 @@ same command, at the same shape, and prints the ratio of their time to lcc's
 	cmd.PersistentFlags().StringVar(&bf.anchors, "anchors", "", "folder with the PyTorch anchor scripts (attention.py ...)")
 	cmd.PersistentFlags().IntVar(&bf.warm, "warmup", 2, "untimed runs before timing")
 	cmd.PersistentFlags().IntVar(&bf.iters, "iters", 5, "timed runs (the median is reported)")
-	cmd.AddCommand(benchAttentionCmd(bf))
+	cmd.AddCommand(benchAttentionCmd(bf), benchDilatedCmd(bf))
 	return cmd
 }
 
@@ -112,9 +112,9 @@ func benchAttentionCmd(bf *benchFlags) *cobra.Command {
 			rows, err := b.Attention(s, ts)
 			for _, r := range rows {
 				res := r.Result(s)
-				fmt.Fprintf(w, "  %-44s fwd %8.3f ms %6.1f TFLOP/s | bwd %8.3f ms %6.1f | fwd+bwd %8.3f ms %6.1f TFLOP/s\n",
+				fmt.Fprintf(w, "  %-48s fwd %8.3f ms %6.1f TFLOP/s | bwd %8.3f ms %6.1f (dkdv %.3f, dq %.3f) | fwd+bwd %8.3f ms %6.1f TFLOP/s\n",
 					r.Tiles, r.Fwd.Ms(), res.Figures[0].TFLOPs, r.Bwd.Ms(), res.Figures[1].TFLOPs,
-					r.FwdBwd.Ms(), res.Figures[2].TFLOPs)
+					r.DKDV.Ms(), r.DQ.Ms(), r.FwdBwd.Ms(), res.Figures[2].TFLOPs)
 			}
 			if err != nil {
 				return err
@@ -152,5 +152,59 @@ func benchAttentionCmd(bf *benchFlags) *cobra.Command {
 	f.IntVar(&s.D, "D", 128, "head dim (64 or 128)")
 	f.BoolVar(&noCausal, "no-causal", false, "attend to every key (the anchors time causal only)")
 	f.StringVar(&tiles, "tiles", "", "tile configurations to sweep: Br,Bc,BwdBr,BwdBc,DQBr,DQBc,Stages;... (0: default)")
+	return cmd
+}
+
+func benchDilatedCmd(bf *benchFlags) *cobra.Command {
+	s := perf.DilatedShape{}
+	cmd := &cobra.Command{
+		Use:   "dilated",
+		Short: "LongNet dilated attention (causal, paper offsets), bf16, forward and forward+backward",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			w := cmd.OutOrStdout()
+			if s.T <= 0 || s.H <= 0 || len(s.Segments) == 0 || len(s.Segments) != len(s.Dilations) {
+				return fmt.Errorf("--T %d --H %d --segments %v --dilations %v: want positive sizes and one dilation per segment",
+					s.T, s.H, s.Segments, s.Dilations)
+			}
+			for i := range s.Segments {
+				if s.Segments[i] <= 0 || s.Dilations[i] <= 0 {
+					return fmt.Errorf("--segments %v --dilations %v: want positive values", s.Segments, s.Dilations)
+				}
+			}
+			b, done, err := bf.open()
+			if err != nil {
+				return err
+			}
+			defer done()
+			fmt.Fprintf(w, "lcc bench dilated: T=%d H=%d D=%d segments %v dilations %v on %s\n",
+				s.T, s.H, s.D, s.Segments, s.Dilations, b.Dev.Name())
+			row, err := b.Dilated(s, perf.Tiles{})
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(w, "  extra memory (lse, delta, fp32 accumulators): %.2f GiB\n", float64(row.ExtraBytes)/(1<<30))
+			var anchors []perf.Result
+			arows, err := bf.anchorRows(w, "attention.py", "dilated", "--T", strconv.FormatInt(s.T, 10),
+				"--H", strconv.Itoa(s.H), "--D", strconv.Itoa(s.D))
+			if err != nil {
+				return err
+			}
+			for _, r := range arows {
+				anchors = append(anchors, perf.AnchorResult(r, "fwd", "fwdbwd"))
+				if g, ok := r.Float("fwdbwd_peak_extra_gib"); ok {
+					fmt.Fprintf(w, "  anchor %s extra memory: %.2f GiB\n", r.Name(), g)
+				}
+			}
+			return perf.Compare(w, fmt.Sprintf("dilated T=%d H=%d D=%d causal bf16", s.T, s.H, s.D),
+				row.Result(s), anchors, "fwd", "bwd", "fwdbwd")
+		},
+	}
+	f := cmd.Flags()
+	f.Int64Var(&s.T, "T", 1048576, "sequence length")
+	f.IntVar(&s.H, "H", 8, "heads")
+	f.IntVar(&s.D, "D", 128, "head dim (64 or 128)")
+	f.Int64SliceVar(&s.Segments, "segments", []int64{2048, 4096, 8192, 16384, 32768}, "segment lengths w")
+	f.Int64SliceVar(&s.Dilations, "dilations", []int64{1, 2, 4, 8, 16}, "dilations r, one per segment")
 	return cmd
 }

@@ -331,6 +331,9 @@ func b2i(b bool) int {
 
 // lowerAttention renders attention and dilated_attention forward.
 func lowerAttention(g *gen, n *ir.Node) error {
+	if d, ok := g.flashDesc(n); ok {
+		return lowerFlash(g, n, d)
+	}
 	hdr, err := g.attnHeader(n)
 	if err != nil {
 		return err
@@ -354,6 +357,9 @@ func lowerAttention(g *gen, n *ir.Node) error {
 // lowerAttentionGrad renders the backward as three kernels: delta, dq, and
 // dk/dv, with delta in an f32 scratch buffer.
 func lowerAttentionGrad(g *gen, n *ir.Node) error {
+	if d, ok := g.flashDesc(n); ok {
+		return lowerFlashGrad(g, n, d)
+	}
 	hdr, err := g.attnHeader(n)
 	if err != nil {
 		return err

@@ -145,6 +145,11 @@ func (r *runner) load(ks []codegen.Kernel, cache *cuda.Cache) error {
 		if err != nil {
 			return fmt.Errorf("exec: kernel %s: %w", k.Name, err)
 		}
+		if k.Shared > 48<<10 {
+			if err := fn.SetMaxDynamicSharedMem(int(k.Shared)); err != nil {
+				return fmt.Errorf("exec: kernel %s needs %d bytes of dynamic shared memory: %w", k.Name, k.Shared, err)
+			}
+		}
 		r.fns[k.Name] = fn
 	}
 	return nil

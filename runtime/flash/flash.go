@@ -117,9 +117,19 @@ func (a *Attention) Delta(s *cuda.Stream, delta, o, do cuda.DevicePtr) error {
 // forward wrote, or the global one of a merged attention). With Desc.Accumulate,
 // dq, dk, dv are fp32 sums that the kernels add into.
 func (a *Attention) BackwardWith(s *cuda.Stream, dq, dk, dv, q, k, v, lse, delta, do cuda.DevicePtr) error {
-	if err := a.dkdv.launch(s, dk, dv, q, k, v, do, lse, delta); err != nil {
+	if err := a.DKDV(s, dk, dv, q, k, v, lse, delta, do); err != nil {
 		return err
 	}
+	return a.DQ(s, dq, q, k, v, lse, delta, do)
+}
+
+// DKDV queues the dK/dV kernel alone (part of BackwardWith).
+func (a *Attention) DKDV(s *cuda.Stream, dk, dv, q, k, v, lse, delta, do cuda.DevicePtr) error {
+	return a.dkdv.launch(s, dk, dv, q, k, v, do, lse, delta)
+}
+
+// DQ queues the dQ kernel alone (part of BackwardWith).
+func (a *Attention) DQ(s *cuda.Stream, dq, q, k, v, lse, delta, do cuda.DevicePtr) error {
 	return a.dq.launch(s, dq, q, k, v, do, lse, delta)
 }
 

@@ -265,6 +265,141 @@ func TestGPURing(t *testing.T) {
 	if e := relErr(lh, wl2); e > 1e-3 {
 		t.Errorf("ring lse: relative error %.3g", e)
 	}
-	_, _ = doh, nl
-	_ = do
+	// The blocks' backward with the global o and lse adds up to the gradient of
+	// the 128 queries over all 192 keys.
+	ob := alloc(t, d, len(oh), true)
+	hb := make([]uint16, len(oh))
+	for i, x := range oh {
+		hb[i] = tensor.Float32ToBF16(float32(x))
+	}
+	if err := cuda.CopyHtoD(d, ob.p, hb); err != nil {
+		t.Fatal(err)
+	}
+	zero := func(n int) buf { return upload32(t, d, make([]float64, n)) }
+	dq, dkv := zero(B*T2*H*D), [2]buf{zero(nq), zero(nq)}
+	delta := alloc(t, d, B*H*T2, false)
+	for i, blk := range []struct{ kpos, rows int }{{0, 64}, {64, 128}} {
+		desc := fk.Desc{B: B, T: T2, S: int64(blk.rows), Hq: H, Hkv: H, D: D, Causal: true,
+			QPos: 64, KPos: int64(blk.kpos), Accumulate: true}
+		a, err := New(d, cache, desc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i == 0 {
+			if err := a.Delta(nil, delta.p, ob.p, half(do, 64)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		off := cuda.DevicePtr(blk.kpos * H * D * 4)
+		if err := a.BackwardWith(nil, dq.p, dkv[0].p+off, dkv[1].p+off, half(q, 64), half(k, blk.kpos),
+			half(v, blk.kpos), lse.p, delta.p, half(do, 64)); err != nil {
+			t.Fatal(err)
+		}
+		if err := d.Synchronize(); err != nil {
+			t.Fatal(err)
+		}
+		a.Close()
+	}
+	d2 := attention.Dims{B: B, T: T2, S: T, Hq: H, Hkv: H, D: D}
+	oh2 := make([]float64, len(oh))
+	for i := range hb {
+		oh2[i] = float64(tensor.BF16ToFloat32(hb[i]))
+	}
+	wdq, wdk, wdv := attention.DenseAtBackward(qh[64*H*D:], kh, vh, oh2, lh, doh[64*H*D:], d2, 64, 0, true, 1/math.Sqrt(D))
+	for j, c := range []struct {
+		got  []float64
+		want []float64
+	}{{dq.get(t, d), wdq}, {dkv[0].get(t, d), wdk}, {dkv[1].get(t, d), wdv}} {
+		if e := relErr(c.got, c.want); e > tol {
+			t.Errorf("ring %s: relative error %.3g", []string{"dq", "dk", "dv"}[j], e)
+		}
+	}
+	_ = nl
+}
+
+// TestGPUDilated compares LongNet dilated attention (ragged last segments, a
+// segment longer than the sequence, grouped-query heads, both offset rules) and
+// its exact backward with the CPU reference, and checks the backward is bitwise
+// reproducible.
+func TestGPUDilated(t *testing.T) {
+	d, cache := gpu(t)
+	for i, c := range []struct {
+		name         string
+		b, t, hq, hk int
+		dim          int
+		brs          []Branch
+		offsets      string
+	}{
+		{"paper-gqa-d64", 1, 300, 4, 2, 64, []Branch{{64, 1}, {128, 2}, {512, 4}}, "paper"},
+		{"block-d128", 2, 200, 4, 4, 128, []Branch{{48, 1}, {96, 3}}, "block"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(uint64(i), 17))
+			dims := attention.Dims{B: c.b, T: c.t, S: c.t, Hq: c.hq, Hkv: c.hk, D: c.dim}
+			cfg := attention.DilatedConfig{Causal: true, Offsets: attention.Paper}
+			if c.offsets == "block" {
+				cfg.Offsets = attention.Block
+			}
+			for _, b := range c.brs {
+				cfg.Branches = append(cfg.Branches, attention.Branch{Segment: int(b.W), Dilation: b.R})
+			}
+			desc := fk.Desc{B: int64(c.b), T: int64(c.t), S: int64(c.t), Hq: c.hq, Hkv: c.hk, D: c.dim,
+				Causal: true, Offsets: c.offsets}
+			a, err := NewDilated(d, cache, desc, c.brs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer a.Close()
+			nq, nk, nl := c.b*c.t*c.hq*c.dim, c.b*c.t*c.hk*c.dim, c.b*c.hq*c.t
+			q, qh := randBF16(t, d, rng, nq, 1)
+			k, kh := randBF16(t, d, rng, nk, 1)
+			v, vh := randBF16(t, d, rng, nk, 1)
+			do, doh := randBF16(t, d, rng, nq, 1)
+			o, lse, oAcc := alloc(t, d, nq, true), alloc(t, d, nl, false), alloc(t, d, nq, false)
+			if err := a.Forward(nil, o.p, lse.p, q.p, k.p, v.p, oAcc.p); err != nil {
+				t.Fatal(err)
+			}
+			if err := d.Synchronize(); err != nil {
+				t.Fatal(err)
+			}
+			scale := 1 / math.Sqrt(float64(c.dim))
+			wo, wl := attention.Dilated(qh, kh, vh, dims, cfg, scale)
+			oh, lh := o.get(t, d), lse.get(t, d)
+			if e := relErr(oh, wo); e > tol {
+				t.Errorf("o: relative error %.3g > %g", e, tol)
+			}
+			if e := relErr(lh, wl); e > 1e-3 {
+				t.Errorf("lse: relative error %.3g", e)
+			}
+			wdq, wdk, wdv := attention.DilatedBackward(qh, kh, vh, oh, lh, doh, dims, cfg, scale)
+			var first [3][]float64
+			for run := 0; run < 2; run++ {
+				dq, dk, dv := alloc(t, d, nq, true), alloc(t, d, nk, true), alloc(t, d, nk, true)
+				delta, dqa, dka, dva := alloc(t, d, nl, false), alloc(t, d, nq, false), alloc(t, d, nk, false), alloc(t, d, nk, false)
+				if err := a.Backward(nil, dq.p, dk.p, dv.p, q.p, k.p, v.p, o.p, lse.p, do.p, delta.p, dqa.p, dka.p, dva.p); err != nil {
+					t.Fatal(err)
+				}
+				if err := d.Synchronize(); err != nil {
+					t.Fatal(err)
+				}
+				got := [3][]float64{dq.get(t, d), dk.get(t, d), dv.get(t, d)}
+				if run == 0 {
+					first = got
+					for j, w := range [][]float64{wdq, wdk, wdv} {
+						if e := relErr(got[j], w); e > tol {
+							t.Errorf("%s: relative error %.3g > %g", []string{"dq", "dk", "dv"}[j], e, tol)
+						}
+					}
+					continue
+				}
+				for j := range got {
+					for x := range got[j] {
+						if math.Float64bits(got[j][x]) != math.Float64bits(first[j][x]) {
+							t.Fatalf("%s differs between two runs at %d", []string{"dq", "dk", "dv"}[j], x)
+						}
+					}
+				}
+			}
+		})
+	}
 }

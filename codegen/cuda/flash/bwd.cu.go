@@ -248,19 +248,24 @@ const dqSrc = `extern "C" __global__ void __launch_bounds__(FA_NT) @KERNEL@(FA_O
     fa_commit();
   }
   const int g = lane >> 2, c2 = (lane & 3) * 2;
-  const long long r0 = q0 + warp * 16 + g;
-  float l2[2], dl[2];
+  const int wr = warp * 16 * FA_WM;
+  const long long r0 = q0 + wr + g;
+  float l2[FA_WM][2], dl[FA_WM][2];
+#pragma unroll
+  for (int mi = 0; mi < FA_WM; ++mi)
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    const long long row = r0 + r * 8;
+    const long long row = r0 + mi * 16 + r * 8;
     const long long li = (b * FA_HQ + h) * FA_T + qp0 + row * FA_R;
     const float L = row < qn ? lse[li] : -FA_INF;
-    l2[r] = L == -FA_INF ? FA_INF : L * FA_LOG2E;
-    dl[r] = row < qn ? delta[li] : 0.0f;
+    l2[mi][r] = L == -FA_INF ? FA_INF : L * FA_LOG2E;
+    dl[mi][r] = row < qn ? delta[li] : 0.0f;
   }
-  float acc[FA_D / 8][4];
+  float acc[FA_WM][FA_D / 8][4];
 #pragma unroll
-  for (int i = 0; i < FA_D / 8; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.0f;
+  for (int mi = 0; mi < FA_WM; ++mi)
+#pragma unroll
+    for (int i = 0; i < FA_D / 8; ++i) acc[mi][i][0] = acc[mi][i][1] = acc[mi][i][2] = acc[mi][i][3] = 0.0f;
   for (int j = 0; j < nkt; ++j) {
     fa_wait<FA_STAGES - 2>();
     __syncthreads();
@@ -275,63 +280,84 @@ const dqSrc = `extern "C" __global__ void __launch_bounds__(FA_NT) @KERNEL@(FA_O
     }
     const fa_bf16* cK = sK + (j % FA_STAGES) * FA_BC * FA_D;
     const fa_bf16* cV = sV + (j % FA_STAGES) * FA_BC * FA_D;
-    float s[FA_BC / 8][4], dp[FA_BC / 8][4];
+    float s[FA_WM][FA_BC / 8][4], dp[FA_WM][FA_BC / 8][4];
+#pragma unroll
+    for (int mi = 0; mi < FA_WM; ++mi)
 #pragma unroll
     for (int i = 0; i < FA_BC / 8; ++i) {
-      s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.0f;
-      dp[i][0] = dp[i][1] = dp[i][2] = dp[i][3] = 0.0f;
+      s[mi][i][0] = s[mi][i][1] = s[mi][i][2] = s[mi][i][3] = 0.0f;
+      dp[mi][i][0] = dp[mi][i][1] = dp[mi][i][2] = dp[mi][i][3] = 0.0f;
     }
 #pragma unroll
     for (int kk = 0; kk < FA_D / 16; ++kk) {
-      unsigned a[4], c[4];
-      fa_ldm4(a, fa_smem(sQ + fa_swz(warp * 16 + (lane & 7) + ((lane >> 3) & 1) * 8, kk * 16 + (lane >> 4) * 8)));
-      fa_ldm4(c, fa_smem(sO + fa_swz(warp * 16 + (lane & 7) + ((lane >> 3) & 1) * 8, kk * 16 + (lane >> 4) * 8)));
+      unsigned a[FA_WM][4], c[FA_WM][4];
+#pragma unroll
+      for (int mi = 0; mi < FA_WM; ++mi) {
+        fa_ldm4(a[mi], fa_smem(sQ + fa_swz(wr + mi * 16 + (lane & 7) + ((lane >> 3) & 1) * 8, kk * 16 + (lane >> 4) * 8)));
+        fa_ldm4(c[mi], fa_smem(sO + fa_swz(wr + mi * 16 + (lane & 7) + ((lane >> 3) & 1) * 8, kk * 16 + (lane >> 4) * 8)));
+      }
 #pragma unroll
       for (int np = 0; np < FA_BC / 16; ++np) {
         unsigned bb[4];
         const int row = np * 16 + (lane & 7) + ((lane >> 4) << 3), col = kk * 16 + ((lane >> 3) & 1) * 8;
         fa_ldm4(bb, fa_smem(cK + fa_swz(row, col)));
-        fa_mma(s[2 * np], a, bb[0], bb[1]);
-        fa_mma(s[2 * np + 1], a, bb[2], bb[3]);
+#pragma unroll
+        for (int mi = 0; mi < FA_WM; ++mi) {
+          fa_mma(s[mi][2 * np], a[mi], bb[0], bb[1]);
+          fa_mma(s[mi][2 * np + 1], a[mi], bb[2], bb[3]);
+        }
         fa_ldm4(bb, fa_smem(cV + fa_swz(row, col)));
-        fa_mma(dp[2 * np], c, bb[0], bb[1]);
-        fa_mma(dp[2 * np + 1], c, bb[2], bb[3]);
+#pragma unroll
+        for (int mi = 0; mi < FA_WM; ++mi) {
+          fa_mma(dp[mi][2 * np], c[mi], bb[0], bb[1]);
+          fa_mma(dp[mi][2 * np + 1], c[mi], bb[2], bb[3]);
+        }
       }
     }
     const long long k0 = (long long)j * FA_BC;
-    const bool need = k0 + FA_BC > kn || (FA_CAUSAL && FA_KPOS + k0 + FA_BC - 1 > FA_QPOS + q0);
+    const bool need = k0 + FA_BC > kn || (FA_CAUSAL && FA_KPOS + k0 + FA_BC - 1 > FA_QPOS + q0 + wr);
+#pragma unroll
+    for (int mi = 0; mi < FA_WM; ++mi)
 #pragma unroll
     for (int nt = 0; nt < FA_BC / 8; ++nt)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int r = e >> 1;
-        float p = fa_exp2(fmaf(s[nt][e], FA_SL2, -l2[r]));
+        float p = fa_exp2(fmaf(s[mi][nt][e], FA_SL2, -l2[mi][r]));
         if (need) {
-          const long long col = k0 + nt * 8 + c2 + (e & 1), row = r0 + r * 8;
+          const long long col = k0 + nt * 8 + c2 + (e & 1), row = r0 + mi * 16 + r * 8;
           if (col >= kn || (FA_CAUSAL && FA_KPOS + col > FA_QPOS + row)) p = 0.0f;
         }
-        s[nt][e] = p * (dp[nt][e] - dl[r]);
+        s[mi][nt][e] = p * (dp[mi][nt][e] - dl[mi][r]);
       }
 #pragma unroll
     for (int kk = 0; kk < FA_BC / 16; ++kk) {
-      unsigned a[4];
-      a[0] = fa_pack(s[2 * kk][0], s[2 * kk][1]);
-      a[1] = fa_pack(s[2 * kk][2], s[2 * kk][3]);
-      a[2] = fa_pack(s[2 * kk + 1][0], s[2 * kk + 1][1]);
-      a[3] = fa_pack(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+      unsigned a[FA_WM][4];
+#pragma unroll
+      for (int mi = 0; mi < FA_WM; ++mi) {
+        a[mi][0] = fa_pack(s[mi][2 * kk][0], s[mi][2 * kk][1]);
+        a[mi][1] = fa_pack(s[mi][2 * kk][2], s[mi][2 * kk][3]);
+        a[mi][2] = fa_pack(s[mi][2 * kk + 1][0], s[mi][2 * kk + 1][1]);
+        a[mi][3] = fa_pack(s[mi][2 * kk + 1][2], s[mi][2 * kk + 1][3]);
+      }
 #pragma unroll
       for (int dp2 = 0; dp2 < FA_D / 16; ++dp2) {
         unsigned bb[4];
         fa_ldm4t(bb, fa_smem(cK + fa_swz(kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8, dp2 * 16 + (lane >> 4) * 8)));
-        fa_mma(acc[2 * dp2], a, bb[0], bb[1]);
-        fa_mma(acc[2 * dp2 + 1], a, bb[2], bb[3]);
+#pragma unroll
+        for (int mi = 0; mi < FA_WM; ++mi) {
+          fa_mma(acc[mi][2 * dp2], a[mi], bb[0], bb[1]);
+          fa_mma(acc[mi][2 * dp2 + 1], a[mi], bb[2], bb[3]);
+        }
       }
     }
   }
   fa_wait<0>();
 #pragma unroll
+  for (int mi = 0; mi < FA_WM; ++mi)
+#pragma unroll
   for (int r = 0; r < 2; ++r) {
-    const long long row = r0 + r * 8;
+    const long long row = r0 + mi * 16 + r * 8;
     if (row >= qn) continue;
     FA_OT* p = dq + ((b * FA_T + qp0 + row * FA_R) * FA_HQ + h) * FA_D;
 #pragma unroll
@@ -339,11 +365,11 @@ const dqSrc = `extern "C" __global__ void __launch_bounds__(FA_NT) @KERNEL@(FA_O
 #if FA_ACC
       float2* x = (float2*)(p + dt * 8 + c2);
       float2 y = *x;
-      y.x += acc[dt][2 * r] * FA_SCALE;
-      y.y += acc[dt][2 * r + 1] * FA_SCALE;
+      y.x += acc[mi][dt][2 * r] * FA_SCALE;
+      y.y += acc[mi][dt][2 * r + 1] * FA_SCALE;
       *x = y;
 #else
-      *(unsigned*)(p + dt * 8 + c2) = fa_pack(acc[dt][2 * r] * FA_SCALE, acc[dt][2 * r + 1] * FA_SCALE);
+      *(unsigned*)(p + dt * 8 + c2) = fa_pack(acc[mi][dt][2 * r] * FA_SCALE, acc[mi][dt][2 * r + 1] * FA_SCALE);
 #endif
     }
   }

@@ -35,13 +35,17 @@ type Desc struct {
 	Causal  bool
 	Scale   float64 // 0 means 1/sqrt(D)
 	// Br and Bc are the forward's query and key tile rows; Stages the number of
-	// K/V tiles in flight (2: double buffering). Warps is Br/16.
+	// K/V tiles in flight (2: double buffering). Each forward warp owns WM m-tiles
+	// of 16 query rows (1 or 2: two halve the shared-memory reads of K and V per
+	// FLOP), so the forward has Br/(16·WM) warps.
 	Br, Bc, Stages int
+	WM             int
 	// BwdBr and BwdBc tile the backward: the dK/dV kernel owns BwdBc keys and
 	// walks query tiles of BwdBr rows; the dQ kernel owns BwdBr·2 queries... see
 	// DQBr and DQBc.
 	BwdBr, BwdBc int
 	DQBr, DQBc   int
+	DQWM         int // m-tiles of 16 query rows per dQ warp (1 or 2)
 	// W and R make a LongNet branch: segments of W rows, every R-th row from the
 	// head's offset (Offsets "paper": h mod R; "block": min(h / ceil(H/R), R−1)).
 	// W = 0 means one segment over the whole sequence, R = 0 means 1.
@@ -83,6 +87,12 @@ func (d Desc) Defaults() Desc {
 	}
 	if d.Stages == 0 {
 		d.Stages = 2
+	}
+	if d.WM == 0 {
+		d.WM = 1
+	}
+	if d.DQWM == 0 {
+		d.DQWM = 1
 	}
 	if d.BwdBr == 0 {
 		d.BwdBr = 64
@@ -150,6 +160,12 @@ func (d Desc) Check() error {
 		if t.v < 16 || t.v > 256 || t.v%16 != 0 {
 			return fmt.Errorf("tile %s=%d: want a multiple of 16 in [16, 256]", t.name, t.v)
 		}
+	}
+	if d.WM != 1 && d.WM != 2 || d.Br%(16*d.WM) != 0 {
+		return fmt.Errorf("forward: %d m-tiles per warp with Br=%d: want 1 or 2 dividing Br/16", d.WM, d.Br)
+	}
+	if d.DQWM != 1 && d.DQWM != 2 || d.DQBr%(16*d.DQWM) != 0 {
+		return fmt.Errorf("dQ: %d m-tiles per warp with DQBr=%d: want 1 or 2 dividing DQBr/16", d.DQWM, d.DQBr)
 	}
 	if d.Stages < 2 || d.Stages > 4 {
 		return fmt.Errorf("stages %d: want 2..4", d.Stages)

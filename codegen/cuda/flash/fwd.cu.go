@@ -42,20 +42,30 @@ const fwdSrc = `extern "C" __global__ void __launch_bounds__(FA_NT) @KERNEL@(FA_
     fa_commit();
   }
   const int g = lane >> 2, c2 = (lane & 3) * 2;
-  const long long r0 = q0 + warp * 16 + g;
+  // Warp w owns FA_WM m-tiles of 16 query rows: rows q0 + w·16·FA_WM + mi·16 + g (+8).
+  const int wr = warp * 16 * FA_WM;
+  const long long r0 = q0 + wr + g;
+#if FA_WM == 1
   unsigned qf[FA_D / 16][4];
-  float acc[FA_D / 8][4];
+#endif
+  float acc[FA_WM][FA_D / 8][4];
 #pragma unroll
-  for (int i = 0; i < FA_D / 8; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.0f;
-  float m[2] = {-FA_INF, -FA_INF}, l[2] = {0.0f, 0.0f};
+  for (int mi = 0; mi < FA_WM; ++mi)
+#pragma unroll
+    for (int i = 0; i < FA_D / 8; ++i) acc[mi][i][0] = acc[mi][i][1] = acc[mi][i][2] = acc[mi][i][3] = 0.0f;
+  float m[FA_WM][2], l[FA_WM][2];
+#pragma unroll
+  for (int mi = 0; mi < FA_WM; ++mi) m[mi][0] = m[mi][1] = -FA_INF, l[mi][0] = l[mi][1] = 0.0f;
   for (int j = 0; j < nkt; ++j) {
     fa_wait<FA_STAGES - 2>();
     __syncthreads();
+#if FA_WM == 1
     if (j == 0) {
 #pragma unroll
       for (int kk = 0; kk < FA_D / 16; ++kk)
-        fa_ldm4(qf[kk], fa_smem(sQ + fa_swz(warp * 16 + (lane & 7) + ((lane >> 3) & 1) * 8, kk * 16 + (lane >> 4) * 8)));
+        fa_ldm4(qf[kk], fa_smem(sQ + fa_swz(wr + (lane & 7) + ((lane >> 3) & 1) * 8, kk * 16 + (lane >> 4) * 8)));
     }
+#endif
     {
       const int jn = j + FA_STAGES - 1;
       if (jn < nkt) {
@@ -67,97 +77,131 @@ const fwdSrc = `extern "C" __global__ void __launch_bounds__(FA_NT) @KERNEL@(FA_
     }
     const fa_bf16* cK = sK + (j % FA_STAGES) * FA_BC * FA_D;
     const fa_bf16* cV = sV + (j % FA_STAGES) * FA_BC * FA_D;
-    float s[FA_BC / 8][4];
+    float s[FA_WM][FA_BC / 8][4];
 #pragma unroll
-    for (int i = 0; i < FA_BC / 8; ++i) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.0f;
+    for (int mi = 0; mi < FA_WM; ++mi)
+#pragma unroll
+      for (int i = 0; i < FA_BC / 8; ++i) s[mi][i][0] = s[mi][i][1] = s[mi][i][2] = s[mi][i][3] = 0.0f;
 #pragma unroll
     for (int kk = 0; kk < FA_D / 16; ++kk) {
+#if FA_WM == 1
+      const unsigned* a0 = qf[kk];
+#else
+      unsigned qa[FA_WM][4];
+#pragma unroll
+      for (int mi = 0; mi < FA_WM; ++mi)
+        fa_ldm4(qa[mi], fa_smem(sQ + fa_swz(wr + mi * 16 + (lane & 7) + ((lane >> 3) & 1) * 8, kk * 16 + (lane >> 4) * 8)));
+#endif
 #pragma unroll
       for (int np = 0; np < FA_BC / 16; ++np) {
         unsigned bb[4];
         fa_ldm4(bb, fa_smem(cK + fa_swz(np * 16 + (lane & 7) + ((lane >> 4) << 3), kk * 16 + ((lane >> 3) & 1) * 8)));
-        fa_mma(s[2 * np], qf[kk], bb[0], bb[1]);
-        fa_mma(s[2 * np + 1], qf[kk], bb[2], bb[3]);
+#pragma unroll
+        for (int mi = 0; mi < FA_WM; ++mi) {
+#if FA_WM == 1
+          const unsigned* a = a0;
+#else
+          const unsigned* a = qa[mi];
+#endif
+          fa_mma(s[mi][2 * np], a, bb[0], bb[1]);
+          fa_mma(s[mi][2 * np + 1], a, bb[2], bb[3]);
+        }
       }
     }
     const long long k0 = (long long)j * FA_BC;
-    if (k0 + FA_BC > kn || (FA_CAUSAL && FA_KPOS + k0 + FA_BC - 1 > FA_QPOS + q0)) {
+    if (k0 + FA_BC > kn || (FA_CAUSAL && FA_KPOS + k0 + FA_BC - 1 > FA_QPOS + q0 + wr)) {
 #pragma unroll
-      for (int nt = 0; nt < FA_BC / 8; ++nt)
+      for (int mi = 0; mi < FA_WM; ++mi)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const long long col = k0 + nt * 8 + c2 + (e & 1), row = r0 + (e >> 1) * 8;
-          if (col >= kn || (FA_CAUSAL && FA_KPOS + col > FA_QPOS + row)) s[nt][e] = -FA_INF;
-        }
+        for (int nt = 0; nt < FA_BC / 8; ++nt)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const long long col = k0 + nt * 8 + c2 + (e & 1), row = r0 + mi * 16 + (e >> 1) * 8;
+            if (col >= kn || (FA_CAUSAL && FA_KPOS + col > FA_QPOS + row)) s[mi][nt][e] = -FA_INF;
+          }
     }
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      float mx = m[r];
+    for (int mi = 0; mi < FA_WM; ++mi)
 #pragma unroll
-      for (int nt = 0; nt < FA_BC / 8; ++nt) mx = fmaxf(mx, fmaxf(s[nt][2 * r], s[nt][2 * r + 1]));
+    for (int r = 0; r < 2; ++r) {
+      float mx = m[mi][r];
+#pragma unroll
+      for (int nt = 0; nt < FA_BC / 8; ++nt) mx = fmaxf(mx, fmaxf(s[mi][nt][2 * r], s[mi][nt][2 * r + 1]));
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
       const float ms = mx == -FA_INF ? 0.0f : mx * FA_SL2;
-      const float corr = fa_exp2(m[r] * FA_SL2 - ms);
-      m[r] = mx;
+      const float corr = fa_exp2(m[mi][r] * FA_SL2 - ms);
+      m[mi][r] = mx;
       float ls = 0.0f;
 #pragma unroll
       for (int nt = 0; nt < FA_BC / 8; ++nt) {
-        const float p0 = fa_exp2(fmaf(s[nt][2 * r], FA_SL2, -ms)), p1 = fa_exp2(fmaf(s[nt][2 * r + 1], FA_SL2, -ms));
-        s[nt][2 * r] = p0;
-        s[nt][2 * r + 1] = p1;
+        const float p0 = fa_exp2(fmaf(s[mi][nt][2 * r], FA_SL2, -ms)), p1 = fa_exp2(fmaf(s[mi][nt][2 * r + 1], FA_SL2, -ms));
+        s[mi][nt][2 * r] = p0;
+        s[mi][nt][2 * r + 1] = p1;
         ls += p0 + p1;
       }
-      l[r] = l[r] * corr + ls;
+      l[mi][r] = l[mi][r] * corr + ls;
 #pragma unroll
       for (int dt = 0; dt < FA_D / 8; ++dt) {
-        acc[dt][2 * r] *= corr;
-        acc[dt][2 * r + 1] *= corr;
+        acc[mi][dt][2 * r] *= corr;
+        acc[mi][dt][2 * r + 1] *= corr;
       }
     }
 #pragma unroll
     for (int kk = 0; kk < FA_BC / 16; ++kk) {
-      unsigned a[4];
-      a[0] = fa_pack(s[2 * kk][0], s[2 * kk][1]);
-      a[1] = fa_pack(s[2 * kk][2], s[2 * kk][3]);
-      a[2] = fa_pack(s[2 * kk + 1][0], s[2 * kk + 1][1]);
-      a[3] = fa_pack(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+      unsigned a[FA_WM][4];
+#pragma unroll
+      for (int mi = 0; mi < FA_WM; ++mi) {
+        a[mi][0] = fa_pack(s[mi][2 * kk][0], s[mi][2 * kk][1]);
+        a[mi][1] = fa_pack(s[mi][2 * kk][2], s[mi][2 * kk][3]);
+        a[mi][2] = fa_pack(s[mi][2 * kk + 1][0], s[mi][2 * kk + 1][1]);
+        a[mi][3] = fa_pack(s[mi][2 * kk + 1][2], s[mi][2 * kk + 1][3]);
+      }
 #pragma unroll
       for (int dp = 0; dp < FA_D / 16; ++dp) {
         unsigned bb[4];
         fa_ldm4t(bb, fa_smem(cV + fa_swz(kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8, dp * 16 + (lane >> 4) * 8)));
-        fa_mma(acc[2 * dp], a, bb[0], bb[1]);
-        fa_mma(acc[2 * dp + 1], a, bb[2], bb[3]);
+#pragma unroll
+        for (int mi = 0; mi < FA_WM; ++mi) {
+          fa_mma(acc[mi][2 * dp], a[mi], bb[0], bb[1]);
+          fa_mma(acc[mi][2 * dp + 1], a[mi], bb[2], bb[3]);
+        }
       }
     }
   }
   fa_wait<0>();
 #pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
-    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
-  }
-#if FA_ACC
-  float la[2], lb[2];
+  for (int mi = 0; mi < FA_WM; ++mi)
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    const long long row = r0 + r * 8;
-    lb[r] = l[r] > 0.0f ? m[r] * FA_SCALE + logf(l[r]) : -FA_INF;
-    la[r] = row < qn ? lse[(b * FA_HQ + h) * FA_T + qp0 + row * FA_R] : -FA_INF;
+    l[mi][r] += __shfl_xor_sync(0xffffffffu, l[mi][r], 1);
+    l[mi][r] += __shfl_xor_sync(0xffffffffu, l[mi][r], 2);
+  }
+#if FA_ACC
+  float la[FA_WM][2], lb[FA_WM][2];
+#pragma unroll
+  for (int mi = 0; mi < FA_WM; ++mi)
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const long long row = r0 + mi * 16 + r * 8;
+    lb[mi][r] = l[mi][r] > 0.0f ? m[mi][r] * FA_SCALE + logf(l[mi][r]) : -FA_INF;
+    la[mi][r] = row < qn ? lse[(b * FA_HQ + h) * FA_T + qp0 + row * FA_R] : -FA_INF;
   }
   __syncwarp();
 #endif
 #pragma unroll
+  for (int mi = 0; mi < FA_WM; ++mi)
+#pragma unroll
   for (int r = 0; r < 2; ++r) {
-    const long long row = r0 + r * 8;
+    const long long row = r0 + mi * 16 + r * 8;
     if (row >= qn) continue;
     const long long pos = qp0 + row * FA_R;
     FA_OT* orow = o + ((b * FA_T + pos) * FA_HQ + h) * FA_D;
-    const float inv = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;
+    const float inv = l[mi][r] > 0.0f ? 1.0f / l[mi][r] : 0.0f;
 #if FA_ACC
-    if (lb[r] == -FA_INF) continue;
-    const float mx = fmaxf(la[r], lb[r]);
-    float wa = expf(la[r] - mx), wb = expf(lb[r] - mx);
+    if (lb[mi][r] == -FA_INF) continue;
+    const float mx = fmaxf(la[mi][r], lb[mi][r]);
+    float wa = expf(la[mi][r] - mx), wb = expf(lb[mi][r] - mx);
     const float sum = wa + wb;
     wa /= sum;
     wb = wb / sum * inv;
@@ -165,16 +209,16 @@ const fwdSrc = `extern "C" __global__ void __launch_bounds__(FA_NT) @KERNEL@(FA_
     for (int dt = 0; dt < FA_D / 8; ++dt) {
       float2* p = (float2*)(orow + dt * 8 + c2);
       float2 x = *p;
-      x.x = wa * x.x + wb * acc[dt][2 * r];
-      x.y = wa * x.y + wb * acc[dt][2 * r + 1];
+      x.x = wa * x.x + wb * acc[mi][dt][2 * r];
+      x.y = wa * x.y + wb * acc[mi][dt][2 * r + 1];
       *p = x;
     }
     if ((lane & 3) == 0) lse[(b * FA_HQ + h) * FA_T + pos] = mx + logf(sum);
 #else
 #pragma unroll
     for (int dt = 0; dt < FA_D / 8; ++dt)
-      *(unsigned*)(orow + dt * 8 + c2) = fa_pack(acc[dt][2 * r] * inv, acc[dt][2 * r + 1] * inv);
-    if ((lane & 3) == 0) lse[(b * FA_HQ + h) * FA_T + pos] = l[r] > 0.0f ? m[r] * FA_SCALE + logf(l[r]) : -FA_INF;
+      *(unsigned*)(orow + dt * 8 + c2) = fa_pack(acc[mi][dt][2 * r] * inv, acc[mi][dt][2 * r + 1] * inv);
+    if ((lane & 3) == 0) lse[(b * FA_HQ + h) * FA_T + pos] = l[mi][r] > 0.0f ? m[mi][r] * FA_SCALE + logf(l[mi][r]) : -FA_INF;
 #endif
   }
 }
@@ -209,5 +253,12 @@ const convertSrc = `extern "C" __global__ void __launch_bounds__(256) @KERNEL@(f
   const long long i = ((long long)blockIdx.x * 256 + threadIdx.x) * 2;
   if (i >= FA_N) return;
   *(unsigned*)(y + i) = fa_pack(x[i], x[i + 1]);
+}
+`
+
+// fillSrc sets FA_N 32-bit words to FA_FILL: zeroed accumulators, lse = −Inf.
+const fillSrc = `extern "C" __global__ void __launch_bounds__(256) @KERNEL@(unsigned* __restrict__ y) {
+  const long long i = (long long)blockIdx.x * 256 + threadIdx.x;
+  if (i < FA_N) y[i] = FA_FILL;
 }
 `

@@ -44,7 +44,8 @@ type view struct {
 	Kind       string
 	BR, BC, NT int
 	Acc        bool
-	N          int64 // convert: element count
+	N          int64  // convert, fill: element count
+	Fill       uint32 // fill: the word
 }
 
 var funcs = template.FuncMap{
@@ -87,9 +88,11 @@ var header = template.Must(template.New("header").Funcs(funcs).Parse(
 #define FA_BR {{.BR}}
 #define FA_BC {{.BC}}
 #define FA_NT {{.NT}}
+#define FA_WM {{.WM}}
 #define FA_STAGES {{.Stages}}
 #define FA_ACC {{b .Acc}}
 #define FA_N {{.N}}LL
+#define FA_FILL {{.Fill}}u
 {{if .Acc}}typedef float FA_OT;{{else}}typedef unsigned short FA_OT;{{end}}
 `))
 
@@ -130,7 +133,7 @@ func Forward(d Desc) (Kernel, error) {
 	if err := d.Check(); err != nil {
 		return Kernel{}, err
 	}
-	nt := d.Br / 16 * 32
+	nt := d.Br / (16 * d.WM) * 32
 	v := view{Desc: d, Kind: "forward", BR: d.Br, BC: d.Bc, NT: nt, Acc: d.Accumulate}
 	rows := d.T
 	if d.Dilated() {
@@ -159,6 +162,7 @@ func Delta(d Desc) (Kernel, error) {
 		return Kernel{}, err
 	}
 	v := view{Desc: d, Kind: "delta", BR: 8, BC: 8, NT: 256}
+	v.WM = 1
 	return Kernel{Op: "attention.flash.delta", Body: render(v, deltaSrc),
 		Grid:   [3]uint32{uint32((d.T + 7) / 8), uint32(d.Hq), uint32(d.B)},
 		Block:  [3]uint32{256, 1, 1},
@@ -181,6 +185,7 @@ func DKDV(d Desc) (Kernel, error) {
 		return Kernel{}, fmt.Errorf("a dilated branch with grouped-query heads runs dK/dV per group member (set Member)")
 	}
 	v := view{Desc: d, Kind: "dkdv", BR: d.BwdBr, BC: d.BwdBc, NT: nt, Acc: d.Accumulate}
+	v.WM = 1
 	rows := d.S
 	if d.Dilated() {
 		rows = (min(d.W, d.T) + int64(d.R) - 1) / int64(d.R)
@@ -201,8 +206,9 @@ func DQ(d Desc) (Kernel, error) {
 	if err := d.Check(); err != nil {
 		return Kernel{}, err
 	}
-	nt := d.DQBr / 16 * 32
+	nt := d.DQBr / (16 * d.DQWM) * 32
 	v := view{Desc: d, Kind: "dq", BR: d.DQBr, BC: d.DQBc, NT: nt, Acc: d.Accumulate}
+	v.WM = d.DQWM
 	rows := d.T
 	if d.Dilated() {
 		rows = (min(d.W, d.T) + int64(d.R) - 1) / int64(d.R)
@@ -226,5 +232,17 @@ func Convert(n int64) Kernel {
 		Grid:   [3]uint32{uint32((n/2 + 255) / 256), 1, 1},
 		Block:  [3]uint32{256, 1, 1},
 		Params: []Param{{"y", "lcc_bf16", true}, {"x", "float", false}},
+	}
+}
+
+// Fill renders y[i] = bits for n 32-bit words (a zeroed fp32 accumulator, or an
+// lse of −Inf = 0xff800000).
+func Fill(n int64, bits uint32) Kernel {
+	d := Desc{D: 64, T: 1, S: 1, B: 1, Hq: 1, Hkv: 1}.Defaults()
+	v := view{Desc: d, Kind: "fill", BR: 16, BC: 16, NT: 256, N: n, Fill: bits}
+	return Kernel{Op: "attention.flash.fill", Body: render(v, fillSrc),
+		Grid:   [3]uint32{uint32((n + 255) / 256), 1, 1},
+		Block:  [3]uint32{256, 1, 1},
+		Params: []Param{{"y", "float", true}},
 	}
 }

@@ -1,0 +1,112 @@
+package exec
+
+import (
+	"math"
+	"math/rand/v2"
+	"strings"
+	"testing"
+
+	codegen "github.com/lcc-dev/lcc/codegen/cuda"
+	"github.com/lcc-dev/lcc/ir"
+	"github.com/lcc-dev/lcc/tensor"
+)
+
+// attentionGraph is attention and its gradient over random inputs: q [B,T,H,D],
+// k, v [B,S,Hkv,D], the output gradient do.
+func attentionGraph(t *testing.T, b, tl, s, h, hkv, d int64, causal bool, seed uint64) (*ir.Func, map[string]*tensor.Tensor) {
+	t.Helper()
+	rng := rand.New(rand.NewPCG(seed, 9))
+	in := map[string]*tensor.Tensor{}
+	bl := ir.NewBuilder("attn")
+	fl := func(name string, shape ...int64) *ir.Value {
+		x := tensor.New(tensor.F32, shape...)
+		for i := range x.F {
+			x.F[i] = rng.NormFloat64()
+		}
+		in[name] = x
+		return bl.Input(name, ir.T(tensor.F32, shape...))
+	}
+	q, k, v, do := fl("q", b, tl, h, d), fl("k", b, s, hkv, d), fl("v", b, s, hkv, d), fl("do", b, tl, h, d)
+	scale := 1 / math.Sqrt(float64(d))
+	o, lse := bl.Attention(q, k, v, causal, scale)
+	g := bl.Apply(ir.OpAttentionGrad, ir.A("causal", causal, "scale", scale), q, k, v, o, lse, do)
+	bl.Output("o", o)
+	bl.Output("lse", lse)
+	bl.Output("dq", g[0])
+	bl.Output("dk", g[1])
+	bl.Output("dv", g[2])
+	f, err := bl.Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f, in
+}
+
+// TestFlashLowering: with bf16 storage and head dim 64 or 128 attention lowers
+// to the tensor-core kernels (the plan's step ops say so); f32 storage, other
+// head dims and masks keep the scalar kernels.
+func TestFlashLowering(t *testing.T) {
+	ops := func(f *ir.Func, st tensor.DType) string {
+		p, err := codegen.Build(f, codegen.Options{Arch: "sm_90", Storage: st})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var s []string
+		for _, x := range p.Plan.Steps {
+			if strings.HasPrefix(x.Op, "attention") {
+				s = append(s, x.Op)
+			}
+		}
+		return strings.Join(s, " ")
+	}
+	f, _ := attentionGraph(t, 1, 40, 40, 2, 1, 128, true, 1)
+	if got, want := ops(f, tensor.BF16), "attention.flash.fwd attention.flash.delta attention.flash.dkdv attention.flash.dq"; got != want {
+		t.Errorf("bf16 D=128: steps %q, want %q", got, want)
+	}
+	if got := ops(f, tensor.F32); strings.Contains(got, "flash") {
+		t.Errorf("f32 storage: steps %q use the bf16 tensor-core kernels", got)
+	}
+	f, _ = attentionGraph(t, 1, 40, 40, 2, 1, 32, true, 1)
+	if got := ops(f, tensor.BF16); strings.Contains(got, "flash") {
+		t.Errorf("D=32: steps %q use the tensor-core kernels", got)
+	}
+}
+
+// TestGPUFlashAttention runs the tensor-core kernels through the executor with
+// bf16 storage against the CPU interpreter (outputs poisoned first), and checks
+// that two runs give bitwise the same gradients.
+func TestGPUFlashAttention(t *testing.T) {
+	dev := openGPU(t)
+	for _, c := range []struct {
+		name               string
+		b, t, s, h, hkv, d int64
+		causal             bool
+	}{
+		{"causal-d128-gqa-ragged", 1, 203, 203, 4, 2, 128, true},
+		{"causal-d64-batch2", 2, 130, 130, 2, 2, 64, true},
+		{"full-d64-gqa", 1, 100, 170, 6, 2, 64, false},
+		{"full-d128", 1, 64, 96, 2, 2, 128, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			f, in := attentionGraph(t, c.b, c.t, c.s, c.h, c.hkv, c.d, c.causal, uint64(c.t))
+			compare(t, dev, f, in, Options{Storage: tensor.BF16}, 2e-2)
+			s := NewSession(dev, Options{Storage: tensor.BF16, Poison: true, CacheDir: t.TempDir()})
+			defer s.Close()
+			a, err := s.Run(f, in)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, err := s.Run(f, in)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, n := range []string{"dq", "dk", "dv"} {
+				for i := range a[n].F {
+					if math.Float64bits(a[n].F[i]) != math.Float64bits(b[n].F[i]) {
+						t.Fatalf("%s differs between two runs at %d", n, i)
+					}
+				}
+			}
+		})
+	}
+}
