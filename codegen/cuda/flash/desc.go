@@ -76,36 +76,28 @@ func (d Desc) Defaults() Desc {
 	if d.Scale == 0 {
 		d.Scale = 1 / math.Sqrt(float64(d.D))
 	}
-	if d.Br == 0 {
-		d.Br = 128
-	}
-	if d.Bc == 0 {
-		d.Bc = 64
-		if d.D <= 64 {
-			d.Bc = 128
+	// Tiles measured best on an H200 at T=32K, causal (BENCHMARKS.md): D=128
+	// forward 128×32 with two m-tiles per warp, dK/dV 32 queries × 128 keys, dQ
+	// 128×32 with two m-tiles per warp; D=64 forward 256×64, dK/dV 64×128,
+	// dQ 128×64, two m-tiles per warp.
+	wide := d.D > 64
+	pick := func(p *int, d128, d64 int) {
+		if *p == 0 {
+			*p = d64
+			if wide {
+				*p = d128
+			}
 		}
 	}
-	if d.Stages == 0 {
-		d.Stages = 2
-	}
-	if d.WM == 0 {
-		d.WM = 1
-	}
-	if d.DQWM == 0 {
-		d.DQWM = 1
-	}
-	if d.BwdBr == 0 {
-		d.BwdBr = 64
-	}
-	if d.BwdBc == 0 {
-		d.BwdBc = 128
-	}
-	if d.DQBr == 0 {
-		d.DQBr = 128
-	}
-	if d.DQBc == 0 {
-		d.DQBc = 64
-	}
+	pick(&d.Br, 128, 256)
+	pick(&d.Bc, 32, 64)
+	pick(&d.WM, 2, 2)
+	pick(&d.Stages, 2, 2)
+	pick(&d.BwdBr, 32, 64)
+	pick(&d.BwdBc, 128, 128)
+	pick(&d.DQBr, 128, 128)
+	pick(&d.DQBc, 32, 64)
+	pick(&d.DQWM, 2, 2)
 	if d.W == 0 {
 		d.W = d.T
 	}
