@@ -136,6 +136,10 @@ func (p *pipeline) attention() (report.Attention, error) {
 		if len(p.layers) == 0 && len(am.Found) > 0 {
 			return att, fmt.Errorf("--attention=dilated: no attention layer could be rewritten")
 		}
+		a := p.opts.Attention
+		cfg := a.dilate()
+		att.Dilated = &report.Dilated{Segments: cfg.Segments, Dilations: cfg.Dilations,
+			Offsets: cfg.Offsets, Defaulted: len(a.Segments) == 0 && len(a.Dilations) == 0}
 		att.Rewritten["dilated"] = len(p.layers)
 		if d := len(am.Found) - len(p.layers); d > 0 {
 			att.Rewritten["dense"] = d

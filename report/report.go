@@ -114,6 +114,20 @@ type Attention struct {
 	Found     int            `json:"found"`
 	Rewritten map[string]int `json:"rewritten"`
 	Unmatched []string       `json:"unmatched"`
+	// Dilated is the configuration of dilated attention (nil when not used).
+	Dilated *Dilated `json:"dilated,omitempty"`
+}
+
+// Dilated is the LongNet configuration the dilated layers use: branch i has
+// segment length Segments[i] and dilation Dilations[i] (a segment longer than the
+// sequence is one segment).
+type Dilated struct {
+	Segments  []int64 `json:"segments"`
+	Dilations []int64 `json:"dilations"`
+	Offsets   string  `json:"offsets"`
+	// Defaulted is true when --segments and --dilations were not given and
+	// LongNet's million-token configuration was used.
+	Defaulted bool `json:"defaulted"`
 }
 
 // Memory is the simulated per-GPU memory of one step.
@@ -128,12 +142,19 @@ type Memory struct {
 	SimulatedPeakBytes int64 `json:"simulated_peak_bytes"`
 }
 
-// FLOPs counts floating-point operations of one step.
+// FLOPs counts floating-point operations of one step on one GPU: the whole step
+// when it runs on one GPU or is replicated, one rank's share when the sequence is
+// sharded.
 type FLOPs struct {
-	Forward  int64 `json:"forward"`
-	Backward int64 `json:"backward"`
-	PerStep  int64 `json:"per_step"`
+	// Scope is always "per_gpu", so that a reader of the JSON need not guess.
+	Scope    string `json:"scope"`
+	Forward  int64  `json:"forward"`
+	Backward int64  `json:"backward"`
+	PerStep  int64  `json:"per_step"`
 }
+
+// FLOPsScope is FLOPs.Scope.
+const FLOPsScope = "per_gpu"
 
 // Sharding says how the sequence is split across GPUs.
 type Sharding struct {
@@ -229,10 +250,11 @@ func Build(f *ir.Func, in Input) *Report {
 	if in.Training.Checkpoints != nil {
 		r.Checkpoints = *in.Training.Checkpoints
 	}
-	r.FLOPs = FLOPs{Forward: fwd, PerStep: fwd}
+	r.FLOPs = FLOPs{Scope: FLOPsScope, Forward: fwd, PerStep: fwd}
 	if in.Training.Enabled {
 		r.Mode = "training"
-		r.FLOPs = FLOPs{Forward: in.Training.ForwardFLOPs, Backward: fwd - in.Training.ForwardFLOPs, PerStep: fwd}
+		r.FLOPs = FLOPs{Scope: FLOPsScope, Forward: in.Training.ForwardFLOPs,
+			Backward: fwd - in.Training.ForwardFLOPs, PerStep: fwd}
 	}
 	var grads, optimizer int64
 	for _, o := range f.Outputs {
@@ -318,6 +340,14 @@ func (r *Report) WriteText(w io.Writer) {
 	for _, u := range r.Attention.Unmatched {
 		fmt.Fprintf(w, "           unmatched: %s\n", u)
 	}
+	if d := r.Attention.Dilated; d != nil {
+		how := "from --segments and --dilations"
+		if d.Defaulted {
+			how = "LongNet's defaults: --segments and --dilations not given"
+		}
+		fmt.Fprintf(w, "dilated    segments %s, dilations %s, %s offsets (%s)\n", joinInts(d.Segments),
+			joinInts(d.Dilations), d.Offsets, how)
+	}
 	fmt.Fprintf(w, "fused CE   %d\n", r.FusedCE)
 	fmt.Fprintf(w, "checkpoint %s: %d ops recomputed, %s saved\n", r.Checkpoints.Policy,
 		r.Checkpoints.RecomputedOps, Bytes(r.Checkpoints.SavedBytes))
@@ -339,7 +369,7 @@ func (r *Report) WriteText(w io.Writer) {
 	fmt.Fprintf(w, "memory     peak %s per GPU (weights %s, gradients %s, optimizer %s, activations %s)%s\n",
 		Bytes(r.Memory.PerGPUPeakBytes), Bytes(r.Memory.WeightsBytes), Bytes(r.Memory.GradientsBytes),
 		Bytes(r.Memory.OptimizerBytes), Bytes(r.Memory.ActivationsBytes), fits(r.Memory.FitsTarget))
-	fmt.Fprintf(w, "flops      forward %s, backward %s, per step %s\n", FLOPString(r.FLOPs.Forward),
+	fmt.Fprintf(w, "flops      per GPU: forward %s, backward %s, per step %s\n", FLOPString(r.FLOPs.Forward),
 		FLOPString(r.FLOPs.Backward), FLOPString(r.FLOPs.PerStep))
 	var ks []string
 	for _, k := range r.Kernels {
@@ -421,4 +451,12 @@ func FLOPString(n int64) string {
 		i++
 	}
 	return fmt.Sprintf("%.3g %sFLOP", f, units[i])
+}
+
+func joinInts(xs []int64) string {
+	var parts []string
+	for _, x := range xs {
+		parts = append(parts, fmt.Sprint(x))
+	}
+	return strings.Join(parts, ",")
 }

@@ -249,3 +249,88 @@ func TestParseBytes(t *testing.T) {
 		}
 	}
 }
+
+// The report says its FLOPs are per GPU, which dilated configuration the layers
+// use (and whether it was defaulted), and when the sharded step's kernels are
+// incomplete.
+func TestReportSaysWhatItCounts(t *testing.T) {
+	model := filepath.Join(td, "hf", "hf_llama_gqa_sdpa.onnx")
+	out, stderr, code := lcc(t, "compile", model, "--seq-len=1048576", "--target=a100x8", "--attention=dilated")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	for _, want := range []string{
+		"flops      per GPU: forward ",
+		"dilated    segments 2048,4096,8192,16384,32768, dilations 1,2,4,8,16, paper offsets " +
+			"(LongNet's defaults: --segments and --dilations not given)",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("text report lacks %q:\n%s", want, out)
+		}
+	}
+	// A sharded step whose ops lack a GPU lowering says so in the report.
+	if strings.Contains(out, "shard_positions") && !strings.Contains(out, "kernels    incomplete: sharded step: ") {
+		t.Errorf("text report does not say the sharded step's kernels are incomplete:\n%s", out)
+	}
+	rep := compileJSON(t, model, "--seq-len=65536", "--attention=dilated", "--segments=4096,8192",
+		"--dilations=1,2", "--dilated-offsets=block")
+	d, _ := rep["attention"].(map[string]any)["dilated"].(map[string]any)
+	if d == nil || d["defaulted"] != false || d["offsets"] != "block" ||
+		len(d["segments"].([]any)) != 2 || d["segments"].([]any)[1] != 8192.0 || d["dilations"].([]any)[1] != 2.0 {
+		t.Errorf("attention.dilated = %v", d)
+	}
+	if f := rep["flops"].(map[string]any); f["scope"] != "per_gpu" {
+		t.Errorf("flops = %v, want scope per_gpu", f)
+	}
+	rep = compileJSON(t, model, "--seq-len=1048576", "--target=a100x8", "--attention=ring")
+	if ke, _ := rep["kernel_error"].(string); ke != "" && !strings.HasPrefix(ke, "sharded step: ") {
+		t.Errorf("kernel_error = %q does not say it is the sharded step's", ke)
+	}
+}
+
+// The README and docs/ stand alone (a clone has no ../shared), and the README
+// lists every file that compile -o writes.
+func TestDocsStandAlone(t *testing.T) {
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	docs, _ := filepath.Glob("../../docs/*.md")
+	if len(docs) == 0 {
+		t.Fatal("no docs/*.md")
+	}
+	for _, p := range append(docs, "../../README.md") {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(string(b), "../shared") {
+			t.Errorf("%s refers to ../shared, which a clone does not have", p)
+		}
+	}
+	if !strings.Contains(string(readme), "(docs/design.md)") {
+		t.Error("README does not point to docs/design.md")
+	}
+	dir := t.TempDir()
+	model := filepath.Join(td, "hf", "hf_llama_gqa_sdpa.onnx")
+	if _, stderr, code := lcc(t, "compile", model, "--seq-len=64", "--target=a100x8", "--attention=ring",
+		"--emit=onnx,dot", "-o", dir); code != 0 {
+		t.Fatalf("compile -o: exit %d\n%s", code, stderr)
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		name := e.Name()
+		if e.IsDir() {
+			name += "/"
+		}
+		if !strings.Contains(string(readme), "`"+name) {
+			t.Errorf("compile -o wrote %s, which the README does not list", name)
+		}
+	}
+	if len(entries) < 9 {
+		t.Errorf("compile -o wrote only %d entries; the test expects every kind of file", len(entries))
+	}
+}
