@@ -180,6 +180,7 @@ func init() {
 		"ReduceSumSquare": reduceComposite(square, nil),
 		"ReduceLogSum":    reduceComposite(nil, func(b *ir.Builder, y *ir.Value) *ir.Value { return b.Unary(ir.OpLog, y) }),
 		"ReduceLogSumExp": lowerReduceLogSumExp,
+		"ReduceProd":      lowerReduceProd,
 		"Mod":             lowerMod,
 		"Softmax": func(c *nodeCtx) ([]*ir.Value, error) {
 			return one(c.b.Apply1(ir.OpSoftmax, ir.A("axis", c.aInt("axis", -1)), c.in(0)))
@@ -977,6 +978,37 @@ func lowerReduceLogSumExp(c *nodeCtx) ([]*ir.Value, error) {
 		y = b.Reshape(y, shape...)
 	}
 	return one(y)
+}
+
+// lowerReduceProd lowers floating-point ReduceProd without a product op: 0 where
+// the slice holds a zero, else cos(π·#negatives)·exp(Σ log|x|) (the sign is ±1 to
+// rounding; an empty slice gives 1). Its gradient is prod/x, exact except at a
+// zero, where it is 0 (the product of the other elements would be exact).
+func lowerReduceProd(c *nodeCtx) ([]*ir.Value, error) {
+	x := c.in(0)
+	dt := x.Type.DType
+	if !dt.IsFloat() {
+		return nil, fmt.Errorf("%w: ReduceProd of %v (floating-point only)", ErrUnsupported, dt)
+	}
+	axes, given, err := c.axesOf(1)
+	if err != nil {
+		return nil, err
+	}
+	if (!given || len(axes) == 0) && c.aInt("noop_with_empty_axes", 0) != 0 {
+		return one(x)
+	}
+	as := ir.A("keepdims", c.aInt("keepdims", 1) != 0)
+	if given && len(axes) > 0 {
+		as = as.With("axes", axes)
+	}
+	b := c.b
+	zero, one_ := b.Scalar(dt, 0), b.Scalar(dt, 1)
+	isZero := b.Apply1(ir.OpEq, nil, x, zero)
+	count := func(cond *ir.Value) *ir.Value { return b.Apply1(ir.OpReduceSum, as, b.Cast(cond, dt)) }
+	logs := b.Apply1(ir.OpReduceSum, as, b.Unary(ir.OpLog, b.Apply1(ir.OpWhere, nil, isZero, one_, b.Unary(ir.OpAbs, x))))
+	sign := b.Unary(ir.OpCos, b.Mul(count(b.Apply1(ir.OpLt, nil, x, zero)), b.Scalar(dt, math.Pi)))
+	anyZero := b.Apply1(ir.OpGt, nil, count(isZero), zero)
+	return one(b.Apply1(ir.OpWhere, nil, anyZero, zero, b.Mul(sign, b.Unary(ir.OpExp, logs))))
 }
 
 // reducedAxis reports whether dim i is among axes (all dims when axes is empty).
