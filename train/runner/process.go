@@ -19,10 +19,22 @@ type Env struct {
 	Rank, WorldSize, LocalRank int
 	MasterAddr                 string
 	MasterPort                 int
+	// AgentStore is set when torchrun's agent already serves its TCPStore on
+	// MASTER_PORT (TORCHELASTIC_USE_AGENT_STORE=True, the default of recent
+	// torchrun): lcc does not speak the TCPStore protocol, so its rendezvous
+	// listens on MASTER_PORT+1 instead.
+	AgentStore bool
 }
 
-// Addr is rank 0's rendezvous address.
-func (e Env) Addr() string { return net.JoinHostPort(e.MasterAddr, strconv.Itoa(e.MasterPort)) }
+// Addr is rank 0's rendezvous address: MASTER_ADDR:MASTER_PORT, or the port
+// after it when torchrun's agent holds MASTER_PORT.
+func (e Env) Addr() string {
+	port := e.MasterPort
+	if e.AgentStore {
+		port++
+	}
+	return net.JoinHostPort(e.MasterAddr, strconv.Itoa(port))
+}
 
 // DefaultMasterPort is torchrun's default MASTER_PORT.
 const DefaultMasterPort = 29500
@@ -58,6 +70,7 @@ func EnvFrom(getenv func(string) string) (env Env, ok bool, err error) {
 	env.LocalRank = num(0, "LOCAL_RANK", "SLURM_LOCALID")
 	env.MasterPort = num(DefaultMasterPort, "MASTER_PORT")
 	_, env.MasterAddr = pick("MASTER_ADDR")
+	env.AgentStore = getenv("TORCHELASTIC_USE_AGENT_STORE") == "True"
 	switch {
 	case err != nil:
 		return env, true, err
@@ -70,8 +83,9 @@ func EnvFrom(getenv func(string) string) (env Env, ok bool, err error) {
 	case env.MasterAddr == "" && env.WorldSize > 1:
 		return env, true, fmt.Errorf("WORLD_SIZE=%d: MASTER_ADDR is not set (rank 0's host)",
 			env.WorldSize)
-	case env.MasterPort < 1 || env.MasterPort > 65535:
-		return env, true, fmt.Errorf("MASTER_PORT=%d: want 1..65535", env.MasterPort)
+	case env.MasterPort < 1 || env.MasterPort > 65535 || (env.AgentStore && env.MasterPort == 65535):
+		return env, true, fmt.Errorf("MASTER_PORT=%d: want 1..65535 (below 65535 when "+
+			"TORCHELASTIC_USE_AGENT_STORE=True: lcc meets on the port after it)", env.MasterPort)
 	}
 	return env, true, nil
 }

@@ -1,0 +1,55 @@
+package runner
+
+import (
+	"strings"
+	"testing"
+)
+
+func envOf(kv ...string) func(string) string {
+	m := map[string]string{}
+	for i := 0; i < len(kv); i += 2 {
+		m[kv[i]] = kv[i+1]
+	}
+	return func(k string) string { return m[k] }
+}
+
+// TestEnvFrom reads torchrun's and srun's variables, and names a bad one.
+func TestEnvFrom(t *testing.T) {
+	if _, ok, err := EnvFrom(envOf()); ok || err != nil {
+		t.Errorf("no launcher: ok %v, err %v", ok, err)
+	}
+	e, ok, err := EnvFrom(envOf("RANK", "3", "WORLD_SIZE", "8", "LOCAL_RANK", "1",
+		"MASTER_ADDR", "10.0.0.2", "MASTER_PORT", "29400"))
+	if !ok || err != nil || e != (Env{Rank: 3, WorldSize: 8, LocalRank: 1, MasterAddr: "10.0.0.2",
+		MasterPort: 29400}) || e.Addr() != "10.0.0.2:29400" {
+		t.Errorf("torchrun: %+v %v %v", e, ok, err)
+	}
+	// Recent torchrun serves its own store on MASTER_PORT: lcc meets on the next.
+	e, _, _ = EnvFrom(envOf("RANK", "0", "WORLD_SIZE", "2", "MASTER_ADDR", "h", "MASTER_PORT", "29400",
+		"TORCHELASTIC_USE_AGENT_STORE", "True"))
+	if e.Addr() != "h:29401" {
+		t.Errorf("agent store: rendezvous at %s", e.Addr())
+	}
+	e, ok, err = EnvFrom(envOf("SLURM_PROCID", "5", "SLURM_NTASKS", "16", "SLURM_LOCALID", "1",
+		"MASTER_ADDR", "node1"))
+	if !ok || err != nil || e.Rank != 5 || e.WorldSize != 16 || e.LocalRank != 1 ||
+		e.MasterPort != DefaultMasterPort {
+		t.Errorf("srun: %+v %v %v", e, ok, err)
+	}
+	for _, c := range []struct {
+		env  []string
+		want string
+	}{
+		{[]string{"WORLD_SIZE", "2", "RANK", "x", "MASTER_ADDR", "h"}, `RANK="x"`},
+		{[]string{"WORLD_SIZE", "2", "MASTER_ADDR", "h"}, "RANK is not"},
+		{[]string{"WORLD_SIZE", "2", "RANK", "2", "MASTER_ADDR", "h"}, "RANK=2: want < WORLD_SIZE=2"},
+		{[]string{"WORLD_SIZE", "2", "RANK", "1"}, "MASTER_ADDR is not set"},
+		{[]string{"WORLD_SIZE", "2", "RANK", "1", "MASTER_ADDR", "h", "MASTER_PORT", "70000"}, "MASTER_PORT"},
+		{[]string{"WORLD_SIZE", "0", "RANK", "0"}, "WORLD_SIZE=0"},
+	} {
+		_, ok, err := EnvFrom(envOf(c.env...))
+		if !ok || err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%v: ok %v, err %v; want %q", c.env, ok, err, c.want)
+		}
+	}
+}
