@@ -12,8 +12,11 @@ LONGFUZZTIME ?= 5m
 # Go minimizes each new interesting input, which with the megabyte seed files can
 # stall a short run; bound it.
 FUZZMINTIME ?= 5s
-# Packages whose tests need a GPU; gpu-tests builds their test binaries into .gpu/.
-GPU_PKGS    ?= ./runtime/cuda ./runtime/nccl ./codegen/cuda ./runtime/flash
+# Packages with GPU tests (func TestGPU...; cmd/lcc's TestMakefileListsGPUPackages keeps this
+# list complete). gpu-tests builds each one's test binary into .gpu/, named after its
+# path (runtime/comm/nccl -> .gpu/runtime_comm_nccl.test), lists them in .gpu/tests.txt
+# ("NAME PACKAGE_DIR" per line, which scripts/gpu_check.sh reads), and builds .gpu/lcc.
+GPU_PKGS    ?= ./runtime/cuda ./runtime/exec ./runtime/flash ./runtime/comm/nccl ./train/runner
 
 .PHONY: all build test unit-test fuzz-short fuzz gpu-tests demo vet fmt clean
 
@@ -45,16 +48,19 @@ fuzz-short:
 fuzz:
 	$(call run-fuzz,$(LONGFUZZTIME))
 
-# Test binaries for a GPU machine: copy .gpu/ there and run each NAME.test.
+# Test binaries and lcc for a GPU machine: copy the tree with .gpu/ there and run
+# scripts/gpu_check.sh, which runs every binary .gpu/tests.txt lists in its package.
 gpu-tests:
 	@mkdir -p .gpu
-	@set -e; for pkg in $(GPU_PKGS); do \
+	@set -e; : >.gpu/tests.txt; for pkg in $(GPU_PKGS); do \
 		if ! ls "$$pkg"/*_test.go >/dev/null 2>&1; then \
-			echo "gpu-tests: skip $$pkg: no such package or no tests yet"; continue; fi; \
+			echo "gpu-tests: $$pkg: no such package or no tests" >&2; exit 1; fi; \
 		name=$$(echo "$${pkg#./}" | tr / _); \
 		echo "gpu-tests: $$pkg -> .gpu/$$name.test"; \
 		CGO_ENABLED=0 $(GO) test -c -o ".gpu/$$name.test" "$$pkg"; \
+		echo "$$name $${pkg#./}" >>.gpu/tests.txt; \
 	done
+	CGO_ENABLED=0 $(GO) build -o .gpu/lcc ./cmd/lcc
 
 demo:
 	$(GO) run ./cmd/lcc compile testdata/onnx/llama_mini.onnx --target=a100x8 \

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs lcc's GPU acceptance checks on a CUDA machine and prints a summary table.
-# Expects .gpu/lcc and .gpu/*.test built with CGO_ENABLED=0 (make gpu-tests; make build).
+# Expects what `make gpu-tests` builds with CGO_ENABLED=0: .gpu/lcc, one test binary per
+# GPU package, and .gpu/tests.txt listing them ("NAME PACKAGE_DIR" per line).
 # Logs go to ${OUT:-/tmp/lcc-gpu}.
 set -u
 out=${OUT:-/tmp/lcc-gpu}
@@ -11,15 +12,20 @@ summary=()
 run() { # name, command...
 	local name=$1; shift
 	local start=$(date +%s%N)
-	"$@" >"$out/$name.log" 2>&1
+	"$@" </dev/null >"$out/$name.log" 2>&1
 	local rc=$?
 	local t=$(( ($(date +%s%N) - start) / 1000000 ))
 	local last=$(grep -E "max_rel_err|^(ok|PASS|FAIL)|ERROR SUMMARY|RACECHECK SUMMARY|^trained" "$out/$name.log" | tail -1)
 	summary+=("$(printf '%-44s rc=%-3s %6dms  %s' "$name" "$rc" "$t" "$last")")
 }
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader >"$out/gpu.txt"
-run cuda_gpu_tests bash -c "cd runtime/cuda && ../../.gpu/cuda.test -test.run GPU"
-run exec_gpu_tests bash -c "cd runtime/exec && ../../.gpu/exec.test -test.run GPU -test.v -test.timeout 8m"
+if [ ! -s .gpu/tests.txt ] || [ ! -x "$lcc" ]; then
+	echo "gpu_check: no .gpu/tests.txt or .gpu/lcc: run make gpu-tests first" >&2
+	exit 1
+fi
+while read -r name pkg; do
+	run "${name}_gpu_tests" bash -c "cd '$pkg' && '$root/.gpu/$name.test' -test.run GPU -test.v -test.timeout 8m"
+done <.gpu/tests.txt
 for prec in fp32 bf16; do
 	for m in gpt_mini:gpt_mini llama_mini:llama_mini llama_mini_op23:llama_mini llama_mini_extdata:llama_mini attn_mha:attn_mha_dense gpt_mini_loss:gpt_mini_loss; do
 		model=${m%%:*}; ref=${m##*:}

@@ -334,3 +334,82 @@ func TestDocsStandAlone(t *testing.T) {
 		t.Errorf("compile -o wrote only %d entries; the test expects every kind of file", len(entries))
 	}
 }
+
+// make gpu-tests builds a test binary for every package with GPU tests, and
+// scripts/gpu_check.sh runs what make gpu-tests lists rather than names of its own.
+func TestMakefileListsGPUPackages(t *testing.T) {
+	mk, err := os.ReadFile("../../Makefile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	listed := map[string]bool{}
+	for _, line := range strings.Split(string(mk), "\n") {
+		if rest, ok := strings.CutPrefix(line, "GPU_PKGS"); ok {
+			_, pkgs, _ := strings.Cut(rest, "=")
+			for _, p := range strings.Fields(pkgs) {
+				listed[strings.TrimPrefix(p, "./")] = true
+			}
+		}
+	}
+	have := map[string]bool{}
+	err = filepath.WalkDir("../..", func(path string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && (strings.HasPrefix(d.Name(), ".") && path != "../.." || d.Name() == "testdata") {
+			return filepath.SkipDir
+		}
+		if !strings.HasSuffix(path, "_test.go") {
+			return nil
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		if strings.Contains(string(b), "\nfunc TestGPU") {
+			rel, _ := filepath.Rel("../..", filepath.Dir(path))
+			have[filepath.ToSlash(rel)] = true
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for p := range have {
+		if !listed[p] {
+			t.Errorf("%s has GPU tests but is not in the Makefile's GPU_PKGS", p)
+		}
+	}
+	for p := range listed {
+		if !have[p] {
+			t.Errorf("GPU_PKGS lists %s, which has no GPU tests (or does not exist)", p)
+		}
+	}
+	script, err := os.ReadFile("../../scripts/gpu_check.sh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(script), ".gpu/tests.txt") || strings.Contains(string(script), "cuda.test") {
+		t.Error("scripts/gpu_check.sh must run the binaries .gpu/tests.txt lists")
+	}
+}
+
+// --ranks's help says what it does, and lcc train's help no longer says the CUDA
+// executor is missing.
+func TestHelpTexts(t *testing.T) {
+	out, _, _ := lcc(t, "train", "--help")
+	if strings.Contains(out, "not available") || !strings.Contains(out, "--device=cuda") {
+		t.Errorf("lcc train --help:\n%s", out)
+	}
+	out, _, _ = lcc(t, "compile", "--help")
+	if !strings.Contains(out, "with --attention=ring or ulysses, the target's GPUs") {
+		t.Errorf("lcc compile --help does not say what --ranks defaults to:\n%s", out)
+	}
+	// And it does it: ring without --ranks on a100x8 shards over 8 (the test above),
+	// and on one GPU it is refused, naming the reason.
+	_, stderr, code := lcc(t, "compile", filepath.Join(td, "hf", "hf_llama_gqa_sdpa.onnx"), "--seq-len=64",
+		"--attention=ring")
+	if code != 1 || !strings.Contains(stderr, "needs --ranks=N with N >= 2 (the target has one GPU)") {
+		t.Errorf("ring on h200x1: exit %d: %s", code, stderr)
+	}
+}
