@@ -9,6 +9,7 @@ import (
 	"io"
 	"math"
 	"os"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"time"
@@ -586,12 +587,36 @@ func (t *trainer) save(step int, loss float64) (string, error) {
 		ts[optimPrefix+k] = v
 	}
 	m := checkpoint.Meta{Data: t.stream.State(), LCCVersion: t.cfg.Version, ModelHash: t.hash,
-		Loss: loss, Config: t.settings()}
+		Loss: loss, Config: t.settings(), Model: absPath(t.cfg.Model), Params: frameworkParams(t.grad)}
 	path, err := checkpoint.Save(t.cfg.CheckpointDir, step, m, ts)
 	if err != nil {
 		return "", err
 	}
 	return path, checkpoint.Prune(t.cfg.CheckpointDir, t.cfg.Keep)
+}
+
+// absPath is path made absolute, as far as it can be.
+func absPath(path string) string {
+	if a, err := filepath.Abs(path); err == nil {
+		return a
+	}
+	return path
+}
+
+// frameworkParams records, for each weight of f, the framework parameter it is.
+func frameworkParams(f *ir.Func) map[string]checkpoint.Param {
+	out := map[string]checkpoint.Param{}
+	for _, p := range f.Params {
+		if p.Role != ir.RoleWeight {
+			continue
+		}
+		c := checkpoint.Param{Name: p.Name, Frozen: p.Frozen}
+		if p.Origin != "" {
+			c.Name, c.Transposed = p.Origin, p.OriginTransposed
+		}
+		out[p.Name] = c
+	}
+	return out
 }
 
 // metric is one line of the --metrics file.

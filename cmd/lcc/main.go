@@ -31,7 +31,7 @@ func main() {
 	}
 	root.SetFlagErrorFunc(suggestFlag)
 	root.PersistentPreRunE = func(cmd *cobra.Command, _ []string) error { return checkPositiveFlags(cmd) }
-	root.AddCommand(compileCmd(), runCmd(), checkCmd(), trainCmd(), targetsCmd(), passesCmd(), benchCmd(), versionCmd())
+	root.AddCommand(compileCmd(), runCmd(), checkCmd(), trainCmd(), exportCmd(), targetsCmd(), passesCmd(), benchCmd(), versionCmd())
 	if err := root.Execute(); err != nil {
 		fmt.Fprintf(os.Stderr, "lcc: %v\n", err)
 		var ee *exitError

@@ -61,6 +61,24 @@ type Meta struct {
 	// Config holds the run's settings (schedule, optimizer), so that a resumed run
 	// can say what changed.
 	Config map[string]any `json:"config,omitempty"`
+	// Model is the model file the run trained (as given to lcc train).
+	Model string `json:"model,omitempty"`
+	// Params says, for each weight, which framework parameter it is, so that
+	// lcc export can write the weights under the names the framework loads.
+	Params map[string]Param `json:"params,omitempty"`
+}
+
+// Param is the framework parameter a checkpoint weight stands for: PyTorch's
+// state_dict key, from the exporter's provenance (ir.Param.Origin, or the name
+// the importer gave the weight from torch.export's graph signature).
+type Param struct {
+	Name string `json:"name"`
+	// Transposed says the weight holds the parameter's transpose (an exporter's
+	// folded Linear weight, Wᵀ).
+	Transposed bool `json:"transposed,omitempty"`
+	// Frozen marks a weight that is not a trained parameter (a constant the
+	// exporter stored as an initializer).
+	Frozen bool `json:"frozen,omitempty"`
 }
 
 // Checkpoint is a loaded checkpoint.

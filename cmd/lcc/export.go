@@ -1,0 +1,53 @@
+package main
+
+import (
+	"fmt"
+
+	"github.com/spf13/cobra"
+
+	"github.com/lcc-dev/lcc/train/export"
+)
+
+// exportCmd is `lcc export`: trained weights out of a checkpoint folder.
+func exportCmd() *cobra.Command {
+	var (
+		format, out string
+		step        int
+	)
+	cmd := &cobra.Command{
+		Use:   "export CHECKPOINT_DIR --format=safetensors|onnx -o FILE",
+		Short: "write trained weights under PyTorch's parameter names (safetensors) or into the ONNX model",
+		Long: `export reads the newest valid checkpoint in CHECKPOINT_DIR (or --step N) and writes its
+trained weights:
+
+  --format=safetensors  a safetensors file keyed by PyTorch's parameter names, as the
+                        exporter's provenance gives them (torch.export's graph signature;
+                        a folded Linear weight "val_9" = Wᵀ is written as W), so that
+                        model.load_state_dict(safetensors.torch.load_file(FILE)) works.
+                        Constants the exporter stored as initializers and the optimizer
+                        state are left out.
+  --format=onnx         the ONNX model the run trained, with the trained initializers
+                        (parameters the exporter merged or dropped get initializers of
+                        their own, read by the nodes that read them in PyTorch).`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if out == "" {
+				return fmt.Errorf("-o FILE is required")
+			}
+			res, err := export.Run(args[0], export.Options{Format: format, Out: out, Step: step})
+			if err != nil {
+				return err
+			}
+			w := cmd.OutOrStdout()
+			for _, s := range res.Skipped {
+				fmt.Fprintf(w, "skipped %s\n", s)
+			}
+			fmt.Fprintf(w, "wrote %s: %d tensors from %s (step %d)\n", out, res.Tensors, res.Checkpoint, res.Step)
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&format, "format", "safetensors", "safetensors (PyTorch state_dict names) or onnx")
+	cmd.Flags().StringVarP(&out, "output", "o", "", "the file to write")
+	cmd.Flags().IntVar(&step, "step", 0, "export the checkpoint of this step (default: the newest valid one)")
+	return cmd
+}
