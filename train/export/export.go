@@ -17,8 +17,8 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/lcc-dev/lcc/driver"
 	"github.com/lcc-dev/lcc/frontends/onnx"
+	"github.com/lcc-dev/lcc/internal/atomicfile"
 	"github.com/lcc-dev/lcc/safetensors"
 	"github.com/lcc-dev/lcc/tensor"
 	"github.com/lcc-dev/lcc/train/checkpoint"
@@ -146,7 +146,7 @@ func Run(dir string, o Options) (*Result, error) {
 			return nil, err
 		}
 	}
-	return res, driver.WriteFileAtomic(o.Out, data)
+	return res, atomicfile.WriteFile(o.Out, data, 0o644)
 }
 
 // pick loads the checkpoint of step (the newest valid one for 0).
