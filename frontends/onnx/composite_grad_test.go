@@ -15,8 +15,10 @@ import (
 
 // TestCompositeLoweringGrads checks by finite differences the gradients through the
 // ops lowered as compositions of IR ops (ReduceProd, ReduceLogSumExp, ReduceL1,
-// ReduceL2, ReduceSumSquare, LayerNormalization's Mean and InvStdDev, Pad): x is
-// an f64 weight, every output gets a random seed.
+// ReduceL2, ReduceSumSquare, LayerNormalization's Mean and InvStdDev, Pad, Clip,
+// SoftmaxCrossEntropyLoss with class weights, an ignored label and log_prob): x is
+// an f64 weight (as are the class weights), every output gets a
+// random seed.
 func TestCompositeLoweringGrads(t *testing.T) {
 	r := rand.New(rand.NewPCG(5, 6))
 	f64 := func(name string, dims ...int64) *onnxpb.TensorProto {
@@ -41,6 +43,12 @@ func TestCompositeLoweringGrads(t *testing.T) {
 		}
 		return rawTensor(name, onnxpb.TensorProto_INT64, []int64{int64(len(v))}, raw)
 	}
+	// labels [2, 4] over 3 classes (x is [2, 3, 4]), one of them the ignored -1.
+	labels := func() *onnxpb.TensorProto {
+		t := i64("labels", 0, 2, 1, -1, 2, 2, 0, 1)
+		t.Dims = []int64{2, 4}
+		return t
+	}
 	keep0 := &onnxpb.AttributeProto{Name: proto.String("keepdims"), Type: onnxpb.AttributeProto_INT.Enum(), I: proto.Int64(0)}
 	for _, tc := range []struct {
 		name  string
@@ -61,10 +69,18 @@ func TestCompositeLoweringGrads(t *testing.T) {
 			[]*onnxpb.TensorProto{f64("g", 4)}, []string{"y", "mean", "inv"}},
 		{"Pad", []*onnxpb.NodeProto{node("n", "Pad", []string{"x", "pads"}, []string{"y"})},
 			[]*onnxpb.TensorProto{i64("pads", 1, 0, -1, 0, 2, 1)}, []string{"y"}},
+		{"SoftmaxCrossEntropyLoss", []*onnxpb.NodeProto{node("n", "SoftmaxCrossEntropyLoss", []string{"x", "labels", "w"},
+			[]string{"z", "log_prob"})}, []*onnxpb.TensorProto{labels(), f64("w", 3)}, []string{"z", "log_prob"}},
+		{"Clip", []*onnxpb.NodeProto{node("n", "Clip", []string{"x", "lo", "hi"}, []string{"y"})},
+			[]*onnxpb.TensorProto{f64("lo"), f64("hi")}, []string{"y"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if tc.name == "ReduceProd" {
+			switch tc.name {
+			case "ReduceProd":
 				tc.nodes[0].Attribute = []*onnxpb.AttributeProto{keep0}
+			case "SoftmaxCrossEntropyLoss":
+				tc.nodes[0].Attribute = []*onnxpb.AttributeProto{{Name: proto.String("ignore_index"),
+					Type: onnxpb.AttributeProto_INT.Enum(), I: proto.Int64(-1)}}
 			}
 			var outs []*onnxpb.ValueInfoProto
 			for _, o := range tc.outs {

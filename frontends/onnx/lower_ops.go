@@ -152,6 +152,7 @@ func init() {
 		"Slice":     lowerSlice,
 		"Concat":    lowerConcat,
 		"Pad":       lowerPad,
+		"Clip":      lowerClip,
 		"Split":     lowerSplit,
 		"Gather":    lowerGather,
 		"GatherElements": func(c *nodeCtx) ([]*ir.Value, error) {
@@ -448,6 +449,19 @@ func lowerSlice(c *nodeCtx) ([]*ir.Value, error) {
 }
 
 func clamp(v, lo, hi int64) int64 { return max(lo, min(v, hi)) }
+
+// lowerClip is min(max(x, lo), hi) with the bounds present (opset 13 inputs); with
+// lo > hi every element becomes hi, as ONNX specifies.
+func lowerClip(c *nodeCtx) ([]*ir.Value, error) {
+	x := c.in(0)
+	if c.has(1) {
+		x = c.b.Apply1(ir.OpMax, nil, x, c.b.Cast(c.in(1), x.Type.DType))
+	}
+	if c.has(2) {
+		x = c.b.Apply1(ir.OpMin, nil, x, c.b.Cast(c.in(2), x.Type.DType))
+	}
+	return one(x)
+}
 
 // lowerPad lowers constant-mode Pad: negative pads slice, positive ones concat
 // blocks of the constant value (0 when absent) on each side.
@@ -1136,15 +1150,17 @@ func lowerAttention(c *nodeCtx) ([]*ir.Value, error) {
 // [N, C, d...] and labels [N, d...] become rows [N·d, C] and [N·d].
 func lowerLoss(op ir.Op) lowerFunc {
 	return func(c *nodeCtx) ([]*ir.Value, error) {
-		if c.has(2) {
-			return nil, fmt.Errorf("%w: class weights", ErrUnsupported)
-		}
-		if c.usedLater(1) {
-			return nil, fmt.Errorf("%w: the log_prob output", ErrUnsupported)
-		}
 		x, y := c.in(0), c.in(1)
 		if x.Type.Rank() < 2 {
 			return nil, fmt.Errorf("scores %v need rank >= 2", x.Type)
+		}
+		var logProb *ir.Value
+		if c.usedLater(1) {
+			if op != ir.OpSoftmaxCrossEntropy {
+				return nil, fmt.Errorf("%w: output 1", ErrUnsupported)
+			}
+			// SoftmaxCrossEntropyLoss's log_prob: log_softmax over the classes.
+			logProb = c.b.Apply1(ir.OpLogSoftmax, ir.A("axis", 1), x)
 		}
 		classes := x.Type.Shape[1]
 		if x.Type.Rank() > 2 {
@@ -1157,14 +1173,54 @@ func lowerLoss(op ir.Op) lowerFunc {
 		rows := x.Type.Numel() / max(classes, 1)
 		x = c.b.Reshape(x, rows, classes)
 		y = c.b.Reshape(y, rows)
-		as := ir.A("reduction", c.aString("reduction", "mean"))
+		reduction := c.aString("reduction", "mean")
+		as := ir.A("reduction", reduction)
+		ignore, hasIgnore := int64(0), false
 		if a, ok := c.attr("ignore_index"); ok && a.Kind == AttrInt {
 			as = as.With("ignore_index", a.Int)
+			ignore, hasIgnore = a.Int, true
 		}
-		loss := c.b.Apply1(op, as, x, y)
-		if c.aString("reduction", "mean") == "none" && len(y.Type.Shape) > 0 {
+		var loss *ir.Value
+		if !c.has(2) {
+			loss = c.b.Apply1(op, as, x, y)
+		} else {
+			// Class weights: each row's loss times w[label] (0 for an ignored row);
+			// mean divides by the sum of those weights.
+			switch reduction {
+			case "none", "sum", "mean":
+			default:
+				return nil, fmt.Errorf("reduction %q", reduction)
+			}
+			w := c.in(2)
+			if w.Type.Rank() != 1 || w.Type.Shape[0] != classes {
+				return nil, fmt.Errorf("class weights %v for %d classes", w.Type, classes)
+			}
+			per := c.b.Apply1(op, as.With("reduction", "none"), x, y)
+			idx := y
+			var kept *ir.Value
+			if hasIgnore {
+				ign := c.b.Scalar(y.Type.DType, float64(ignore))
+				kept = c.b.Apply1(ir.OpNot, nil, c.b.Apply1(ir.OpEq, nil, y, ign))
+				idx = c.b.Apply1(ir.OpWhere, nil, kept, y, c.b.Scalar(y.Type.DType, 0))
+			}
+			wy := c.b.Apply1(ir.OpGather, ir.A("axis", int64(0)), w, idx)
+			if kept != nil {
+				wy = c.b.Apply1(ir.OpWhere, nil, kept, wy, c.b.Scalar(wy.Type.DType, 0))
+			}
+			loss = c.b.Mul(per, wy)
+			if reduction != "none" {
+				loss = c.b.ReduceSum(loss, false)
+				if reduction == "mean" {
+					loss = c.b.Div(loss, c.b.ReduceSum(wy, false))
+				}
+			}
+		}
+		if reduction == "none" && len(y.Type.Shape) > 0 {
 			shape := c.in(1).Type.Shape
 			loss = c.b.Reshape(loss, shape...)
+		}
+		if logProb != nil {
+			return []*ir.Value{loss, logProb}, nil
 		}
 		return one(loss)
 	}
