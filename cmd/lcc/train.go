@@ -41,9 +41,9 @@ dilated), one goroutine per rank in this process; every rank ends the step with
 the all-reduced gradient, and rank 0 writes the (consolidated) checkpoints.
 Started by a launcher (torchrun --no-python lcc train ..., or srun), each process
 is one rank: RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and MASTER_PORT (or SLURM's
-variables) place it; rank 0 listens on MASTER_ADDR:MASTER_PORT (the port after it when torchrun's
-agent holds it: TORCHELASTIC_USE_AGENT_STORE=True), the others join,
-and on the CPU the ranks exchange tensors over TCP. A rank that dies, fails or
+variables) place it; rank 0 listens on MASTER_ADDR:MASTER_PORT (the port after it
+when torchrun's agent holds it: TORCHELASTIC_USE_AGENT_STORE=True), the others
+join, and on the CPU the ranks exchange tensors over TCP. A rank that dies, fails or
 stays silent for --comm-timeout ends every other rank with an error naming it.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {

@@ -91,8 +91,9 @@ func EnvFrom(getenv func(string) string) (env Env, ok bool, err error) {
 }
 
 // Process trains cfg as rank env.Rank of env.WorldSize processes: it meets the
-// others at env.Addr(), connects to them with the TCP communicator (whose
-// watchdog is timeout, DefaultTimeout when 0) and runs its rank of the step.
+// others at env.Addr() (waiting at most max(timeout, DefaultTimeout)), connects to
+// them with the TCP communicator (whose watchdog is timeout, DefaultTimeout when
+// 0) and runs its rank of the step.
 // cfg.Ranks must be 0 (take WORLD_SIZE) or WORLD_SIZE. When the run fails, the
 // other ranks are told why; the error names this rank.
 func Process(cfg train.Config, env Env, timeout time.Duration) (*train.Result, error) {
@@ -107,8 +108,10 @@ func Process(cfg train.Config, env Env, timeout time.Duration) (*train.Result, e
 	if timeout <= 0 {
 		timeout = DefaultTimeout
 	}
+	// Processes start at different times: the rendezvous waits at least the
+	// default, even under a short watchdog.
 	c, err := tcp.Connect(tcp.Config{Config: rendezvous.Config{Addr: env.Addr(), Rank: env.Rank,
-		Size: env.WorldSize, Timeout: timeout}, Watchdog: timeout})
+		Size: env.WorldSize, Timeout: max(timeout, DefaultTimeout)}, Watchdog: timeout})
 	if err != nil {
 		return nil, err
 	}
