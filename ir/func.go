@@ -2,6 +2,7 @@ package ir
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/lcc-dev/lcc/tensor"
@@ -25,34 +26,16 @@ func T(dt tensor.DType, shape ...int64) Type {
 func (t Type) Rank() int { return len(t.Shape) }
 
 // Numel is the number of elements (shapes in a verified Func never overflow).
-func (t Type) Numel() int64 {
-	n := int64(1)
-	for _, d := range t.Shape {
-		n *= d
-	}
-	return n
-}
+func (t Type) Numel() int64 { return tensor.Elements[int64](t.Shape) }
 
 // Bytes is the storage size in the type's dtype.
 func (t Type) Bytes() int64 { return t.Numel() * int64(t.DType.Size()) }
 
 // SameShape reports whether t and u have equal shapes (labels ignored).
-func (t Type) SameShape(u Type) bool { return shapeEq(t.Shape, u.Shape) }
+func (t Type) SameShape(u Type) bool { return slices.Equal(t.Shape, u.Shape) }
 
 // Equal reports whether t and u have the same dtype and shape (labels ignored).
 func (t Type) Equal(u Type) bool { return t.DType == u.DType && t.SameShape(u) }
-
-func shapeEq(a, b []int64) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
-}
 
 // String renders the type as in the text form: "f32[2,16,64]" or, with labels,
 // "i64[batch=2,seq=16]".
@@ -313,15 +296,5 @@ const MaxTypeElements = 1 << 56
 // ShapeNumel returns the element count of shape, or an error if a dim is negative
 // or the count exceeds MaxTypeElements.
 func ShapeNumel(shape []int64) (int64, error) {
-	n := int64(1)
-	for _, d := range shape {
-		if d < 0 {
-			return 0, fmt.Errorf("negative dimension %d in shape %v", d, shape)
-		}
-		if d != 0 && n > MaxTypeElements/d {
-			return 0, fmt.Errorf("shape %v has more than 2^56 elements", shape)
-		}
-		n *= d
-	}
-	return n, nil
+	return tensor.NumelAtMost(shape, MaxTypeElements)
 }

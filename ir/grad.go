@@ -3,6 +3,7 @@ package ir
 import (
 	"fmt"
 	"math"
+	"slices"
 )
 
 // VJP rules: the reverse-mode derivative of every differentiable op.
@@ -100,7 +101,7 @@ func (b *Builder) Full(t Type, v float64) *Value {
 // broadcasting, used to give each argument of an elementwise op its cotangent.
 func (b *Builder) SumTo(x *Value, shape []int64) *Value {
 	xs := x.Type.Shape
-	if shapeEq(xs, shape) {
+	if slices.Equal(xs, shape) {
 		return x
 	}
 	lead := len(xs) - len(shape)
@@ -122,7 +123,7 @@ func (b *Builder) SumTo(x *Value, shape []int64) *Value {
 
 // reshapeTo reshapes x unless it already has shape.
 func (b *Builder) reshapeTo(x *Value, shape []int64) *Value {
-	if shapeEq(x.Type.Shape, shape) {
+	if slices.Equal(x.Type.Shape, shape) {
 		return x
 	}
 	return b.Reshape(x, shape...)
@@ -130,7 +131,7 @@ func (b *Builder) reshapeTo(x *Value, shape []int64) *Value {
 
 // expandTo broadcasts x to shape unless it already has it.
 func (b *Builder) expandTo(x *Value, shape []int64) *Value {
-	if shapeEq(x.Type.Shape, shape) {
+	if slices.Equal(x.Type.Shape, shape) {
 		return x
 	}
 	return b.Expand(x, shape...)
@@ -355,7 +356,7 @@ func keptShape(n *Node) ([]int64, []int64) {
 // as size-1 dims, unless numpy broadcasting already supplies them (leading axes).
 func (b *Builder) unreduce(dy *Value, kept []int64) *Value {
 	lead := len(kept) - dy.Type.Rank()
-	if lead >= 0 && shapeEq(dy.Type.Shape, kept[lead:]) {
+	if lead >= 0 && slices.Equal(dy.Type.Shape, kept[lead:]) {
 		return dy
 	}
 	return b.reshapeTo(dy, kept)

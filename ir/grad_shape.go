@@ -144,17 +144,6 @@ func gradGather(b *Builder, n *Node, dys []*Value) []*Value {
 	return []*Value{dx, nil}
 }
 
-// strides returns the row-major strides of shape.
-func strides(shape []int64) []int64 {
-	st := make([]int64, len(shape))
-	acc := int64(1)
-	for i := len(shape) - 1; i >= 0; i-- {
-		st[i] = acc
-		acc *= shape[i]
-	}
-	return st
-}
-
 // positionTerm returns stride·(position along dim d) as an i64 value of rank
 // len(shape) that is 1 everywhere but d, built from a range (no constant of the
 // index tensor's size is materialised).
@@ -176,7 +165,7 @@ func gradGatherElements(b *Builder, n *Node, dys []*Value) []*Value {
 	x, idx := n.Args[0], n.Args[1]
 	r := x.Type.Rank()
 	ax, _ := AxisIndex(n.Attrs.Int("axis", 0), r)
-	st := strides(x.Type.Shape)
+	st := tensor.Strides[int64](x.Type.Shape)
 	is := idx.Type.Shape
 	lin := b.Mul(b.nonNegative(idx, x.Type.Shape[ax]), b.Scalar(tensor.I64, float64(st[ax])))
 	for d := 0; d < r; d++ {
@@ -200,7 +189,7 @@ func gradGatherND(b *Builder, n *Node, dys []*Value) []*Value {
 	q := idx.Type.Rank()
 	depth := int(idx.Type.Shape[q-1])
 	outer := x.Type.Shape[:bd+depth]
-	st := strides(outer)
+	st := tensor.Strides[int64](outer)
 	pos := idx.Type.Shape[:q-1] // the index positions p
 	rows := Type{Shape: outer}.Numel()
 	rowLen := x.Type.Numel() / max(rows, 1)

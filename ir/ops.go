@@ -2,6 +2,7 @@ package ir
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/lcc-dev/lcc/tensor"
 )
@@ -597,7 +598,7 @@ func inferExpand(n *Node) ([]Type, error) {
 	if err != nil {
 		return nil, err
 	}
-	if !shapeEq(s, shape) {
+	if !slices.Equal(s, shape) {
 		return nil, fmt.Errorf("cannot expand %v to %v", x, shape)
 	}
 	if _, err := ShapeNumel(s); err != nil {
@@ -811,7 +812,7 @@ func inferAttention(n *Node) ([]Type, error) {
 	if len(n.Args) == 4 {
 		q, k, m := n.Args[0].Type, n.Args[1].Type, n.Args[3].Type
 		want := []int64{q.Shape[0], q.Shape[2], q.Shape[1], k.Shape[1]}
-		if s, err := Broadcast(want, m.Shape); err != nil || !shapeEq(s, want) || m.Rank() > 4 {
+		if s, err := Broadcast(want, m.Shape); err != nil || !slices.Equal(s, want) || m.Rank() > 4 {
 			return nil, fmt.Errorf("mask %v does not broadcast to [B,H,T,S] %v", m, want)
 		}
 	}

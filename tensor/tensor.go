@@ -79,14 +79,18 @@ const MaxElements = 1 << 32
 
 // Numel returns the number of elements of shape, or an error if a dim is negative
 // or the product overflows MaxElements. Call it before allocating from a file's sizes.
-func Numel(shape []int64) (int64, error) {
+func Numel(shape []int64) (int64, error) { return NumelAtMost(shape, MaxElements) }
+
+// NumelAtMost returns the number of elements of shape, or an error if a dim is
+// negative or the product exceeds limit.
+func NumelAtMost(shape []int64, limit int64) (int64, error) {
 	n := int64(1)
 	for _, d := range shape {
 		if d < 0 {
 			return 0, fmt.Errorf("negative dimension %d in shape %v", d, shape)
 		}
-		if d != 0 && n > MaxElements/d {
-			return 0, fmt.Errorf("shape %v has more than %d elements", shape, int64(MaxElements))
+		if d != 0 && n > limit/d {
+			return 0, fmt.Errorf("shape %v has more than %d elements", shape, limit)
 		}
 		n *= d
 	}

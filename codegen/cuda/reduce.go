@@ -2,6 +2,7 @@ package cuda
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/lcc-dev/lcc/ir"
@@ -210,7 +211,7 @@ func lowerNorm(g *gen, n *ir.Node) error {
 		args = append(args, g.ids[p])
 		op := []string{"*=", "+="}[i]
 		switch {
-		case sameShape(p.Type.Shape, dims):
+		case slices.Equal(p.Type.Shape, dims):
 			fmt.Fprintf(&apply, "    v %s lcc_tof(%s[j]);\n", op, name)
 		case p.Type.Numel() == 1:
 			fmt.Fprintf(&apply, "    v %s lcc_tof(%s[0]);\n", op, name)
@@ -230,18 +231,6 @@ func lowerNorm(g *gen, n *ir.Node) error {
 	g.emit(kernelSpec{op: n.Op.String(), body: body, grid: [3]uint32{uint32(rows), 1, 1},
 		block: [3]uint32{uint32(bs), 1, 1}, params: params, args: args})
 	return nil
-}
-
-func sameShape(a, b []int64) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // lowerCumSum is one thread per line along the axis, a serial running sum in

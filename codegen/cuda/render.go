@@ -126,37 +126,13 @@ func idxType(n int64) string {
 }
 
 // prod is the product of dims.
-func prod(s []int64) int64 {
-	p := int64(1)
-	for _, d := range s {
-		p *= d
-	}
-	return p
-}
+func prod(s []int64) int64 { return tensor.Elements[int64](s) }
 
 // stridesOf returns row-major strides.
-func stridesOf(shape []int64) []int64 {
-	st := make([]int64, len(shape))
-	s := int64(1)
-	for i := len(shape) - 1; i >= 0; i-- {
-		st[i] = s
-		s *= shape[i]
-	}
-	return st
-}
+func stridesOf(shape []int64) []int64 { return tensor.Strides[int64](shape) }
 
 // bcastStrides returns in's strides viewed as out under numpy broadcasting.
-func bcastStrides(in, out []int64) []int64 {
-	st := make([]int64, len(out))
-	is := stridesOf(in)
-	off := len(out) - len(in)
-	for i := range in {
-		if in[i] != 1 {
-			st[off+i] = is[i]
-		}
-	}
-	return st
-}
+func bcastStrides(in, out []int64) []int64 { return tensor.BroadcastStrides[int64](in, out) }
 
 // coords emits statements splitting index variable lin over shape into
 // p0..p{r-1} (the innermost dim first, so divisions are by constants).

@@ -3,6 +3,7 @@ package cpu
 import (
 	"fmt"
 	"math"
+	"slices"
 
 	"github.com/lcc-dev/lcc/ir"
 	"github.com/lcc-dev/lcc/tensor"
@@ -246,7 +247,7 @@ func kernelCast(n *ir.Node, args []*tensor.Tensor, _ Options) ([]*tensor.Tensor,
 // binary calls fn(o, ia, ib) for every output element o with the broadcast
 // element offsets of a and b.
 func binary(out []int64, a, b *tensor.Tensor, fn func(o, ia, ib int)) {
-	if sameShape(a.Shape, out) && sameShape(b.Shape, out) {
+	if slices.Equal(a.Shape, out) && slices.Equal(b.Shape, out) {
 		for i, n := 0, prod(out); i < n; i++ {
 			fn(i, i, i)
 		}
@@ -305,7 +306,7 @@ func arithFloat(op ir.Op, out, a, b *tensor.Tensor) {
 	if fn != nil && op != ir.OpAdd && op != ir.OpSub && op != ir.OpMul && op != ir.OpDiv {
 		cost = 8
 	}
-	if sameShape(a.Shape, out.Shape) && sameShape(b.Shape, out.Shape) {
+	if slices.Equal(a.Shape, out.Shape) && slices.Equal(b.Shape, out.Shape) {
 		parallelRange(len(of), cost, func(lo, hi int) { row(lo, hi-lo, lo, 1, lo, 1) })
 		return
 	}

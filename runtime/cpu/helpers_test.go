@@ -2,6 +2,7 @@ package cpu
 
 import (
 	"math"
+	"slices"
 	"testing"
 
 	"github.com/lcc-dev/lcc/ir"
@@ -51,7 +52,7 @@ func eval1(t *testing.T, op ir.Op, attrs ir.Attrs, args ...*tensor.Tensor) *tens
 // wantF checks a float tensor's shape and elements within tol (NaN matches NaN).
 func wantF(t *testing.T, what string, got *tensor.Tensor, shape []int64, tol float64, want ...float64) {
 	t.Helper()
-	if !sameShape(got.Shape, shape) {
+	if !slices.Equal(got.Shape, shape) {
 		t.Fatalf("%s: shape %v, want %v", what, got.Shape, shape)
 	}
 	if len(got.F) != len(want) {
@@ -71,7 +72,7 @@ func wantF(t *testing.T, what string, got *tensor.Tensor, shape []int64, tol flo
 // wantI checks an integer or bool tensor exactly.
 func wantI(t *testing.T, what string, got *tensor.Tensor, shape []int64, want ...int64) {
 	t.Helper()
-	if !sameShape(got.Shape, shape) {
+	if !slices.Equal(got.Shape, shape) {
 		t.Fatalf("%s: shape %v, want %v", what, got.Shape, shape)
 	}
 	if len(got.I) != len(want) {

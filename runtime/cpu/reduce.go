@@ -2,6 +2,7 @@ package cpu
 
 import (
 	"math"
+	"slices"
 
 	"github.com/lcc-dev/lcc/ir"
 	"github.com/lcc-dev/lcc/tensor"
@@ -257,7 +258,7 @@ func normParam(args []*tensor.Tensor, i int, dims []int64) []float64 {
 		return nil
 	}
 	p := args[i]
-	if sameShape(p.Shape, dims) {
+	if slices.Equal(p.Shape, dims) {
 		return p.F
 	}
 	out := make([]float64, prod(dims))

@@ -3,6 +3,7 @@ package cpu
 import (
 	"math"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 
@@ -39,7 +40,7 @@ func TestBlockFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	y, rest := out["y"], out["rest"]
-	if y == nil || rest == nil || !sameShape(y.Shape, sh(2, 8, 8)) || !sameShape(rest.Shape, sh(2, 8, 8)) {
+	if y == nil || rest == nil || !slices.Equal(y.Shape, sh(2, 8, 8)) || !slices.Equal(rest.Shape, sh(2, 8, 8)) {
 		t.Fatalf("outputs %v", out)
 	}
 	for _, v := range append(append([]float64{}, y.F...), rest.F...) {

@@ -144,51 +144,14 @@ func ishape(s []int64) []int {
 }
 
 // prod is the product of dims (1 for none).
-func prod(s []int64) int {
-	p := 1
-	for _, d := range s {
-		p *= int(d)
-	}
-	return p
-}
+func prod(s []int64) int { return tensor.Elements[int](s) }
 
 // strides returns row-major strides of shape.
-func strides(shape []int64) []int {
-	st := make([]int, len(shape))
-	s := 1
-	for i := len(shape) - 1; i >= 0; i-- {
-		st[i] = s
-		s *= int(shape[i])
-	}
-	return st
-}
+func strides(shape []int64) []int { return tensor.Strides[int](shape) }
 
 // bcastStrides returns the strides of in viewed as shape out under numpy
 // broadcasting: 0 on dims that in lacks or has as 1.
-func bcastStrides(in, out []int64) []int {
-	st := make([]int, len(out))
-	is := strides(in)
-	off := len(out) - len(in)
-	for i := range in {
-		if in[i] != 1 {
-			st[off+i] = is[i]
-		}
-	}
-	return st
-}
-
-// sameShape reports whether two shapes are equal.
-func sameShape(a, b []int64) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
-}
+func bcastStrides(in, out []int64) []int { return tensor.BroadcastStrides[int](in, out) }
 
 // walk calls fn(i, offs) for every element i of shape in row-major order, where
 // offs[k] is the element's offset under strides sts[k].
