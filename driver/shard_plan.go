@@ -115,7 +115,7 @@ func dilatedGathered(n *ir.Node, ranks int64) int64 {
 	q, k := n.Args[0].Type, n.Args[1].Type
 	b, l, hq, hkv, d := k.Shape[0], k.Shape[1], q.Shape[2], k.Shape[2], k.Shape[3]
 	segs, dils := n.Attrs.Ints("segments"), n.Attrs.Ints("dilations")
-	block := n.Attrs.String("offsets", "paper") == "block"
+	offsets := n.Attrs.String("offsets", ir.OffsetsPaper)
 	var rows int64
 	for i := range segs {
 		w, r := segs[i], dils[i]
@@ -126,11 +126,7 @@ func dilatedGathered(n *ir.Node, ranks int64) int64 {
 			offs := map[int64]bool{}
 			g := hq / hkv
 			for h := hk * g; h < (hk+1)*g; h++ {
-				o := h % r
-				if block {
-					o = min(h/((hq+r-1)/r), r-1)
-				}
-				offs[o] = true
+				offs[ir.HeadOffset(offsets, h, hq, r)] = true
 			}
 			rows += int64(len(offs)) * ((l + r - 1) / r)
 		}

@@ -833,7 +833,7 @@ func inferDilatedAttention(n *Node) ([]Type, error) {
 			return nil, fmt.Errorf("segment %d and dilation %d must be positive", seg[i], dil[i])
 		}
 	}
-	if o := n.Attrs.String("offsets", "paper"); o != "paper" && o != "block" {
+	if o := n.Attrs.String("offsets", OffsetsPaper); o != OffsetsPaper && o != OffsetsBlock {
 		return nil, fmt.Errorf("offsets %q: want paper or block", o)
 	}
 	return ts, nil

@@ -44,7 +44,7 @@ __device__ __forceinline__ long long q_at(long long b, long long t, int h) { ret
 __device__ __forceinline__ long long kv_at(long long b, long long j, int hk) { return ((b * AT_S + j) * AT_HKV + hk) * (long long)AT_D; }
 __device__ __forceinline__ long long lse_at(long long b, int h, long long t) { return (b * AT_HQ + h) * AT_T + t; }
 __device__ __forceinline__ int head_offset(int h, int r) {
-  return AT_OFFSETS_BLOCK ? min(h / ((AT_HQ + r - 1) / r), r - 1) : h %% r;
+  return lcc_head_offset(h, AT_HQ, r, AT_OFFSETS_BLOCK);
 }
 // mask_bias is the additive mask of (b, h, t, j): a float mask is added, a bool
 // or integer mask hides the key where it is 0.
@@ -294,7 +294,7 @@ func (g *gen) attnHeader(n *ir.Node) (string, error) {
 			brW = append(brW, fmt.Sprint(seg[i]))
 			brR = append(brR, fmt.Sprint(dil[i]))
 		}
-		if n.Attrs.String("offsets", "paper") == "block" {
+		if n.Attrs.String("offsets", ir.OffsetsPaper) == ir.OffsetsBlock {
 			offBlock = 1
 		}
 	}

@@ -1,6 +1,10 @@
 package cuda
 
-import "strings"
+import (
+	"strings"
+
+	"github.com/lcc-dev/lcc/ir"
+)
 
 // prelude is prepended to every kernel. It stands in for cuda_fp16.h and
 // cuda_bf16.h, which NVRTC does not ship: bf16 and fp16 are distinct 2-byte
@@ -128,6 +132,7 @@ var prelude = func() string {
 		sb.WriteString("__device__ __forceinline__ float " + m.name + "(float x, float y) { return " + m.f + "; }\n")
 		sb.WriteString("__device__ __forceinline__ double " + m.name + "(double x, double y) { return " + m.d + "; }\n")
 	}
+	sb.WriteString(ir.HeadOffsetCUDA)
 	sb.WriteString(preludeTail)
 	return sb.String()
 }()

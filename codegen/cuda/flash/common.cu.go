@@ -1,9 +1,11 @@
 package flash
 
+import "github.com/lcc-dev/lcc/ir"
+
 // commonSrc is the device code every kernel of the family shares: bf16 helpers,
 // PTX wrappers (cp.async, ldmatrix, mma.sync m16n8k16 bf16 → fp32), the swizzled
 // shared-memory layout, and the row geometry of a (possibly dilated) head.
-const commonSrc = `typedef unsigned short fa_bf16;
+const commonSrc = ir.HeadOffsetCUDA + `typedef unsigned short fa_bf16;
 #define FA_INF __int_as_float(0x7f800000)
 #define FA_LOG2E 1.4426950408889634f
 __device__ __forceinline__ float fa_tof(fa_bf16 v) { return __uint_as_float(((unsigned)v) << 16); }
@@ -55,7 +57,7 @@ __device__ __forceinline__ int fa_swz(int row, int col) {
 // fa_off is the LongNet row offset o(h) of head h in a branch of dilation FA_R.
 __device__ __forceinline__ int fa_off(int h) {
   if (FA_R == 1) return 0;
-  return FA_OFFBLOCK ? min(h / ((FA_HQ + FA_R - 1) / FA_R), FA_R - 1) : h % FA_R;
+  return lcc_head_offset(h, FA_HQ, FA_R, FA_OFFBLOCK);
 }
 // fa_geom gives the rows segment sg of head h sees in a sequence of len rows:
 // positions p0 + i·FA_R for i < n.

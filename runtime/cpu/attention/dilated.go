@@ -3,6 +3,8 @@ package attention
 import (
 	"errors"
 	"fmt"
+
+	"github.com/lcc-dev/lcc/ir"
 )
 
 // Branch is one LongNet branch: the sequence is cut into segments of Segment
@@ -25,9 +27,9 @@ const (
 func (o Offsets) String() string {
 	switch o {
 	case Paper:
-		return "paper"
+		return ir.OffsetsPaper
 	case Block:
-		return "block"
+		return ir.OffsetsBlock
 	}
 	return fmt.Sprintf("Offsets(%d)", int(o))
 }
@@ -35,13 +37,10 @@ func (o Offsets) String() string {
 // Offset is o(h) for head h of heads in a branch of dilation r. Dilated attention
 // passes the query head and H = Hq, also under grouped-query attention.
 func (o Offsets) Offset(h, heads, r int) int {
-	switch o {
-	case Paper:
-		return h % r
-	case Block:
-		return min(h/((heads+r-1)/r), r-1)
+	if o != Paper && o != Block {
+		panic(fmt.Sprintf("lcc: BUG: attention: unknown offsets %d", int(o)))
 	}
-	panic(fmt.Sprintf("lcc: BUG: attention: unknown offsets %d", int(o)))
+	return int(ir.HeadOffset(o.String(), int64(h), int64(heads), int64(r)))
 }
 
 // DilatedConfig is a dilated attention: its branches, how heads pick their offsets,
