@@ -14,6 +14,8 @@ import (
 	"time"
 
 	codegen "github.com/lcc-dev/lcc/codegen/cuda"
+	"github.com/lcc-dev/lcc/codegen/cuda/cudatest"
+	"github.com/lcc-dev/lcc/driver/drivertest"
 	"github.com/lcc-dev/lcc/ir"
 	rcuda "github.com/lcc-dev/lcc/runtime/cuda"
 	"github.com/lcc-dev/lcc/targets"
@@ -66,7 +68,7 @@ func checkPlan(t *testing.T, name string, p *codegen.Program) {
 // backward) with f32 and bf16 storage.
 func TestBuildModels(t *testing.T) {
 	for _, path := range models(t) {
-		f := trainingGraph(t, path)
+		f := drivertest.TrainingGraph(t, path)
 		for _, st := range []tensor.DType{tensor.F32, tensor.BF16} {
 			p, err := codegen.Build(f, codegen.Options{Arch: "sm_90", Storage: st})
 			if err != nil {
@@ -95,7 +97,7 @@ func TestDeterministic(t *testing.T) {
 		}
 	}
 	render := func() ([]codegen.Kernel, []byte) {
-		p, err := codegen.Build(trainingGraph(t, path), codegen.Options{Arch: "sm_90"})
+		p, err := codegen.Build(drivertest.TrainingGraph(t, path), codegen.Options{Arch: "sm_90"})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -157,7 +159,7 @@ func TestFusion(t *testing.T) {
 
 // TestWriteKernels writes a program and reads the plan back.
 func TestWriteKernels(t *testing.T) {
-	f, _ := zoo(t, 1)
+	f, _ := cudatest.Zoo(t, 1)
 	p, err := codegen.Build(f, codegen.Options{Arch: "compute_80"})
 	if err != nil {
 		t.Fatal(err)
@@ -215,9 +217,9 @@ func TestNVRTCCompile(t *testing.T) {
 	}
 	graphs := map[string]*ir.Func{}
 	for _, path := range models(t) {
-		graphs[filepath.Base(path)] = trainingGraph(t, path)
+		graphs[filepath.Base(path)] = drivertest.TrainingGraph(t, path)
 	}
-	graphs["zoo"], _ = zoo(t, 1)
+	graphs["zoo"], _ = cudatest.Zoo(t, 1)
 	var jobs []compileJob
 	seen := map[string]bool{}
 	for _, arch := range sortedKeys(archs) {

@@ -4,7 +4,7 @@
 package drivertest
 
 import (
-	"fmt"
+	"testing"
 
 	"github.com/lcc-dev/lcc/driver"
 	"github.com/lcc-dev/lcc/ir"
@@ -13,11 +13,13 @@ import (
 
 // TrainingGraph loads a shared model with seq 16 and batch 2 and appends its
 // backward pass: of the loss when the model has a scalar output, else the
-// vector-Jacobian products of every output (seed parameters "d_<output>").
-func TrainingGraph(path string) (*ir.Func, error) {
+// vector-Jacobian products of every output (seed parameters "d_<output>"). It
+// fails t on an error.
+func TrainingGraph(t testing.TB, path string) *ir.Func {
+	t.Helper()
 	f, err := driver.Load(path, driver.Bindings{SeqLen: 16, Batch: 2})
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
+		t.Fatalf("%s: %v", path, err)
 	}
 	opts := autodiff.Options{}
 	for _, o := range f.Outputs {
@@ -33,7 +35,7 @@ func TrainingGraph(path string) (*ir.Func, error) {
 	}
 	g, err := autodiff.Grad(f, opts)
 	if err != nil {
-		return nil, fmt.Errorf("%s: autodiff: %w", path, err)
+		t.Fatalf("%s: autodiff: %v", path, err)
 	}
-	return g, nil
+	return g
 }

@@ -110,7 +110,7 @@ func head(t *tensor.Tensor) string {
 // interpreter on random data, with f32 and with bf16 storage.
 func TestGPUFamilies(t *testing.T) {
 	dev := openGPU(t)
-	f, in := zoo(t, 1)
+	f, in := cudatest.Zoo(t, 1)
 	t.Run("f32", func(t *testing.T) { compare(t, dev, f, in, Options{}, 1e-5) })
 	t.Run("bf16", func(t *testing.T) { compare(t, dev, f, in, Options{Storage: tensor.BF16}, 2e-2) })
 }
@@ -155,7 +155,7 @@ func TestGPUTrainingStep(t *testing.T) {
 	files, _ := filepath.Glob("../../testdata/onnx/*.onnx")
 	for _, path := range files {
 		t.Run(filepath.Base(path), func(t *testing.T) {
-			f := trainingGraph(t, path)
+			f := drivertest.TrainingGraph(t, path)
 			compare(t, dev, f, randomInputs(f, 2), Options{}, 1e-4)
 		})
 	}
@@ -205,7 +205,7 @@ func TestGPUOutOfMemory(t *testing.T) {
 
 // TestRunNoDevice needs no GPU: a nil device is an error, not a panic.
 func TestRunNoDevice(t *testing.T) {
-	f, _ := zoo(t, 1)
+	f, _ := cudatest.Zoo(t, 1)
 	if _, err := Run(nil, f, nil); err == nil {
 		t.Fatal("Run(nil device) succeeded")
 	}
@@ -220,7 +220,7 @@ func TestPlanArena(t *testing.T) {
 		t.Fatal("no models")
 	}
 	for _, path := range files {
-		f := trainingGraph(t, path)
+		f := drivertest.TrainingGraph(t, path)
 		p, err := codegen.Build(f, codegen.Options{Arch: "sm_90"})
 		if err != nil {
 			t.Fatal(err)
@@ -286,24 +286,4 @@ func liveness(p *codegen.Plan) map[int][2]int {
 		touch(owner(o.ID), -1, len(p.Steps))
 	}
 	return live
-}
-
-// trainingGraph loads a shared model with its backward pass.
-func trainingGraph(t testing.TB, path string) *ir.Func {
-	t.Helper()
-	f, err := drivertest.TrainingGraph(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return f
-}
-
-// zoo is the function that uses every kernel family, with random inputs.
-func zoo(t testing.TB, seed uint64) (*ir.Func, map[string]*tensor.Tensor) {
-	t.Helper()
-	f, in, err := cudatest.Zoo(seed)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return f, in
 }

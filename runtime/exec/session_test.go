@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	codegen "github.com/lcc-dev/lcc/codegen/cuda"
+	"github.com/lcc-dev/lcc/codegen/cuda/cudatest"
+	"github.com/lcc-dev/lcc/driver/drivertest"
 	"github.com/lcc-dev/lcc/ir"
 	"github.com/lcc-dev/lcc/runtime/cpu"
 	"github.com/lcc-dev/lcc/runtime/cuda"
@@ -23,13 +25,13 @@ import (
 func TestGPUSession(t *testing.T) {
 	dev := openGPU(t)
 	opts := Options{Poison: true, CacheDir: t.TempDir()}
-	zf, _ := zoo(t, 1)
-	gf := trainingGraph(t, "../../testdata/onnx/gpt_mini.onnx")
+	zf, _ := cudatest.Zoo(t, 1)
+	gf := drivertest.TrainingGraph(t, "../../testdata/onnx/gpt_mini.onnx")
 
 	// Warm up the context: its first launches reserve memory (local memory,
 	// cuBLASLt's own state) that no unload or free gives back, and would read as
 	// a leak of the session.
-	_, zin := zoo(t, 1)
+	_, zin := cudatest.Zoo(t, 1)
 	for f, in := range map[*ir.Func]map[string]*tensor.Tensor{zf: zin, gf: randomInputs(gf, 9)} {
 		if _, err := RunWith(dev, f, in, opts); err != nil {
 			t.Fatalf("warm-up @%s: %v", f.Name, err)
@@ -43,7 +45,7 @@ func TestGPUSession(t *testing.T) {
 		t.Fatal("Run without inputs succeeded")
 	}
 	for i := range 3 {
-		_, zin := zoo(t, uint64(i+1)) // the same function, new values
+		_, zin := cudatest.Zoo(t, uint64(i+1)) // the same function, new values
 		sessionCheck(t, dev, s, zf, zin, opts, 1e-5)
 		gin := randomInputs(gf, uint64(i+10))
 		if i == 1 {
@@ -166,7 +168,7 @@ func freeMem(t *testing.T, dev *cuda.Device) uint64 {
 // TestSessionNoDevice needs no GPU: a session without a device fails every run
 // with an error, and closes cleanly.
 func TestSessionNoDevice(t *testing.T) {
-	f, in := zoo(t, 1)
+	f, in := cudatest.Zoo(t, 1)
 	s := NewSession(nil, Options{})
 	if _, err := s.Run(f, in); err == nil {
 		t.Fatal("Run on a nil device succeeded")

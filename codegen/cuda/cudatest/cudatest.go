@@ -5,8 +5,8 @@
 package cudatest
 
 import (
-	"fmt"
 	"math/rand/v2"
+	"testing"
 
 	"github.com/lcc-dev/lcc/ir"
 	"github.com/lcc-dev/lcc/tensor"
@@ -14,8 +14,9 @@ import (
 
 // Zoo builds one function that uses every kernel family, each result an output,
 // and random inputs for it (indices in range, floats normal, never all zero). Its
-// outputs are named after the family they test.
-func Zoo(seed uint64) (*ir.Func, map[string]*tensor.Tensor, error) {
+// outputs are named after the family they test. It fails t on an error.
+func Zoo(t testing.TB, seed uint64) (*ir.Func, map[string]*tensor.Tensor) {
+	t.Helper()
 	rng := rand.New(rand.NewPCG(seed, 7))
 	in := map[string]*tensor.Tensor{}
 	b := ir.NewBuilder("zoo")
@@ -145,7 +146,7 @@ func Zoo(seed uint64) (*ir.Func, map[string]*tensor.Tensor, error) {
 	out("ew_mid", b.Unary(ir.OpTanh, e))
 	f, err := b.Build()
 	if err != nil {
-		return nil, nil, fmt.Errorf("cudatest: zoo: %w", err)
+		t.Fatalf("cudatest: zoo: %v", err)
 	}
-	return f, in, nil
+	return f, in
 }
