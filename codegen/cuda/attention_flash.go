@@ -9,20 +9,22 @@ import (
 )
 
 // flashDesc returns the tensor-core kernel descriptor of attention node n and
-// true when the tensor-core tier takes it: dense attention (no explicit mask),
-// causal or not, with q, k, v and o stored in bf16 and head dim 64 or 128.
-// Everything else (f32 storage, other head dims, masks, dilated attention) keeps
+// true when the tensor-core tier takes it: dense or dilated attention without an
+// explicit mask, causal or not, with q, k, v and o stored in bf16 and head dim 64
+// or 128. Everything else (f32 storage, other head dims, masks) keeps
 // the scalar kernels of attention.go; the plan's step op says which one ran
 // ("attention.flash.*" or "attention").
 func (g *gen) flashDesc(n *ir.Node) (flash.Desc, bool) {
-	if n.Op != ir.OpAttention && n.Op != ir.OpAttentionGrad {
+	dilated := n.Op == ir.OpDilatedAttention || n.Op == ir.OpDilatedAttentionGrad
+	if n.Op != ir.OpAttention && n.Op != ir.OpAttentionGrad && !dilated {
 		return flash.Desc{}, false
 	}
-	if (n.Op == ir.OpAttention && len(n.Args) != 3) || (n.Op == ir.OpAttentionGrad && len(n.Args) != 6) {
+	fwd := n.Op == ir.OpAttention || n.Op == ir.OpDilatedAttention
+	if (fwd && len(n.Args) != 3) || (!fwd && len(n.Args) != 6) {
 		return flash.Desc{}, false // an explicit mask
 	}
 	bf16 := []*ir.Value{n.Args[0], n.Args[1], n.Args[2]}
-	if n.Op == ir.OpAttention {
+	if fwd {
 		bf16 = append(bf16, n.Results[0])
 	} else {
 		bf16 = append(bf16, n.Args[3], n.Args[5], n.Results[0], n.Results[1], n.Results[2])
@@ -32,17 +34,113 @@ func (g *gen) flashDesc(n *ir.Node) (flash.Desc, bool) {
 			return flash.Desc{}, false
 		}
 	}
-	if n.Op == ir.OpAttentionGrad && g.storageOf(n.Args[4]) != tensor.F32 {
+	if !fwd && g.storageOf(n.Args[4]) != tensor.F32 {
 		return flash.Desc{}, false
 	}
 	q, k := n.Args[0].Type, n.Args[1].Type
 	d := flash.Desc{B: q.Shape[0], T: q.Shape[1], S: k.Shape[1], Hq: int(q.Shape[2]), Hkv: int(k.Shape[2]),
 		D: int(q.Shape[3]), Causal: n.Attrs.Bool("causal"),
-		Scale: n.Attrs.Float("scale", 1/math.Sqrt(float64(q.Shape[3])))}.Defaults()
+		Scale: n.Attrs.Float("scale", 1/math.Sqrt(float64(q.Shape[3])))}
+	if dilated {
+		d.Offsets = n.Attrs.String("offsets", "paper")
+	}
+	d = d.Defaults()
 	if d.Check() != nil {
 		return flash.Desc{}, false
 	}
+	if dilated {
+		for _, bd := range flashBranches(n, d) {
+			if bd.Check() != nil {
+				return flash.Desc{}, false
+			}
+		}
+	}
 	return d, true
+}
+
+// flashBranches is the descriptor of each LongNet branch of dilated attention n:
+// the shape of d with the branch's segment and dilation, accumulating into fp32.
+func flashBranches(n *ir.Node, d flash.Desc) []flash.Desc {
+	seg, dil := n.Attrs.Ints("segments"), n.Attrs.Ints("dilations")
+	var out []flash.Desc
+	for i := range seg {
+		bd := d
+		bd.W, bd.R, bd.Accumulate = seg[i], int(dil[i]), true
+		if bd.W >= d.T && bd.R == 1 {
+			bd.W = d.T
+		}
+		out = append(out, bd)
+	}
+	return out
+}
+
+// lowerFlashDilated renders dilated attention as a chain of launches over fp32
+// scratch: the running output := 0 and lse := −Inf, each branch's strided causal
+// attention merged in branch order, then the output rounded to bf16.
+func lowerFlashDilated(g *gen, n *ir.Node, d flash.Desc) error {
+	q, k, v := n.Args[0], n.Args[1], n.Args[2]
+	o, lse := g.ids[n.Results[0]], g.ids[n.Results[1]]
+	nq := d.B * d.T * int64(d.Hq) * int64(d.D)
+	acc := g.temp(tensor.F32, d.B, d.T, int64(d.Hq), int64(d.D))
+	g.emitFlash(flash.Fill(nq, 0), []int{acc})
+	g.emitFlash(flash.Fill(d.B*int64(d.Hq)*d.T, 0xff800000), []int{lse})
+	for _, bd := range flashBranches(n, d) {
+		k1, err := flash.Forward(bd)
+		if err != nil {
+			return err
+		}
+		g.emitFlash(k1, []int{acc, lse, g.ids[q], g.ids[k], g.ids[v]})
+	}
+	g.emitFlash(flash.Convert(nq), []int{o, acc})
+	return nil
+}
+
+// lowerFlashDilatedGrad renders the exact backward (DESIGN.md §3): delta from the
+// merged output, then per branch dK/dV (per group member when grouped-query heads
+// select different rows) and dQ with the global lse and delta, summed in fp32 in
+// branch order (bitwise reproducible), then rounded to bf16.
+func lowerFlashDilatedGrad(g *gen, n *ir.Node, d flash.Desc) error {
+	q, k, v, o, lse, do := n.Args[0], n.Args[1], n.Args[2], n.Args[3], n.Args[4], n.Args[5]
+	id := func(x *ir.Value) int { return g.ids[x] }
+	nq := d.B * d.T * int64(d.Hq) * int64(d.D)
+	nk := d.B * d.T * int64(d.Hkv) * int64(d.D)
+	delta := g.temp(tensor.F32, d.B, int64(d.Hq), d.T)
+	dqa := g.temp(tensor.F32, d.B, d.T, int64(d.Hq), int64(d.D))
+	dka := g.temp(tensor.F32, d.B, d.T, int64(d.Hkv), int64(d.D))
+	dva := g.temp(tensor.F32, d.B, d.T, int64(d.Hkv), int64(d.D))
+	kd, err := flash.Delta(d)
+	if err != nil {
+		return err
+	}
+	g.emitFlash(kd, []int{delta, id(o), id(do)})
+	g.emitFlash(flash.Fill(nq, 0), []int{dqa})
+	g.emitFlash(flash.Fill(nk, 0), []int{dka})
+	g.emitFlash(flash.Fill(nk, 0), []int{dva})
+	grp := d.Hq / d.Hkv
+	for _, bd := range flashBranches(n, d) {
+		members := 1
+		if bd.Dilated() && grp > 1 {
+			members = grp
+		}
+		for m := 0; m < members; m++ {
+			md := bd
+			md.PerMember, md.Member = members > 1, m
+			kk, err := flash.DKDV(md)
+			if err != nil {
+				return err
+			}
+			g.emitFlash(kk, []int{dka, dva, id(q), id(k), id(v), id(do), id(lse), delta})
+		}
+		kq, err := flash.DQ(bd)
+		if err != nil {
+			return err
+		}
+		g.emitFlash(kq, []int{dqa, id(q), id(k), id(v), id(do), id(lse), delta})
+	}
+	g.emitFlash(flash.Convert(nq), []int{id(n.Results[0]), dqa})
+	g.emitFlash(flash.Convert(nk), []int{id(n.Results[1]), dka})
+	g.emitFlash(flash.Convert(nk), []int{id(n.Results[2]), dva})
+	return nil
 }
 
 // emitFlash adds one flash kernel with its arguments (buffer ids).
@@ -57,6 +155,9 @@ func (g *gen) emitFlash(k flash.Kernel, args []int) {
 
 // lowerFlash renders attention on the tensor-core kernels.
 func lowerFlash(g *gen, n *ir.Node, d flash.Desc) error {
+	if n.Op == ir.OpDilatedAttention {
+		return lowerFlashDilated(g, n, d)
+	}
 	k, err := flash.Forward(d)
 	if err != nil {
 		return err
@@ -69,6 +170,9 @@ func lowerFlash(g *gen, n *ir.Node, d flash.Desc) error {
 // lowerFlashGrad renders the deterministic backward: delta into an f32 scratch
 // buffer, then dK/dV per key tile and dQ per query tile.
 func lowerFlashGrad(g *gen, n *ir.Node, d flash.Desc) error {
+	if n.Op == ir.OpDilatedAttentionGrad {
+		return lowerFlashDilatedGrad(g, n, d)
+	}
 	q, k, v, o, lse, do := n.Args[0], n.Args[1], n.Args[2], n.Args[3], n.Args[4], n.Args[5]
 	dq, dk, dv := n.Results[0], n.Results[1], n.Results[2]
 	delta := g.temp(tensor.F32, d.B, int64(d.Hq), d.T)

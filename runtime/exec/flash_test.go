@@ -14,6 +14,12 @@ import (
 // attentionGraph is attention and its gradient over random inputs: q [B,T,H,D],
 // k, v [B,S,Hkv,D], the output gradient do.
 func attentionGraph(t *testing.T, b, tl, s, h, hkv, d int64, causal bool, seed uint64) (*ir.Func, map[string]*tensor.Tensor) {
+	return attentionGraphOf(t, b, tl, s, h, hkv, d, causal, seed, nil)
+}
+
+// attentionGraphOf is attentionGraph for dilated attention when dil holds its
+// attributes (segments, dilations, offsets).
+func attentionGraphOf(t *testing.T, b, tl, s, h, hkv, d int64, causal bool, seed uint64, dil ir.Attrs) (*ir.Func, map[string]*tensor.Tensor) {
 	t.Helper()
 	rng := rand.New(rand.NewPCG(seed, 9))
 	in := map[string]*tensor.Tensor{}
@@ -28,8 +34,15 @@ func attentionGraph(t *testing.T, b, tl, s, h, hkv, d int64, causal bool, seed u
 	}
 	q, k, v, do := fl("q", b, tl, h, d), fl("k", b, s, hkv, d), fl("v", b, s, hkv, d), fl("do", b, tl, h, d)
 	scale := 1 / math.Sqrt(float64(d))
-	o, lse := bl.Attention(q, k, v, causal, scale)
-	g := bl.Apply(ir.OpAttentionGrad, ir.A("causal", causal, "scale", scale), q, k, v, o, lse, do)
+	fwd, grad, attrs := ir.OpAttention, ir.OpAttentionGrad, ir.A("causal", causal, "scale", scale)
+	if dil != nil {
+		fwd, grad = ir.OpDilatedAttention, ir.OpDilatedAttentionGrad
+		attrs = ir.A("causal", causal, "scale", scale, "segments", dil.Ints("segments"),
+			"dilations", dil.Ints("dilations"), "offsets", dil.String("offsets", "paper"))
+	}
+	r := bl.Apply(fwd, attrs, q, k, v)
+	o, lse := r[0], r[1]
+	g := bl.Apply(grad, attrs, q, k, v, o, lse, do)
 	bl.Output("o", o)
 	bl.Output("lse", lse)
 	bl.Output("dq", g[0])
@@ -66,6 +79,10 @@ func TestFlashLowering(t *testing.T) {
 	if got := ops(f, tensor.F32); strings.Contains(got, "flash") {
 		t.Errorf("f32 storage: steps %q use the bf16 tensor-core kernels", got)
 	}
+	f, _ = attentionGraphOf(t, 1, 40, 40, 2, 1, 64, true, 1, ir.A("segments", []int64{16, 64}, "dilations", []int64{1, 2}))
+	if got := ops(f, tensor.BF16); !strings.Contains(got, "attention.flash.fwd") || strings.Contains(got, "dilated_attention") {
+		t.Errorf("dilated bf16 D=64: steps %q, want the tensor-core kernels", got)
+	}
 	f, _ = attentionGraph(t, 1, 40, 40, 2, 1, 32, true, 1)
 	if got := ops(f, tensor.BF16); strings.Contains(got, "flash") {
 		t.Errorf("D=32: steps %q use the tensor-core kernels", got)
@@ -86,9 +103,18 @@ func TestGPUFlashAttention(t *testing.T) {
 		{"causal-d64-batch2", 2, 130, 130, 2, 2, 64, true},
 		{"full-d64-gqa", 1, 100, 170, 6, 2, 64, false},
 		{"full-d128", 1, 64, 96, 2, 2, 128, false},
+		{"dilated-d64-gqa", 1, 150, 150, 4, 2, 64, true},
+		{"dilated-d128-block", 2, 100, 100, 4, 4, 128, true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			f, in := attentionGraph(t, c.b, c.t, c.s, c.h, c.hkv, c.d, c.causal, uint64(c.t))
+			var dil ir.Attrs
+			if strings.HasPrefix(c.name, "dilated") {
+				dil = ir.A("segments", []int64{32, 64, 256}, "dilations", []int64{1, 2, 4}, "offsets", "paper")
+				if strings.HasSuffix(c.name, "block") {
+					dil = ir.A("segments", []int64{24, 48}, "dilations", []int64{1, 3}, "offsets", "block")
+				}
+			}
+			f, in := attentionGraphOf(t, c.b, c.t, c.s, c.h, c.hkv, c.d, c.causal, uint64(c.t), dil)
 			compare(t, dev, f, in, Options{Storage: tensor.BF16}, 2e-2)
 			s := NewSession(dev, Options{Storage: tensor.BF16, Poison: true, CacheDir: t.TempDir()})
 			defer s.Close()
