@@ -16,6 +16,7 @@ import (
 	"testing"
 
 	"github.com/lcc-dev/lcc/driver"
+	"github.com/lcc-dev/lcc/safetensors"
 )
 
 // nodeCasesMinPass is the least number of ONNX node cases that must pass. Raise it
@@ -182,4 +183,39 @@ func refusalKey(msg string) string {
 		msg = msg[:100]
 	}
 	return msg
+}
+
+// TestRunBindsShapeInputs: `lcc run` binds integer inputs that decide shapes (Slice's
+// starts, ends, axes and steps in ONNX's test_slice) to the values it is given,
+// as `lcc check` does, and writes the expected output.
+func TestRunBindsShapeInputs(t *testing.T) {
+	_, files := readNodeCases(t)
+	dir := t.TempDir()
+	model, ref := filepath.Join(dir, "model.onnx"), filepath.Join(dir, "ref.safetensors")
+	for name, path := range map[string]string{"model.onnx": model, "ref.safetensors": ref} {
+		if err := os.WriteFile(path, files["cases/test_slice/"+name], 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	out := filepath.Join(dir, "out.safetensors")
+	cmd := runCmd()
+	var stdout, stderr bytes.Buffer
+	cmd.SetOut(&stdout)
+	cmd.SetErr(&stderr)
+	cmd.SetArgs([]string{model, "--inputs", ref, "--outputs", out})
+	if err := cmd.Execute(); err != nil {
+		t.Fatalf("lcc run: %v\n%s", err, stderr.String())
+	}
+	got, err := safetensors.Read(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := safetensors.Read(ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := driver.Compare("y", got.Tensors["y"], want.Tensors["y"])
+	if err != nil || c.RelErr != 0 {
+		t.Errorf("y: %+v, %v", c, err)
+	}
 }
