@@ -18,6 +18,7 @@ import (
 	"github.com/lcc-dev/lcc/ir"
 	"github.com/lcc-dev/lcc/passes/autodiff"
 	"github.com/lcc-dev/lcc/passes/loss"
+	"github.com/lcc-dev/lcc/report"
 	"github.com/lcc-dev/lcc/runtime/cpu"
 	"github.com/lcc-dev/lcc/targets"
 	"github.com/lcc-dev/lcc/tensor"
@@ -135,6 +136,8 @@ type Result struct {
 	TokensPerSec float64
 	// Program is the program hash of the step (driver.ProgramHash).
 	Program string
+	// PlannedPeakBytes is the compile report's per-GPU peak of the step.
+	PlannedPeakBytes int64
 }
 
 // check validates cfg, naming the flag at fault.
@@ -225,6 +228,8 @@ type trainer struct {
 	state    map[string]*tensor.Tensor // optimizer state by update parameter name
 	hash     string
 	program  string // the program hash (driver.ProgramHash)
+	// plannedPeak is the compile report's per-GPU peak of the step.
+	plannedPeak int64
 	// shard is the sharded step of a multi-rank run (nil with one rank), rank
 	// this process's rank in it.
 	shard *driver.ShardedProgram
@@ -309,7 +314,7 @@ func newTrainer(cfg Config) (*trainer, error) {
 		return nil, fmt.Errorf("%s: %w", cfg.Model, err)
 	}
 	t := &trainer{cfg: cfg, grad: grad, upd: upd, lossName: lossName, hash: ModelHash(grad),
-		program: step.Hash, shard: shard, rank: rank,
+		program: step.Hash, plannedPeak: step.Report.Memory.PerGPUPeakBytes, shard: shard, rank: rank,
 		sched:   optim.Schedule{LR: cfg.LR, MinLR: cfg.MinLR, Warmup: cfg.Warmup, Total: cfg.Steps},
 		weights: map[string]*tensor.Tensor{}, state: map[string]*tensor.Tensor{}}
 	if err := t.sched.Check(); err != nil {
@@ -626,12 +631,17 @@ type metric struct {
 	LR         float64 `json:"lr"`
 	GradNorm   any     `json:"grad_norm"`
 	TokensPerS float64 `json:"tokens_per_s"`
+	// PlannedPeak is the compile report's per-GPU peak of the step (the same
+	// every step), beside which a measured peak is read.
+	PlannedPeak int64 `json:"planned_peak_bytes"`
 }
 
 func (t *trainer) run() (*Result, error) {
 	cfg := t.cfg
-	res := &Result{Program: t.program}
+	res := &Result{Program: t.program, PlannedPeakBytes: t.plannedPeak}
 	fmt.Fprintf(cfg.Progress, "program %s\n", t.program)
+	fmt.Fprintf(cfg.Progress, "memory  planned peak %s per GPU (the compile report's)\n",
+		report.Bytes(t.plannedPeak))
 	first := 0
 	if cfg.Resume {
 		var err error
@@ -675,7 +685,8 @@ func (t *trainer) run() (*Result, error) {
 		windowSteps++
 		if metrics != nil {
 			js, _ := json.Marshal(metric{Step: s + 1, Loss: finite(st.loss), LR: st.lr,
-				GradNorm: finite(st.gradNorm), TokensPerS: tokensPerStep / dt.Seconds()})
+				GradNorm: finite(st.gradNorm), TokensPerS: tokensPerStep / dt.Seconds(),
+				PlannedPeak: t.plannedPeak})
 			if _, err := metrics.Write(append(js, '\n')); err != nil {
 				return nil, fmt.Errorf("--metrics: %w", err)
 			}

@@ -217,10 +217,13 @@ func TestMetricsAndProgress(t *testing.T) {
 		if err := json.Unmarshal(sc.Bytes(), &raw); err != nil {
 			t.Fatal(err)
 		}
-		for _, k := range []string{"step", "loss", "lr", "grad_norm", "tokens_per_s"} {
+		for _, k := range []string{"step", "loss", "lr", "grad_norm", "tokens_per_s", "planned_peak_bytes"} {
 			if _, ok := raw[k]; !ok {
 				t.Errorf("line %d lacks %q: %s", n+1, k, sc.Text())
 			}
+		}
+		if pk := raw["planned_peak_bytes"]; pk != float64(r.PlannedPeakBytes) || r.PlannedPeakBytes <= 0 {
+			t.Errorf("line %d: planned_peak_bytes %v, the run's %d", n+1, pk, r.PlannedPeakBytes)
 		}
 		json.Unmarshal(sc.Bytes(), &m)
 		n++
@@ -243,7 +246,8 @@ func TestMetricsAndProgress(t *testing.T) {
 		t.Errorf("metrics after resume:\n%s", got)
 	}
 	if !strings.Contains(log.String(), "step 2/4  loss ") || !strings.Contains(log.String(), "tok/s") ||
-		!strings.Contains(log.String(), "ETA") || strings.Count(log.String(), "\n") != 3 ||
+		!strings.Contains(log.String(), "ETA") || strings.Count(log.String(), "\n") != 4 ||
+		!strings.Contains(log.String(), "\nmemory  planned peak ") ||
 		!strings.HasPrefix(log.String(), "program sha256:"+r.Program[len("sha256:"):]+"\n") {
 		t.Errorf("progress:\n%s", log.String())
 	}

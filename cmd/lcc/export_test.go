@@ -1,6 +1,8 @@
 package main
 
 import (
+	"bytes"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -8,14 +10,18 @@ import (
 	"github.com/lcc-dev/lcc/safetensors"
 )
 
-// TestExportCLI: lcc export writes a trained checkpoint's weights under
+// TestExportCLI: lcc train --plot draws the loss; lcc export writes a trained checkpoint's weights under
 // PyTorch's names, and refuses a bad format or a folder without checkpoints.
 func TestExportCLI(t *testing.T) {
 	dir := t.TempDir()
 	ck := filepath.Join(dir, "ck")
+	png := filepath.Join(dir, "loss.png")
 	if _, stderr, code := lcc(t, "train", filepath.Join(td, "onnx", "llama_mini.onnx"), "--data=synthetic:copy",
-		"--seq-len=16", "--steps=2", "--checkpoint-dir="+ck); code != 0 {
+		"--seq-len=16", "--steps=2", "--checkpoint-dir="+ck, "--plot="+png); code != 0 {
 		t.Fatalf("train: exit %d: %s", code, stderr)
+	}
+	if b, err := os.ReadFile(png); err != nil || !bytes.HasPrefix(b, []byte("\x89PNG")) {
+		t.Errorf("--plot wrote no PNG: %v", err)
 	}
 	out := filepath.Join(dir, "w.safetensors")
 	stdout, stderr, code := lcc(t, "export", ck, "--format=safetensors", "-o", out)

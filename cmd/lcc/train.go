@@ -3,12 +3,14 @@ package main
 import (
 	"fmt"
 	"os"
+	"path/filepath"
 	"runtime/debug"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/lcc-dev/lcc/train"
+	"github.com/lcc-dev/lcc/train/plot"
 	"github.com/lcc-dev/lcc/train/runner"
 )
 
@@ -17,6 +19,7 @@ func trainCmd() *cobra.Command {
 	cfg := train.DefaultConfig()
 	var cf compileFlags
 	var commTimeout time.Duration
+	var plotPath string
 	cmd := &cobra.Command{
 		Use:   "train MODEL --data=SPEC --seq-len N --batch N --steps N --lr X",
 		Short: "train a model (.onnx or .lcc): AdamW, warmup+cosine, checkpoints, bit-identical resume",
@@ -102,11 +105,18 @@ stays silent for --comm-timeout ends every other rank with an error naming it.`,
 			} else if res, err = runner.Local(cfg, commTimeout); err != nil {
 				return err
 			}
+			if plotPath != "" {
+				title := fmt.Sprintf("%s: loss (program %.19s…)", filepath.Base(cfg.Model), res.Program)
+				if err := plot.Loss(plotPath, title, res.FirstStep, res.Losses); err != nil {
+					return err
+				}
+			}
 			return trainSummary(cmd, res)
 		},
 	}
 	cf.add(cmd)
 	f := cmd.Flags()
+	f.StringVar(&plotPath, "plot", "", "draw the loss of every step of this run to FILE (.png, .svg or .pdf)")
 	f.DurationVar(&commTimeout, "comm-timeout", runner.DefaultTimeout,
 		"with --ranks: a rank that waits this long for a peer (rendezvous or collective) fails, naming it")
 	f.StringVar(&cfg.Device, "device", cfg.Device, "where to train: cpu (reference interpreter) or cuda (GPU 0, fp32)")

@@ -1,0 +1,50 @@
+package plot
+
+import (
+	"bytes"
+	"image/png"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestLoss(t *testing.T) {
+	dir := t.TempDir()
+	losses := []float64{6.2, 5.9, math.NaN(), 4.1, 3.3}
+	path := filepath.Join(dir, "loss.png")
+	if err := Loss(path, "gpt_mini", 10, losses); err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	img, err := png.Decode(bytes.NewReader(data))
+	if err != nil {
+		t.Fatalf("not a PNG: %v", err)
+	}
+	if b := img.Bounds(); b.Dx() < 300 || b.Dy() < 200 {
+		t.Errorf("image %v, want a readable size", b)
+	}
+	svg := filepath.Join(dir, "loss.svg")
+	if err := Loss(svg, "gpt_mini", 0, losses[:1]); err != nil {
+		t.Fatal(err)
+	}
+	if s, _ := os.ReadFile(svg); !bytes.Contains(s, []byte("<svg")) {
+		t.Errorf("not an SVG: %.100s", s)
+	}
+	for _, tc := range []struct {
+		path   string
+		losses []float64
+		want   string
+	}{
+		{filepath.Join(dir, "loss.bmp"), losses, "want a .png"},
+		{filepath.Join(dir, "nan.png"), []float64{math.NaN()}, "no finite loss"},
+	} {
+		if err := Loss(tc.path, "", 0, tc.losses); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want %q", tc.path, err, tc.want)
+		}
+	}
+}
