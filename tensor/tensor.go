@@ -97,6 +97,26 @@ func NumelAtMost(shape []int64, limit int64) (int64, error) {
 	return n, nil
 }
 
+// WrapInt wraps v to the width of integer dtype dt as a store of that dtype does
+// (two's complement); bools become 0 or 1. The CPU interpreter and the CUDA
+// literals both use it, so integer overflow reads the same on either device.
+func WrapInt(v int64, dt DType) int64 {
+	switch dt {
+	case I32:
+		return int64(int32(v))
+	case I8:
+		return int64(int8(v))
+	case U8:
+		return int64(uint8(v))
+	case Bool:
+		if v != 0 {
+			return 1
+		}
+		return 0
+	}
+	return v
+}
+
 // Tensor is a dense row-major host tensor.
 type Tensor struct {
 	DType DType

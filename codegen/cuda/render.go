@@ -100,21 +100,9 @@ func literal(dt tensor.DType, v float64) string {
 		}
 		return "false"
 	}
-	return ilit(wrapInt(int64(v), dt))
+	return ilit(tensor.WrapInt(int64(v), dt))
 }
 
-// wrapInt wraps v to the width of integer dtype dt (as the CPU interpreter does).
-func wrapInt(v int64, dt tensor.DType) int64 {
-	switch dt {
-	case tensor.I32:
-		return int64(int32(v))
-	case tensor.I8:
-		return int64(int8(v))
-	case tensor.U8:
-		return int64(uint8(v))
-	}
-	return v
-}
 
 // idxType is the index type for n elements (plus the grid stride): int when it
 // cannot overflow, else long long.

@@ -89,7 +89,7 @@ func tensorOf(n *ir.Node, i int, data []float64) *tensor.Tensor {
 	} else {
 		out.I = make([]int64, len(data))
 		for j, v := range data {
-			out.I[j] = wrapInt(int64(v), t.DType)
+			out.I[j] = tensor.WrapInt(int64(v), t.DType)
 		}
 	}
 	return out

@@ -24,7 +24,7 @@ func kernelFull(n *ir.Node, _ []*tensor.Tensor, _ Options) ([]*tensor.Tensor, er
 	if out.DType.IsFloat() {
 		fill(out.F, v)
 	} else {
-		iv := wrapInt(int64(v), out.DType)
+		iv := tensor.WrapInt(int64(v), out.DType)
 		if out.DType == tensor.Bool && v != 0 {
 			iv = 1
 		}
@@ -45,7 +45,7 @@ func kernelRange(n *ir.Node, _ []*tensor.Tensor, _ Options) ([]*tensor.Tensor, e
 		if out.DType.IsFloat() {
 			out.F[i] = v
 		} else {
-			out.I[i] = wrapInt(int64(v), out.DType)
+			out.I[i] = tensor.WrapInt(int64(v), out.DType)
 		}
 	}
 	return one(out), nil

@@ -234,11 +234,11 @@ func kernelCast(n *ir.Node, args []*tensor.Tensor, _ Options) ([]*tensor.Tensor,
 			if v != v || math.IsInf(v, 0) {
 				return nil, fmt.Errorf("cannot cast %v to %v", v, to)
 			}
-			out.I[i] = wrapInt(int64(v), to)
+			out.I[i] = tensor.WrapInt(int64(v), to)
 		}
 	default:
 		for i, v := range x.I {
-			out.I[i] = wrapInt(v, to)
+			out.I[i] = tensor.WrapInt(v, to)
 		}
 	}
 	return one(out), nil
@@ -264,7 +264,7 @@ func kernelArith(n *ir.Node, args []*tensor.Tensor, _ Options) ([]*tensor.Tensor
 		return one(out), nil
 	}
 	fn, dt := binaryInt[n.Op], out.DType
-	binary(out.Shape, a, b, func(o, i, j int) { out.I[o] = wrapInt(fn(a.I[i], b.I[j]), dt) })
+	binary(out.Shape, a, b, func(o, i, j int) { out.I[o] = tensor.WrapInt(fn(a.I[i], b.I[j]), dt) })
 	return one(out), nil
 }
 

@@ -133,7 +133,7 @@ func kernelScatterAdd(n *ir.Node, args []*tensor.Tensor, _ Options) ([]*tensor.T
 				}
 			} else {
 				for e := 0; e < inner; e++ {
-					out.I[d+e] = wrapInt(out.I[d+e]+x.I[s+e], out.DType)
+					out.I[d+e] = tensor.WrapInt(out.I[d+e]+x.I[s+e], out.DType)
 				}
 			}
 		}

@@ -84,7 +84,7 @@ func kernelReduce(n *ir.Node, args []*tensor.Tensor, _ Options) ([]*tensor.Tenso
 		}
 	}
 	for i := range acc {
-		acc[i] = wrapInt(acc[i], dt)
+		acc[i] = tensor.WrapInt(acc[i], dt)
 	}
 	return one(out), nil
 }
@@ -367,11 +367,11 @@ func kernelCumSum(n *ir.Node, args []*tensor.Tensor, _ Options) ([]*tensor.Tenso
 					}
 				} else {
 					if excl {
-						out.I[k] = wrapInt(is, x.DType)
+						out.I[k] = tensor.WrapInt(is, x.DType)
 						is += x.I[k]
 					} else {
 						is += x.I[k]
-						out.I[k] = wrapInt(is, x.DType)
+						out.I[k] = tensor.WrapInt(is, x.DType)
 					}
 				}
 			}

@@ -92,23 +92,6 @@ func sharesStorage(t *tensor.Tensor, args []*tensor.Tensor) bool {
 	return false
 }
 
-// wrapInt wraps v to the width of integer dtype dt; bools become 0 or 1.
-func wrapInt(v int64, dt tensor.DType) int64 {
-	switch dt {
-	case tensor.I32:
-		return int64(int32(v))
-	case tensor.I8:
-		return int64(int8(v))
-	case tensor.U8:
-		return int64(uint8(v))
-	case tensor.Bool:
-		if v != 0 {
-			return 1
-		}
-		return 0
-	}
-	return v
-}
 
 // intRange is the least and greatest value of an integer or bool dtype.
 func intRange(dt tensor.DType) (lo, hi int64) {
