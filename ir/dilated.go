@@ -34,9 +34,13 @@ const (
 
 // HeadOffsetCUDA defines the device function lcc_head_offset(h, heads, r, block),
 // HeadOffset for kernels (block selects OffsetsBlock). Kernel sources include it
-// rather than spell the formula out.
+// rather than spell the formula out; it is guarded, so a source may include it
+// twice (the prelude and a kernel family's own helpers).
 const HeadOffsetCUDA = `// lcc_head_offset is LongNet's head offset o(h) (lcc ir.HeadOffset).
+#ifndef LCC_HEAD_OFFSET
+#define LCC_HEAD_OFFSET
 __device__ __forceinline__ int lcc_head_offset(int h, int heads, int r, bool block) {
   return block ? ` + headOffsetBlockExpr + ` : ` + headOffsetPaperExpr + `;
 }
+#endif
 `
