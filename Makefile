@@ -9,9 +9,11 @@ PKGS        ?= ./...
 FUZZ        ?= ./frontends/onnx:FuzzDecode ./frontends/onnx:FuzzImport ./safetensors:FuzzDecode ./ir:FuzzParse
 FUZZTIME    ?= 10s
 LONGFUZZTIME ?= 5m
-# Go minimizes each new interesting input, which with the megabyte seed files can
-# stall a short run; bound it.
-FUZZMINTIME ?= 5s
+# Go minimizes each new interesting input before fuzzing on, which can take a short
+# run's whole time (golang/go#51484); short runs bound it by a count, so that a 10 s
+# run executes tens of thousands of inputs (the seeds are a few hundred bytes each).
+FUZZMINTIME ?= 100x
+LONGFUZZMINTIME ?= 10s
 # Packages with GPU tests (func TestGPU...; cmd/lcc's TestMakefileListsGPUPackages keeps this
 # list complete). gpu-tests builds each one's test binary into .gpu/, named after its
 # path (runtime/comm/nccl -> .gpu/runtime_comm_nccl.test), lists them in .gpu/tests.txt
@@ -30,7 +32,8 @@ test: unit-test fuzz-short
 unit-test:
 	$(GO) test -count=1 -timeout 15m $(PKGS)
 
-# run-fuzz TIME: runs each FUZZ entry for TIME, skipping absent packages/functions.
+# run-fuzz TIME,MINTIME: runs each FUZZ entry for TIME, minimizing new inputs for
+# MINTIME, skipping absent packages/functions.
 define run-fuzz
 	@set -e; for entry in $(FUZZ); do \
 		dir=$${entry%%:*}; fn=$${entry##*:}; \
@@ -38,15 +41,15 @@ define run-fuzz
 		if ! grep -qs "^func $$fn(" "$$dir"/*_test.go; then \
 			echo "fuzz: skip $$dir: no $$fn"; continue; fi; \
 		echo "fuzz: $$dir $$fn for $(1)"; \
-		$(GO) test -run='^$$' -fuzz="^$$fn\$$" -fuzztime=$(1) -fuzzminimizetime=$(FUZZMINTIME) "$$dir"; \
+		$(GO) test -run='^$$' -fuzz="^$$fn\$$" -fuzztime=$(1) -fuzzminimizetime=$(2) "$$dir"; \
 	done
 endef
 
 fuzz-short:
-	$(call run-fuzz,$(FUZZTIME))
+	$(call run-fuzz,$(FUZZTIME),$(FUZZMINTIME))
 
 fuzz:
-	$(call run-fuzz,$(LONGFUZZTIME))
+	$(call run-fuzz,$(LONGFUZZTIME),$(LONGFUZZMINTIME))
 
 # Test binaries and lcc for a GPU machine: copy the tree with .gpu/ there and run
 # scripts/gpu_check.sh, which runs every binary .gpu/tests.txt lists in its package.
