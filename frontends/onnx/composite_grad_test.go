@@ -15,7 +15,8 @@ import (
 
 // TestCompositeLoweringGrads checks by finite differences the gradients through the
 // ops lowered as compositions of IR ops (ReduceProd, ReduceLogSumExp, ReduceL1,
-// ReduceL2, ReduceSumSquare, LayerNormalization's Mean and InvStdDev, Pad, Clip,
+// ReduceL2, ReduceSumSquare, LayerNormalization's Mean and InvStdDev, Pad,
+// RotaryEmbedding, Clip,
 // SoftmaxCrossEntropyLoss with class weights, an ignored label and log_prob): x is
 // an f64 weight (as are the class weights), every output gets a
 // random seed.
@@ -71,6 +72,8 @@ func TestCompositeLoweringGrads(t *testing.T) {
 			[]*onnxpb.TensorProto{i64("pads", 1, 0, -1, 0, 2, 1)}, []string{"y"}},
 		{"SoftmaxCrossEntropyLoss", []*onnxpb.NodeProto{node("n", "SoftmaxCrossEntropyLoss", []string{"x", "labels", "w"},
 			[]string{"z", "log_prob"})}, []*onnxpb.TensorProto{labels(), f64("w", 3)}, []string{"z", "log_prob"}},
+		{"RotaryEmbedding", []*onnxpb.NodeProto{node("n", "RotaryEmbedding", []string{"x", "cos", "sin"}, []string{"y"})},
+			[]*onnxpb.TensorProto{f64("cos", 2, 3, 1), f64("sin", 2, 3, 1)}, []string{"y"}},
 		{"Clip", []*onnxpb.NodeProto{node("n", "Clip", []string{"x", "lo", "hi"}, []string{"y"})},
 			[]*onnxpb.TensorProto{f64("lo"), f64("hi")}, []string{"y"}},
 	} {
@@ -78,6 +81,11 @@ func TestCompositeLoweringGrads(t *testing.T) {
 			switch tc.name {
 			case "ReduceProd":
 				tc.nodes[0].Attribute = []*onnxpb.AttributeProto{keep0}
+			case "RotaryEmbedding": // x is [2, 3, 4]: one head of 4, its first 2 channels rotated, interleaved
+				tc.nodes[0].Attribute = []*onnxpb.AttributeProto{
+					{Name: proto.String("num_heads"), Type: onnxpb.AttributeProto_INT.Enum(), I: proto.Int64(1)},
+					{Name: proto.String("rotary_embedding_dim"), Type: onnxpb.AttributeProto_INT.Enum(), I: proto.Int64(2)},
+					{Name: proto.String("interleaved"), Type: onnxpb.AttributeProto_INT.Enum(), I: proto.Int64(1)}}
 			case "SoftmaxCrossEntropyLoss":
 				tc.nodes[0].Attribute = []*onnxpb.AttributeProto{{Name: proto.String("ignore_index"),
 					Type: onnxpb.AttributeProto_INT.Enum(), I: proto.Int64(-1)}}

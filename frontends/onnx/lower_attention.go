@@ -216,3 +216,80 @@ func lowerAttentionExplicit(c *nodeCtx) ([]*ir.Value, error) {
 	}
 	return []*ir.Value{y, presentK, presentV, qk}, nil
 }
+
+// lowerRotaryEmbedding lowers opset-23 RotaryEmbedding as ONNX's reference: x
+// ([B, H, S, D], or [B, S, H·D] with num_heads) is rotated on its first
+// rotary_embedding_dim channels (all when 0) in pairs, halves or interleaved:
+// (x1, x2) -> (cos·x1 − sin·x2, sin·x1 + cos·x2), with cos and sin the caches
+// gathered at position_ids when given, else the caches themselves ([B, S, dim/2]).
+func lowerRotaryEmbedding(c *nodeCtx) ([]*ir.Value, error) {
+	b := c.b
+	x := c.in(0)
+	in := x.Type.Shape
+	switch x.Type.Rank() {
+	case 4:
+		x = b.Transpose(x, 0, 2, 1, 3)
+	case 3:
+		nh := c.aInt("num_heads", 0)
+		if nh <= 0 || in[2]%nh != 0 {
+			return nil, fmt.Errorf("3-D RotaryEmbedding input %v needs num_heads dividing its last dim", x.Type)
+		}
+		x = b.Reshape(x, in[0], in[1], nh, in[2]/nh)
+	default:
+		return nil, fmt.Errorf("RotaryEmbedding input %v: want rank 3 or 4", x.Type)
+	}
+	s := x.Type.Shape // [B, S, H, D]
+	d := s[3]
+	rd := c.aInt("rotary_embedding_dim", 0)
+	if rd == 0 {
+		rd = d
+	}
+	if rd%2 != 0 || rd > d {
+		return nil, fmt.Errorf("RotaryEmbedding rotary_embedding_dim %d for head size %d", rd, d)
+	}
+	half := rd / 2
+	slice := func(v *ir.Value, start, end, step int64) *ir.Value {
+		return b.Apply1(ir.OpSlice, ir.A("axes", []int64{3}, "starts", []int64{start}, "ends", []int64{end},
+			"steps", []int64{step}), v)
+	}
+	rot := x
+	if rd < d {
+		rot = slice(x, 0, rd, 1)
+	}
+	cos, sin := c.in(1), c.in(2)
+	if c.has(3) {
+		pos := c.in(3)
+		cos = b.Apply1(ir.OpGather, ir.A("axis", int64(0)), cos, pos)
+		sin = b.Apply1(ir.OpGather, ir.A("axis", int64(0)), sin, pos)
+	}
+	if cos.Type.Rank() != 3 || cos.Type.Shape[2] != half || !cos.Type.Equal(sin.Type) {
+		return nil, fmt.Errorf("RotaryEmbedding cos %v and sin %v: want [batch, seq, %d]", cos.Type, sin.Type, half)
+	}
+	cs := cos.Type.Shape
+	cos, sin = b.Reshape(cos, cs[0], cs[1], 1, half), b.Reshape(sin, cs[0], cs[1], 1, half)
+	var x1, x2 *ir.Value
+	interleaved := c.aInt("interleaved", 0) != 0
+	if interleaved {
+		x1, x2 = slice(rot, 0, rd, 2), slice(rot, 1, rd, 2)
+	} else {
+		x1, x2 = slice(rot, 0, half, 1), slice(rot, half, rd, 1)
+	}
+	real := b.Sub(b.Mul(cos, x1), b.Mul(sin, x2))
+	imag := b.Add(b.Mul(sin, x1), b.Mul(cos, x2))
+	if interleaved {
+		r4 := real.Type.Shape
+		pair := b.Apply1(ir.OpConcat, ir.A("axis", int64(4)), b.Reshape(real, r4[0], r4[1], r4[2], r4[3], 1),
+			b.Reshape(imag, r4[0], r4[1], r4[2], r4[3], 1))
+		rot = b.Reshape(pair, r4[0], r4[1], r4[2], rd)
+	} else {
+		rot = b.Apply1(ir.OpConcat, ir.A("axis", int64(3)), real, imag)
+	}
+	out := rot
+	if rd < d {
+		out = b.Apply1(ir.OpConcat, ir.A("axis", int64(3)), rot, slice(x, rd, d, 1))
+	}
+	if len(in) == 3 {
+		return one(b.Reshape(out, in...))
+	}
+	return one(b.Transpose(out, 0, 2, 1, 3))
+}

@@ -144,17 +144,22 @@ func init() {
 		"Where": func(c *nodeCtx) ([]*ir.Value, error) {
 			return one(c.b.Apply1(ir.OpWhere, nil, c.in(0), c.in(1), c.in(2)))
 		},
-		"MatMul":    lowerMatMul,
-		"Gemm":      lowerGemm,
-		"Reshape":   lowerReshape,
-		"Transpose": lowerTranspose,
-		"Expand":    lowerExpand,
-		"Slice":     lowerSlice,
-		"Concat":    lowerConcat,
-		"Pad":       lowerPad,
-		"Clip":      lowerClip,
-		"Split":     lowerSplit,
-		"Gather":    lowerGather,
+		"MatMul":          lowerMatMul,
+		"Gemm":            lowerGemm,
+		"Reshape":         lowerReshape,
+		"Transpose":       lowerTranspose,
+		"Expand":          lowerExpand,
+		"Slice":           lowerSlice,
+		"Concat":          lowerConcat,
+		"Pad":             lowerPad,
+		"Clip":            lowerClip,
+		"ArgMax":          lowerArgExtreme(ir.OpReduceMax),
+		"ArgMin":          lowerArgExtreme(ir.OpReduceMin),
+		"Hardmax":         lowerHardmax,
+		"RotaryEmbedding": lowerRotaryEmbedding,
+		"IsInf":           lowerIsInf,
+		"Split":           lowerSplit,
+		"Gather":          lowerGather,
 		"GatherElements": func(c *nodeCtx) ([]*ir.Value, error) {
 			return one(c.b.Apply1(ir.OpGatherElements, ir.A("axis", c.aInt("axis", 0)), c.in(0), c.in(1)))
 		},
@@ -449,6 +454,95 @@ func lowerSlice(c *nodeCtx) ([]*ir.Value, error) {
 }
 
 func clamp(v, lo, hi int64) int64 { return max(lo, min(v, hi)) }
+
+// argIndex returns the index along axis ax of x's extreme element (op is
+// reduce_max or reduce_min), keeping the dim: the first such index, or the last
+// with last. It is a composition: the positions equal to the extreme, an index
+// ramp along the axis, and a min (or max) over the ramp where equal.
+func argIndex(b *ir.Builder, x *ir.Value, ax int, op ir.Op, last bool) *ir.Value {
+	r := x.Type.Rank()
+	d := x.Type.Shape[ax]
+	m := b.Apply1(op, ir.A("axes", []int64{int64(ax)}, "keepdims", true), x)
+	eq := b.Apply1(ir.OpEq, nil, x, m)
+	if x.Type.DType.IsFloat() {
+		// max and min propagate NaN: then the NaNs are the extreme, as in numpy.
+		eq = b.Apply1(ir.OpOr, nil, eq, b.Unary(ir.OpIsNaN, x))
+	}
+	shape := make([]int64, r)
+	for i := range shape {
+		shape[i] = 1
+	}
+	shape[ax] = d
+	ramp := b.Reshape(b.Apply1(ir.OpRange, ir.A("start", 0.0, "delta", 1.0, "count", d, "dtype", tensor.I64)), shape...)
+	pick, miss := ir.OpReduceMin, d
+	if last {
+		pick, miss = ir.OpReduceMax, -1
+	}
+	cand := b.Apply1(ir.OpWhere, nil, eq, ramp, b.Scalar(tensor.I64, float64(miss)))
+	return b.Apply1(pick, ir.A("axes", []int64{int64(ax)}, "keepdims", true), cand)
+}
+
+// lowerArgExtreme lowers ArgMax/ArgMin to int64 indices.
+func lowerArgExtreme(op ir.Op) lowerFunc {
+	return func(c *nodeCtx) ([]*ir.Value, error) {
+		x := c.in(0)
+		ax, err := ir.AxisIndex(c.aInt("axis", 0), x.Type.Rank())
+		if err != nil {
+			return nil, err
+		}
+		idx := argIndex(c.b, x, ax, op, c.aInt("select_last_index", 0) != 0)
+		if c.aInt("keepdims", 1) == 0 {
+			shape := append(append([]int64{}, x.Type.Shape[:ax]...), x.Type.Shape[ax+1:]...)
+			idx = c.b.Reshape(idx, shape...)
+		}
+		return one(idx)
+	}
+}
+
+// lowerHardmax is 1 at the first maximum along axis, 0 elsewhere.
+func lowerHardmax(c *nodeCtx) ([]*ir.Value, error) {
+	x := c.in(0)
+	ax, err := ir.AxisIndex(c.aInt("axis", -1), x.Type.Rank())
+	if err != nil {
+		return nil, err
+	}
+	idx := argIndex(c.b, x, ax, ir.OpReduceMax, false)
+	shape := make([]int64, x.Type.Rank())
+	for i := range shape {
+		shape[i] = 1
+	}
+	shape[ax] = x.Type.Shape[ax]
+	ramp := c.b.Reshape(c.b.Apply1(ir.OpRange, ir.A("start", 0.0, "delta", 1.0, "count", x.Type.Shape[ax],
+		"dtype", tensor.I64)), shape...)
+	return one(c.b.Cast(c.b.Apply1(ir.OpEq, nil, ramp, idx), x.Type.DType))
+}
+
+// lowerIsInf compares x with ±inf (detect_positive, detect_negative).
+func lowerIsInf(c *nodeCtx) ([]*ir.Value, error) {
+	x := c.in(0)
+	if !x.Type.DType.IsFloat() {
+		return nil, fmt.Errorf("IsInf of %v", x.Type.DType)
+	}
+	var out *ir.Value
+	for _, s := range []struct {
+		attr string
+		v    float64
+	}{{"detect_positive", math.Inf(1)}, {"detect_negative", math.Inf(-1)}} {
+		if c.aInt(s.attr, 1) == 0 {
+			continue
+		}
+		e := c.b.Apply1(ir.OpEq, nil, x, c.b.Scalar(x.Type.DType, s.v))
+		if out == nil {
+			out = e
+		} else {
+			out = c.b.Apply1(ir.OpOr, nil, out, e)
+		}
+	}
+	if out == nil {
+		out = c.b.Const(tensor.New(tensor.Bool, x.Type.Shape...)) // detecting neither: all false
+	}
+	return one(out)
+}
 
 // lowerClip is min(max(x, lo), hi) with the bounds present (opset 13 inputs); with
 // lo > hi every element becomes hi, as ONNX specifies.
