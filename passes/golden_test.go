@@ -202,6 +202,15 @@ func generate(f *ir.Func, o cudagen.Options) (string, error) {
 			target = fmt.Sprintf("gemm m=%d n=%d k=%d batch=%d trans_a=%t trans_b=%t", g.M, g.N, g.K,
 				g.Batch, g.TransA, g.TransB)
 		}
+		if c := s.Coll; c != nil {
+			target = fmt.Sprintf("nccl %s count=%d dtype=%s", c.Op, c.Count, c.DType)
+			if c.Reduce != "" {
+				target += " reduce=" + c.Reduce
+			}
+			if c.Shift != 0 {
+				target += fmt.Sprintf(" shift=%d", c.Shift)
+			}
+		}
 		fmt.Fprintf(&sb, "//   node %d %s: %s args=%v\n", s.Node, s.Op, target, s.Args)
 	}
 	return sb.String(), nil

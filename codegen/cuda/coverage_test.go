@@ -10,12 +10,6 @@ import (
 // reports them as "no GPU lowering for op X"; any other op without a lowering
 // fails TestEveryOpLowers, so a new op cannot silently miss the backend.
 var notLowered = map[string]string{
-	"all_gather":                     "collective: NCCL on the executor's second stream",
-	"reduce_scatter":                 "collective: NCCL",
-	"all_reduce":                     "collective: NCCL",
-	"all_to_all":                     "collective: NCCL",
-	"ring_shift":                     "collective: NCCL send/recv",
-	"shard_positions":                "sequence-parallel: needs the rank at run time",
 	"ring_attention":                 "sequence-parallel attention over NCCL",
 	"ring_attention_grad":            "sequence-parallel attention over NCCL",
 	"sharded_dilated_attention":      "sequence-parallel attention over NCCL",

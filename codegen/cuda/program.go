@@ -18,6 +18,9 @@ type Options struct {
 	// Storage is how f32 values are stored on the device: tensor.F32 (the default,
 	// also the zero value) or tensor.BF16. Math is fp32 either way.
 	Storage tensor.DType
+	// Rank is the rank a sharded program is built for (a rank-specific build:
+	// shard_positions becomes this rank's positions).
+	Rank int
 }
 
 // Param is one kernel parameter: a pointer to a buffer.
@@ -85,18 +88,20 @@ type Gemm struct {
 	DType   string `json:"dtype"`
 }
 
-// Step is one launch of the plan: a generated kernel or a GEMM.
+// Step is one launch of the plan: a generated kernel, a GEMM or a collective.
 type Step struct {
-	Kind   string    `json:"kind"`             // "kernel" or "gemm"
+	Kind   string    `json:"kind"`             // "kernel", "gemm" or "collective"
 	Node   int       `json:"node"`             // index in Func.Body of the (last) node
 	Op     string    `json:"op"`               // the family or "matmul"
 	Kernel string    `json:"kernel,omitempty"` // Kernel.Name
 	Grid   [3]uint32 `json:"grid,omitzero"`
 	Block  [3]uint32 `json:"block,omitzero"`
 	Shared uint32    `json:"shared,omitempty"`
-	// Args are buffer ids: one per kernel parameter, or A, B, C for a GEMM.
-	Args []int `json:"args"`
-	Gemm *Gemm `json:"gemm,omitempty"`
+	// Args are buffer ids: one per kernel parameter, A, B, C for a GEMM, or the
+	// input and the result of a collective.
+	Args []int       `json:"args"`
+	Gemm *Gemm       `json:"gemm,omitempty"`
+	Coll *Collective `json:"collective,omitempty"`
 }
 
 // Output is a named result of the function.
@@ -330,6 +335,13 @@ func init() {
 		ir.OpAttentionGrad:        lowerAttentionGrad,
 		ir.OpDilatedAttention:     lowerAttention,
 		ir.OpDilatedAttentionGrad: lowerAttentionGrad,
+
+		ir.OpAllReduce:      lowerCollective,
+		ir.OpAllGather:      lowerCollective,
+		ir.OpReduceScatter:  lowerCollective,
+		ir.OpAllToAll:       lowerCollective,
+		ir.OpRingShift:      lowerCollective,
+		ir.OpShardPositions: lowerShardPositions,
 	}
 }
 

@@ -33,6 +33,7 @@ import (
 
 	codegen "github.com/lcc-dev/lcc/codegen/cuda"
 	"github.com/lcc-dev/lcc/ir"
+	"github.com/lcc-dev/lcc/runtime/comm/nccl"
 	"github.com/lcc-dev/lcc/runtime/cuda"
 	"github.com/lcc-dev/lcc/tensor"
 )
@@ -50,6 +51,9 @@ type Options struct {
 	// Poison fills every computed buffer with NaN before the run, so that an
 	// element no kernel writes shows up in tests.
 	Poison bool
+	// Comm is this rank's NCCL communicator, for programs sharded over ranks:
+	// collectives run on its stream, and the program is built for its rank.
+	Comm *nccl.Comm
 }
 
 // arenaAlign is the alignment of every buffer in the arena.
@@ -185,6 +189,10 @@ func (r *runner) findWrites(ks []codegen.Kernel) {
 		case "gemm":
 			if len(s.Args) > 2 {
 				mark(s.Args[2])
+			}
+		case "collective":
+			if len(s.Args) > 1 {
+				mark(s.Args[1])
 			}
 		default:
 			for _, a := range s.Args {
@@ -358,6 +366,8 @@ func (r *runner) launch(f *ir.Func) error {
 			err = fn.Launch(s.Grid, s.Block, s.Shared, r.stream, args...)
 		case "gemm":
 			err = r.gemm(s)
+		case "collective":
+			err = r.collective(f, s)
 		default:
 			err = fmt.Errorf("unknown step kind %q", s.Kind)
 		}

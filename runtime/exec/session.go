@@ -87,8 +87,14 @@ func (s *Session) Run(f *ir.Func,
 		// inputs are reported first and cost no allocation.
 		var prog *codegen.Program
 		copts := codegen.Options{Arch: s.dev.Arch(), Storage: s.opts.Storage}
+		if s.opts.Comm != nil {
+			copts.Rank = s.opts.Comm.Rank() // this rank's build of a sharded program
+		}
 		if prog, err = codegen.Build(f, copts); err != nil {
 			return nil, fmt.Errorf("exec: %w", err)
+		}
+		if err := checkRanks(f, s.opts.Comm); err != nil {
+			return nil, err
 		}
 		if host, err = bindParams(f, prog.Plan, inputs); err != nil {
 			return nil, err

@@ -1,0 +1,102 @@
+package exec
+
+import (
+	"errors"
+	"fmt"
+
+	codegen "github.com/lcc-dev/lcc/codegen/cuda"
+	"github.com/lcc-dev/lcc/ir"
+	"github.com/lcc-dev/lcc/runtime/comm/nccl"
+	"github.com/lcc-dev/lcc/runtime/cuda"
+	"github.com/lcc-dev/lcc/tensor"
+)
+
+// checkRanks refuses a program sharded over ranks that the communicator does not
+// have, before anything is allocated.
+func checkRanks(f *ir.Func, c *nccl.Comm) error {
+	for _, n := range f.Body {
+		r := ir.Ranks(n)
+		if r <= 1 && n.Op != ir.OpShardPositions {
+			continue
+		}
+		switch {
+		case c == nil && r > 1:
+			return fmt.Errorf("exec: %s is sharded for %d ranks, but the session has no communicator "+
+				"(exec.Options.Comm)", n.Where(), r)
+		case c != nil && c.Size() != r:
+			return fmt.Errorf("exec: %s is sharded for %d ranks, but the communicator has %d", n.Where(), r,
+				c.Size())
+		}
+	}
+	return nil
+}
+
+// collective runs one collective step on the communicator's stream, ordered
+// after the compute stream's work so far; the compute stream then waits for it.
+// The arena is planned for one stream in step order, so the next step must not
+// reuse the collective's buffers before it completes: the wait keeps that true
+// (overlap needs lifetimes that span the communication, a planner change).
+func (r *runner) collective(f *ir.Func, s codegen.Step) error {
+	c, k := r.opts.Comm, s.Coll
+	if c == nil {
+		return errors.New("the program communicates, but the session has no communicator (exec.Options.Comm)")
+	}
+	if k == nil || len(s.Args) < 2 {
+		return errors.New("lcc: BUG: collective step without its operands")
+	}
+	dt, err := tensor.ParseDType(k.DType)
+	if err != nil {
+		return err
+	}
+	ready, err := r.dev.NewEvent()
+	if err != nil {
+		return err
+	}
+	defer ready.Destroy() // released once the recorded work completes
+	if err := ready.Record(r.stream); err != nil {
+		return err
+	}
+	if err := c.After(ready); err != nil {
+		return err
+	}
+	op := fmt.Sprintf("%s (node %d)", s.Op, s.Node)
+	if s.Node >= 0 && s.Node < len(f.Body) {
+		op = f.Body[s.Node].Where()
+	}
+	in, out, count := r.ptr(s.Args[0]), r.ptr(s.Args[1]), int(k.Count)
+	n, rank := c.Size(), c.Rank()
+	switch k.Op {
+	case "all_reduce", "reduce_scatter":
+		red := map[string]cuda.ReduceOp{"sum": cuda.Sum, "max": cuda.Max, "min": cuda.Min}[k.Reduce]
+		if k.Reduce != "sum" && red == cuda.Sum {
+			return fmt.Errorf("unknown reduction %q", k.Reduce)
+		}
+		if k.Op == "all_reduce" {
+			err = c.AllReduceDevice(op, in, out, count, dt, red)
+		} else {
+			err = c.ReduceScatterDevice(op, in, out, count, dt, red)
+		}
+	case "all_gather":
+		err = c.AllGatherDevice(op, in, out, count, dt)
+	case "all_to_all":
+		counts, offs := make([]int, n), make([]int, n)
+		for i := range n {
+			counts[i], offs[i] = count, i*count
+		}
+		err = c.AllToAllDevice(op, in, counts, offs, out, counts, offs, dt)
+	case "send_recv":
+		sh := int(k.Shift)
+		err = c.SendRecvDevice(op, in, count, (rank+sh)%n, out, count, (rank-sh+n)%n, dt)
+	default:
+		err = fmt.Errorf("unknown collective %q", k.Op)
+	}
+	if err != nil {
+		return err
+	}
+	done, err := c.Done()
+	if err != nil {
+		return err
+	}
+	defer done.Destroy()
+	return r.stream.Wait(done)
+}

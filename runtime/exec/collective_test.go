@@ -1,0 +1,63 @@
+package exec
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/lcc-dev/lcc/ir"
+	"github.com/lcc-dev/lcc/runtime/comm/nccl"
+	"github.com/lcc-dev/lcc/runtime/cuda"
+	"github.com/lcc-dev/lcc/tensor"
+)
+
+// TestCheckRanks: a sharded program needs a communicator of its ranks.
+func TestCheckRanks(t *testing.T) {
+	b := ir.NewBuilder("coll")
+	x := b.Input("x", ir.T(tensor.F32, 4))
+	b.Output("y", b.Apply1(ir.OpAllReduce, ir.A("op", "sum", "ranks", 2), x))
+	f, err := b.Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := checkRanks(f, nil); err == nil || !strings.Contains(err.Error(), "no communicator") {
+		t.Errorf("no communicator: %v", err)
+	}
+}
+
+// TestGPUCollectivesOneRank runs every collective through a one-rank NCCL
+// communicator on GPU 0, between compute kernels (the stream ordering) and with
+// the swap kernels of inner axes, against the CPU interpreter.
+func TestGPUCollectivesOneRank(t *testing.T) {
+	dev := openGPU(t)
+	id, err := cuda.NCCLGetUniqueID()
+	if err != nil {
+		t.Skipf("skipping: no usable NCCL: %v", err)
+	}
+	nc, err := nccl.New(dev, 1, 0, id, nccl.Options{Timeout: 30 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	b := ir.NewBuilder("coll")
+	x := b.Input("x", ir.T(tensor.F32, 2, 6, 4))
+	sq := b.Apply1(ir.OpMul, nil, x, x)
+	with := func(kv ...any) ir.Attrs { return ir.A(append(kv, "ranks", 1)...) }
+	b.Output("all_gather", b.Apply1(ir.OpAdd, nil,
+		b.Apply1(ir.OpAllGather, with("axis", 1), sq), x))
+	b.Output("reduce_scatter", b.Apply1(ir.OpAdd, nil,
+		b.Apply1(ir.OpReduceScatter, with("axis", 2), sq), x))
+	b.Output("all_reduce", b.Apply1(ir.OpNeg, nil, b.Apply1(ir.OpAllReduce, with("op", "max"), sq)))
+	b.Output("all_to_all", b.Apply1(ir.OpNeg, nil,
+		b.Apply1(ir.OpAllToAll, with("split_axis", 1, "concat_axis", 2), sq)))
+	b.Output("ring_shift", b.Apply1(ir.OpNeg, nil, b.Apply1(ir.OpRingShift, with("shift", 1), sq)))
+	b.Output("positions", b.Apply1(ir.OpShardPositions, with("total", 8, "layout", "zigzag",
+		"outer", 2, "inner", 3)))
+	f, err := b.Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := randomInputs(f, 5)
+	compare(t, dev, f, in, Options{Comm: nc}, 0)
+	compare(t, dev, f, in, Options{Comm: nc, Storage: tensor.BF16}, 2e-2)
+}
