@@ -7,9 +7,11 @@ import (
 	"strings"
 
 	"github.com/lcc-dev/lcc/ir"
+	"github.com/lcc-dev/lcc/passes"
 	"github.com/lcc-dev/lcc/passes/autodiff"
 	"github.com/lcc-dev/lcc/passes/loss"
 	"github.com/lcc-dev/lcc/safetensors"
+	"github.com/lcc-dev/lcc/targets"
 	"github.com/lcc-dev/lcc/tensor"
 )
 
@@ -68,10 +70,14 @@ func CheckGrads(f *ir.Func, ref *safetensors.File, refPath string, opts CheckOpt
 	if err != nil {
 		return nil, err
 	}
-	gf, err := autodiff.Grad(g, autodiff.Options{Loss: obj.Loss, Seeds: obj.Seeds, KeepOutputs: true})
+	p, err := newPipeline(targets.Target{}, Options{Objective: &obj})
 	if err != nil {
 		return nil, err
 	}
+	if _, err := passes.Run(g, p.passes, passes.Options{VerifyEach: true}); err != nil {
+		return nil, err
+	}
+	gf := g
 	feeds, err := Feeds(gf, ref, refPath)
 	if err != nil {
 		return nil, err

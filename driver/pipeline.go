@@ -42,6 +42,12 @@ type Options struct {
 	// Forward stops after the forward rewrites (attention and cleanup): the
 	// pipeline of lcc check, which then differentiates what its reference asks.
 	Forward bool
+	// Objective, when set, is lcc check's gradient pipeline, run after the
+	// forward one: shard-sequence (with Ranks), autodiff of this objective
+	// (chosen from the reference: a loss output, or outputs seeded with
+	// cotangents), all-reduce-gradients (with Ranks), and nothing else, so that
+	// the numbers compared are the model's own. An empty objective only shards.
+	Objective *Objective
 }
 
 // Storage is the device storage dtype Precision names.
@@ -142,13 +148,13 @@ var _ = passes.Register(passes.Pass{Name: "codegen",
 // o coming from opts when the pass runs, since an earlier pass of the pipeline
 // (insert-loss, shard-sequence) names the loss; ok false means there is nothing
 // to differentiate (an inference compile), and the pass changes nothing.
-func autodiffPass(opts func(f *ir.Func) (o autodiff.Options, ok bool)) passes.Pass {
+func autodiffPass(opts func(f *ir.Func) (o autodiff.Options, ok bool, err error)) passes.Pass {
 	return passes.Pass{Name: "autodiff",
 		Doc: "append the backward (reverse-mode) of the loss: outputs grad.<weight>",
 		Run: func(f *ir.Func) error {
-			o, ok := opts(f)
-			if !ok {
-				return nil
+			o, ok, err := opts(f)
+			if err != nil || !ok {
+				return err
 			}
 			g, err := autodiff.Grad(f, o)
 			if err != nil {
@@ -161,11 +167,11 @@ func autodiffPass(opts func(f *ir.Func) (o autodiff.Options, ok bool)) passes.Pa
 		}}
 }
 
-var _ = passes.RegisterConfigurable(autodiffPass(func(*ir.Func) (autodiff.Options, bool) {
-	return autodiff.Options{Loss: loss.Output, KeepOutputs: true}, true
+var _ = passes.RegisterConfigurable(autodiffPass(func(*ir.Func) (autodiff.Options, bool, error) {
+	return autodiff.Options{Loss: loss.Output, KeepOutputs: true}, true, nil
 }), func(a *passes.Args) (passes.Pass, error) {
 	o := autodiff.Options{Loss: a.String("loss", loss.Output), KeepOutputs: a.Bool("keep-outputs", true)}
-	return autodiffPass(func(*ir.Func) (autodiff.Options, bool) { return o, true }), nil
+	return autodiffPass(func(*ir.Func) (autodiff.Options, bool, error) { return o, true, nil }), nil
 })
 
 // pipeline is a pass list and what its passes found while running.
@@ -179,6 +185,7 @@ type pipeline struct {
 	loss       loss.Choice
 	fused      int
 	shard      passes.ShardResult
+	seedAxes   map[string]passes.SeqAxis // sharded axes of the cotangent inputs autodiff added
 	fwdFLOPs   int64
 	trained    bool
 	ckpt       *passes.CheckpointStats
@@ -206,6 +213,10 @@ func newPipeline(t targets.Target, o Options) (*pipeline, error) {
 	}
 	p := &pipeline{opts: o, target: t}
 	add := func(ps ...passes.Pass) { p.passes = append(p.passes, ps...) }
+	if o.Objective != nil {
+		p.addGradTail()
+		return p, p.finish()
+	}
 	a := o.Attention
 	match := passes.MatchAttention(passes.MatchConfig{RequireAttention: a.Require, Result: &p.matches})
 	if a.Require {
@@ -236,24 +247,7 @@ func newPipeline(t targets.Target, o Options) (*pipeline, error) {
 		return err
 	}
 	add(fuse, passes.EliminateDeadCode)
-	if o.sharded() {
-		s := passes.ShardSequence(passes.ShardConfig{Ranks: max(o.Ranks, 1), Mode: o.ShardMode,
-			Result: &p.shard})
-		s.Config = fmt.Sprintf("ranks=%d mode=%s", max(o.Ranks, 1), o.ShardMode)
-		add(s)
-	}
-	add(autodiffPass(p.autodiffOptions))
-	if o.sharded() {
-		ar := passes.AllReduceGradientsPass(max(o.Ranks, 1), autodiff.GradPrefix)
-		run := ar.Run
-		ar.Run = func(f *ir.Func) error {
-			if !p.trained {
-				return nil
-			}
-			return run(f)
-		}
-		add(ar)
-	}
+	p.addGradTail()
 	add(passes.Cleanup...)
 	policy := o.Checkpoint
 	if policy == "" {
@@ -277,9 +271,33 @@ func newPipeline(t targets.Target, o Options) (*pipeline, error) {
 	return p, p.finish()
 }
 
+// addGradTail appends shard-sequence (when sharded), autodiff and
+// all-reduce-gradients (when sharded).
+func (p *pipeline) addGradTail() {
+	o := p.opts
+	if o.sharded() {
+		s := passes.ShardSequence(passes.ShardConfig{Ranks: max(o.Ranks, 1), Mode: o.ShardMode,
+			Result: &p.shard})
+		s.Config = fmt.Sprintf("ranks=%d mode=%s", max(o.Ranks, 1), o.ShardMode)
+		p.passes = append(p.passes, s)
+	}
+	p.passes = append(p.passes, autodiffPass(p.autodiffOptions))
+	if o.sharded() {
+		ar := passes.AllReduceGradientsPass(max(o.Ranks, 1), autodiff.GradPrefix)
+		run := ar.Run
+		ar.Run = func(f *ir.Func) error {
+			if !p.trained {
+				return nil
+			}
+			return run(f)
+		}
+		p.passes = append(p.passes, ar)
+	}
+}
+
 // finish appends codegen for a GPU target and checks the order.
 func (p *pipeline) finish() error {
-	if !p.opts.Forward && p.target.Arch != "" && p.target.Arch != targets.ArchCPU {
+	if !p.opts.Forward && p.opts.Objective == nil && p.target.Arch != "" && p.target.Arch != targets.ArchCPU {
 		storage, _ := p.opts.Storage()
 		cfg := "arch=" + p.target.Arch
 		if storage != tensor.F32 {
@@ -302,23 +320,38 @@ func (p *pipeline) finish() error {
 
 // autodiffOptions is what the autodiff pass differentiates: the loss insert-loss
 // chose, or each rank's partial sum of it in a sharded step.
-func (p *pipeline) autodiffOptions(f *ir.Func) (autodiff.Options, bool) {
+func (p *pipeline) autodiffOptions(f *ir.Func) (autodiff.Options, bool, error) {
 	l := p.loss.Loss
-	if l == "" {
-		return autodiff.Options{}, false
+	var seeds map[string]string
+	if obj := p.opts.Objective; obj != nil {
+		l, seeds = obj.Loss, obj.Seeds
+	}
+	if l == "" && len(seeds) == 0 {
+		return autodiff.Options{}, false, nil
 	}
 	if p.opts.sharded() {
-		local, ok := p.shard.Partial[l]
-		if !ok {
-			// Grad reports the missing output; say why it is missing.
-			l = fmt.Sprintf("%s (not a sum over positions, so it cannot be split over %d ranks)", l, p.opts.Ranks)
-		} else {
+		ranks := max(p.opts.Ranks, 1)
+		if l != "" {
+			local, ok := p.shard.Partial[l]
+			if !ok {
+				return autodiff.Options{}, false, fmt.Errorf("--ranks=%d: the loss %q is not a sum over "+
+					"positions, so its gradient cannot be split over ranks", ranks, l)
+			}
 			l = local
+		}
+		p.seedAxes = map[string]passes.SeqAxis{}
+		for out, dy := range seeds {
+			a, ok := p.shard.Outputs[out]
+			if !ok {
+				return autodiff.Options{}, false, fmt.Errorf("--ranks=%d: output %q seeded by %s is not "+
+					"sharded along the sequence", ranks, out, dy)
+			}
+			p.seedAxes[dy] = a
 		}
 	}
 	p.trained = true
 	p.fwdFLOPs = countFLOPs(f)
-	return autodiff.Options{Loss: l, KeepOutputs: true}, true
+	return autodiff.Options{Loss: l, Seeds: seeds, KeepOutputs: true}, true, nil
 }
 
 // budget is the activation budget of checkpointing: the flag, or the target's

@@ -54,6 +54,9 @@ func TestPipelineLists(t *testing.T) {
 			"fuse-cross-entropy dce autodiff cse dce insert-checkpoints dce"},
 		{"inference", h200, Options{Loss: "none"}, "match-attention cse dce codegen"},
 		{"check", h200, Options{Forward: true, Attention: dil}, "match-attention dilate-attention cse dce"},
+		{"check grads", h200, Options{Objective: &Objective{Loss: "loss"}}, "autodiff"},
+		{"check grads sharded", h200, Options{Objective: &Objective{Loss: "loss"}, Ranks: 2,
+			ShardMode: passes.ShardRing}, "shard-sequence autodiff all-reduce-gradients"},
 		{"sharded dilated", h200, Options{Attention: dil, Ranks: 4, ShardMode: passes.ShardDilated},
 			"match-attention dilate-attention cse dce insert-loss fuse-cross-entropy dce shard-sequence " +
 				"autodiff all-reduce-gradients cse dce insert-checkpoints dce codegen"},

@@ -17,6 +17,7 @@ import (
 	"github.com/lcc-dev/lcc/ir"
 	"github.com/lcc-dev/lcc/passes"
 	"github.com/lcc-dev/lcc/passes/autodiff"
+	"github.com/lcc-dev/lcc/passes/loss"
 )
 
 // ProgramHash identifies a compiled program: "sha256:" and the SHA-256 of the
@@ -49,9 +50,10 @@ func ProgramHash(f *ir.Func, prog *cudagen.Program) string {
 
 // CompiledStep reports whether f is already a training step, as lcc compile
 // writes one to DIR/graph.lcc: it has a gradient output "grad.<weight>". loss is
-// its one other scalar float output ("" when it has none or several).
-func CompiledStep(f *ir.Func) (loss string, ok bool) {
-	var scalars []string
+// the loss among its other outputs, by package loss's rules ("" when none
+// qualifies).
+func CompiledStep(f *ir.Func) (lossName string, ok bool) {
+	rest := &ir.Func{Name: f.Name}
 	for _, o := range f.Outputs {
 		if name, isGrad := strings.CutPrefix(o.Name, autodiff.GradPrefix); isGrad {
 			if p := f.Param(name); p != nil && p.Role == ir.RoleWeight {
@@ -59,14 +61,12 @@ func CompiledStep(f *ir.Func) (loss string, ok bool) {
 				continue
 			}
 		}
-		if t := o.Value.Type; t.DType.IsFloat() && t.Numel() == 1 {
-			scalars = append(scalars, o.Name)
-		}
+		rest.Outputs = append(rest.Outputs, o)
 	}
-	if ok && len(scalars) == 1 {
-		loss = scalars[0]
+	if ok {
+		lossName, _ = loss.ModelLoss(rest)
 	}
-	return loss, ok
+	return lossName, ok
 }
 
 // checkRecordedPipeline compares the pipeline the flags ask for with the one

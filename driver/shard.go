@@ -11,6 +11,7 @@ import (
 	"github.com/lcc-dev/lcc/runtime/comm"
 	"github.com/lcc-dev/lcc/runtime/cpu"
 	"github.com/lcc-dev/lcc/safetensors"
+	"github.com/lcc-dev/lcc/targets"
 	"github.com/lcc-dev/lcc/tensor"
 )
 
@@ -75,49 +76,29 @@ func BuildSharded(f *ir.Func, ref *safetensors.File, so ShardOptions) (*ShardedP
 // so.Grads, appends the backward of obj (a loss output of f, or seeded outputs):
 // each rank differentiates its local share of the loss, and the parameter
 // gradients are all-reduced, so every rank ends the step with the whole
-// gradient. This is the rank-specific build of a training step: every rank runs
-// the same function on its share of the sequence. f is not modified.
+// gradient. It runs the pipeline's gradient passes (Options.Objective). f is not
+// modified.
 func ShardObjective(f *ir.Func, obj Objective, so ShardOptions) (*ShardedProgram, error) {
 	return shardObjective(f.Clone(), obj, so)
 }
 
 // shardObjective is ShardObjective rewriting g in place.
 func shardObjective(g *ir.Func, obj Objective, so ShardOptions) (*ShardedProgram, error) {
-	sp := &ShardedProgram{Objective: obj, seedAxes: map[string]passes.SeqAxis{}}
-	pl := []passes.Pass{passes.ShardSequence(passes.ShardConfig{Ranks: so.Ranks, Mode: so.Mode,
-		Result: &sp.Layout})}
-	if _, err := passes.Run(g, pl, passes.Options{VerifyEach: true}); err != nil {
-		return nil, err
+	o := Options{Ranks: so.Ranks, ShardMode: so.Mode, SPMD: true, Objective: &Objective{}}
+	if so.Grads {
+		o.Objective = &obj
 	}
-	sp.Func = g
-	if !so.Grads {
-		return sp, nil
-	}
-	loss := obj.Loss
-	if loss != "" {
-		local, ok := sp.Layout.Partial[loss]
-		if !ok {
-			return nil, fmt.Errorf("--ranks=%d: the loss %q is not a sum over positions, so its "+
-				"gradient cannot be split over ranks", so.Ranks, loss)
-		}
-		loss = local
-	}
-	for out, dy := range obj.Seeds {
-		a, ok := sp.Layout.Outputs[out]
-		if !ok {
-			return nil, fmt.Errorf("--ranks=%d: output %q seeded by %s is not sharded along the sequence",
-				so.Ranks, out, dy)
-		}
-		sp.seedAxes[dy] = a
-	}
-	gf, err := autodiff.Grad(g, autodiff.Options{Loss: loss, Seeds: obj.Seeds, KeepOutputs: true})
+	p, err := newPipeline(targets.Target{}, o)
 	if err != nil {
 		return nil, err
 	}
-	if err := passes.AllReduceGradients(gf, so.Ranks, autodiff.GradPrefix); err != nil {
+	if _, err := passes.Run(g, p.passes, passes.Options{VerifyEach: true}); err != nil {
 		return nil, err
 	}
-	sp.Func = gf
+	sp := &ShardedProgram{Func: g, Layout: p.shard, Objective: obj, seedAxes: p.seedAxes}
+	if sp.seedAxes == nil {
+		sp.seedAxes = map[string]passes.SeqAxis{}
+	}
 	return sp, nil
 }
 

@@ -9,7 +9,8 @@
 //     runtime/comm/rendezvous and, on the CPU, exchange tensors over
 //     runtime/comm/tcp.
 //
-// Every rank builds the same sharded step (driver.ShardObjective), feeds it its
+// Every rank builds the same sharded step (train.Step: the compile pipeline's
+// program for one rank, with shard-sequence and all-reduced gradients), feeds it its
 // share of each batch and ends the step with the all-reduced gradient, so the
 // weights and optimizer state are the same bits on every rank: the run is the
 // one-rank run up to the order of floating-point sums.
