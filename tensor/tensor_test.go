@@ -50,7 +50,7 @@ func TestHalfRoundTripExhaustive(t *testing.T) {
 	}
 }
 
-func isNaN32(f float32) bool { return f != f }
+func isNaN32(f float32) bool  { return f != f }
 func isBF16NaN(h uint16) bool { return h&0x7f80 == 0x7f80 && h&0x7f != 0 }
 func isF16NaN(h uint16) bool  { return h&0x7c00 == 0x7c00 && h&0x3ff != 0 }
 
