@@ -104,7 +104,8 @@ type Param struct {
 	// Sources lists the framework parameters, in the exporter's placeholder
 	// spelling ("p_blocks_0_ln2_weight"), that the ops reading this weight were
 	// made from. An exporter that merges equal initializers makes one weight stand
-	// for several parameters; its gradient is then the sum of theirs. Not printed.
+	// for several parameters; its gradient is then the sum of theirs. Printed as
+	// `sources ["a", "b"]`.
 	Sources []string
 }
 
@@ -146,8 +147,9 @@ type Func struct {
 	Params  []*Param
 	Body    []*Node
 	Outputs []Output
-	// Notes are importer findings worth telling the user (not part of the text
-	// form): e.g. framework parameters the exporter folded into constants.
+	// Notes are importer findings worth telling the user: e.g. framework
+	// parameters the exporter folded into constants. Printed, with Remarks, as the
+	// function's `attributes {notes=[...], remarks=[...]}`.
 	Notes []string
 	// Remarks say what the importer changed to keep the model the framework's,
 	// for the user to know (not warnings): e.g. merged parameters it untied.

@@ -124,3 +124,61 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+// The exporter's provenance survives the text form: origins (transposed or not),
+// merged sources, frozen weights, and the function's notes and remarks.
+func TestProvenanceRoundTrip(t *testing.T) {
+	src, err := os.ReadFile("testdata/provenance.lcc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := Parse(string(src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	type prov struct {
+		Origin     string
+		Transposed bool
+		Frozen     bool
+		Sources    []string
+	}
+	got := map[string]prov{}
+	for _, p := range f.Params {
+		got[p.Name] = prov{p.Origin, p.OriginTransposed, p.Frozen, p.Sources}
+	}
+	want := map[string]prov{
+		"input_ids":    {},
+		"val_9":        {Origin: "lm_head.weight", Transposed: true},
+		"embed.weight": {Sources: []string{"p_embed_weight", "p_lm_head_weight"}},
+		"ln.bias":      {Origin: "ln.bias.0", Frozen: true},
+		"ln.weight":    {Frozen: true, Sources: []string{"p_ln_weight"}},
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("parameters (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff([]string{`the exporter folded "pos.weight" into a constant`}, f.Notes); diff != "" {
+		t.Errorf("notes: %s", diff)
+	}
+	if diff := cmp.Diff([]string{"untied lm_head.weight from embed.weight"}, f.Remarks); diff != "" {
+		t.Errorf("remarks: %s", diff)
+	}
+	// Clone keeps all of it.
+	if Print(f.Clone()) != string(src) {
+		t.Errorf("Clone loses provenance:\n%s", Print(f.Clone()))
+	}
+}
+
+func TestProvenanceParseErrors(t *testing.T) {
+	head := "func @f(\n    %0: f32[2] weight \"w\""
+	for _, c := range []struct{ src, want string }{
+		{head + " sources [],\n) {\n  return\n}\n", "expected a quoted string"},
+		{head + " sources [\"a\" \"b\"],\n) {\n  return\n}\n", `expected ","`},
+		{head + ",\n) attributes {comments=[\"x\"]} {\n  return\n}\n", `unknown function attribute "comments"`},
+		{head + ",\n) attributes {notes=[\"x\"], notes=[\"y\"]} {\n  return\n}\n", "function attribute notes given twice"},
+		{head + ",\n) attributes {notes=\"x\"} {\n  return\n}\n", `expected "["`},
+	} {
+		if _, err := Parse(c.src); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("Parse(%q): %v, want %q", c.src, err, c.want)
+		}
+	}
+}

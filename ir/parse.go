@@ -315,6 +315,11 @@ func (p *parser) parseFunc() (*Func, error) {
 			return nil, p.errf("expected ',' or ')' after a parameter")
 		}
 	}
+	if p.accept("attributes") {
+		if err := p.parseFuncAttrs(f); err != nil {
+			return nil, err
+		}
+	}
 	if err := p.expect("{"); err != nil {
 		return nil, err
 	}
@@ -390,7 +395,68 @@ func (p *parser) parseParam(f *Func) error {
 		}
 		v.Param.OriginTransposed = p.accept("transposed")
 	}
+	if p.accept("sources") {
+		if v.Param.Sources, err = p.strList(); err != nil {
+			return err
+		}
+	}
 	return p.define(id, v)
+}
+
+// parseFuncAttrs reads a function's {notes=[...], remarks=[...]}.
+func (p *parser) parseFuncAttrs(f *Func) error {
+	if err := p.expect("{"); err != nil {
+		return err
+	}
+	for !p.accept("}") {
+		key, err := p.ident()
+		if err != nil {
+			return err
+		}
+		if err := p.expect("="); err != nil {
+			return err
+		}
+		var dst *[]string
+		switch key {
+		case "notes":
+			dst = &f.Notes
+		case "remarks":
+			dst = &f.Remarks
+		default:
+			return p.errf("unknown function attribute %q (want notes or remarks)", key)
+		}
+		if *dst != nil {
+			return p.errf("function attribute %s given twice", key)
+		}
+		if *dst, err = p.strList(); err != nil {
+			return err
+		}
+		if !p.accept(",") && p.peek() != '}' {
+			return p.errf("expected ',' or '}' after a function attribute")
+		}
+	}
+	return nil
+}
+
+// strList reads ["a", "b"] (at least one string).
+func (p *parser) strList() ([]string, error) {
+	if err := p.expect("["); err != nil {
+		return nil, err
+	}
+	var out []string
+	for {
+		s, err := p.str()
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, s)
+		if p.accept("]") {
+			return out, nil
+		}
+		if err := p.expect(","); err != nil {
+			return nil, err
+		}
+	}
 }
 
 func (p *parser) parseNode() (*Node, error) {

@@ -35,12 +35,27 @@ func Print(f *Func) string {
 				sb.WriteString(" transposed")
 			}
 		}
+		if len(p.Sources) > 0 {
+			sb.WriteString(" sources " + quoteList(p.Sources))
+		}
 		sb.WriteByte(',')
 	}
 	if len(f.Params) > 0 {
 		sb.WriteByte('\n')
 	}
-	sb.WriteString(") {\n")
+	sb.WriteByte(')')
+	// The importer's notes and remarks, as MLIR prints a function's attributes.
+	var fattrs []string
+	if len(f.Notes) > 0 {
+		fattrs = append(fattrs, "notes="+quoteList(f.Notes))
+	}
+	if len(f.Remarks) > 0 {
+		fattrs = append(fattrs, "remarks="+quoteList(f.Remarks))
+	}
+	if len(fattrs) > 0 {
+		sb.WriteString(" attributes {" + strings.Join(fattrs, ", ") + "}")
+	}
+	sb.WriteString(" {\n")
 	for _, n := range f.Body {
 		sb.WriteString("  ")
 		for i, r := range n.Results {
@@ -89,6 +104,15 @@ func Print(f *Func) string {
 	}
 	sb.WriteString("\n}\n")
 	return sb.String()
+}
+
+// quoteList prints strings as ["a", "b"].
+func quoteList(ss []string) string {
+	q := make([]string, len(ss))
+	for i, s := range ss {
+		q[i] = strconv.Quote(s)
+	}
+	return "[" + strings.Join(q, ", ") + "]"
 }
 
 // String prints the node alone, with arguments shown by type (for messages).

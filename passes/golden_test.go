@@ -149,9 +149,18 @@ func runGolden(t *testing.T, path string) {
 		writeSection(t, path, ar, "want.lcc", got)
 	case !ok:
 		t.Errorf("no want.lcc or error section; IR after:\n%s", got)
+	case !printsBack(want):
+		t.Errorf("want.lcc does not parse and print back as itself")
 	case got != want:
 		t.Errorf("IR after the pipeline:\n%s\nwant:\n%s", got, want)
 	}
+}
+
+// printsBack reports whether s is in the text form's canonical spelling:
+// Print(Parse(s)) == s.
+func printsBack(s string) bool {
+	f, err := ir.Parse(s)
+	return err == nil && ir.Print(f) == s
 }
 
 // splitCodegen removes a final `codegen` line from a pipeline and returns its
