@@ -63,10 +63,10 @@ func (a *attentionFlags) add(cmd *cobra.Command) {
 }
 
 // rankFlagDoc is the help of --ranks; options() implements it.
-const rankFlagDoc = "split the sequence over N ranks (1: do not split). Default: compile, on a " +
-	"multi-GPU target, splits over all its GPUs when one GPU cannot hold the step or the batch has " +
-	"fewer sequences than GPUs (and replicates a model without attention); with --attention=ring " +
-	"or ulysses, the target's GPUs. check and train: no split unless given"
+const rankFlagDoc = "split the sequence over N ranks (1: do not split). Default: with " +
+	"--attention=ring or ulysses, all the target's GPUs (compile, train); compile also splits over " +
+	"all of a multi-GPU target's GPUs when one GPU cannot hold the step or the batch has fewer " +
+	"sequences than GPUs, and replicates a model without attention; check: no split unless given"
 
 // options validates the flags; gpus is the target's GPU count (0 where there is
 // no target), which --attention=ring or ulysses without --ranks shards over.

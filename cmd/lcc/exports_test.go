@@ -402,7 +402,7 @@ func TestHelpTexts(t *testing.T) {
 		t.Errorf("lcc train --help:\n%s", out)
 	}
 	out, _, _ = lcc(t, "compile", "--help")
-	if !strings.Contains(out, "with --attention=ring or ulysses, the target's GPUs") {
+	if !strings.Contains(out, "with --attention=ring or ulysses, all the target's GPUs") {
 		t.Errorf("lcc compile --help does not say what --ranks defaults to:\n%s", out)
 	}
 	// And it does it: ring without --ranks on a100x8 shards over 8 (the test above),
