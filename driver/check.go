@@ -114,8 +114,12 @@ var ErrShape = fmt.Errorf("the sizes differ")
 func ReadRef(path string) (*safetensors.File, map[string][]int64, error) {
 	ref, err := safetensors.Read(path)
 	if err != nil {
+		var se *safetensors.Error
 		switch {
 		case errors.Is(err, fs.ErrNotExist) || errors.Is(err, fs.ErrPermission):
+		case errors.As(err, &se) && se.Tensor != "":
+			// A safetensors file with a tensor lcc cannot read (a dtype such as U16):
+			// the error names it.
 		case strings.EqualFold(filepath.Ext(path), ".onnx"):
 			return nil, nil, fmt.Errorf("%s is an ONNX model, not a safetensors file: the reference "+
 				"holds tensors (inputs and expected outputs by name), e.g. MODEL.ref.safetensors", path)

@@ -2,7 +2,11 @@ package driver
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/lcc-dev/lcc/tensor"
@@ -45,5 +49,22 @@ func TestCompareShape(t *testing.T) {
 	_, err := Compare("y", tensor.New(tensor.F32, 3), tensor.New(tensor.F32, 4))
 	if !errors.Is(err, ErrShape) {
 		t.Errorf("got %v, want ErrShape", err)
+	}
+}
+
+// TestReadRefUnknownDType: a safetensors file with a dtype lcc has no type for is
+// refused by naming the tensor and dtype, not as "not a safetensors file".
+func TestReadRefUnknownDType(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "ref.safetensors")
+	h := `{"x":{"dtype":"U16","shape":[2],"data_offsets":[0,4]}}`
+	data := binary.LittleEndian.AppendUint64(nil, uint64(len(h)))
+	data = append(append(data, h...), 0, 0, 0, 0)
+	if err := os.WriteFile(path, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, _, err := ReadRef(path)
+	if err == nil || strings.Contains(err.Error(), "not a safetensors file") ||
+		!strings.Contains(err.Error(), `tensor "x": unknown dtype "U16"`) {
+		t.Errorf("got %v", err)
 	}
 }

@@ -16,7 +16,8 @@ import (
 // TestCompositeLoweringGrads checks by finite differences the gradients through the
 // ops lowered as compositions of IR ops (ReduceProd, ReduceLogSumExp, ReduceL1,
 // ReduceL2, ReduceSumSquare, LayerNormalization's Mean and InvStdDev, Pad,
-// RotaryEmbedding, Clip,
+// RotaryEmbedding, the activations (Elu, Selu, LeakyRelu, HardSigmoid, HardSwish,
+// Softplus, Softsign, Sinh, Cosh, Tan, PRelu), Clip,
 // SoftmaxCrossEntropyLoss with class weights, an ignored label and log_prob): x is
 // an f64 weight (as are the class weights), every output gets a
 // random seed.
@@ -74,6 +75,18 @@ func TestCompositeLoweringGrads(t *testing.T) {
 			[]string{"z", "log_prob"})}, []*onnxpb.TensorProto{labels(), f64("w", 3)}, []string{"z", "log_prob"}},
 		{"RotaryEmbedding", []*onnxpb.NodeProto{node("n", "RotaryEmbedding", []string{"x", "cos", "sin"}, []string{"y"})},
 			[]*onnxpb.TensorProto{f64("cos", 2, 3, 1), f64("sin", 2, 3, 1)}, []string{"y"}},
+		{"Elu", []*onnxpb.NodeProto{node("n", "Elu", []string{"x"}, []string{"y"})}, nil, []string{"y"}},
+		{"Selu", []*onnxpb.NodeProto{node("n", "Selu", []string{"x"}, []string{"y"})}, nil, []string{"y"}},
+		{"LeakyRelu", []*onnxpb.NodeProto{node("n", "LeakyRelu", []string{"x"}, []string{"y"})}, nil, []string{"y"}},
+		{"HardSigmoid", []*onnxpb.NodeProto{node("n", "HardSigmoid", []string{"x"}, []string{"y"})}, nil, []string{"y"}},
+		{"HardSwish", []*onnxpb.NodeProto{node("n", "HardSwish", []string{"x"}, []string{"y"})}, nil, []string{"y"}},
+		{"Softplus", []*onnxpb.NodeProto{node("n", "Softplus", []string{"x"}, []string{"y"})}, nil, []string{"y"}},
+		{"Softsign", []*onnxpb.NodeProto{node("n", "Softsign", []string{"x"}, []string{"y"})}, nil, []string{"y"}},
+		{"Sinh", []*onnxpb.NodeProto{node("n", "Sinh", []string{"x"}, []string{"y"})}, nil, []string{"y"}},
+		{"Cosh", []*onnxpb.NodeProto{node("n", "Cosh", []string{"x"}, []string{"y"})}, nil, []string{"y"}},
+		{"Tan", []*onnxpb.NodeProto{node("n", "Tan", []string{"x"}, []string{"y"})}, nil, []string{"y"}},
+		{"PRelu", []*onnxpb.NodeProto{node("n", "PRelu", []string{"x", "slope"}, []string{"y"})},
+			[]*onnxpb.TensorProto{f64("slope", 4)}, []string{"y"}},
 		{"Clip", []*onnxpb.NodeProto{node("n", "Clip", []string{"x", "lo", "hi"}, []string{"y"})},
 			[]*onnxpb.TensorProto{f64("lo"), f64("hi")}, []string{"y"}},
 	} {

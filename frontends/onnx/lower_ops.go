@@ -158,6 +158,18 @@ func init() {
 		"Hardmax":         lowerHardmax,
 		"RotaryEmbedding": lowerRotaryEmbedding,
 		"IsInf":           lowerIsInf,
+		"Elu":             activation(actElu),
+		"Selu":            activation(actSelu),
+		"LeakyRelu":       activation(actLeakyRelu),
+		"ThresholdedRelu": activation(actThresholdedRelu),
+		"HardSigmoid":     activation(actHardSigmoid),
+		"HardSwish":       activation(actHardSwish),
+		"Softplus":        activation(actSoftplus),
+		"Softsign":        activation(actSoftsign),
+		"Sinh":            activation(actSinh),
+		"Cosh":            activation(actCosh),
+		"Tan":             activation(actTan),
+		"PRelu":           lowerPRelu,
 		"Split":           lowerSplit,
 		"Gather":          lowerGather,
 		"GatherElements": func(c *nodeCtx) ([]*ir.Value, error) {
@@ -542,6 +554,93 @@ func lowerIsInf(c *nodeCtx) ([]*ir.Value, error) {
 		out = c.b.Const(tensor.New(tensor.Bool, x.Type.Shape...)) // detecting neither: all false
 	}
 	return one(out)
+}
+
+// activation lowers a floating-point elementwise op built from IR ops by f, which
+// gets a constant maker k for x's dtype.
+func activation(f func(c *nodeCtx, x *ir.Value, k func(float64) *ir.Value) *ir.Value) lowerFunc {
+	return func(c *nodeCtx) ([]*ir.Value, error) {
+		x := c.in(0)
+		if !x.Type.DType.IsFloat() {
+			return nil, fmt.Errorf("%s of %v", c.n.OpType, x.Type.DType)
+		}
+		return one(f(c, x, func(v float64) *ir.Value { return c.b.Scalar(x.Type.DType, v) }))
+	}
+}
+
+func where(c *nodeCtx, cond, a, b *ir.Value) *ir.Value {
+	return c.b.Apply1(ir.OpWhere, nil, cond, a, b)
+}
+func gt(c *nodeCtx, a, b *ir.Value) *ir.Value { return c.b.Apply1(ir.OpGt, nil, a, b) }
+func lt(c *nodeCtx, a, b *ir.Value) *ir.Value { return c.b.Apply1(ir.OpLt, nil, a, b) }
+
+// elu: x > 0 ? x : α(eˣ − 1).
+func actElu(c *nodeCtx, x *ir.Value, k func(float64) *ir.Value) *ir.Value {
+	em1 := c.b.Sub(c.b.Unary(ir.OpExp, x), k(1))
+	return where(c, gt(c, x, k(0)), x, c.b.Mul(k(float64(float32(c.aFloat("alpha", 1)))), em1))
+}
+
+// selu: γ·(x > 0 ? x : α(eˣ − 1)).
+func actSelu(c *nodeCtx, x *ir.Value, k func(float64) *ir.Value) *ir.Value {
+	alpha := float64(float32(c.aFloat("alpha", 1.67326319217681884765625)))
+	gamma := float64(float32(c.aFloat("gamma", 1.05070102214813232421875)))
+	em1 := c.b.Mul(k(alpha), c.b.Sub(c.b.Unary(ir.OpExp, x), k(1)))
+	return c.b.Mul(k(gamma), where(c, gt(c, x, k(0)), x, em1))
+}
+
+// leaky relu: x ≥ 0 ? x : αx.
+func actLeakyRelu(c *nodeCtx, x *ir.Value, k func(float64) *ir.Value) *ir.Value {
+	return where(c, lt(c, x, k(0)), c.b.Mul(k(float64(float32(c.aFloat("alpha", 0.01)))), x), x)
+}
+
+// thresholded relu: x > α ? x : 0.
+func actThresholdedRelu(c *nodeCtx, x *ir.Value, k func(float64) *ir.Value) *ir.Value {
+	return where(c, gt(c, x, k(float64(float32(c.aFloat("alpha", 1))))), x, k(0))
+}
+
+// hard sigmoid: max(0, min(1, αx + β)).
+func actHardSigmoid(c *nodeCtx, x *ir.Value, k func(float64) *ir.Value) *ir.Value {
+	y := c.b.Add(c.b.Mul(k(float64(float32(c.aFloat("alpha", 0.2)))), x), k(float64(float32(c.aFloat("beta", 0.5)))))
+	return c.b.Apply1(ir.OpMax, nil, k(0), c.b.Apply1(ir.OpMin, nil, k(1), y))
+}
+
+// hard swish: x · max(0, min(1, x/6 + 1/2)).
+func actHardSwish(c *nodeCtx, x *ir.Value, k func(float64) *ir.Value) *ir.Value {
+	y := c.b.Add(c.b.Mul(k(1.0/6), x), k(0.5))
+	return c.b.Mul(x, c.b.Apply1(ir.OpMax, nil, k(0), c.b.Apply1(ir.OpMin, nil, k(1), y)))
+}
+
+// softplus: log(1 + eˣ), as max(x, 0) + log(1 + e^−|x|).
+func actSoftplus(c *nodeCtx, x *ir.Value, k func(float64) *ir.Value) *ir.Value {
+	t := c.b.Unary(ir.OpLog, c.b.Add(k(1), c.b.Unary(ir.OpExp, c.b.Neg(c.b.Unary(ir.OpAbs, x)))))
+	return c.b.Add(c.b.Apply1(ir.OpMax, nil, x, k(0)), t)
+}
+
+// softsign: x / (1 + |x|).
+func actSoftsign(c *nodeCtx, x *ir.Value, k func(float64) *ir.Value) *ir.Value {
+	return c.b.Div(x, c.b.Add(k(1), c.b.Unary(ir.OpAbs, x)))
+}
+
+func actSinh(c *nodeCtx, x *ir.Value, k func(float64) *ir.Value) *ir.Value {
+	return c.b.Mul(k(0.5), c.b.Sub(c.b.Unary(ir.OpExp, x), c.b.Unary(ir.OpExp, c.b.Neg(x))))
+}
+
+func actCosh(c *nodeCtx, x *ir.Value, k func(float64) *ir.Value) *ir.Value {
+	return c.b.Mul(k(0.5), c.b.Add(c.b.Unary(ir.OpExp, x), c.b.Unary(ir.OpExp, c.b.Neg(x))))
+}
+
+func actTan(c *nodeCtx, x *ir.Value, _ func(float64) *ir.Value) *ir.Value {
+	return c.b.Div(c.b.Unary(ir.OpSin, x), c.b.Unary(ir.OpCos, x))
+}
+
+// lowerPRelu: x < 0 ? slope·x : x, the slope broadcast.
+func lowerPRelu(c *nodeCtx) ([]*ir.Value, error) {
+	x, slope := c.in(0), c.in(1)
+	if !x.Type.DType.IsFloat() {
+		return nil, fmt.Errorf("PRelu of %v", x.Type.DType)
+	}
+	zero := c.b.Scalar(x.Type.DType, 0)
+	return one(where(c, lt(c, x, zero), c.b.Mul(c.b.Cast(slope, x.Type.DType), x), x))
 }
 
 // lowerClip is min(max(x, lo), hi) with the bounds present (opset 13 inputs); with
