@@ -64,17 +64,17 @@ func (b *Bench) Dilated(s DilatedShape, t Tiles) (DilatedRow, error) {
 	q, k, v, do := in[0], in[1], in[2], in[3]
 	fs, bs := a.ScratchBytes()
 	row := DilatedRow{ExtraBytes: 8*nl + max(fs, bs)}
-	var p [9]cuda.DevicePtr // o dq dk dv lse delta oAcc(dqAcc) dkAcc dvAcc
-	sizes := []int64{2 * n, 2 * n, 2 * n, 2 * n, 4 * nl, 4 * nl, 4 * n, 4 * n, 4 * n}
+	var p [8]cuda.DevicePtr // o dq dk dv lse delta accA (also the forward's oAcc) accB
+	sizes := []int64{2 * n, 2 * n, 2 * n, 2 * n, 4 * nl, 4 * nl, 4 * n, 4 * n}
 	for i, sz := range sizes {
 		if p[i], err = b.Alloc(sz); err != nil {
 			return row, err
 		}
 	}
-	o, dq, dk, dv, lse, delta, acc, dka, dva := p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7], p[8]
-	fwd := func() error { return a.Forward(b.Stream, o, lse, q, k, v, acc) }
+	o, dq, dk, dv, lse, delta, accA, accB := p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7]
+	fwd := func() error { return a.Forward(b.Stream, o, lse, q, k, v, accA) }
 	bwd := func() error {
-		return a.Backward(b.Stream, dq, dk, dv, q, k, v, o, lse, do, delta, acc, dka, dva)
+		return a.Backward(b.Stream, dq, dk, dv, q, k, v, o, lse, do, delta, accA, accB)
 	}
 	if row.Fwd, err = Time(b.Dev, b.Stream, b.Warm, b.Iters, fwd); err != nil {
 		return row, err

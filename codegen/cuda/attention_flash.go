@@ -112,12 +112,14 @@ func lowerFlashDilatedGrad(g *gen, n *ir.Node, d flash.Desc) error {
 	if err != nil {
 		return err
 	}
+	// dK and dV of every branch first, then dQ: the dQ sum's scratch starts after
+	// the dK sum's ends, so the arena gives them the same memory.
 	g.emitFlash(kd, []int{delta, id(o), id(do)})
-	g.emitFlash(flash.Fill(nq, 0), []int{dqa})
 	g.emitFlash(flash.Fill(nk, 0), []int{dka})
 	g.emitFlash(flash.Fill(nk, 0), []int{dva})
 	grp := d.Hq / d.Hkv
-	for _, bd := range flashBranches(n, d) {
+	brs := flashBranches(n, d)
+	for _, bd := range brs {
 		members := 1
 		if bd.Dilated() && grp > 1 {
 			members = grp
@@ -131,6 +133,11 @@ func lowerFlashDilatedGrad(g *gen, n *ir.Node, d flash.Desc) error {
 			}
 			g.emitFlash(kk, []int{dka, dva, id(q), id(k), id(v), id(do), id(lse), delta})
 		}
+	}
+	g.emitFlash(flash.Convert(nk), []int{id(n.Results[1]), dka})
+	g.emitFlash(flash.Convert(nk), []int{id(n.Results[2]), dva})
+	g.emitFlash(flash.Fill(nq, 0), []int{dqa})
+	for _, bd := range brs {
 		kq, err := flash.DQ(bd)
 		if err != nil {
 			return err
@@ -138,8 +145,6 @@ func lowerFlashDilatedGrad(g *gen, n *ir.Node, d flash.Desc) error {
 		g.emitFlash(kq, []int{dqa, id(q), id(k), id(v), id(do), id(lse), delta})
 	}
 	g.emitFlash(flash.Convert(nq), []int{id(n.Results[0]), dqa})
-	g.emitFlash(flash.Convert(nk), []int{id(n.Results[1]), dka})
-	g.emitFlash(flash.Convert(nk), []int{id(n.Results[2]), dva})
 	return nil
 }
 

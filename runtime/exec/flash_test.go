@@ -136,3 +136,28 @@ func TestGPUFlashAttention(t *testing.T) {
 		})
 	}
 }
+
+// TestFlashDilatedScratch: the dilated backward sums dK and dV before dQ, so the
+// arena gives the dQ accumulator the memory of the dK one: two fp32 accumulators
+// of the gradients' size, not three.
+func TestFlashDilatedScratch(t *testing.T) {
+	f, _ := attentionGraphOf(t, 1, 64, 64, 2, 2, 64, true, 1, ir.A("segments", []int64{16, 64}, "dilations", []int64{1, 2}))
+	p, err := codegen.Build(f, codegen.Options{Arch: "sm_90", Storage: tensor.BF16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	offs, _ := codegen.PlanArena(p.Plan)
+	seen := map[int64]int{}
+	n := 0
+	for _, b := range p.Plan.Buffers {
+		if b.Kind == "temp" && b.DType == "f32" && len(b.Shape) == 4 && b.Shape[3] == 64 {
+			seen[offs[b.ID]]++
+			n++
+		}
+	}
+	// The forward's running output and the backward's three sums: four fp32
+	// [B,T,H,D] temps in at most three places, one of them shared by dK and dQ.
+	if n != 4 || len(seen) > 3 {
+		t.Fatalf("%d fp32 accumulators at %d distinct offsets, want 4 at ≤ 3", n, len(seen))
+	}
+}

@@ -119,13 +119,14 @@ func NewDilated(dev *cuda.Device, cache *cuda.Cache, d fk.Desc, branches []Branc
 // Close unloads the kernels.
 func (a *Dilated) Close() error { return a.ld.close() }
 
-// ScratchBytes is the fp32 scratch the forward (o) and the backward (dq, dk, dv)
-// need, in bytes: oAcc of Forward, and dqAcc, dkAcc, dvAcc of Backward.
+// ScratchBytes is the fp32 scratch the forward and the backward need, in bytes:
+// Forward's oAcc (4·B·T·Hq·D), and Backward's accA (4·B·T·max(Hq, Hkv)·D) and
+// accB (4·B·T·Hkv·D). The forward's oAcc may be the backward's accA.
 func (a *Dilated) ScratchBytes() (fwd, bwd int64) {
 	d := a.Desc
 	nq := d.B * d.T * int64(d.Hq) * int64(d.D)
 	nk := d.B * d.T * int64(d.Hkv) * int64(d.D)
-	return 4 * nq, 4*nq + 8*nk
+	return 4 * nq, 4*max(nq, nk) + 4*nk
 }
 
 // Forward queues o (bf16) and lse (the merged log-sum-exp) from q, k, v; oAcc is
@@ -146,35 +147,30 @@ func (a *Dilated) Forward(s *cuda.Stream, o, lse, q, k, v, oAcc cuda.DevicePtr) 
 }
 
 // Backward queues dq, dk, dv (bf16) from the inputs, the merged o and lse of
-// Forward and do. delta ([B,Hq,T] fp32), dqAcc ([B,T,Hq,D] fp32) and dkAcc,
-// dvAcc ([B,T,Hkv,D] fp32) are scratch.
-func (a *Dilated) Backward(s *cuda.Stream, dq, dk, dv, q, k, v, o, lse, do, delta, dqAcc, dkAcc, dvAcc cuda.DevicePtr) error {
-	if err := a.delta.launch(s, delta, o, do); err != nil {
-		return err
+// Forward and do. delta ([B,Hq,T] fp32), accA and accB (fp32, ScratchBytes) are
+// scratch: dK and dV of every branch are summed first (in accA and accB) and
+// rounded, then dQ is summed in accA, so the backward's scratch is two fp32
+// tensors, not three.
+func (a *Dilated) Backward(s *cuda.Stream, dq, dk, dv, q, k, v, o, lse, do, delta, accA, accB cuda.DevicePtr) error {
+	type launch struct {
+		k    *kernel
+		args []any
 	}
-	for _, p := range []struct {
-		k *kernel
-		p cuda.DevicePtr
-	}{{a.fillO, dqAcc}, {a.fillKV, dkAcc}, {a.fillKV, dvAcc}} {
-		if err := p.k.launch(s, p.p); err != nil {
-			return err
-		}
-	}
+	ls := []launch{{a.delta, []any{delta, o, do}}, {a.fillKV, []any{accA}}, {a.fillKV, []any{accB}}}
 	for _, br := range a.brs {
 		for _, kk := range br.dkdv {
-			if err := kk.launch(s, dkAcc, dvAcc, q, k, v, do, lse, delta); err != nil {
-				return err
-			}
+			ls = append(ls, launch{kk, []any{accA, accB, q, k, v, do, lse, delta}})
 		}
-		if err := br.dq.launch(s, dqAcc, q, k, v, do, lse, delta); err != nil {
+	}
+	ls = append(ls, launch{a.convKV, []any{dk, accA}}, launch{a.convKV, []any{dv, accB}}, launch{a.fillO, []any{accA}})
+	for _, br := range a.brs {
+		ls = append(ls, launch{br.dq, []any{accA, q, k, v, do, lse, delta}})
+	}
+	ls = append(ls, launch{a.convO, []any{dq, accA}})
+	for _, l := range ls {
+		if err := l.k.launch(s, l.args...); err != nil {
 			return err
 		}
 	}
-	if err := a.convO.launch(s, dq, dqAcc); err != nil {
-		return err
-	}
-	if err := a.convKV.launch(s, dk, dkAcc); err != nil {
-		return err
-	}
-	return a.convKV.launch(s, dv, dvAcc)
+	return nil
 }
