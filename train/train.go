@@ -102,7 +102,9 @@ type Config struct {
 	// share of the batch and ends the step with the all-reduced gradient, so
 	// weights and optimizer state are the same on every rank. Rank 0 alone writes
 	// checkpoints, metrics and progress; every rank resumes from its checkpoints.
-	// Package train/runner starts the ranks.
+	// Package train/runner starts the ranks. With Run set (the GPU), Run gets the
+	// rank's share of the batch and must run the step's collectives on Comm's
+	// ranks (an exec.Session whose Options.Comm is Comm).
 	Ranks     int
 	ShardMode string
 	Comm      cpu.Communicator
@@ -189,9 +191,6 @@ func (c *Config) check() error {
 		return fmt.Errorf("--ranks=%d: no communicator (train/runner starts the ranks)", c.Ranks)
 	case c.Comm != nil && c.Comm.Size() != max(c.Ranks, 1):
 		return fmt.Errorf("--ranks=%d, but the communicator has %d ranks", c.Ranks, c.Comm.Size())
-	case c.Comm != nil && c.Run != nil:
-		return fmt.Errorf("--ranks=%d --device=%s: the GPU executor runs no collectives yet; "+
-			"use --device=cpu", c.Ranks, c.Device)
 	}
 	return nil
 }
@@ -500,12 +499,14 @@ func (t *trainer) exec(f *ir.Func, in map[string]*tensor.Tensor) (map[string]*te
 	if f != t.grad && t.cfg.RunOptimizer != nil {
 		return t.cfg.RunOptimizer(f, in)
 	}
+	if f == t.grad && t.shard != nil {
+		in = t.shard.RankFeeds(in, t.rank)
+		if t.cfg.Run == nil {
+			return cpu.Run(f, in, cpu.Options{Precision: tensor.F32, Comm: t.cfg.Comm})
+		}
+	}
 	if t.cfg.Run != nil {
 		return t.cfg.Run(f, in)
-	}
-	if f == t.grad && t.shard != nil {
-		return cpu.Run(f, t.shard.RankFeeds(in, t.rank), cpu.Options{Precision: tensor.F32,
-			Comm: t.cfg.Comm})
 	}
 	return cpu.Run(f, in, cpu.Options{Precision: tensor.F32})
 }

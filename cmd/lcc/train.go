@@ -9,6 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/lcc-dev/lcc/tensor"
 	"github.com/lcc-dev/lcc/train"
 	"github.com/lcc-dev/lcc/train/plot"
 	"github.com/lcc-dev/lcc/train/runner"
@@ -66,44 +67,31 @@ stays silent for --comm-timeout ends every other rank with an error naming it.`,
 			cfg.Target, cfg.Loss, cfg.Attention, cfg.Checkpoint = t, o.Loss, o.Attention, o.Checkpoint
 			cfg.MemoryBudget, cfg.Precision, cfg.Ranks, cfg.ShardMode = o.MemoryBudget, o.Precision, o.Ranks, o.ShardMode
 			precision := o.Precision
-			if cfg.Ranks > 1 && cfg.Device != "cpu" {
-				return fmt.Errorf("--ranks=%d --device=%s: the GPU executor runs no collectives yet; "+
-					"use --device=cpu", cfg.Ranks, cfg.Device)
+			env, launched, err := runner.EnvFrom(os.Getenv)
+			if err != nil {
+				return fmt.Errorf("launcher environment: %w", err)
 			}
-			df := deviceFlags{device: cfg.Device, precision: precision}
-			run, release, err := df.runner()
+			var res *train.Result
+			switch {
+			case launched && cfg.Device == "cuda":
+				// One process per GPU: NCCL through the rendezvous, the step on GPU LOCAL_RANK.
+				storage := tensor.F32
+				if precision == "bf16" {
+					storage = tensor.BF16
+				}
+				res, err = runner.ProcessGPU(cfg, env, commTimeout, storage)
+			case cfg.Ranks > 1 && cfg.Device != "cpu":
+				return fmt.Errorf("--ranks=%d --device=%s: GPU ranks run one process per GPU "+
+					"(torchrun --nproc-per-node=%d --no-python lcc train ...); in one process use "+
+					"--device=cpu", cfg.Ranks, cfg.Device, cfg.Ranks)
+			default:
+				res, err = trainHere(cfg, precision, env, launched, commTimeout)
+			}
 			if err != nil {
 				return err
 			}
-			defer release()
-			if cfg.Device != "cpu" {
-				// On the CPU, train runs the interpreter itself (with the rank's
-				// communicator when sharded).
-				cfg.Run = run
-			}
-			if precision != "fp32" {
-				// Master weights, moments and gradient sums stay fp32.
-				opt := deviceFlags{device: cfg.Device, precision: "fp32"}
-				runOpt, releaseOpt, err := opt.runner()
-				if err != nil {
-					return err
-				}
-				defer releaseOpt()
-				cfg.RunOptimizer = runOpt
-			}
-			var res *train.Result
-			if env, ok, err := runner.EnvFrom(os.Getenv); err != nil {
-				return fmt.Errorf("launcher environment: %w", err)
-			} else if ok {
-				res, err = runner.Process(cfg, env, commTimeout)
-				if err != nil {
-					return err
-				}
-				if env.Rank != 0 {
-					return nil // rank 0 prints the summary
-				}
-			} else if res, err = runner.Local(cfg, commTimeout); err != nil {
-				return err
+			if launched && env.Rank != 0 {
+				return nil // rank 0 prints the summary
 			}
 			if plotPath != "" {
 				title := fmt.Sprintf("%s: loss (program %.19s…)", filepath.Base(cfg.Model), res.Program)
@@ -150,6 +138,37 @@ stays silent for --comm-timeout ends every other rank with an error naming it.`,
 	f.IntVar(&cfg.ProgressEvery, "progress-every", cfg.ProgressEvery,
 		"print a progress line every N steps (0: never)")
 	return cmd
+}
+
+// trainHere trains in this process: its goroutine ranks (runner.Local), or its
+// rank of a launched CPU run (runner.Process), on the device of cfg.
+func trainHere(cfg train.Config, precision string, env runner.Env, launched bool,
+	timeout time.Duration) (*train.Result, error) {
+	df := deviceFlags{device: cfg.Device, precision: precision}
+	run, release, err := df.runner()
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	if cfg.Device != "cpu" {
+		// On the CPU, train runs the interpreter itself (with the rank's
+		// communicator when sharded).
+		cfg.Run = run
+	}
+	if precision != "fp32" {
+		// Master weights, moments and gradient sums stay fp32.
+		opt := deviceFlags{device: cfg.Device, precision: "fp32"}
+		runOpt, releaseOpt, err := opt.runner()
+		if err != nil {
+			return nil, err
+		}
+		defer releaseOpt()
+		cfg.RunOptimizer = runOpt
+	}
+	if launched {
+		return runner.Process(cfg, env, timeout)
+	}
+	return runner.Local(cfg, timeout)
 }
 
 // trainSummary prints the run's last line: losses at both ends and throughput.

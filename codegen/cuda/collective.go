@@ -187,3 +187,31 @@ func lowerShardPositions(g *gen, n *ir.Node) error {
 		g.opts.Rank, ranks, layout), y.Type.Numel(), []Param{g.param("y", y, true)}, []int{g.ids[y]}, body)
 	return nil
 }
+
+// unshardedOp is what a sequence-parallel attention op computes on one rank.
+var unshardedOp = map[ir.Op]ir.Op{
+	ir.OpRingAttention:               ir.OpAttention,
+	ir.OpRingAttentionGrad:           ir.OpAttentionGrad,
+	ir.OpShardedDilatedAttention:     ir.OpDilatedAttention,
+	ir.OpShardedDilatedAttentionGrad: ir.OpDilatedAttentionGrad,
+}
+
+// lowerShardedAttention lowers a sequence-parallel attention op of a program
+// sharded for one rank as the attention it is there (ring attention over one
+// rank's zigzag layout is causal attention in order; the sharded dilated op is
+// dilated attention), so that a one-rank sharded step runs whole on the GPU.
+// The multi-rank forms (ring k/v transfers between block kernels, LongNet's
+// sparse all-gather) are not lowered yet.
+func lowerShardedAttention(g *gen, n *ir.Node) error {
+	base := unshardedOp[n.Op]
+	if r := ir.Ranks(n); r != 1 {
+		return fmt.Errorf("no GPU lowering for op %s on %d ranks yet (on one rank it lowers as %s)",
+			n.Op, r, base)
+	}
+	m := *n
+	m.Op = base
+	if base == ir.OpAttentionGrad || base == ir.OpDilatedAttentionGrad {
+		return lowerAttentionGrad(g, &m)
+	}
+	return lowerAttention(g, &m)
+}

@@ -9,12 +9,7 @@ import (
 // notLowered lists the ops the GPU backend does not generate yet, with why. Build
 // reports them as "no GPU lowering for op X"; any other op without a lowering
 // fails TestEveryOpLowers, so a new op cannot silently miss the backend.
-var notLowered = map[string]string{
-	"ring_attention":                 "sequence-parallel attention over NCCL",
-	"ring_attention_grad":            "sequence-parallel attention over NCCL",
-	"sharded_dilated_attention":      "sequence-parallel attention over NCCL",
-	"sharded_dilated_attention_grad": "sequence-parallel attention over NCCL",
-}
+var notLowered = map[string]string{}
 
 func TestEveryOpLowers(t *testing.T) {
 	for _, op := range ir.AllOps() {

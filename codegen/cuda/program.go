@@ -188,7 +188,8 @@ func (g *gen) storageOf(v *ir.Value) tensor.DType {
 	if v.Def != nil && v.Def.Op == ir.OpReshape {
 		return g.storageOf(v.Def.Args[0]) // an alias has its memory's dtype
 	}
-	if v.Def != nil && v.Index == 1 && (v.Def.Op == ir.OpAttention || v.Def.Op == ir.OpDilatedAttention) {
+	if v.Def != nil && v.Index == 1 && (v.Def.Op == ir.OpAttention || v.Def.Op == ir.OpDilatedAttention ||
+		v.Def.Op == ir.OpRingAttention || v.Def.Op == ir.OpShardedDilatedAttention) {
 		return tensor.F32
 	}
 	return g.opts.Storage
@@ -342,6 +343,11 @@ func init() {
 		ir.OpAllToAll:       lowerCollective,
 		ir.OpRingShift:      lowerCollective,
 		ir.OpShardPositions: lowerShardPositions,
+
+		ir.OpRingAttention:               lowerShardedAttention,
+		ir.OpRingAttentionGrad:           lowerShardedAttention,
+		ir.OpShardedDilatedAttention:     lowerShardedAttention,
+		ir.OpShardedDilatedAttentionGrad: lowerShardedAttention,
 	}
 }
 

@@ -1,13 +1,18 @@
 package runner
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"strconv"
 	"time"
 
+	"github.com/lcc-dev/lcc/runtime/comm/nccl"
 	"github.com/lcc-dev/lcc/runtime/comm/rendezvous"
 	"github.com/lcc-dev/lcc/runtime/comm/tcp"
+	"github.com/lcc-dev/lcc/runtime/cuda"
+	"github.com/lcc-dev/lcc/runtime/exec"
+	"github.com/lcc-dev/lcc/tensor"
 	"github.com/lcc-dev/lcc/train"
 )
 
@@ -123,4 +128,54 @@ func Process(cfg train.Config, env Env, timeout time.Duration) (*train.Result, e
 		return nil, err
 	}
 	return res, c.Close()
+}
+
+// ProcessGPU is Process on GPU LOCAL_RANK: the ranks meet through the rendezvous,
+// rank 0's NCCL unique id reaches every rank over the TCP mesh (which stays open
+// to name a rank that dies), and the step runs on the GPU executor with its
+// collectives on NCCL (exec.Options.Comm), storing f32 values as storage.
+// WORLD_SIZE=1 runs the step sharded for one rank through a one-rank NCCL
+// communicator. The watchdog of both the mesh and NCCL is timeout.
+func ProcessGPU(cfg train.Config, env Env, timeout time.Duration, storage tensor.DType) (*train.Result, error) {
+	if cfg.Ranks > 1 && cfg.Ranks != env.WorldSize {
+		return nil, fmt.Errorf("--ranks=%d, but the launcher started WORLD_SIZE=%d processes", cfg.Ranks,
+			env.WorldSize)
+	}
+	if timeout <= 0 {
+		timeout = DefaultTimeout
+	}
+	n, err := cuda.DeviceCount()
+	if err != nil {
+		return nil, fmt.Errorf("--device=cuda: %w", err)
+	}
+	dev, err := cuda.Open(env.LocalRank % max(n, 1))
+	if err != nil {
+		return nil, fmt.Errorf("--device=cuda: LOCAL_RANK=%d: %w", env.LocalRank, err)
+	}
+	defer dev.Close()
+	nc, mesh, err := nccl.Join(dev, tcp.Config{Config: rendezvous.Config{Addr: env.Addr(), Rank: env.Rank,
+		Size: env.WorldSize, Timeout: max(timeout, DefaultTimeout)}, Watchdog: timeout},
+		nccl.Options{Timeout: timeout})
+	if err != nil {
+		return nil, err
+	}
+	step := exec.NewSession(dev, exec.Options{Storage: storage, Comm: nc})
+	opt := step
+	if storage != tensor.F32 {
+		// Master weights, moments and gradient sums stay fp32.
+		opt = exec.NewSession(dev, exec.Options{Storage: tensor.F32})
+	}
+	cfg.Ranks, cfg.Comm, cfg.Run, cfg.RunOptimizer = env.WorldSize, nc, step.Run, opt.Run
+	res, err := train.Train(cfg)
+	if opt != step {
+		opt.Close()
+	}
+	step.Close()
+	if err != nil {
+		err = fmt.Errorf("rank %d: %w", env.Rank, err)
+		mesh.Abort(err) // the other ranks learn why
+		nc.Abort(err)
+		return nil, err
+	}
+	return res, errors.Join(nc.Close(), mesh.Close())
 }
