@@ -107,26 +107,36 @@ func modelLoss(f *ir.Func) (name string, ambiguous bool, err error) {
 		"a loss", f.Name, len(scalars), strings.Join(scalars, ", "))
 }
 
-// Vocab returns the vocabulary of a model that embeds tokens: the rows of the
-// table an integer input or label parameter gathers from, or the classes of a
-// cross-entropy over such a label. ok is false when the model shows neither.
+// Vocab returns the vocabulary of a model that embeds tokens or computes
+// cross-entropy over them: the classes of a cross-entropy whose labels are a
+// parameter, else the rows of the table an integer input or label parameter
+// gathers from (through reshapes, as exporters view input_ids first). ok is
+// false when the model shows neither.
 func Vocab(f *ir.Func) (v int64, ok bool) {
 	token := func(x *ir.Value) bool {
+		for x.Def != nil && (x.Def.Op == ir.OpReshape || x.Def.Op == ir.OpCast) {
+			x = x.Def.Args[0]
+		}
 		return x.Param != nil && (x.Param.Role == ir.RoleInput || x.Param.Role == ir.RoleLabel) &&
 			x.Type.DType.IsInt()
 	}
 	for _, n := range f.Body {
 		switch n.Op {
-		case ir.OpGather:
-			if n.Attrs.Int("axis", 0) == 0 && token(n.Args[1]) && n.Args[0].Type.Rank() == 2 {
-				return n.Args[0].Type.Shape[0], true
-			}
 		case ir.OpFusedLinearCrossEntropy:
-			w := n.Args[1].Type
-			if n.Attrs.Bool("transpose_w") {
+			if w := n.Args[1].Type; n.Attrs.Bool("transpose_w") {
 				return w.Shape[0], true
+			} else {
+				return w.Shape[1], true
 			}
-			return w.Shape[1], true
+		case ir.OpSoftmaxCrossEntropy:
+			if x := n.Args[0].Type; token(n.Args[1]) && x.Rank() == 2 {
+				return x.Shape[1], true
+			}
+		}
+	}
+	for _, n := range f.Body {
+		if n.Op == ir.OpGather && n.Attrs.Int("axis", 0) == 0 && token(n.Args[1]) && n.Args[0].Type.Rank() == 2 {
+			return n.Args[0].Type.Shape[0], true
 		}
 	}
 	return 0, false

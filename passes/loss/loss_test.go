@@ -64,6 +64,24 @@ func TestLogitsAndVocab(t *testing.T) {
 	if _, err := Logits(g); err == nil || !strings.Contains(err.Error(), "2 outputs that could be logits (a, b)") {
 		t.Errorf("two candidates: %v", err)
 	}
+	// Exporters view input_ids before the embedding; a position table is gathered
+	// by constants, not by a parameter.
+	v := parse(t, `func @f(%0: i64[1,3] input "ids", %1: f32[10,4] weight "emb", %2: f32[8,4] weight "pos") {
+  %3 = constant() {value=i64[1,3]{0, 1, 2}} : i64[1,3]
+  %4 = gather(%2, %3) {axis=0} : f32[1,3,4]
+  %5 = reshape(%0) {shape=[1,3]} : i64[1,3]
+  %6 = gather(%1, %5) {axis=0} : f32[1,3,4]
+  %7 = add(%4, %6) : f32[1,3,4]
+  %8 = matmul(%7, %1) {transpose_b} : f32[1,3,10]
+  return %8 "y", %7 "h"
+}
+`)
+	if n, ok := Vocab(v); !ok || n != 10 {
+		t.Errorf("Vocab through a reshape = %d, %v; want 10", n, ok)
+	}
+	if o, err := Logits(v); err != nil || o.Name != "y" {
+		t.Errorf("Logits = %q, %v; want y", o.Name, err)
+	}
 	h := parse(t, `func @f(%0: f32[2,3] input "x") {
   %1 = neg(%0) : f32[2,3]
   %2 = reduce_sum(%1) {axes=[0,1]} : f32[]
