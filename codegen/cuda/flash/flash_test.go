@@ -35,7 +35,7 @@ func kernels(t *testing.T, d Desc) []Kernel {
 		}
 		ks = append(ks, k)
 	}
-	return append(ks, Convert(1024))
+	return append(ks, Convert(1024), Fill(1000, 0xff800000))
 }
 
 // TestDeterministic: the same descriptor renders the same bytes, and every
