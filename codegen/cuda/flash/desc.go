@@ -19,6 +19,8 @@ package flash
 import (
 	"fmt"
 	"math"
+
+	"github.com/lcc-dev/lcc/tensor"
 )
 
 // Desc describes one attention problem and how to tile it. The zero values of
@@ -26,6 +28,9 @@ import (
 type Desc struct {
 	// Tier is the kernel tier: 1 (mma.sync, sm_80+). 0 means 1.
 	Tier int
+	// DType is the storage of q, k, v, o and their gradients: bf16 (the zero
+	// value means bf16). lse, delta and accumulators are fp32.
+	DType tensor.DType
 	// B, T, S are the batch, the query length and the key length; Hq and Hkv the
 	// query and key/value heads (Hq = G·Hkv, grouped-query attention reads kv head
 	// h/G without repeating it); D the head dim (64 or 128).
@@ -72,6 +77,9 @@ type Desc struct {
 func (d Desc) Defaults() Desc {
 	if d.Tier == 0 {
 		d.Tier = 1
+	}
+	if d.DType == tensor.Invalid {
+		d.DType = tensor.BF16
 	}
 	if d.Scale == 0 {
 		d.Scale = 1 / math.Sqrt(float64(d.D))
@@ -132,6 +140,9 @@ func Supported(d Desc) error {
 func (d Desc) Check() error {
 	if err := Supported(d); err != nil {
 		return err
+	}
+	if d.DType != tensor.BF16 {
+		return fmt.Errorf("storage %v: the tensor-core kernels take bf16", d.DType)
 	}
 	if d.Tier != 1 {
 		return fmt.Errorf("tier %d: only tier 1 (mma.sync) is built", d.Tier)

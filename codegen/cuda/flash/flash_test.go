@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	rcuda "github.com/lcc-dev/lcc/runtime/cuda"
+	"github.com/lcc-dev/lcc/tensor"
 )
 
 // variants are the descriptors CI compiles: dense causal and not, both head
@@ -68,6 +69,7 @@ func TestRejects(t *testing.T) {
 		{Desc{B: 1, T: 8, S: 8, Hq: 3, Hkv: 2, D: 64}, "whole group"},
 		{Desc{B: 1, T: 8, S: 8, Hq: 1, Hkv: 1, D: 64, Br: 40}, "Br=40"},
 		{Desc{B: 1, T: 8, S: 9, Hq: 1, Hkv: 1, D: 64, W: 4, R: 2}, "as many keys"},
+		{Desc{B: 1, T: 8, S: 8, Hq: 1, Hkv: 1, D: 64, DType: tensor.F16}, "storage f16"},
 	} {
 		_, err := Forward(c.d)
 		if err == nil || !strings.Contains(err.Error(), c.want) {
