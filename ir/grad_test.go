@@ -215,7 +215,7 @@ func gradCases() []gradCase {
 		add("nll_loss "+red, ir.OpNLLLoss, ir.A("reduction", red, "ignore_index", -100), g.w(4, 5), labels)
 	}
 	add("fused_linear_cross_entropy", ir.OpFusedLinearCrossEntropy,
-		ir.A("ignore_index", -100, "chunk", 3), g.w(4, 3), g.w(3, 7), labels)
+		ir.A("ignore_index", -100, "chunk_rows", 3), g.w(4, 3), g.w(3, 7), labels)
 	add("softmax_cross_entropy no ignore i32", ir.OpSoftmaxCrossEntropy, nil, g.w(3, 4),
 		ints(tensor.I32, sh(3), 1, 3, 1))
 

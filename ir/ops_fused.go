@@ -4,18 +4,21 @@ import "fmt"
 
 // Fused linear cross-entropy: the output projection and the loss as one op, so the
 // [tokens, vocab] logits are never stored (DESIGN.md §4). Kernels compute it chunk
-// by chunk over the vocabulary with an online log-sum-exp (Milakov and Gimelshein,
-// "Online normalizer calculation for softmax", arXiv 1805.02867), and the backward
-// recomputes each chunk of logits instead of saving them (Liger Kernel's FLCE,
-// arXiv 2410.10989; Apple's Cut Cross-Entropy, arXiv 2411.09009).
+// by chunk over the rows (tokens): the logits of one chunk of rows, then an online
+// log-sum-exp per row (Milakov and Gimelshein, "Online normalizer calculation for
+// softmax", arXiv 1805.02867). The backward recomputes each chunk of logits instead
+// of saving them, turns it in place into the gradient of the logits, and
+// accumulates dh and dw from it (Liger Kernel's FLCE, arXiv 2410.10989; Apple's Cut
+// Cross-Entropy, arXiv 2411.09009), so the extra memory is one chunk.
 //
 //	%loss = fused_linear_cross_entropy(%h, %w, %labels) {transpose_w, ignore_index=-100,
-//	            reduction="mean", chunk=4096} : f32[]
+//	            reduction="mean", chunk_rows=8192} : f32[]
 //
 // equals softmax_cross_entropy(matmul(%h, %w) {transpose_b=transpose_w}, %labels)
 // with the same ignore_index and reduction: h is [N, d], w is [d, V] ([V, d] with
-// transpose_w), labels are integers [N]. chunk is the number of vocabulary columns
-// a kernel materialises at once (0 or absent: the kernel's choice); it never changes
+// transpose_w), labels are integers [N]. chunk_rows is the number of rows whose
+// [chunk_rows, V] logits a kernel holds at once; 0 or absent lets the backend
+// choose (the GPU from a byte budget, codegen/cuda.CEChunkBytes). It never changes
 // the result beyond rounding.
 //
 //	%dh, %dw = fused_linear_cross_entropy_grad(%h, %w, %labels, %dloss) {…same attrs}
@@ -25,12 +28,8 @@ import "fmt"
 // the count of rows not ignored for the mean, zero on ignored rows),
 // G = c ⊙ (p − onehot(labels)), dh = G·wᵀ and dw = hᵀ·G, accumulated chunk by chunk.
 
-// DefaultCEChunk is the vocabulary chunk of fused_linear_cross_entropy kernels when
-// the op has no chunk attribute.
-const DefaultCEChunk = 4096
-
 var flceAttrs = []AttrSpec{{"transpose_w", AttrBool}, {"ignore_index", AttrInt},
-	{"reduction", AttrString}, {"chunk", AttrInt}}
+	{"reduction", AttrString}, {"chunk_rows", AttrInt}}
 
 func init() {
 	def(OpFusedLinearCrossEntropy, OpInfo{Name: "fused_linear_cross_entropy", MinArgs: 3,
@@ -65,8 +64,8 @@ func inferFLCE(n *Node) ([]Type, error) {
 	if err != nil {
 		return nil, err
 	}
-	if c := n.Attrs.Int("chunk", 0); c < 0 {
-		return nil, fmt.Errorf("chunk %d must be >= 0", c)
+	if c := n.Attrs.Int("chunk_rows", 0); c < 0 {
+		return nil, fmt.Errorf("chunk_rows %d must be >= 0", c)
 	}
 	switch r := n.Attrs.String("reduction", "mean"); r {
 	case "mean", "sum":

@@ -12,7 +12,7 @@ import (
 
 // TestFLCEGradRule checks the VJP of fused_linear_cross_entropy (its grad op)
 // against central finite differences in float64, for every reduction, both
-// layouts of w, ignored rows and chunks that do not divide the vocabulary.
+// layouts of w, ignored rows and row chunks that do not divide the rows.
 func TestFLCEGradRule(t *testing.T) {
 	g := newGen()
 	labels := ints(tensor.I64, sh(5), 2, -100, 0, 6, 2)
@@ -21,9 +21,9 @@ func TestFLCEGradRule(t *testing.T) {
 		attrs ir.Attrs
 		w     []int64
 	}{
-		{"mean", ir.A("ignore_index", -100, "reduction", "mean", "chunk", 3), sh(4, 7)},
+		{"mean", ir.A("ignore_index", -100, "reduction", "mean", "chunk_rows", 3), sh(4, 7)},
 		{"sum transpose_w", ir.A("ignore_index", -100, "reduction", "sum", "transpose_w", true,
-			"chunk", 2), sh(7, 4)},
+			"chunk_rows", 2), sh(7, 4)},
 		{"none", ir.A("ignore_index", -100, "reduction", "none"), sh(4, 7)},
 		{"mean default chunk transpose_w", ir.A("ignore_index", -100, "transpose_w", true), sh(7, 4)},
 	} {
@@ -67,8 +67,8 @@ func TestFLCEInfer(t *testing.T) {
     %2: i64[6] label "y",
     %3: f32[] input "dl",
 ) {
-  %4 = fused_linear_cross_entropy(%0, %1, %2) {chunk=4, ignore_index=-100, reduction="mean", transpose_w} : f32[]
-  %5, %6 = fused_linear_cross_entropy_grad(%0, %1, %2, %3) {chunk=4, ignore_index=-100, reduction="mean", transpose_w} : f32[6,4], f32[9,4]
+  %4 = fused_linear_cross_entropy(%0, %1, %2) {chunk_rows=4, ignore_index=-100, reduction="mean", transpose_w} : f32[]
+  %5, %6 = fused_linear_cross_entropy_grad(%0, %1, %2, %3) {chunk_rows=4, ignore_index=-100, reduction="mean", transpose_w} : f32[6,4], f32[9,4]
   return %4 "loss", %5 "dh", %6 "dw"
 }
 `

@@ -22,9 +22,11 @@
 //     reductions in fp32 (int64 for integers);
 //   - data movement (transpose, expand, slice, tile, concat, split, trilu), gather,
 //     gather_elements, gather_nd, scatter_add, full, range;
-//   - softmax_cross_entropy and nll_loss; fused_linear_cross_entropy (+grad) as
-//     cuBLASLt GEMMs around those kernels, materialising the [N, V] logits in
-//     scratch for now (flce.go);
+//   - softmax_cross_entropy and nll_loss; fused_linear_cross_entropy (+grad) in
+//     row chunks: per chunk a cuBLASLt GEMM into one [rows, V] scratch, an online
+//     log-sum-exp kernel that writes the losses or overwrites the chunk with its
+//     gradient, and GEMMs for dh and dw (beta = 1 sums dw over chunks); the
+//     [N, V] logits never exist (flce.go);
 //   - attention, attention_grad, dilated_attention and dilated_attention_grad: one
 //     warp per query row (four rows, a query tile, per block of (b, h, tile)),
 //     online softmax in fp32; the backward recomputes probabilities from lse as in

@@ -27,7 +27,8 @@ func lowerMatMul(g *gen, n *ir.Node) error {
 	aBatch := padBatch(a.Type.Shape[:a.Type.Rank()-2], len(batch))
 	bBatch := padBatch(b.Type.Shape[:b.Type.Rank()-2], len(batch))
 	nb := prod(batch)
-	base := Gemm{TransA: ta, TransB: tb, M: m, N: nn, K: k, Batch: 1, DType: g.storageOf(a).String()}
+	base := Gemm{TransA: ta, TransB: tb, M: m, N: nn, K: k, Batch: 1, DType: g.storageOf(a).String(),
+		Alpha: 1}
 	step := func(gm Gemm) {
 		g.prog.Plan.Steps = append(g.prog.Plan.Steps, Step{Kind: "gemm", Node: g.node, Op: "matmul",
 			Args: []int{g.ids[a], g.ids[b], g.ids[c]}, Gemm: &gm})

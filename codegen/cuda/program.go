@@ -70,8 +70,9 @@ type Buffer struct {
 }
 
 // Gemm is a cuBLASLt matmul in row-major terms (see runtime/cuda.GemmParams):
-// C[OffC:] = op(A[OffA:])·op(B[OffB:]) over Batch matrices. Offsets and strides
-// count elements.
+// C[OffC:] = Alpha·op(A[OffA:])·op(B[OffB:]) + Beta·C[OffC:] over Batch matrices.
+// Offsets and strides count elements. Beta = 1 accumulates into C (the fused
+// cross-entropy sums dw over row chunks so).
 type Gemm struct {
 	TransA  bool   `json:"trans_a,omitempty"`
 	TransB  bool   `json:"trans_b,omitempty"`
@@ -86,6 +87,11 @@ type Gemm struct {
 	OffB    int64  `json:"off_b,omitempty"`
 	OffC    int64  `json:"off_c,omitempty"`
 	DType   string `json:"dtype"`
+	// CType is C's dtype when it differs from A's and B's ("f32" for bf16 inputs
+	// accumulating in fp32); "" means DType.
+	CType string  `json:"ctype,omitempty"`
+	Alpha float32 `json:"alpha"`
+	Beta  float32 `json:"beta,omitempty"`
 }
 
 // Step is one launch of the plan: a generated kernel, a GEMM or a collective.
@@ -99,7 +105,11 @@ type Step struct {
 	Shared uint32    `json:"shared,omitempty"`
 	// Args are buffer ids: one per kernel parameter, A, B, C for a GEMM, or the
 	// input and the result of a collective.
-	Args []int       `json:"args"`
+	Args []int `json:"args"`
+	// Offs, when present, has one element offset per kernel argument: the
+	// kernel gets a pointer that many elements (of the buffer's dtype) into the
+	// buffer. It lets one kernel serve every chunk of a chunked loop.
+	Offs []int64     `json:"offs,omitempty"`
 	Gemm *Gemm       `json:"gemm,omitempty"`
 	Coll *Collective `json:"collective,omitempty"`
 }
@@ -404,6 +414,7 @@ type kernelSpec struct {
 	shared      uint32
 	params      []Param
 	args        []int
+	offs        []int64 // element offsets per arg (nil: none)
 }
 
 // emit adds the kernel (deduplicated by source) and a step launching it.
@@ -420,7 +431,7 @@ func (g *gen) emit(s kernelSpec) {
 			Grid: s.grid, Block: s.block, Shared: s.shared, Params: s.params})
 	}
 	g.prog.Plan.Steps = append(g.prog.Plan.Steps, Step{Kind: "kernel", Node: g.node, Op: s.op,
-		Kernel: name, Grid: s.grid, Block: s.block, Shared: s.shared, Args: s.args})
+		Kernel: name, Grid: s.grid, Block: s.block, Shared: s.shared, Args: s.args, Offs: s.offs})
 }
 
 // param makes a kernel parameter for value v.

@@ -14,9 +14,13 @@ func init() {
 }
 
 // flceRowBlock is the number of rows whose logits a fused cross-entropy kernel
-// holds at once; with the vocabulary chunk it bounds the scratch to
-// flceRowBlock × chunk elements, never [N, V].
-const flceRowBlock = 32
+// holds at once when the op has no chunk_rows attribute; flceVocabChunk is the
+// number of vocabulary columns it computes at a time within those rows (the online
+// log-sum-exp runs over them). The scratch is rows × flceVocabChunk, never [N, V].
+const (
+	flceRowBlock   = 32
+	flceVocabChunk = 4096
+)
 
 // flce holds the operands of a fused_linear_cross_entropy(_grad) node.
 type flce struct {
@@ -24,11 +28,13 @@ type flce struct {
 	labels    []int64
 	n, d, v   int
 	transpose bool
-	chunk     int
+	// rows is the row chunk (the op's chunk_rows), chunk the vocabulary columns
+	// computed at a time.
+	rows, chunk int
 	// keep[r] is false for rows whose label is ignore_index; counted is the rest.
 	keep    []bool
 	counted int
-	// z is the scratch for one block of logits, flceRowBlock × chunk.
+	// z is the scratch for one block of logits, rows × chunk.
 	z []float64
 }
 
@@ -38,13 +44,14 @@ func newFLCE(n *ir.Node, args []*tensor.Tensor) (*flce, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := int(n.Attrs.Int("chunk", 0))
-	if c <= 0 {
-		c = ir.DefaultCEChunk
+	rc := int(n.Attrs.Int("chunk_rows", 0))
+	if rc <= 0 {
+		rc = flceRowBlock
 	}
-	c = max(1, min(c, int(v)))
+	rc = max(1, min(rc, int(rows)))
+	c := max(1, min(flceVocabChunk, int(v)))
 	p := &flce{h: args[0], w: args[1], labels: args[2].I, n: int(rows), d: int(d), v: int(v),
-		transpose: tw, chunk: c, keep: make([]bool, rows)}
+		transpose: tw, rows: rc, chunk: c, keep: make([]bool, rows)}
 	ignore, hasIgnore := n.Attrs.Get("ignore_index")
 	ign, _ := ignore.(int64)
 	for r, l := range p.labels {
@@ -57,7 +64,7 @@ func newFLCE(n *ir.Node, args []*tensor.Tensor) (*flce, error) {
 		p.keep[r] = true
 		p.counted++
 	}
-	p.z = make([]float64, flceRowBlock*c)
+	p.z = make([]float64, rc*c)
 	return p, nil
 }
 
@@ -145,10 +152,10 @@ func kernelFLCE(n *ir.Node, args []*tensor.Tensor, _ Options) ([]*tensor.Tensor,
 	}
 	out := newResult(n, 0)
 	losses := make([]float64, p.n)
-	lse := make([]float64, flceRowBlock)
-	target := make([]float64, flceRowBlock)
-	for r0 := 0; r0 < p.n; r0 += flceRowBlock {
-		r1 := min(r0+flceRowBlock, p.n)
+	lse := make([]float64, p.rows)
+	target := make([]float64, p.rows)
+	for r0 := 0; r0 < p.n; r0 += p.rows {
+		r1 := min(r0+p.rows, p.n)
 		p.lse(r0, r1, lse[:r1-r0], target[:r1-r0])
 		for r := r0; r < r1; r++ {
 			if p.keep[r] {
@@ -167,7 +174,7 @@ func kernelFLCE(n *ir.Node, args []*tensor.Tensor, _ Options) ([]*tensor.Tensor,
 	return one(out), nil
 }
 
-// kernelFLCEGrad is fused_linear_cross_entropy_grad: for each block of rows it
+// kernelFLCEGrad is fused_linear_cross_entropy_grad: for each chunk of rows it
 // finds the log-sum-exp (one sweep over the vocabulary), then sweeps again,
 // recomputing each chunk of logits, and accumulates G = c ⊙ (softmax − onehot)
 // into dh += G·wᵀ and dw += hᵀ·G.
@@ -187,11 +194,11 @@ func kernelFLCEGrad(n *ir.Node, args []*tensor.Tensor, _ Options) ([]*tensor.Ten
 		}
 		return dloss[0] / float64(p.counted)
 	}
-	lse := make([]float64, flceRowBlock)
-	target := make([]float64, flceRowBlock)
+	lse := make([]float64, p.rows)
+	target := make([]float64, p.rows)
 	d, v := p.d, p.v
-	for r0 := 0; r0 < p.n; r0 += flceRowBlock {
-		r1 := min(r0+flceRowBlock, p.n)
+	for r0 := 0; r0 < p.n; r0 += p.rows {
+		r1 := min(r0+p.rows, p.n)
 		p.lse(r0, r1, lse[:r1-r0], target[:r1-r0])
 		for c0 := 0; c0 < v; c0 += p.chunk {
 			c1 := min(c0+p.chunk, v)

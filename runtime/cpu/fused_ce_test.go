@@ -59,9 +59,9 @@ func TestFLCEMatchesUnfused(t *testing.T) {
 		n, d, v int64
 		attrs   ir.Attrs
 	}{
-		{70, 16, 300, ir.A("ignore_index", -100, "reduction", "mean", "chunk", 64)},
-		{70, 16, 300, ir.A("ignore_index", -100, "reduction", "mean", "chunk", 7, "transpose_w", true)},
-		{33, 8, 50, ir.A("ignore_index", 3, "reduction", "sum", "chunk", 16)},
+		{70, 16, 300, ir.A("ignore_index", -100, "reduction", "mean", "chunk_rows", 64)},
+		{70, 16, 300, ir.A("ignore_index", -100, "reduction", "mean", "chunk_rows", 7, "transpose_w", true)},
+		{33, 8, 50, ir.A("ignore_index", 3, "reduction", "sum", "chunk_rows", 16)},
 		{33, 8, 50, ir.A("ignore_index", -100, "reduction", "none", "transpose_w", true)},
 	} {
 		name := fmt.Sprintf("%dx%dx%d %v", c.n, c.d, c.v, c.attrs)

@@ -356,7 +356,11 @@ func (r *runner) launch(f *ir.Func) error {
 		case "kernel":
 			args := make([]any, len(s.Args))
 			for j, a := range s.Args {
-				args[j] = r.ptr(a)
+				p := r.ptr(a)
+				if j < len(s.Offs) && s.Offs[j] != 0 {
+					p += cuda.DevicePtr(s.Offs[j] * r.elemSize(a))
+				}
+				args[j] = p
 			}
 			fn := r.fns[s.Kernel]
 			if fn == nil {
@@ -384,7 +388,16 @@ func (r *runner) launch(f *ir.Func) error {
 	return nil
 }
 
-// gemm issues one cuBLASLt matmul; K = 0 gives zeros.
+// elemSize is the byte size of one element of buffer id (1 if its dtype is unknown).
+func (r *runner) elemSize(id int) int64 {
+	dt, err := tensor.ParseDType(r.plan.Buffers[id].DType)
+	if err != nil {
+		return 1
+	}
+	return int64(dt.Size())
+}
+
+// gemm issues one cuBLASLt matmul; K = 0 gives zeros (or leaves C when Beta = 1).
 func (r *runner) gemm(s codegen.Step) error {
 	g := s.Gemm
 	if g == nil || len(s.Args) < 3 || r.blas == nil {
@@ -394,17 +407,33 @@ func (r *runner) gemm(s codegen.Step) error {
 	if err != nil {
 		return err
 	}
-	es := int64(dt.Size())
+	ct := dt
+	if g.CType != "" {
+		if ct, err = tensor.ParseDType(g.CType); err != nil {
+			return err
+		}
+	}
+	es, cs := int64(dt.Size()), int64(ct.Size())
 	a, b, c := r.ptr(s.Args[0]), r.ptr(s.Args[1]), r.ptr(s.Args[2])
-	c += cuda.DevicePtr(g.OffC * es)
+	c += cuda.DevicePtr(g.OffC * cs)
 	if g.K == 0 {
-		return r.dev.Memset8(c, 0, int(g.M*g.N*max(g.Batch, 1)*es))
+		if g.Beta == 1 {
+			return nil
+		}
+		if g.Beta != 0 {
+			return fmt.Errorf("lcc: BUG: gemm with K = 0 and beta %g", g.Beta)
+		}
+		return r.dev.Memset8(c, 0, int(g.M*g.N*max(g.Batch, 1)*cs))
+	}
+	var cType tensor.DType
+	if ct != dt {
+		cType = ct
 	}
 	return r.blas.Gemm(r.stream, cuda.GemmParams{TransA: g.TransA, TransB: g.TransB,
 		M: int(g.M), N: int(g.N), K: int(g.K),
 		A: a + cuda.DevicePtr(g.OffA*es), B: b + cuda.DevicePtr(g.OffB*es), C: c,
 		Batch: int(g.Batch), StrideA: g.StrideA, StrideB: g.StrideB, StrideC: g.StrideC,
-		Type: dt, Alpha: 1})
+		Type: dt, CType: cType, Alpha: g.Alpha, Beta: g.Beta})
 }
 
 // download copies the outputs back, widening bf16 storage to the IR dtype.

@@ -95,6 +95,11 @@ func Zoo(t testing.TB, seed uint64) (*ir.Func, map[string]*tensor.Tensor) {
 		{"flce", fl("wv", 16, 10), ir.A("ignore_index", 3, "reduction", "mean")},
 		{"flce_t", fl("wt", 10, 16), ir.A("transpose_w", true, "reduction", "sum")},
 		{"flce_none", fl("wn", 16, 10), ir.A("reduction", "none")},
+		// Row chunks of 4 and 5 over 6 rows (the last one ragged), vocabularies
+		// that take the 16-byte vector path.
+		{"flce_chunk", fl("wc", 16, 40), ir.A("ignore_index", 3, "reduction", "mean", "chunk_rows", 4)},
+		{"flce_chunk_t", fl("wct", 40, 16), ir.A("transpose_w", true, "reduction", "none", "chunk_rows", 5)},
+		{"flce_chunk_sum", fl("wcs", 16, 24), ir.A("ignore_index", 5, "reduction", "sum", "chunk_rows", 1)},
 	} {
 		loss := one(ir.OpFusedLinearCrossEntropy, c.at, hid, c.w, labels)
 		dl := fl("d"+c.name, loss.Type.Shape...)
