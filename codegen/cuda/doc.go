@@ -39,8 +39,9 @@
 //     f64 values, int64 for integers). Attention's lse stays f32.
 //   - Index math is 32-bit only where every index provably fits, else 64-bit.
 //   - Results are deterministic run to run: no kernel uses floating-point atomics.
-//     scatter_add sums its updates per output element in index order, which costs
-//     O(size·indices) index reads; a sorted (CSR) version is future work.
+//     scatter_add sorts (index, position) once with a stable radix sort and sums
+//     each output row's run in position order (scatter.go): O(N log N), bitwise
+//     reproducible, and an index out of range adds nothing.
 //   - Hopper-only code is guarded by LCC_SM90 (__CUDA_ARCH__ >= 900) so compute_80
 //     and sm_90 both compile; no kernel needs it yet.
 //   - Out-of-range gather or label indices, integer division by zero and casts of

@@ -285,26 +285,3 @@ func lowerGatherND(g *gen, n *ir.Node) error {
 		[]int{g.ids[y], g.ids[x], g.ids[idx]}, body.String())
 	return nil
 }
-
-// lowerScatterAdd is the transpose of gather without atomics: each output
-// element sums, in index order, the updates whose index names it. That makes it
-// deterministic (and equal to the CPU's order) at O(size·indices) index reads;
-// an index outside [−size, size) matches nothing.
-func lowerScatterAdd(g *gen, n *ir.Node) error {
-	x, idx, y := n.Args[0], n.Args[1], n.Result()
-	ax := n.Attrs.Int("axis", 0)
-	size := n.Attrs.Int("size", 0)
-	ni := idx.Type.Numel()
-	inner := prod(x.Type.Shape[int(ax)+idx.Type.Rank():])
-	acc := accC(y.Type.DType)
-	body := fmt.Sprintf("    const long long o = i / %d, j = (i / %d) %% %d, e = i %% %d;\n", size*inner, inner, size, inner) +
-		fmt.Sprintf("    %s s = 0;\n", acc) +
-		fmt.Sprintf("    for (long long p = 0; p < %d; ++p) {\n", ni) +
-		fmt.Sprintf("      long long k = (long long)idx[p]; if (k < 0) k += %d;\n", size) +
-		fmt.Sprintf("      if (k == j) s += (%s)%s;\n    }\n", acc, load(g.storageOf(x), fmt.Sprintf("x[(o * %d + p) * %d + e]", ni, inner))) +
-		fmt.Sprintf("    y[i] = %s;\n", store(g.storageOf(y), "s"))
-	g.flatKernel("scatter_add", fmt.Sprintf("scatter_add %v by %v at axis %d into %v", x.Type, idx.Type, ax, y.Type),
-		y.Type.Numel(), []Param{g.param("y", y, true), g.param("x", x, false), g.param("idx", idx, false)},
-		[]int{g.ids[y], g.ids[x], g.ids[idx]}, body)
-	return nil
-}

@@ -81,6 +81,16 @@ func Zoo(t testing.TB, seed uint64) (*ir.Func, map[string]*tensor.Tensor) {
 	gat := one(ir.OpGather, ir.A("axis", 0), emb, ids)
 	out("gather", gat)
 	out("scatter_add", one(ir.OpScatterAdd, ir.A("axis", 0, "size", 10), gat, ids))
+	// Many repeats of few rows (the sort's ragged tiles), a row of 40 (the 16-byte
+	// path in f32 and bf16), an axis with outer dims and negative indices.
+	upd := fl("upd", 2, 1500, 40)
+	rows := ints("rows", 300, 1500)
+	for i := range in["rows"].I {
+		if i%11 == 0 {
+			in["rows"].I[i] -= 300 // negative: counts from the end
+		}
+	}
+	out("scatter_add_sorted", one(ir.OpScatterAdd, ir.A("axis", 1, "size", 300), upd, rows))
 	logits, labels := fl("logits", 6, 10), ints("labels", 10, 6)
 	out("sce_mean", one(ir.OpSoftmaxCrossEntropy, ir.A("ignore_index", 3, "reduction", "mean"), logits, labels))
 	out("sce_sum", one(ir.OpSoftmaxCrossEntropy, ir.A("reduction", "sum"), logits, labels))
