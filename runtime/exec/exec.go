@@ -338,8 +338,20 @@ func convert(t *tensor.Tensor, dt tensor.DType) *tensor.Tensor {
 	return &tensor.Tensor{DType: dt, Shape: t.Shape, F: t.F, I: t.I}
 }
 
-// launch runs the plan's steps in order on the stream.
+// launch runs the plan's steps in order on the stream and waits for them.
 func (r *runner) launch(f *ir.Func) error {
+	if err := r.queue(f); err != nil {
+		return err
+	}
+	if err := r.stream.Synchronize(); err != nil {
+		return fmt.Errorf("exec: running the plan (set Options.SyncEach to find the step): %w", err)
+	}
+	return nil
+}
+
+// queue issues the plan's steps in order on the stream without waiting (unless
+// Options.SyncEach).
+func (r *runner) queue(f *ir.Func) error {
 	for i, s := range r.plan.Steps {
 		where := func() string {
 			w := fmt.Sprintf("step %d of %d (node %d", i, len(r.plan.Steps), s.Node)
@@ -381,9 +393,6 @@ func (r *runner) launch(f *ir.Func) error {
 		if err != nil {
 			return fmt.Errorf("exec: %s: %w", where(), err)
 		}
-	}
-	if err := r.stream.Synchronize(); err != nil {
-		return fmt.Errorf("exec: running the plan (set Options.SyncEach to find the step): %w", err)
 	}
 	return nil
 }

@@ -71,3 +71,22 @@ func TestGPUScatterAddSorted(t *testing.T) {
 		}
 	})
 }
+
+// TestGPUMemboundSmall is a small fused cross-entropy (ragged row chunks, ignored
+// rows, the vector and the scalar row paths) and a small sorted scatter_add, each
+// against the CPU: the case compute-sanitizer runs.
+func TestGPUMemboundSmall(t *testing.T) {
+	dev := openGPU(t)
+	ig := int64(-100)
+	for _, v := range []int64{40, 37} {
+		f := flceFunc(t, 37, 16, v, ir.A("transpose_w", v == 40, "ignore_index", ig, "reduction", "mean",
+			"chunk_rows", 16))
+		in := flceInputs(f, v, &ig, 3)
+		compare(t, dev, f, in, Options{}, 1e-5)
+		compare(t, dev, f, in, Options{Storage: tensor.BF16}, 2e-2)
+	}
+	f := scatterFunc(t, 3000, 16, 300)
+	in := scatterInputs(3000, 16, 300, 2)
+	compare(t, dev, f, in, Options{}, 1e-5)
+	compare(t, dev, f, in, Options{Storage: tensor.BF16}, 2e-2)
+}

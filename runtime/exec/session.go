@@ -108,6 +108,53 @@ func (s *Session) Run(f *ir.Func,
 	return r.run(f, host)
 }
 
+// Launch queues every step of f's program on the session's stream again and
+// returns without waiting: no upload, poison or download. The arena holds what
+// f's last Run left, so f must have run in this session, and a program whose
+// steps overwrite its own parameters sees their new values. It is for timing a
+// program with events on Stream; a kernel error surfaces at the next
+// synchronisation.
+func (s *Session) Launch(f *ir.Func) error {
+	if s == nil || s.dev == nil {
+		return errNoDevice
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return ErrClosed
+	}
+	r := s.funcs[f]
+	if r == nil || !r.built(f) {
+		return fmt.Errorf("exec: Launch of func @%s before a Run of it in this session", f.Name)
+	}
+	return r.queue(f)
+}
+
+// Stream is the stream every run of the session uses (nil before the first Run).
+func (s *Session) Stream() *cuda.Stream {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.stream
+}
+
+// ArenaBytes is the size of the arena of f's program in this session (0 if f
+// has not run in it).
+func (s *Session) ArenaBytes(f *ir.Func) int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r := s.funcs[f]
+	if r == nil {
+		return 0
+	}
+	var peak int64
+	for _, b := range r.plan.Buffers {
+		if o := r.offs[b.ID]; o >= 0 {
+			peak = max(peak, o+(b.Bytes+arenaAlign-1)/arenaAlign*arenaAlign)
+		}
+	}
+	return peak
+}
+
 // runner returns f's cached runner, or nil if f must be built. A runner built for
 // a Func that has since changed size is released first.
 func (s *Session) runner(f *ir.Func) (*runner, error) {
