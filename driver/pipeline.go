@@ -220,7 +220,7 @@ func newPipeline(t targets.Target, o Options) (*pipeline, error) {
 	a := o.Attention
 	match := passes.MatchAttention(passes.MatchConfig{RequireAttention: a.Require, Result: &p.matches})
 	if a.Require {
-		match.Config = "require"
+		match.Config = "require=true"
 	}
 	add(match)
 	if a.Mode == "dilated" {
@@ -371,17 +371,13 @@ func (p *pipeline) run(f *ir.Func, popts passes.Options) ([]passes.Stat, error) 
 	return passes.Run(f, p.passes, popts)
 }
 
-// Describe renders a pass list one pass a line, with its configuration, as
-// `lcc passes --pipeline` prints it.
+// Describe renders a pass list one pass a line with its configuration, in the
+// syntax of passes.ParsePipeline (`name key=value ...`), as `lcc passes
+// --pipeline` prints it: a printed pipeline can be pasted into a golden test.
 func Describe(ps []passes.Pass) string {
 	var sb strings.Builder
-	w := 0
 	for _, p := range ps {
-		w = max(w, len(p.Name))
-	}
-	for i, p := range ps {
-		line := fmt.Sprintf("%2d  %-*s  %s", i+1, w, p.Name, p.Config)
-		sb.WriteString(strings.TrimRight(line, " ") + "\n")
+		sb.WriteString(strings.TrimSpace(p.Name+" "+p.Config) + "\n")
 	}
 	return sb.String()
 }

@@ -70,14 +70,37 @@ func TestPipelineLists(t *testing.T) {
 			t.Errorf("%s:\n got  %s\n want %s", tc.name, got, tc.want)
 		}
 	}
-	ps, _ := Pipeline(h200, Options{Attention: dil, Precision: "bf16", Checkpoint: "layers"})
+	ps, _ := Pipeline(h200, Options{Attention: dil, Precision: "bf16", Checkpoint: "layers",
+		Ranks: 2, ShardMode: passes.ShardDilated, KeepLogits: true})
 	d := Describe(ps)
-	for _, want := range []string{" 2  dilate-attention    segments=8,16 dilations=1,2 offsets=paper\n",
-		"insert-loss         loss=auto\n", "insert-checkpoints  policy=layers\n",
-		"codegen             arch=sm_90 storage=bf16\n"} {
-		if !strings.Contains(d, want) {
-			t.Errorf("Describe lacks %q:\n%s", want, d)
-		}
+	want := `match-attention
+dilate-attention segments=8,16 dilations=1,2 offsets=paper
+cse
+dce
+insert-loss loss=auto keep-outputs=true
+fuse-cross-entropy
+dce
+shard-sequence ranks=2 mode=dilated
+autodiff
+all-reduce-gradients ranks=2
+cse
+dce
+insert-checkpoints policy=layers
+dce
+codegen arch=sm_90 storage=bf16
+`
+	if d != want {
+		t.Errorf("Describe:\n%s\nwant\n%s", d, want)
+	}
+	// The description is a pipeline the registry builds (as golden tests write
+	// them; the registered codegen only names the step), pass for pass.
+	lines := strings.Split(strings.TrimSpace(d), "\n")
+	parsed, err := passes.ParsePipeline(strings.Join(lines[:len(lines)-1], "\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := names(parsed) + " codegen"; got != names(ps) {
+		t.Errorf("parsed back: %s, want %s", got, names(ps))
 	}
 }
 

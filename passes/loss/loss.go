@@ -306,7 +306,7 @@ func Insert(kind string, keepOutputs bool, res *Choice) passes.Pass {
 		kind = Auto
 	}
 	return passes.Pass{Name: "insert-loss", Doc: "choose the loss output (--loss) or add cross-entropy of the logits",
-		Config: "loss=" + kind,
+		Config: "loss=" + kind + map[bool]string{true: " keep-outputs=true"}[keepOutputs],
 		Run: func(f *ir.Func) error {
 			c, err := Apply(f, kind, keepOutputs)
 			if res != nil {
