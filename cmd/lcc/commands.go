@@ -3,6 +3,8 @@ package main
 import (
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"sort"
 	"strings"
 	"text/tabwriter"
@@ -219,7 +221,7 @@ func compileCmd() *cobra.Command {
 			}
 			res.Report.WriteText(w)
 			if out != "" {
-				fmt.Fprintf(w, "wrote      %s/{graph.lcc,weights.safetensors,report.json}\n", strings.TrimSuffix(out, "/"))
+				fmt.Fprintf(w, "wrote      %s/{%s}\n", strings.TrimSuffix(out, "/"), strings.Join(written(out), ","))
 			}
 			return nil
 		},
@@ -232,6 +234,22 @@ func compileCmd() *cobra.Command {
 	cmd.Flags().StringVar(&reportFmt, "report", "text", "report format: text or json")
 	cmd.Flags().StringVar(&printAfter, "print-ir-after", "", "print the IR after this pass (or all) to stderr")
 	return cmd
+}
+
+// outputFiles are the files compile -o may write, in the order they are listed
+// (the README's table lists the same).
+var outputFiles = []string{"graph.lcc", "weights.safetensors", "report.json", "kernels/",
+	"launch_plan.json", "constants.safetensors", "rank.lcc", "graph.onnx", "graph.dot"}
+
+// written lists the outputFiles present in dir.
+func written(dir string) []string {
+	var out []string
+	for _, name := range outputFiles {
+		if _, err := os.Stat(filepath.Join(dir, name)); err == nil {
+			out = append(out, name)
+		}
+	}
+	return out
 }
 
 // checkPrintAfter validates --print-ir-after against the registered passes.

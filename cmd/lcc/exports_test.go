@@ -330,6 +330,11 @@ func TestDocsStandAlone(t *testing.T) {
 			t.Errorf("compile -o wrote %s, which the README does not list", name)
 		}
 	}
+	for _, name := range outputFiles {
+		if !strings.Contains(string(readme), "`"+name) {
+			t.Errorf("compile -o may write %s, which the README does not list", name)
+		}
+	}
 	if len(entries) < 9 {
 		t.Errorf("compile -o wrote only %d entries; the test expects every kind of file", len(entries))
 	}
