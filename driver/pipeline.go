@@ -35,6 +35,9 @@ type Options struct {
 	// SPMD shards even for one rank (Ranks 1): the step then holds its
 	// collectives, as a one-rank communicator test needs.
 	SPMD bool
+	// Rank is the rank whose build of a sharded program codegen makes (its
+	// kernels, and so the program hash, are rank-specific).
+	Rank int
 	// KeepLogits keeps the model's outputs in a training step (by default a step
 	// returns the loss and gradients only, so the logits need not be stored and
 	// cross-entropy fuses with the output projection).
@@ -303,12 +306,16 @@ func (p *pipeline) finish() error {
 		if storage != tensor.F32 {
 			cfg += " storage=" + storage.String()
 		}
+		if p.opts.Rank > 0 {
+			cfg += fmt.Sprintf(" rank=%d", p.opts.Rank)
+		}
 		p.passes = append(p.passes, passes.Pass{Name: "codegen", Config: cfg,
 			Doc: "lower the final program to CUDA kernels and a launch plan (GPU targets)",
 			Run: func(f *ir.Func) error {
 				// An op without a GPU lowering leaves the plan standing; the report says
 				// which op is missing.
-				p.prog, p.codegenErr = cudagen.Build(f, cudagen.Options{Arch: p.target.Arch, Storage: storage})
+				p.prog, p.codegenErr = cudagen.Build(f, cudagen.Options{Arch: p.target.Arch, Storage: storage,
+					Rank: p.opts.Rank})
 				return nil
 			}})
 	}

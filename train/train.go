@@ -261,7 +261,7 @@ func (c *Config) compileOptions() driver.CompileOptions {
 		Loss: c.Loss, Attention: c.Attention, Checkpoint: c.Checkpoint, MemoryBudget: c.MemoryBudget,
 		Precision: c.Precision, Ranks: c.Ranks, ShardMode: c.ShardMode}}
 	if c.Comm != nil {
-		o.Ranks, o.SPMD = c.Comm.Size(), true
+		o.Ranks, o.SPMD, o.Rank = c.Comm.Size(), true, c.Comm.Rank()
 	}
 	return o
 }
