@@ -10,7 +10,8 @@ const SemanticsOpset = 23
 
 // newerVersions lists, for every default-domain op that ONNX (1.23.1, opset 28)
 // defined anew after opset 23, those versions and the newest one lcc implements
-// (23 or less: none of the newer ones). Read off onnx.defs.get_all_schemas_with_history.
+// (23 or less: none of the newer ones). Read off onnx.defs.get_all_schemas_with_history
+// by scripts/onnx_opset_changes.py.
 var newerVersions = map[string]struct {
 	versions    []int64
 	implemented int64
