@@ -14,7 +14,7 @@ import (
 	"testing"
 )
 
-// levels is DESIGN.md §1's layering, bottom to top. Non-test code imports only
+// levels is docs/design.md §1's layering, bottom to top. Non-test code imports only
 // packages of its own level or below. An entry covers the package of that path and
 // every package under it that has no entry of its own; a package that no entry
 // covers fails the test, so a new top-level package must be given a level here.
@@ -132,7 +132,7 @@ func packageLevels(pkgs []goPackage) (map[string]int, error) {
 		l, ok := tableLevel(r)
 		if !ok {
 			errs = append(errs, fmt.Errorf("package %s has no level: add it (or a "+
-				"directory above it) to levels in layering_test.go, following DESIGN.md §1", r))
+				"directory above it) to levels in layering_test.go, following docs/design.md §1", r))
 			continue
 		}
 		lv[r] = l
@@ -175,7 +175,7 @@ func packageLevels(pkgs []goPackage) (map[string]int, error) {
 }
 
 // TestLayering fails when a package's non-test code imports a package of a higher
-// level (DESIGN.md §1). Test files may import anything.
+// level (docs/design.md §1). Test files may import anything.
 func TestLayering(t *testing.T) {
 	pkgs := listPackages(t)
 	lv, err := packageLevels(pkgs)
@@ -201,7 +201,7 @@ func TestLayering(t *testing.T) {
 	}
 	sort.Strings(bad)
 	if len(bad) > 0 {
-		t.Errorf("imports from a lower level into a higher one (DESIGN.md §1):\n%s",
+		t.Errorf("imports from a lower level into a higher one (docs/design.md §1):\n%s",
 			strings.Join(bad, "\n"))
 	}
 }

@@ -1,6 +1,6 @@
 package ir
 
-// This file is the one home of LongNet's head offsets (DESIGN.md §3): which
+// This file is the one home of LongNet's head offsets (docs/design.md §3): which
 // residue modulo the dilation r the rows of head h select in a branch of
 // dilated attention. The CPU interpreter, the communication model and the CUDA
 // kernels all take o(h) from here.

@@ -77,7 +77,7 @@ func TestHeadOffsetCUDA(t *testing.T) {
 	}
 }
 
-// Spot values from DESIGN.md §3: paper cycles heads over residues, block gives
+// Spot values from docs/design.md §3: paper cycles heads over residues, block gives
 // each residue a contiguous run of ⌈H/r⌉ heads, the last run possibly shorter.
 func TestHeadOffset(t *testing.T) {
 	var paper, block []int64

@@ -100,7 +100,7 @@ func gradAttention(b *Builder, n *Node, dys []*Value) []*Value {
 }
 
 // dilated_attention(q, k, v) → (o, lse): dilated_attention_grad(q, k, v, o, lse, do),
-// exact including the branch-merge weights (DESIGN.md §3).
+// exact including the branch-merge weights (docs/design.md §3).
 func gradDilatedAttention(b *Builder, n *Node, dys []*Value) []*Value {
 	return b.attentionGrad(OpDilatedAttentionGrad, n, dys, nil)
 }

@@ -6,7 +6,7 @@ import (
 	"github.com/lcc-dev/lcc/tensor"
 )
 
-// Collective ops and sequence-parallel attention (DESIGN.md §3).
+// Collective ops and sequence-parallel attention (docs/design.md §3).
 //
 // A sharded function is one SPMD program: every rank runs the same body on its
 // own part of the data, and collectives are the only places where ranks meet. The

@@ -3,7 +3,7 @@ package ir
 import "fmt"
 
 // Fused linear cross-entropy: the output projection and the loss as one op, so the
-// [tokens, vocab] logits are never stored (DESIGN.md §4). Kernels compute it chunk
+// [tokens, vocab] logits are never stored (docs/design.md §4). Kernels compute it chunk
 // by chunk over the rows (tokens): the logits of one chunk of rows, then an online
 // log-sum-exp per row (Milakov and Gimelshein, "Online normalizer calculation for
 // softmax", arXiv 1805.02867). The backward recomputes each chunk of logits instead

@@ -10,7 +10,7 @@ import (
 	"github.com/lcc-dev/lcc/ir"
 )
 
-// DilateConfig is the LongNet configuration of dilate-attention (DESIGN.md §3):
+// DilateConfig is the LongNet configuration of dilate-attention (docs/design.md §3):
 // branch i has segment length Segments[i] and dilation Dilations[i].
 type DilateConfig struct {
 	Segments, Dilations []int64

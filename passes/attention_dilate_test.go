@@ -73,7 +73,7 @@ func TestDilateAttentionMHA(t *testing.T) {
 	// The rewritten model against the same model written by hand.
 	checkSame(t, handBuiltMHA(t, f, longnetSmall), f, in, 1e-6)
 
-	// And against PyTorch's float64 brute force of DESIGN.md §3 (stored in f32).
+	// And against PyTorch's float64 brute force of docs/design.md §3 (stored in f32).
 	want, err := ref.Get("out")
 	if err != nil {
 		t.Fatal(err)

@@ -15,7 +15,7 @@ import (
 // look at each mask: a symbolic proof from the structure of its subgraph, which
 // holds at any length (attention_mask_prove.go), and, where the mask is small
 // enough, evaluation on the CPU interpreter, whose visible set is compared with
-// the causal pattern (DESIGN.md §4). Where both apply they must agree.
+// the causal pattern (docs/design.md §4). Where both apply they must agree.
 
 // maskKind is what a mask hides.
 type maskKind uint8

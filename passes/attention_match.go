@@ -9,7 +9,7 @@ import (
 	"github.com/lcc-dev/lcc/ir"
 )
 
-// This file is the match-attention pass (DESIGN.md §4): it finds attention that
+// This file is the match-attention pass (docs/design.md §4): it finds attention that
 // exporters wrote out op by op and replaces it with one `attention` op, so that
 // later passes (dilate-attention, sharding, codegen) see every layer the same way.
 //

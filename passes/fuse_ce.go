@@ -2,7 +2,7 @@ package passes
 
 import "github.com/lcc-dev/lcc/ir"
 
-// This file fuses the output projection with the loss (DESIGN.md §4): the
+// This file fuses the output projection with the loss (docs/design.md §4): the
 // [tokens, vocab] logits of matmul(h, w) that feed only a cross-entropy become one
 // fused_linear_cross_entropy node, whose kernels never store them. Run it before
 // autodiff so the backward uses the op's chunked gradient too; it only fires when

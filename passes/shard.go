@@ -9,7 +9,7 @@ import (
 	"github.com/lcc-dev/lcc/ir"
 )
 
-// shard-sequence: sequence parallelism as a compiler pass (DESIGN.md §3).
+// shard-sequence: sequence parallelism as a compiler pass (docs/design.md §3).
 //
 // The pass turns a forward function over whole sequences into one SPMD program
 // that each of N ranks runs on its share of every position-indexed tensor. It runs

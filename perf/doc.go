@@ -1,6 +1,6 @@
 // Package perf holds the workloads of `lcc bench`: each times one operation (or
 // one training step) on the GPU with CUDA events and reports its figures beside
-// the PyTorch anchors run in the same command (DESIGN.md §9, "measure in the same
+// the PyTorch anchors run in the same command (docs/design.md §9, "measure in the same
 // command").
 //
 // The pieces every workload shares live here:
@@ -11,6 +11,6 @@
 //   - Figure and Compare put lcc's figures and the anchors' side by side with their
 //     ratio.
 //
-// perf sits at the level of train in the layering (DESIGN.md §1): it may import
+// perf sits at the level of train in the layering (docs/design.md §1): it may import
 // driver, runtime and codegen, and only cmd imports it.
 package perf

@@ -1,4 +1,4 @@
-// Package targets describes the machines lcc compiles for (DESIGN §5): a built-in
+// Package targets describes the machines lcc compiles for (docs/design.md §5): a built-in
 // table of GPU nodes plus targets loaded from a JSON file (`--target-file`). A target
 // drives the sharding degree (GPUs), the checkpoint budget (MemoryBytes), codegen
 // (Arch) and the report's time estimates (peak rates and bandwidths).

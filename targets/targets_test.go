@@ -21,7 +21,7 @@ func TestBuiltinTable(t *testing.T) {
 			t.Errorf("%s listed twice", tg.Name)
 		}
 	}
-	// DESIGN §5's required set, with the numbers the cost model relies on.
+	// docs/design.md §5's required set, with the numbers the cost model relies on.
 	const mib = 1 << 20
 	want := []struct {
 		name      string

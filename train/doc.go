@@ -1,4 +1,4 @@
-// Package train is lcc's training runtime (DESIGN.md §7): it compiles a model
+// Package train is lcc's training runtime (docs/design.md §7): it compiles a model
 // into a training step with driver's pipeline (the program lcc compile reports
 // for the same flags, with the same program hash), adds the AdamW update, runs
 // them on the CPU interpreter or the GPU executor, reports progress and metrics,

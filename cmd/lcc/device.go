@@ -60,7 +60,7 @@ func (d *deviceFlags) runner() (driver.Runner, func(), error) {
 	return nil, nil, fmt.Errorf("--device %q: want cpu or cuda", d.device)
 }
 
-// defaultTolerance is 1e-4 for fp32 and 2e-2 for bf16 storage (DESIGN §8).
+// defaultTolerance is 1e-4 for fp32 and 2e-2 for bf16 storage (docs/design.md §8).
 func (d *deviceFlags) defaultTolerance() float64 {
 	if d.precision == "bf16" {
 		return 2e-2

@@ -418,3 +418,29 @@ func TestHelpTexts(t *testing.T) {
 		t.Errorf("ring on h200x1: exit %d: %s", code, stderr)
 	}
 }
+
+// Code comments cite the design by docs/design.md's sections, which a clone has.
+func TestDesignCitations(t *testing.T) {
+	err := filepath.WalkDir("../..", func(path string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && strings.HasPrefix(d.Name(), ".") && path != "../.." {
+			return filepath.SkipDir
+		}
+		if !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "exports_test.go") {
+			return nil
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		if strings.Contains(string(b), "DESIGN"+".md") {
+			t.Errorf("%s cites DESIGN.md, which is not in the repository: cite docs/design.md", path)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}

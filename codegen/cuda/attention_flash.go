@@ -95,7 +95,7 @@ func lowerFlashDilated(g *gen, n *ir.Node, d flash.Desc) error {
 	return nil
 }
 
-// lowerFlashDilatedGrad renders the exact backward (DESIGN.md §3): delta from the
+// lowerFlashDilatedGrad renders the exact backward (docs/design.md §3): delta from the
 // merged output, then per branch dK/dV (per group member when grouped-query heads
 // select different rows) and dQ with the global lse and delta, summed in fp32 in
 // branch order (bitwise reproducible), then rounded to bf16.

@@ -1,5 +1,5 @@
 // Package cuda generates lcc's GPU code: it lowers an ir.Func to CUDA C++ kernels
-// and a launch plan (DESIGN.md §6). GEMMs are not generated; the plan names them
+// and a launch plan (docs/design.md §6). GEMMs are not generated; the plan names them
 // for cuBLASLt instead.
 //
 // Design. Each kernel is rendered from a descriptor (op family, shapes, dtypes,

@@ -1,7 +1,7 @@
 // Package comm is lcc's in-process communicator: N ranks of one SPMD program run
 // as goroutines of one process and exchange tensors over channels, so that the
 // CPU interpreter can execute a sequence-sharded program exactly as N GPUs would
-// run it with NCCL (DESIGN.md §3, §8).
+// run it with NCCL (docs/design.md §3, §8).
 //
 // A World connects N Endpoints, one per rank. Every collective is built from
 // point-to-point messages on a buffered channel per ordered pair of ranks. Each

@@ -22,7 +22,7 @@ func attnDims(q, k *tensor.Tensor) attention.Dims {
 		Hq: int(q.Shape[2]), Hkv: int(k.Shape[2]), D: int(q.Shape[3])}
 }
 
-// attnScale is the scale attribute, 1/sqrt(D) when absent (DESIGN.md §3).
+// attnScale is the scale attribute, 1/sqrt(D) when absent (docs/design.md §3).
 func attnScale(n *ir.Node, d attention.Dims) float64 {
 	return n.Attrs.Float("scale", 1/math.Sqrt(float64(d.D)))
 }
@@ -105,7 +105,7 @@ func dilatedConfig(n *ir.Node, d attention.Dims) (attention.DilatedConfig, error
 	return cfg, cfg.Validate()
 }
 
-// kernelDilated is LongNet dilated attention (DESIGN.md §3) via package attention.
+// kernelDilated is LongNet dilated attention (docs/design.md §3) via package attention.
 func kernelDilated(n *ir.Node, args []*tensor.Tensor, _ Options) ([]*tensor.Tensor, error) {
 	q, k, v := args[0], args[1], args[2]
 	d := attnDims(q, k)

@@ -1,7 +1,7 @@
 // Package cpu is lcc's reference interpreter: it runs an ir.Func on the host, one
 // kernel per op of the op table (ir.AllOps), in float64.
 //
-// It is the oracle the rest of lcc is checked against (DESIGN.md §8): every pass is
+// It is the oracle the rest of lcc is checked against (docs/design.md §8): every pass is
 // tested by running the graph before and after it here, the GPU kernels are compared
 // with it, and the ONNX importer folds constants with EvalNode. It favours clear,
 // deterministic kernels over speed; matmul (gonum's blas64.Gemm, parallel over

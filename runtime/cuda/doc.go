@@ -1,7 +1,7 @@
 // Package cuda binds the CUDA driver API, NVRTC, cuBLASLt and NCCL by loading their
 // shared libraries at run time with purego, and adds an NVRTC JIT with an on-disk
 // kernel cache. It needs no cgo: lcc builds with CGO_ENABLED=0 and the same binary
-// runs on machines with or without a GPU (DESIGN.md §6).
+// runs on machines with or without a GPU (docs/design.md §6).
 //
 // # Design
 //

@@ -1,5 +1,5 @@
 // Package exec runs an ir.Func on one GPU with the kernels and launch plan of
-// package codegen/cuda (DESIGN.md §6): it plans one device arena from the
+// package codegen/cuda (docs/design.md §6): it plans one device arena from the
 // buffers' lifetimes, uploads weights, constants and inputs, compiles the kernels
 // with NVRTC through the on-disk cache, launches kernels and cuBLASLt GEMMs in
 // plan order on one stream, and downloads the outputs. A Session keeps all of that

@@ -21,7 +21,7 @@ type branch struct {
 	dkdv    []*kernel
 }
 
-// Dilated is LongNet dilated attention (DESIGN.md §3) on the tensor-core
+// Dilated is LongNet dilated attention (docs/design.md §3) on the tensor-core
 // kernels: each branch runs as a batched causal attention over its selected rows,
 // read in place with a row stride, and merges (O_i, LSE_i) into an fp32 running
 // (o, lse) in branch order. The backward is the exact one: every branch uses the

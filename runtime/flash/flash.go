@@ -2,7 +2,7 @@
 // device buffers, outside an executor plan: dense and grouped-query attention,
 // ring blocks (position offsets plus the fp32 (o, lse) merge) and LongNet dilated
 // attention (one strided branch kernel per (w, r), merged in fp32, with the exact
-// backward of DESIGN.md §3). The benchmarks (package perf) and the multi-GPU
+// backward of docs/design.md §3). The benchmarks (package perf) and the multi-GPU
 // runner call these; a compiled program calls the same kernels through its plan.
 //
 // Every buffer is a device pointer in the attention op's layout: q, o, dq, do

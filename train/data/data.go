@@ -1,5 +1,5 @@
 // Package data produces the token batches lcc trains on: token files, raw bytes,
-// and synthetic long-range tasks for tests and demos (DESIGN.md §7).
+// and synthetic long-range tasks for tests and demos (docs/design.md §7).
 //
 // A data spec names the source:
 //

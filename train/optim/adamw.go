@@ -1,5 +1,5 @@
 // Package optim builds optimizer updates as lcc IR, so that the CPU interpreter
-// and the GPU backend run the same update (DESIGN.md §7).
+// and the GPU backend run the same update (docs/design.md §7).
 //
 // AdamW is Loshchilov and Hutter, "Decoupled Weight Decay Regularization" (ICLR
 // 2019), with the exact arithmetic of torch.optim.AdamW (single tensor, not

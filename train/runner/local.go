@@ -1,4 +1,4 @@
-// Package runner starts the ranks of a multi-rank training run (DESIGN.md §10,
+// Package runner starts the ranks of a multi-rank training run (docs/design.md §10,
 // "Multi-GPU runner"). `--ranks=N` means N ranks in compile, check and train
 // alike; the runner has two forms that run the same rank-specific step:
 //

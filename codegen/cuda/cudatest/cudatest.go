@@ -1,7 +1,7 @@
 // Package cudatest holds the graph that the GPU code generator and executor are
 // tested on: a zoo that uses every kernel family once. The shared models'
 // training steps need the driver and live in driver/drivertest, above this
-// package's level (DESIGN.md §1).
+// package's level (docs/design.md §1).
 package cudatest
 
 import (

@@ -5,7 +5,7 @@
 // text/template from the same Desc, so the same descriptor always gives the same
 // bytes.
 //
-// Layouts follow the attention op (DESIGN.md §3): q and o are [B, T, Hq, D], k and
+// Layouts follow the attention op (docs/design.md §3): q and o are [B, T, Hq, D], k and
 // v [B, S, Hkv, D], all bf16; lse and delta are [B, Hq, T] fp32 in natural-log
 // units. A dilated branch (W, R) reads its selected rows in place: in segment s
 // and head h the kernel sees rows s·W + o(h) + i·R, i = 0, 1, ..., as one causal
@@ -64,7 +64,7 @@ type Desc struct {
 	// bf16: the forward merges (o, lse) into a running fp32 (o, lse) (ring blocks,
 	// dilated branches), the backward adds dq, dk, dv into fp32 sums (dilated
 	// branches, in a fixed order). The backward always reads an external lse and
-	// delta: the global ones for the exact backward of DESIGN.md §3.
+	// delta: the global ones for the exact backward of docs/design.md §3.
 	Accumulate bool
 	// PerMember restricts the dK/dV kernel to query head Member of each group:
 	// in a dilated branch the q heads of one kv head may select different rows, so

@@ -1,5 +1,5 @@
 // Package gradcheck checks autodiff gradients against central finite differences
-// on the CPU interpreter in float64 (DESIGN.md §8: "each op's rule against central
+// on the CPU interpreter in float64 (docs/design.md §8: "each op's rule against central
 // finite differences in f64").
 //
 // For an objective L(θ) = loss + Σ_o ⟨out_o, r_o⟩ over the differentiated weights θ,

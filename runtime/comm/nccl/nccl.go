@@ -1,7 +1,7 @@
 // Package nccl is lcc's communicator on GPUs: one rank of an NCCL communicator
 // (runtime/cuda's bindings) with its own stream, ordered against the compute
 // stream by events, and a watchdog that turns a dead, failed or hung peer into
-// an error instead of a hang (DESIGN.md §6, §10).
+// an error instead of a hang (docs/design.md §6, §10).
 //
 // Two faces:
 //   - Device level (AllReduceDevice, AllGatherDevice, ReduceScatterDevice,

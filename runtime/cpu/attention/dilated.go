@@ -111,7 +111,7 @@ func (cfg DilatedConfig) offsets(h, heads int) []int {
 	return offs
 }
 
-// Dilated is LongNet dilated attention (DESIGN.md §3). Query head h uses kv head h/g
+// Dilated is LongNet dilated attention (docs/design.md §3). Query head h uses kv head h/g
 // and, in each branch, offset cfg.Offsets.Offset(h, Hq, r) for both its query and its
 // key rows. The branches' (O_i, LSE_i) are merged as LSE = log Σ_i exp(LSE_i),
 // O = Σ_i exp(LSE_i − LSE)·O_i, which is one softmax over the union (with

@@ -2,7 +2,7 @@
 // (causal, non-causal, additively masked), LongNet dilated attention, their exact
 // backward passes, and the log-sum-exp merge that ring attention uses. The CPU
 // interpreter, the autodiff tests and the GPU kernel tests all compare against these,
-// so they follow DESIGN.md §3 to the letter and favour clarity over speed.
+// so they follow docs/design.md §3 to the letter and favour clarity over speed.
 //
 // Layouts (row-major, float64):
 //
@@ -11,7 +11,7 @@
 //	lse            [B, Hq, T]       element (b, h, t)    at (b·Hq+h)·T+t
 //
 // Hq = g·Hkv (grouped-query attention): query head h reads kv head h/g. The softmax
-// scale is always passed explicitly (DESIGN's default is 1/sqrt(D)).
+// scale is always passed explicitly (the design's default is 1/sqrt(D), docs/design.md §3).
 //
 // Invariants every function keeps:
 //   - lse[b,h,t] = log Σ_j exp(s·q·k_j + bias_j) over the keys row t sees, so

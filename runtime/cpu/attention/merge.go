@@ -3,7 +3,7 @@ package attention
 import "math"
 
 // MergeInto folds a partial attention result (oB, lseB) over another set of keys into
-// (o, lse), in place, as ring attention does after each step (DESIGN.md §3):
+// (o, lse), in place, as ring attention does after each step (docs/design.md §3):
 //
 //	o   ← o − σ(lseB − lse)·(o − oB)
 //	lse ← lse − log σ(lse − lseB)

@@ -6,7 +6,7 @@ import (
 	"testing"
 )
 
-// This file holds brute-force references written straight from DESIGN.md §3, with
+// This file holds brute-force references written straight from docs/design.md §3, with
 // their own index arithmetic, and the helpers the tests share.
 
 // naiveKey is one entry of a row's key list: kv position j and an additive bias.
