@@ -211,7 +211,9 @@ func generate(f *ir.Func, o cudagen.Options) (string, error) {
 			target = fmt.Sprintf("gemm m=%d n=%d k=%d batch=%d trans_a=%t trans_b=%t", g.M, g.N, g.K,
 				g.Batch, g.TransA, g.TransB)
 		}
-		if c := s.Coll; c != nil {
+		if s.Kind == "wait" {
+			target = "wait for nccl " + s.Coll.Op
+		} else if c := s.Coll; c != nil {
 			target = fmt.Sprintf("nccl %s count=%d dtype=%s", c.Op, c.Count, c.DType)
 			if c.Reduce != "" {
 				target += " reduce=" + c.Reduce

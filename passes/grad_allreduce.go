@@ -17,9 +17,9 @@ import (
 // latency per parameter), gradients are packed, in the order the backward
 // produces them, into buckets of at most BucketBytes per dtype: each bucket is
 // flattened, concatenated, all-reduced once and split back. Each bucket's
-// all_reduce is placed right after the node that completes it, not at the end
-// of the step, so that an executor with a communication stream overlaps it with
-// the rest of the backward (the last layers' gradients are ready first).
+// all_reduce is placed right after the node that completes it, and its split at
+// the end of the step, so that an executor with a communication stream overlaps
+// it with the rest of the backward (the last layers' gradients are ready first).
 //
 // Bucketing never changes a bit: every element is summed over the ranks in rank
 // order whether it travels alone or in a bucket.
@@ -108,6 +108,7 @@ func AllReduceGradientsWith(f *ir.Func, cfg AllReduceGradientsConfig) error {
 	b := ir.Edit(f)
 	b.SetName("lcc.shard.grad")
 	attrs := ir.A("op", "sum", "ranks", int64(cfg.Ranks))
+	sums := make([]*ir.Value, len(buckets)) // each bucket's all_reduce
 	for k := len(buckets) - 1; k >= 0; k-- {
 		bk := buckets[k]
 		b.SetInsertPoint(bk[len(bk)-1].def + 1)
@@ -124,8 +125,20 @@ func AllReduceGradientsWith(f *ir.Func, cfg AllReduceGradientsConfig) error {
 				flat[i] = b.Reshape(g.v, sizes[i])
 			}
 		}
-		sum := b.Apply1(ir.OpAllReduce, attrs, b.Apply1(ir.OpConcat, ir.A("axis", int64(0)), flat...))
-		parts := b.Apply(ir.OpSplit, ir.A("axis", int64(0), "sizes", sizes), sum)
+		sums[k] = b.Apply1(ir.OpAllReduce, attrs, b.Apply1(ir.OpConcat, ir.A("axis", int64(0)), flat...))
+	}
+	// Unpack at the end of the step: nothing reads a bucket before then, so an
+	// executor need not wait for its all_reduce until the backward is done.
+	b.SetInsertPoint(len(f.Body))
+	for k, bk := range buckets {
+		if sums[k] == nil {
+			continue
+		}
+		sizes := make([]int64, len(bk))
+		for i, g := range bk {
+			sizes[i] = g.v.Type.Numel()
+		}
+		parts := b.Apply(ir.OpSplit, ir.A("axis", int64(0), "sizes", sizes), sums[k])
 		for i, g := range bk {
 			v := parts[i]
 			if g.v.Type.Rank() != 1 {

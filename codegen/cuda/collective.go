@@ -16,6 +16,13 @@ import (
 // every op is one collLayout, which a CPU test replays against the CPU
 // interpreter's collectives on several ranks.
 //
+// A collective step only queues the communication; a "wait" step (same Node and
+// Args) joins it into the compute stream right before the first step that reads
+// its result, or at the end. Between the two, compute overlaps communication
+// (a bucket's gradient all-reduce with the rest of the backward); naming the
+// collective's buffers in the wait step keeps them alive in the arena plan until
+// then, so no kernel reuses their memory while NCCL works on it.
+//
 // shard_positions needs the rank: it lowers to a kernel with this rank's
 // positions in closed form (Options.Rank), which makes the program a
 // rank-specific build.
@@ -214,4 +221,47 @@ func lowerShardedAttention(g *gen, n *ir.Node) error {
 		return lowerAttentionGrad(g, &m)
 	}
 	return lowerAttention(g, &m)
+}
+
+// deferWaits inserts after every collective step a wait step before the first
+// later step that reads the collective's result (through an alias too), or at
+// the end of the plan.
+func deferWaits(pl *Plan) {
+	owner := func(id int) int {
+		if b := pl.Buffers[id]; b.Kind == "alias" {
+			return b.AliasOf
+		}
+		return id
+	}
+	waitBefore := map[int][]Step{} // step index → waits to insert before it
+	var atEnd []Step
+	for i, s := range pl.Steps {
+		if s.Kind != "collective" {
+			continue
+		}
+		w := Step{Kind: "wait", Node: s.Node, Op: s.Op, Args: s.Args, Coll: s.Coll}
+		out, at := owner(s.Args[1]), -1
+		for j := i + 1; j < len(pl.Steps) && at < 0; j++ {
+			for _, a := range pl.Steps[j].Args {
+				if owner(a) == out {
+					at = j
+					break
+				}
+			}
+		}
+		if at < 0 {
+			atEnd = append(atEnd, w)
+		} else {
+			waitBefore[at] = append(waitBefore[at], w)
+		}
+	}
+	if len(waitBefore) == 0 && len(atEnd) == 0 {
+		return
+	}
+	var steps []Step
+	for i, s := range pl.Steps {
+		steps = append(steps, waitBefore[i]...)
+		steps = append(steps, s)
+	}
+	pl.Steps = append(steps, atEnd...)
 }

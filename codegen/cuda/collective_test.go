@@ -187,8 +187,10 @@ func TestCollectiveSteps(t *testing.T) {
 			}
 			kinds = append(kinds, k)
 		}
-		want := "collective:all_gather:all_gather kernel:swap collective:all_reduce:all_reduce " +
-			"kernel:shard_positions"
+		// The gather's wait comes before its swap reads it; the all-reduce's is
+		// deferred past the next kernel to the end: they overlap.
+		want := "collective:all_gather:all_gather wait:all_gather kernel:swap " +
+			"collective:all_reduce:all_reduce kernel:shard_positions wait:all_reduce"
 		if got := strings.Join(kinds, " "); got != want {
 			t.Errorf("rank %d: steps %s, want %s", rank, got, want)
 		}
@@ -206,6 +208,51 @@ func TestCollectiveSteps(t *testing.T) {
 	if _, err := Build(f, Options{Arch: "sm_90", Rank: 2}); err == nil ||
 		!strings.Contains(err.Error(), "rank 2, but the program has 2 ranks") {
 		t.Errorf("rank 2 of 2: %v", err)
+	}
+}
+
+// TestCollectiveOverlapArena: a GEMM between an all-reduce and its wait runs
+// while NCCL reads the all-reduce's input, so the arena must not give the GEMM's
+// result that memory (the wait step keeps it alive).
+func TestCollectiveOverlapArena(t *testing.T) {
+	b := ir.NewBuilder("overlap")
+	x := b.Input("x", ir.T(tensor.F32, 64, 64))
+	w := b.Input("w", ir.T(tensor.F32, 64, 64))
+	s := b.Apply1(ir.OpMul, nil, x, x)
+	a := b.Apply1(ir.OpAllReduce, ir.A("op", "sum", "ranks", 2), s)
+	m := b.Apply1(ir.OpMatMul, nil, x, w)
+	b.Output("y", b.Apply1(ir.OpAdd, nil, a, m))
+	f, err := b.Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := Build(f, Options{Arch: "sm_90"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kinds []string
+	for _, st := range p.Plan.Steps {
+		kinds = append(kinds, st.Kind)
+	}
+	if got := strings.Join(kinds, " "); got != "kernel collective gemm wait kernel" {
+		t.Fatalf("steps %s, want the GEMM between the all-reduce and its wait", got)
+	}
+	offs, _ := PlanArena(p.Plan)
+	id := func(v *ir.Value) int {
+		for i, n := range f.Body {
+			for _, r := range n.Results {
+				if r == v {
+					return len(f.Params) + i // values are numbered params first, as ir.Print does
+				}
+			}
+		}
+		return -1
+	}
+	is, im := id(s), id(m)
+	bs, bm := p.Plan.Buffers[is].Bytes, p.Plan.Buffers[im].Bytes
+	if offs[is] < offs[im]+bm && offs[im] < offs[is]+bs {
+		t.Errorf("the all-reduce's input [%d,+%d) and the GEMM's result [%d,+%d) share memory", offs[is],
+			bs, offs[im], bm)
 	}
 }
 

@@ -96,7 +96,7 @@ type Gemm struct {
 
 // Step is one launch of the plan: a generated kernel, a GEMM or a collective.
 type Step struct {
-	Kind   string    `json:"kind"`             // "kernel", "gemm" or "collective"
+	Kind   string    `json:"kind"`             // "kernel", "gemm", "collective" or "wait"
 	Node   int       `json:"node"`             // index in Func.Body of the (last) node
 	Op     string    `json:"op"`               // the family or "matmul"
 	Kernel string    `json:"kernel,omitempty"` // Kernel.Name
@@ -104,7 +104,7 @@ type Step struct {
 	Block  [3]uint32 `json:"block,omitzero"`
 	Shared uint32    `json:"shared,omitempty"`
 	// Args are buffer ids: one per kernel parameter, A, B, C for a GEMM, or the
-	// input and the result of a collective.
+	// input and the result of a collective (and of the wait that joins it).
 	Args []int `json:"args"`
 	// Offs, when present, has one element offset per kernel argument: the
 	// kernel gets a pointer that many elements (of the buffer's dtype) into the
@@ -173,6 +173,7 @@ func Build(f *ir.Func, opts Options) (*Program, error) {
 	for _, o := range f.Outputs {
 		g.prog.Plan.Outputs = append(g.prog.Plan.Outputs, Output{Name: o.Name, ID: g.ids[o.Value]})
 	}
+	deferWaits(g.prog.Plan)
 	return g.prog, nil
 }
 

@@ -31,11 +31,10 @@ func checkRanks(f *ir.Func, c *nccl.Comm) error {
 	return nil
 }
 
-// collective runs one collective step on the communicator's stream, ordered
-// after the compute stream's work so far; the compute stream then waits for it.
-// The arena is planned for one stream in step order, so the next step must not
-// reuse the collective's buffers before it completes: the wait keeps that true
-// (overlap needs lifetimes that span the communication, a planner change).
+// collective queues one collective step on the communicator's stream, ordered
+// after the compute stream's work so far, and keeps its Done event for the wait
+// step that joins it (codegen places that before the first reader of the
+// result, and its arena plan keeps the collective's buffers alive until then).
 func (r *runner) collective(f *ir.Func, s codegen.Step) error {
 	c, k := r.opts.Comm, s.Coll
 	if c == nil {
@@ -97,6 +96,31 @@ func (r *runner) collective(f *ir.Func, s codegen.Step) error {
 	if err != nil {
 		return err
 	}
-	defer done.Destroy()
+	if r.pending == nil {
+		r.pending = map[int]*cuda.Event{}
+	}
+	if old := r.pending[s.Node]; old != nil {
+		old.Destroy()
+	}
+	r.pending[s.Node] = done
+	return nil
+}
+
+// wait makes the compute stream wait for the collective of s.Node.
+func (r *runner) wait(s codegen.Step) error {
+	done := r.pending[s.Node]
+	if done == nil {
+		return errors.New("lcc: BUG: a wait step without its collective")
+	}
+	delete(r.pending, s.Node)
+	defer done.Destroy() // released once the compute stream's wait is satisfied
 	return r.stream.Wait(done)
+}
+
+// dropPending releases the events of collectives a failed launch never joined.
+func (r *runner) dropPending() {
+	for n, e := range r.pending {
+		e.Destroy()
+		delete(r.pending, n)
+	}
 }

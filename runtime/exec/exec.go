@@ -80,13 +80,16 @@ func RunWith(dev *cuda.Device, f *ir.Func, inputs map[string]*tensor.Tensor, opt
 // runner is the device state of one function in a Session: its plan, loaded
 // kernels and arena, and which parameters and constants the arena already holds.
 type runner struct {
-	dev   *cuda.Device
-	plan  *codegen.Plan
-	offs  []int64 // arena offset per buffer id (-1: not allocated)
-	opts  Options
-	arena cuda.DevicePtr
-	mods  []*cuda.Module
-	fns   map[string]*cuda.Function
+	// pending holds, by node, the Done event of each collective queued and not
+	// yet joined by its wait step.
+	pending map[int]*cuda.Event
+	dev     *cuda.Device
+	plan    *codegen.Plan
+	offs    []int64 // arena offset per buffer id (-1: not allocated)
+	opts    Options
+	arena   cuda.DevicePtr
+	mods    []*cuda.Module
+	fns     map[string]*cuda.Function
 	// stream and blas belong to the Session, shared by its runners.
 	stream *cuda.Stream
 	blas   *cuda.BlasLt
@@ -194,6 +197,7 @@ func (r *runner) findWrites(ks []codegen.Kernel) {
 			if len(s.Args) > 1 {
 				mark(s.Args[1])
 			}
+		case "wait":
 		default:
 			for _, a := range s.Args {
 				mark(a)
@@ -352,6 +356,7 @@ func (r *runner) launch(f *ir.Func) error {
 // queue issues the plan's steps in order on the stream without waiting (unless
 // Options.SyncEach).
 func (r *runner) queue(f *ir.Func) error {
+	defer r.dropPending()
 	for i, s := range r.plan.Steps {
 		where := func() string {
 			w := fmt.Sprintf("step %d of %d (node %d", i, len(r.plan.Steps), s.Node)
@@ -384,6 +389,8 @@ func (r *runner) queue(f *ir.Func) error {
 			err = r.gemm(s)
 		case "collective":
 			err = r.collective(f, s)
+		case "wait":
+			err = r.wait(s)
 		default:
 			err = fmt.Errorf("unknown step kind %q", s.Kind)
 		}
