@@ -182,7 +182,7 @@ func TestCollectiveSteps(t *testing.T) {
 		var kinds []string
 		for _, s := range p.Plan.Steps {
 			k := s.Kind + ":" + s.Op
-			if s.Coll != nil {
+			if s.Kind == "collective" {
 				k += ":" + s.Coll.Op
 			}
 			kinds = append(kinds, k)
