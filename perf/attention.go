@@ -30,10 +30,11 @@ func (s AttentionShape) FwdFLOPs() float64 {
 }
 
 // Tiles are the tile sizes of one kernel configuration (zero: the default).
-type Tiles struct{ Br, Bc, BwdBr, BwdBc, DQBr, DQBc, Stages, WM, DQWM int }
+type Tiles struct{ Br, Bc, BwdBr, BwdBc, DQBr, DQBc, Stages, WM, DQWM, DQ int }
 
-// ParseTiles reads "Br,Bc,BwdBr,BwdBc,DQBr,DQBc,Stages[,WM,DQWM];..." (a sweep
-// list; WM and DQWM are the m-tiles of 16 rows per forward and dQ warp).
+// ParseTiles reads "Br,Bc,BwdBr,BwdBc,DQBr,DQBc,Stages[,WM,DQWM[,DQ]];..." (a
+// sweep list; WM and DQWM are the m-tiles of 16 rows per forward and dQ warp,
+// DQ the backward's dQ mode: 0 auto, 1 fused into dK/dV, 2 its own kernel).
 func ParseTiles(s string) ([]Tiles, error) {
 	var out []Tiles
 	for _, item := range strings.Split(s, ";") {
@@ -42,10 +43,10 @@ func ParseTiles(s string) ([]Tiles, error) {
 			continue
 		}
 		f := strings.Split(item, ",")
-		if len(f) != 7 && len(f) != 9 {
-			return nil, fmt.Errorf("tiles %q: want Br,Bc,BwdBr,BwdBc,DQBr,DQBc,Stages[,WM,DQWM]", item)
+		if len(f) != 7 && len(f) != 9 && len(f) != 10 {
+			return nil, fmt.Errorf("tiles %q: want Br,Bc,BwdBr,BwdBc,DQBr,DQBc,Stages[,WM,DQWM[,DQ]]", item)
 		}
-		var v [9]int
+		var v [10]int
 		for i, x := range f {
 			n, err := strconv.Atoi(strings.TrimSpace(x))
 			if err != nil {
@@ -53,21 +54,30 @@ func ParseTiles(s string) ([]Tiles, error) {
 			}
 			v[i] = n
 		}
-		out = append(out, Tiles{v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8]})
+		if v[9] < 0 || v[9] > 2 {
+			return nil, fmt.Errorf("tiles %q: dQ mode %d: want 0 (auto), 1 (fused) or 2 (split)", item, v[9])
+		}
+		out = append(out, Tiles{v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8], v[9]})
 	}
 	return out, nil
 }
 
 func (t Tiles) String() string {
-	return fmt.Sprintf("fwd %dx%d/%d bwd %dx%d dq %dx%d/%d st %d", t.Br, t.Bc, max(t.WM, 1), t.BwdBr, t.BwdBc,
-		t.DQBr, t.DQBc, max(t.DQWM, 1), t.Stages)
+	dq := fmt.Sprintf("dq %dx%d/%d", t.DQBr, t.DQBc, max(t.DQWM, 1))
+	switch fk.DQMode(t.DQ) {
+	case fk.DQFused:
+		dq = "dq fused"
+	case fk.DQAuto:
+		dq += " auto"
+	}
+	return fmt.Sprintf("fwd %dx%d/%d bwd %dx%d %s st %d", t.Br, t.Bc, max(t.WM, 1), t.BwdBr, t.BwdBc, dq, t.Stages)
 }
 
 // Desc is the kernel descriptor of shape s with tiles t.
 func (s AttentionShape) Desc(t Tiles) fk.Desc {
 	return fk.Desc{B: s.B, T: s.T, S: s.T, Hq: s.H, Hkv: s.Hkv, D: s.D, Causal: s.Causal,
 		Br: t.Br, Bc: t.Bc, BwdBr: t.BwdBr, BwdBc: t.BwdBc, DQBr: t.DQBr, DQBc: t.DQBc, Stages: t.Stages,
-		WM: t.WM, DQWM: t.DQWM}.Defaults()
+		WM: t.WM, DQWM: t.DQWM, DQ: fk.DQMode(t.DQ)}.Defaults()
 }
 
 // Bench is the device state shared by the benchmarks of one command.

@@ -151,7 +151,7 @@ func benchAttentionCmd(bf *benchFlags) *cobra.Command {
 	f.IntVar(&s.Hkv, "Hkv", 0, "key/value heads (grouped-query); 0: same as --H")
 	f.IntVar(&s.D, "D", 128, "head dim (64 or 128)")
 	f.BoolVar(&noCausal, "no-causal", false, "attend to every key (the anchors time causal only)")
-	f.StringVar(&tiles, "tiles", "", "tile configurations to sweep: Br,Bc,BwdBr,BwdBc,DQBr,DQBc,Stages;... (0: default)")
+	f.StringVar(&tiles, "tiles", "", "tile configurations to sweep: Br,Bc,BwdBr,BwdBc,DQBr,DQBc,Stages[,WM,DQWM[,DQ]];... (0: default; DQ 1 fused, 2 split)")
 	return cmd
 }
 

@@ -173,7 +173,9 @@ func lowerFlash(g *gen, n *ir.Node, d flash.Desc) error {
 }
 
 // lowerFlashGrad renders the deterministic backward: delta into an f32 scratch
-// buffer, then dK/dV per key tile and dQ per query tile.
+// buffer, then dK/dV per key tile with dQ summed in fp32 in a fixed order of key
+// tiles (flash.DQFused: two more scratch buffers, the sum and its counters,
+// zeroed first, then rounded to bf16), or dQ per query tile (flash.DQSplit).
 func lowerFlashGrad(g *gen, n *ir.Node, d flash.Desc) error {
 	if n.Op == ir.OpDilatedAttentionGrad {
 		return lowerFlashDilatedGrad(g, n, d)
@@ -189,12 +191,22 @@ func lowerFlashGrad(g *gen, n *ir.Node, d flash.Desc) error {
 	if err != nil {
 		return err
 	}
+	id := func(x *ir.Value) int { return g.ids[x] }
+	g.emitFlash(kd, []int{delta, id(o), id(do)})
+	if d.Defaults().Fused() {
+		nq, nsem := d.DQWorkspace()
+		dqa := g.temp(tensor.F32, d.B, d.T, int64(d.Hq), int64(d.D))
+		sem := g.temp(tensor.F32, nsem)
+		g.emitFlash(flash.Fill(nq, 0), []int{dqa})
+		g.emitFlash(flash.Fill(nsem, 0), []int{sem})
+		g.emitFlash(kkv, []int{id(dk), id(dv), id(q), id(k), id(v), id(do), id(lse), delta, dqa, sem})
+		g.emitFlash(flash.Convert(nq), []int{id(dq), dqa})
+		return nil
+	}
 	kq, err := flash.DQ(d)
 	if err != nil {
 		return err
 	}
-	id := func(x *ir.Value) int { return g.ids[x] }
-	g.emitFlash(kd, []int{delta, id(o), id(do)})
 	g.emitFlash(kkv, []int{id(dk), id(dv), id(q), id(k), id(v), id(do), id(lse), delta})
 	g.emitFlash(kq, []int{id(dq), id(q), id(k), id(v), id(do), id(lse), delta})
 	return nil

@@ -71,35 +71,79 @@ type Attention struct {
 	Desc                 fk.Desc
 	ld                   loader
 	fwd, delta, dkdv, dq *kernel
+	// A fused backward (Desc.Fused) has no dQ kernel: the dK/dV kernel adds dQ
+	// into dqa in a fixed order (sem orders it), zeroed by the fills, and conv
+	// rounds it to bf16.
+	fillQ, fillSem, conv *kernel
+	dqa, sem             cuda.DevicePtr
 }
 
 // New renders, compiles and loads the kernels of d on dev; cache may be shared.
 func New(dev *cuda.Device, cache *cuda.Cache, d fk.Desc) (*Attention, error) {
 	a := &Attention{Desc: d.Defaults(), ld: loader{dev: dev, cache: cache}}
-	for _, x := range []struct {
-		dst **kernel
-		gen func(fk.Desc) (fk.Kernel, error)
-	}{{&a.fwd, fk.Forward}, {&a.delta, fk.Delta}, {&a.dkdv, fk.DKDV}, {&a.dq, fk.DQ}} {
-		k, err := x.gen(d)
+	gens := []func(fk.Desc) (fk.Kernel, error){fk.Forward, fk.Delta, fk.DKDV, fk.DQ}
+	dsts := []**kernel{&a.fwd, &a.delta, &a.dkdv, &a.dq}
+	fused := a.Desc.Check() == nil && a.Desc.Fused()
+	if fused {
+		gens, dsts = gens[:3], dsts[:3]
+	}
+	for i, gen := range gens {
+		k, err := gen(d)
 		if err != nil {
 			a.Close()
 			return nil, fmt.Errorf("flash: %w", err)
 		}
-		if *x.dst, err = a.ld.load(k); err != nil {
+		if *dsts[i], err = a.ld.load(k); err != nil {
 			a.Close()
 			return nil, err
+		}
+	}
+	if fused {
+		nq, nsem := a.Desc.DQWorkspace()
+		var err error
+		for _, x := range []struct {
+			dst **kernel
+			k   fk.Kernel
+		}{{&a.fillQ, fk.Fill(nq, 0)}, {&a.fillSem, fk.Fill(nsem, 0)}, {&a.conv, fk.Convert(nq)}} {
+			if *x.dst, err = a.ld.load(x.k); err != nil {
+				a.Close()
+				return nil, err
+			}
+		}
+		if a.dqa, err = dev.Alloc(int(4 * nq)); err != nil {
+			a.Close()
+			return nil, fmt.Errorf("flash: dQ sum of %d bytes: %w", 4*nq, err)
+		}
+		if a.sem, err = dev.Alloc(int(4 * nsem)); err != nil {
+			a.Close()
+			return nil, fmt.Errorf("flash: dQ counters of %d bytes: %w", 4*nsem, err)
 		}
 	}
 	return a, nil
 }
 
-// Kernels lists the loaded kernels (forward, delta, dK/dV, dQ).
+// Kernels lists the loaded kernels (forward, delta, dK/dV, then dQ, or the
+// fused backward's fills and conversion).
 func (a *Attention) Kernels() []fk.Kernel {
-	return []fk.Kernel{a.fwd.k, a.delta.k, a.dkdv.k, a.dq.k}
+	ks := []fk.Kernel{a.fwd.k, a.delta.k, a.dkdv.k}
+	for _, k := range []*kernel{a.dq, a.fillQ, a.fillSem, a.conv} {
+		if k != nil {
+			ks = append(ks, k.k)
+		}
+	}
+	return ks
 }
 
-// Close unloads the kernels.
-func (a *Attention) Close() error { return a.ld.close() }
+// Close unloads the kernels and frees the fused backward's workspace.
+func (a *Attention) Close() error {
+	for _, p := range []*cuda.DevicePtr{&a.dqa, &a.sem} {
+		if *p != 0 {
+			a.ld.dev.Free(*p)
+			*p = 0
+		}
+	}
+	return a.ld.close()
+}
 
 // Forward queues o, lse = attention(q, k, v) on s. With Desc.Accumulate, o is
 // the fp32 running output and lse the running lse, merged in place (a ring
@@ -123,13 +167,27 @@ func (a *Attention) BackwardWith(s *cuda.Stream, dq, dk, dv, q, k, v, lse, delta
 	return a.DQ(s, dq, q, k, v, lse, delta, do)
 }
 
-// DKDV queues the dK/dV kernel alone (part of BackwardWith).
+// DKDV queues the dK/dV kernel alone (part of BackwardWith). When the backward
+// is fused, it zeroes the dQ sum and counters and also sums dQ.
 func (a *Attention) DKDV(s *cuda.Stream, dk, dv, q, k, v, lse, delta, do cuda.DevicePtr) error {
-	return a.dkdv.launch(s, dk, dv, q, k, v, do, lse, delta)
+	if a.dq != nil {
+		return a.dkdv.launch(s, dk, dv, q, k, v, do, lse, delta)
+	}
+	if err := a.fillQ.launch(s, a.dqa); err != nil {
+		return err
+	}
+	if err := a.fillSem.launch(s, a.sem); err != nil {
+		return err
+	}
+	return a.dkdv.launch(s, dk, dv, q, k, v, do, lse, delta, a.dqa, a.sem)
 }
 
-// DQ queues the dQ kernel alone (part of BackwardWith).
+// DQ queues the dQ kernel alone (part of BackwardWith); when the backward is
+// fused, the conversion of the dQ sum that DKDV left.
 func (a *Attention) DQ(s *cuda.Stream, dq, q, k, v, lse, delta, do cuda.DevicePtr) error {
+	if a.dq == nil {
+		return a.conv.launch(s, dq, a.dqa)
+	}
 	return a.dq.launch(s, dq, q, k, v, do, lse, delta)
 }
 

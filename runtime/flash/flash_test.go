@@ -1,6 +1,7 @@
 package flash
 
 import (
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"sync"
@@ -150,69 +151,76 @@ func TestGPUDense(t *testing.T) {
 		{"full-d64-ragged-gqa", 1, 150, 271, 4, 2, 64, false},
 		{"causal-d128-gqa", 1, 256, 256, 6, 2, 128, true},
 		{"full-d128", 1, 128, 64, 2, 1, 128, false},
+		// Many key tiles per query tile: the fused backward's counters order
+		// 12 CTAs per query tile (causal) or 9 (full, ragged).
+		{"causal-d128-gqa-long", 1, 1536, 1536, 4, 2, 128, true},
+		{"full-d64-long", 1, 700, 1100, 2, 2, 64, false},
 	}
-	for i, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			rng := rand.New(rand.NewPCG(uint64(i), 11))
-			dims := attention.Dims{B: c.b, T: c.t, S: c.s, Hq: c.hq, Hkv: c.hk, D: c.dim}
-			desc := fk.Desc{B: int64(c.b), T: int64(c.t), S: int64(c.s), Hq: c.hq, Hkv: c.hk, D: c.dim, Causal: c.causal}
-			a, err := New(d, cache, desc)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer a.Close()
-			nq, nk, nl := c.b*c.t*c.hq*c.dim, c.b*c.s*c.hk*c.dim, c.b*c.hq*c.t
-			q, qh := randBF16(t, d, rng, nq, 1)
-			k, kh := randBF16(t, d, rng, nk, 1)
-			v, vh := randBF16(t, d, rng, nk, 1)
-			do, doh := randBF16(t, d, rng, nq, 1)
-			o, lse := alloc(t, d, nq, true), alloc(t, d, nl, false)
-			if err := a.Forward(nil, o.p, lse.p, q.p, k.p, v.p); err != nil {
-				t.Fatal(err)
-			}
-			if err := d.Synchronize(); err != nil {
-				t.Fatal(err)
-			}
-			scale := 1 / math.Sqrt(float64(c.dim))
-			wo, wl := attention.Dense(qh, kh, vh, dims, c.causal, scale)
-			oh, lh := o.get(t, d), lse.get(t, d)
-			if e := relErr(oh, wo); e > tol {
-				t.Errorf("o: relative error %.3g > %g", e, tol)
-			}
-			if e := relErr(lh, wl); e > 1e-3 {
-				t.Errorf("lse: relative error %.3g", e)
-			}
-			// The backward from the GPU's own o and lse (what training does).
-			wdq, wdk, wdv := attention.DenseBackward(qh, kh, vh, oh, lh, doh, dims, c.causal, scale)
-			var first [3][]float64
-			for run := 0; run < 2; run++ {
-				dq, dk, dv := alloc(t, d, nq, true), alloc(t, d, nk, true), alloc(t, d, nk, true)
-				delta := alloc(t, d, nl, false)
-				if err := a.Backward(nil, dq.p, dk.p, dv.p, q.p, k.p, v.p, o.p, lse.p, do.p, delta.p); err != nil {
+	for i, cm := range cases {
+		for _, mode := range []fk.DQMode{fk.DQFused, fk.DQSplit} {
+			c := cm
+			t.Run(fmt.Sprintf("%s/dq%d", c.name, mode), func(t *testing.T) {
+				rng := rand.New(rand.NewPCG(uint64(i), 11))
+				dims := attention.Dims{B: c.b, T: c.t, S: c.s, Hq: c.hq, Hkv: c.hk, D: c.dim}
+				desc := fk.Desc{B: int64(c.b), T: int64(c.t), S: int64(c.s), Hq: c.hq, Hkv: c.hk, D: c.dim, Causal: c.causal, DQ: mode}
+				a, err := New(d, cache, desc)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer a.Close()
+				nq, nk, nl := c.b*c.t*c.hq*c.dim, c.b*c.s*c.hk*c.dim, c.b*c.hq*c.t
+				q, qh := randBF16(t, d, rng, nq, 1)
+				k, kh := randBF16(t, d, rng, nk, 1)
+				v, vh := randBF16(t, d, rng, nk, 1)
+				do, doh := randBF16(t, d, rng, nq, 1)
+				o, lse := alloc(t, d, nq, true), alloc(t, d, nl, false)
+				if err := a.Forward(nil, o.p, lse.p, q.p, k.p, v.p); err != nil {
 					t.Fatal(err)
 				}
 				if err := d.Synchronize(); err != nil {
 					t.Fatal(err)
 				}
-				got := [3][]float64{dq.get(t, d), dk.get(t, d), dv.get(t, d)}
-				if run == 0 {
-					first = got
-					for j, w := range [][]float64{wdq, wdk, wdv} {
-						if e := relErr(got[j], w); e > tol {
-							t.Errorf("%s: relative error %.3g > %g", []string{"dq", "dk", "dv"}[j], e, tol)
+				scale := 1 / math.Sqrt(float64(c.dim))
+				wo, wl := attention.Dense(qh, kh, vh, dims, c.causal, scale)
+				oh, lh := o.get(t, d), lse.get(t, d)
+				if e := relErr(oh, wo); e > tol {
+					t.Errorf("o: relative error %.3g > %g", e, tol)
+				}
+				if e := relErr(lh, wl); e > 1e-3 {
+					t.Errorf("lse: relative error %.3g", e)
+				}
+				// The backward from the GPU's own o and lse (what training does).
+				wdq, wdk, wdv := attention.DenseBackward(qh, kh, vh, oh, lh, doh, dims, c.causal, scale)
+				var first [3][]float64
+				for run := 0; run < 2; run++ {
+					dq, dk, dv := alloc(t, d, nq, true), alloc(t, d, nk, true), alloc(t, d, nk, true)
+					delta := alloc(t, d, nl, false)
+					if err := a.Backward(nil, dq.p, dk.p, dv.p, q.p, k.p, v.p, o.p, lse.p, do.p, delta.p); err != nil {
+						t.Fatal(err)
+					}
+					if err := d.Synchronize(); err != nil {
+						t.Fatal(err)
+					}
+					got := [3][]float64{dq.get(t, d), dk.get(t, d), dv.get(t, d)}
+					if run == 0 {
+						first = got
+						for j, w := range [][]float64{wdq, wdk, wdv} {
+							if e := relErr(got[j], w); e > tol {
+								t.Errorf("%s: relative error %.3g > %g", []string{"dq", "dk", "dv"}[j], e, tol)
+							}
+						}
+						continue
+					}
+					for j := range got {
+						for x := range got[j] {
+							if math.Float64bits(got[j][x]) != math.Float64bits(first[j][x]) {
+								t.Fatalf("%s differs between two runs at %d", []string{"dq", "dk", "dv"}[j], x)
+							}
 						}
 					}
-					continue
 				}
-				for j := range got {
-					for x := range got[j] {
-						if math.Float64bits(got[j][x]) != math.Float64bits(first[j][x]) {
-							t.Fatalf("%s differs between two runs at %d", []string{"dq", "dk", "dv"}[j], x)
-						}
-					}
-				}
-			}
-		})
+			})
+		}
 	}
 }
 

@@ -71,6 +71,46 @@ type Desc struct {
 	// their dK/dV run one launch per member, accumulating in a fixed order.
 	PerMember bool
 	Member    int
+	// DQ chooses how the backward computes dQ: DQFused fuses it into the dK/dV
+	// kernel (dense or grouped-query attention without Accumulate only),
+	// DQSplit runs the separate dQ kernel, which recomputes S and dP; DQAuto
+	// (the zero value) is the faster on the H200 (BENCHMARKS.md).
+	DQ DQMode
+}
+
+// DQMode is how the backward computes dQ.
+type DQMode int
+
+const (
+	// DQAuto picks the measured faster mode: split.
+	DQAuto DQMode = iota
+	// DQFused: the dK/dV kernel also computes dS·K for each query tile and adds
+	// it into an fp32 dQ sum in a fixed order of key tiles (a per-tile counter
+	// in global memory orders the CTAs), then Convert rounds the sum to bf16.
+	// Five GEMM-sized products per tile instead of seven.
+	DQFused
+	// DQSplit: the dQ kernel recomputes S and dP per query tile.
+	DQSplit
+)
+
+// Fused reports whether the backward of d fuses dQ into the dK/dV kernel.
+func (d Desc) Fused() bool {
+	switch d.DQ {
+	case DQFused:
+		return true
+	case DQSplit:
+		return false
+	}
+	return false
+}
+
+// DQWorkspace is what a fused backward needs besides its outputs: the fp32 dQ
+// sum (elements, [B,T,Hq,D]) and the per-query-tile counters (32-bit words).
+// Both start at zero for every backward.
+func (d Desc) DQWorkspace() (dqa, sem int64) {
+	d = d.Defaults()
+	qtiles := (d.T + int64(d.BwdBr) - 1) / int64(d.BwdBr)
+	return d.B * d.T * int64(d.Hq) * int64(d.D), d.B * int64(d.Hq) * qtiles
 }
 
 // Defaults fills tile sizes and the optional fields left zero.
@@ -175,6 +215,15 @@ func (d Desc) Check() error {
 	}
 	if d.PerMember && (d.Member < 0 || d.Member >= d.Hq/d.Hkv) {
 		return fmt.Errorf("group member %d: want 0..%d", d.Member, d.Hq/d.Hkv-1)
+	}
+	if d.DQ == DQFused && (d.Accumulate || d.Dilated()) {
+		return fmt.Errorf("fused dQ: dense attention without Accumulate only (dilated branches and ring blocks sum dQ across launches)")
+	}
+	if d.DQ < DQAuto || d.DQ > DQSplit {
+		return fmt.Errorf("dQ mode %d: want auto, fused or split", d.DQ)
+	}
+	if d.Fused() && (d.BwdBr/16)*(d.D/16)%(d.BwdBc/16) != 0 {
+		return fmt.Errorf("fused dQ: the %d×%d tiles of dS·K do not split evenly over %d warps", d.BwdBr, d.D, d.BwdBc/16)
 	}
 	if d.Offsets != "paper" && d.Offsets != "block" {
 		return fmt.Errorf("offsets %q: want paper or block", d.Offsets)

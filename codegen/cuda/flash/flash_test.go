@@ -16,6 +16,7 @@ func variants() []Desc {
 	for _, dim := range []int{64, 128} {
 		ds = append(ds,
 			Desc{B: 1, T: 1000, S: 1000, Hq: 4, Hkv: 4, D: dim, Causal: true},
+			Desc{B: 1, T: 1000, S: 1000, Hq: 4, Hkv: 4, D: dim, Causal: true, DQ: DQSplit},
 			Desc{B: 2, T: 300, S: 517, Hq: 4, Hkv: 2, D: dim},
 		)
 	}
@@ -70,6 +71,8 @@ func TestRejects(t *testing.T) {
 		{Desc{B: 1, T: 8, S: 8, Hq: 1, Hkv: 1, D: 64, Br: 40}, "Br=40"},
 		{Desc{B: 1, T: 8, S: 9, Hq: 1, Hkv: 1, D: 64, W: 4, R: 2}, "as many keys"},
 		{Desc{B: 1, T: 8, S: 8, Hq: 1, Hkv: 1, D: 64, DType: tensor.F16}, "storage f16"},
+		{Desc{B: 1, T: 8, S: 8, Hq: 1, Hkv: 1, D: 64, Accumulate: true, DQ: DQFused}, "fused dQ"},
+		{Desc{B: 1, T: 8, S: 8, Hq: 1, Hkv: 1, D: 64, BwdBr: 16, BwdBc: 256, DQ: DQFused}, "do not split evenly"},
 	} {
 		_, err := Forward(c.d)
 		if err == nil || !strings.Contains(err.Error(), c.want) {

@@ -44,6 +44,7 @@ type view struct {
 	Kind       string
 	BR, BC, NT int
 	Acc        bool
+	Fused      bool   // dkdv: dQ fused in (DQFused)
 	N          int64  // convert, fill: element count
 	Fill       uint32 // fill: the word
 }
@@ -91,6 +92,7 @@ var header = template.Must(template.New("header").Funcs(funcs).Parse(
 #define FA_WM {{.WM}}
 #define FA_STAGES {{.Stages}}
 #define FA_ACC {{b .Acc}}
+#define FA_FUSEDQ {{b .Fused}}
 #define FA_N {{.N}}LL
 #define FA_FILL {{.Fill}}u
 {{if .Acc}}typedef float FA_OT;{{else}}typedef unsigned short FA_OT;{{end}}
@@ -171,7 +173,9 @@ func Delta(d Desc) (Kernel, error) {
 }
 
 // DKDV renders the dK/dV kernel: dk, dv [B,S,Hkv,D] from q, k, v, dout, and the
-// lse and delta of the forward (or the global ones of a dilated attention).
+// lse and delta of the forward (or the global ones of a dilated attention). When
+// d.Fused(), it also adds dQ into the fp32 sum dqa and takes the counters sem
+// (see Desc.DQWorkspace; both zero at the start), and Convert finishes dQ.
 func DKDV(d Desc) (Kernel, error) {
 	d = d.Defaults()
 	if err := d.Check(); err != nil {
@@ -184,20 +188,31 @@ func DKDV(d Desc) (Kernel, error) {
 	if d.Dilated() && d.Hq != d.Hkv && !d.PerMember {
 		return Kernel{}, fmt.Errorf("a dilated branch with grouped-query heads runs dK/dV per group member (set Member)")
 	}
-	v := view{Desc: d, Kind: "dkdv", BR: d.BwdBr, BC: d.BwdBc, NT: nt, Acc: d.Accumulate}
+	v := view{Desc: d, Kind: "dkdv", BR: d.BwdBr, BC: d.BwdBc, NT: nt, Acc: d.Accumulate, Fused: d.Fused()}
 	v.WM = 1
 	rows := d.S
 	if d.Dilated() {
 		rows = (min(d.W, d.T) + int64(d.R) - 1) / int64(d.R)
 	}
-	return Kernel{Op: "attention.flash.dkdv", Body: render(v, dkdvSrc),
+	k := Kernel{Op: "attention.flash.dkdv", Body: render(v, dkdvSrc),
 		Grid:   [3]uint32{uint32((rows + int64(d.BwdBc) - 1) / int64(d.BwdBc)), uint32(d.Hkv), uint32(d.B * nsegOf(d))},
 		Block:  [3]uint32{uint32(nt), 1, 1},
 		Shared: uint32(2*d.D*(2*d.BwdBc+2*d.Stages*d.BwdBr) + 8*d.Stages*d.BwdBr),
 		Params: []Param{{"dk", outType(d.Accumulate), true}, {"dv", outType(d.Accumulate), true},
 			{"q", "lcc_bf16", false}, {"k", "lcc_bf16", false}, {"v", "lcc_bf16", false},
 			{"dout", "lcc_bf16", false}, {"lse", "float", false}, {"delta", "float", false}},
-	}, nil
+	}
+	if v.Fused && k.Grid[0] > 65535 {
+		return Kernel{}, fmt.Errorf("fused dQ: %d key tiles exceed the grid's y limit 65535", k.Grid[0])
+	}
+	if v.Fused {
+		// sem holds 32-bit counters; "float" is the word type buffers carry.
+		k.Op = "attention.flash.dkdvdq"
+		k.Shared += uint32(2 * d.BwdBc * (d.BwdBr + 8))
+		k.Grid[0], k.Grid[1] = k.Grid[1], k.Grid[0]
+		k.Params = append(k.Params, Param{"dqa", "float", true}, Param{"sem", "float", true})
+	}
+	return k, nil
 }
 
 // DQ renders the dQ kernel: dq [B,T,Hq,D] from q, k, v, dout, lse, delta.
