@@ -47,7 +47,11 @@ func (c *nodeCtx) constIn(i int) (*tensor.Tensor, error) {
 	if e == nil || e.c == nil {
 		hint := ""
 		if e != nil && e.v != nil && e.v.Param != nil && e.v.Param.Role == ir.RoleInput {
-			hint = "; it is a model input: give it an integer value (lcc check --ref, lcc run --inputs) to bind it"
+			if dt := e.v.Type.DType; dt.IsInt() || dt == tensor.Bool {
+				hint = "; it is a model input: give it a value (lcc check --ref, lcc run --inputs) to bind it"
+			} else {
+				hint = fmt.Sprintf("; it is a %v model input, and only integer and bool inputs are bound to given values", dt)
+			}
 		}
 		return nil, fmt.Errorf("input %d (%q) is computed at run time; lcc needs it constant once dims are bound%s",
 			i, c.n.Inputs[i], hint)
@@ -1264,13 +1268,10 @@ func lowerRMSNorm(c *nodeCtx) ([]*ir.Value, error) {
 
 // lowerAttention lowers the opset-23 Attention op: Q, K, V as [B,H,T,D] (or
 // [B,T,H·D] with q_num_heads/kv_num_heads) to lcc's [B,T,H,D] attention.
-// lowerDropout: Dropout is the identity in the exported (eval-mode) graph. In
-// training mode (a true training_mode input) with a nonzero ratio it draws a random
-// mask, which lcc does not model; its mask output is not supported.
+// lowerDropout: Dropout is the identity in the exported (eval-mode) graph, and its
+// mask output all true. In training mode (a true training_mode input) with a
+// nonzero ratio it draws a random mask, which lcc does not model.
 func lowerDropout(c *nodeCtx) ([]*ir.Value, error) {
-	if c.usedLater(1) {
-		return nil, fmt.Errorf("%w: Dropout's mask output", ErrUnsupported)
-	}
 	if c.has(2) {
 		mode, err := c.constIn(2)
 		if err != nil {
@@ -1290,7 +1291,15 @@ func lowerDropout(c *nodeCtx) ([]*ir.Value, error) {
 			}
 		}
 	}
-	return one(c.in(0))
+	x := c.in(0)
+	if !c.usedLater(1) {
+		return one(x)
+	}
+	mask := tensor.New(tensor.Bool, x.Type.Shape...)
+	for i := range mask.I {
+		mask.I[i] = 1
+	}
+	return []*ir.Value{x, c.b.Const(mask)}, nil
 }
 
 func lowerAttention(c *nodeCtx) ([]*ir.Value, error) {
