@@ -97,6 +97,8 @@ func (o Options) validate() error {
 // backend checks its pass list, cmd/compile/internal/ssa/compile.go), and a test
 // checks that every name is a registered pass.
 var passOrder = [...]struct{ a, b string }{
+	// the backward of one rms_norm or layer_norm op replaces the decomposition's.
+	{"match-norms", "autodiff"},
 	// dilate-attention rewrites the attention ops match-attention makes.
 	{"match-attention", "dilate-attention"},
 	// sequence sharding rewrites attention ops: matched, dilated or not.
@@ -198,7 +200,7 @@ type pipeline struct {
 }
 
 // Pipeline returns the passes of a compile for target t with options o, in the
-// order they run: match-attention, dilate-attention, cleanup, insert-loss,
+// order they run: match-attention, match-norms, dilate-attention, cleanup, insert-loss,
 // fuse-cross-entropy, shard-sequence, autodiff, all-reduce-gradients, cleanup,
 // insert-checkpoints, codegen (each only where the options call for it). It is
 // the one pass list of lcc compile, lcc check (o.Forward) and lcc train.
@@ -225,7 +227,7 @@ func newPipeline(t targets.Target, o Options) (*pipeline, error) {
 	if a.Require {
 		match.Config = "require=true"
 	}
-	add(match)
+	add(match, passes.MatchNorms)
 	if a.Mode == "dilated" {
 		cfg := a.dilate()
 		cfg.Layers = &p.layers

@@ -48,17 +48,17 @@ func TestPipelineLists(t *testing.T) {
 		o    Options
 		want string
 	}{
-		{"step", h200, Options{}, "match-attention cse dce insert-loss fuse-cross-entropy dce autodiff " +
+		{"step", h200, Options{}, "match-attention match-norms cse dce insert-loss fuse-cross-entropy dce autodiff " +
 			"cse dce insert-checkpoints dce codegen"},
-		{"cpu step", cpu, Options{Loss: "cross-entropy"}, "match-attention cse dce insert-loss " +
+		{"cpu step", cpu, Options{Loss: "cross-entropy"}, "match-attention match-norms cse dce insert-loss " +
 			"fuse-cross-entropy dce autodiff cse dce insert-checkpoints dce"},
-		{"inference", h200, Options{Loss: "none"}, "match-attention cse dce codegen"},
-		{"check", h200, Options{Forward: true, Attention: dil}, "match-attention dilate-attention cse dce"},
+		{"inference", h200, Options{Loss: "none"}, "match-attention match-norms cse dce codegen"},
+		{"check", h200, Options{Forward: true, Attention: dil}, "match-attention match-norms dilate-attention cse dce"},
 		{"check grads", h200, Options{Objective: &Objective{Loss: "loss"}}, "autodiff"},
 		{"check grads sharded", h200, Options{Objective: &Objective{Loss: "loss"}, Ranks: 2,
 			ShardMode: passes.ShardRing}, "shard-sequence autodiff all-reduce-gradients"},
 		{"sharded dilated", h200, Options{Attention: dil, Ranks: 4, ShardMode: passes.ShardDilated},
-			"match-attention dilate-attention cse dce insert-loss fuse-cross-entropy dce shard-sequence " +
+			"match-attention match-norms dilate-attention cse dce insert-loss fuse-cross-entropy dce shard-sequence " +
 				"autodiff all-reduce-gradients cse dce insert-checkpoints dce codegen"},
 	} {
 		ps, err := Pipeline(tc.t, tc.o)
@@ -74,6 +74,7 @@ func TestPipelineLists(t *testing.T) {
 		Ranks: 2, ShardMode: passes.ShardDilated, KeepLogits: true})
 	d := Describe(ps)
 	want := `match-attention
+match-norms
 dilate-attention segments=8,16 dilations=1,2 offsets=paper
 cse
 dce
