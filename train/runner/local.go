@@ -8,6 +8,10 @@
 //     or srun. Rank 0 listens on MASTER_ADDR:MASTER_PORT; the ranks meet through
 //     runtime/comm/rendezvous and, on the CPU, exchange tensors over
 //     runtime/comm/tcp.
+//   - ProcessGPU: the same on GPU LOCAL_RANK: rank 0's NCCL unique id travels
+//     over the TCP mesh, which stays open beside NCCL to name a rank that dies,
+//     and the step runs on the GPU executor with its collectives on NCCL
+//     (runtime/comm/nccl). With WORLD_SIZE=1 this is the one-rank NCCL run.
 //
 // Every rank builds the same sharded step (train.Step: the compile pipeline's
 // program for one rank, with shard-sequence and all-reduced gradients), feeds it its
