@@ -20,6 +20,8 @@ import (
 	"github.com/lcc-dev/lcc/passes/loss"
 	"github.com/lcc-dev/lcc/report"
 	"github.com/lcc-dev/lcc/runtime/cpu"
+	"github.com/lcc-dev/lcc/runtime/cuda"
+	"github.com/lcc-dev/lcc/runtime/exec"
 	"github.com/lcc-dev/lcc/targets"
 	"github.com/lcc-dev/lcc/tensor"
 	"github.com/lcc-dev/lcc/train/checkpoint"
@@ -108,6 +110,17 @@ type Config struct {
 	Ranks     int
 	ShardMode string
 	Comm      cpu.Communicator
+
+	// Session, if set (--device=cuda), keeps the training state on its GPU
+	// across steps: working weights and gradients in the step's arena, fp32
+	// masters and AdamW moments beside them, updated by fused kernels; a step
+	// moves only its token batch up and its loss and gradient norm down. Run
+	// and RunOptimizer are then used only where the state cannot stay (a
+	// sharded step).
+	Session *exec.Session
+	// Memory, if set, measures the device's peak memory (started before
+	// Session was created); it is polled after every step.
+	Memory *cuda.PeakMeter
 }
 
 // DefaultConfig returns the defaults of `lcc train` (AdamW as PyTorch's
@@ -140,6 +153,13 @@ type Result struct {
 	Program string
 	// PlannedPeakBytes is the compile report's per-GPU peak of the step.
 	PlannedPeakBytes int64
+	// MeasuredPeakBytes is Config.Memory's peak at the end (0 without one).
+	MeasuredPeakBytes int64
+	// Resident says whether the training state stayed on the device; HostBytes
+	// is then the most bytes one step moved between host and device
+	// (checkpoints excepted), BatchBytes the bytes of one step's token batch.
+	Resident              bool
+	HostBytes, BatchBytes int64
 }
 
 // check validates cfg, naming the flag at fault.
@@ -233,6 +253,10 @@ type trainer struct {
 	// this process's rank in it.
 	shard *driver.ShardedProgram
 	rank  int
+	// adamw is the optimizer's configuration; dev the device state of a
+	// resident run (nil: the state lives on the host).
+	adamw optim.AdamW
+	dev   *resident
 }
 
 // Train runs cfg on the CPU interpreter in f32 (see package doc).
@@ -312,7 +336,7 @@ func newTrainer(cfg Config) (*trainer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", cfg.Model, err)
 	}
-	t := &trainer{cfg: cfg, grad: grad, upd: upd, lossName: lossName, hash: ModelHash(grad),
+	t := &trainer{cfg: cfg, grad: grad, upd: upd, adamw: o, lossName: lossName, hash: ModelHash(grad),
 		program: step.Hash, plannedPeak: step.Report.Memory.PerGPUPeakBytes, shard: shard, rank: rank,
 		sched:   optim.Schedule{LR: cfg.LR, MinLR: cfg.MinLR, Warmup: cfg.Warmup, Total: cfg.Steps},
 		weights: map[string]*tensor.Tensor{}, state: map[string]*tensor.Tensor{}}
@@ -518,6 +542,9 @@ type stepStats struct {
 
 // step runs optimizer step s (0-based): Accumulate micro-batches, then AdamW.
 func (t *trainer) step(s int) (stepStats, error) {
+	if t.dev != nil {
+		return t.residentStep(s)
+	}
 	var (
 		sums    map[string]*tensor.Tensor
 		lossSum float64
@@ -585,6 +612,11 @@ func (t *trainer) step(s int) (stepStats, error) {
 
 // save writes a checkpoint after step and prunes old ones.
 func (t *trainer) save(step int, loss float64) (string, error) {
+	if t.dev != nil {
+		if err := t.pull(); err != nil {
+			return "", err
+		}
+	}
 	ts := make(map[string]*tensor.Tensor, len(t.weights)+len(t.state))
 	for k, v := range t.weights {
 		ts[k] = v
@@ -635,6 +667,11 @@ type metric struct {
 	// PlannedPeak is the compile report's per-GPU peak of the step (the same
 	// every step), beside which a measured peak is read.
 	PlannedPeak int64 `json:"planned_peak_bytes"`
+	// MeasuredPeak is the device's measured peak so far (Config.Memory), and
+	// HostBytes the bytes this step moved between host and device (resident
+	// GPU runs); both omitted when not measured.
+	MeasuredPeak int64 `json:"measured_peak_bytes,omitempty"`
+	HostBytes    int64 `json:"host_bytes,omitempty"`
 }
 
 func (t *trainer) run() (*Result, error) {
@@ -663,6 +700,22 @@ func (t *trainer) run() (*Result, error) {
 			cfg.Steps, cfg.StopAt)
 		return res, nil
 	}
+	if why := t.residentReason(); why == "" {
+		if err := t.setupResident(); err != nil {
+			return nil, fmt.Errorf("keeping the training state on the GPU: %w", err)
+		}
+		defer t.dev.opt.Close()
+		res.Resident = true
+		res.BatchBytes = int64(cfg.Accumulate * cfg.Batch * cfg.SeqLen * tensor.I64.Size())
+		if t.labels != "" {
+			res.BatchBytes *= 2
+		}
+		fmt.Fprintf(cfg.Progress, "state   resident on the GPU: %d trained elements, fp32 masters and "+
+			"AdamW moments; per step the token batch (%d bytes) goes up, the loss and gradient norm "+
+			"come down\n", t.dev.opt.Elements(), res.BatchBytes)
+	} else if cfg.Session != nil {
+		fmt.Fprintf(cfg.Progress, "state   on the host (%s)\n", why)
+	}
 	var metrics *os.File
 	if cfg.Metrics != "" && t.rank == 0 {
 		var err error
@@ -675,19 +728,32 @@ func (t *trainer) run() (*Result, error) {
 	start := time.Now()
 	window, windowSteps := start, 0
 	for s := first; s < last; s++ {
+		var h0, d0, stepBytes int64
+		if t.dev != nil {
+			h0, d0 = cfg.Session.Device().Transferred()
+		}
 		t0 := time.Now()
 		st, err := t.step(s)
 		if err != nil {
 			return nil, fmt.Errorf("step %d: %w", s+1, err)
 		}
 		dt := time.Since(t0)
+		if t.dev != nil {
+			h1, d1 := cfg.Session.Device().Transferred()
+			stepBytes = h1 - h0 + d1 - d0
+			res.HostBytes = max(res.HostBytes, stepBytes)
+		}
+		if cfg.Memory != nil {
+			cfg.Memory.Poll()
+			res.MeasuredPeakBytes = cfg.Memory.Peak()
+		}
 		res.Losses = append(res.Losses, st.loss)
 		res.Step = s + 1
 		windowSteps++
 		if metrics != nil {
 			js, _ := json.Marshal(metric{Step: s + 1, Loss: finite(st.loss), LR: st.lr,
 				GradNorm: finite(st.gradNorm), TokensPerS: tokensPerStep / dt.Seconds(),
-				PlannedPeak: t.plannedPeak})
+				PlannedPeak: t.plannedPeak, MeasuredPeak: res.MeasuredPeakBytes, HostBytes: stepBytes})
 			if _, err := metrics.Write(append(js, '\n')); err != nil {
 				return nil, fmt.Errorf("--metrics: %w", err)
 			}
@@ -698,11 +764,15 @@ func (t *trainer) run() (*Result, error) {
 		if cfg.ProgressEvery > 0 && (res.Step%cfg.ProgressEvery == 0 || res.Step == last) {
 			el := time.Since(window)
 			avg := time.Since(start) / time.Duration(res.Step-first)
-			var ms runtime.MemStats
-			runtime.ReadMemStats(&ms)
+			mem := "gpu " + report.Bytes(res.MeasuredPeakBytes) + " peak"
+			if cfg.Memory == nil {
+				var ms runtime.MemStats
+				runtime.ReadMemStats(&ms)
+				mem = fmt.Sprintf("host heap %d MiB", ms.HeapAlloc>>20)
+			}
 			fmt.Fprintf(cfg.Progress, "step %d/%d  loss %.4f  lr %.3g  grad_norm %.3f  %.0f tok/s  "+
-				"mem %d MiB  ETA %s\n", res.Step, cfg.Steps, st.loss, st.lr, st.gradNorm,
-				tokensPerStep*float64(windowSteps)/el.Seconds(), ms.HeapAlloc>>20,
+				"mem %s  ETA %s\n", res.Step, cfg.Steps, st.loss, st.lr, st.gradNorm,
+				tokensPerStep*float64(windowSteps)/el.Seconds(), mem,
 				(avg * time.Duration(last-res.Step)).Round(time.Second))
 			window, windowSteps = time.Now(), 0
 		}
@@ -716,6 +786,10 @@ func (t *trainer) run() (*Result, error) {
 		}
 	}
 	res.Wall = time.Since(start)
+	if cfg.Memory != nil {
+		cfg.Memory.Poll()
+		res.MeasuredPeakBytes = cfg.Memory.Peak()
+	}
 	res.TokensPerSec = tokensPerStep * float64(res.Step-first) / res.Wall.Seconds()
 	return res, nil
 }

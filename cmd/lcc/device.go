@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -58,6 +59,34 @@ func (d *deviceFlags) runner() (driver.Runner, func(), error) {
 		}, nil
 	}
 	return nil, nil, fmt.Errorf("--device %q: want cpu or cuda", d.device)
+}
+
+// session opens GPU 0 and starts a peak-memory meter there, then a session with
+// the flags' storage; release closes them in reverse order.
+func (d *deviceFlags) session() (*exec.Session, *cuda.PeakMeter, func(), error) {
+	storage := tensor.F32
+	switch d.precision {
+	case "fp32":
+	case "bf16":
+		storage = tensor.BF16
+	default:
+		return nil, nil, nil, fmt.Errorf("--precision %q: want fp32 or bf16", d.precision)
+	}
+	dev, err := cuda.Open(0)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("--device=cuda: %w", err)
+	}
+	meter, err := dev.StartPeakMeter(10 * time.Millisecond)
+	if err != nil {
+		dev.Close()
+		return nil, nil, nil, fmt.Errorf("--device=cuda: %w", err)
+	}
+	s := exec.NewSession(dev, exec.Options{Storage: storage})
+	return s, meter, func() {
+		meter.Stop()
+		s.Close()
+		dev.Close()
+	}, nil
 }
 
 // defaultTolerance is 1e-4 for fp32 and 2e-2 for bf16 storage (docs/design.md §8).

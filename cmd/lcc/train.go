@@ -9,6 +9,8 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/lcc-dev/lcc/report"
+	"github.com/lcc-dev/lcc/runtime/exec"
 	"github.com/lcc-dev/lcc/tensor"
 	"github.com/lcc-dev/lcc/train"
 	"github.com/lcc-dev/lcc/train/plot"
@@ -145,6 +147,24 @@ stays silent for --comm-timeout ends every other rank with an error naming it.`,
 func trainHere(cfg train.Config, precision string, env runner.Env, launched bool,
 	timeout time.Duration) (*train.Result, error) {
 	df := deviceFlags{device: cfg.Device, precision: precision}
+	if cfg.Device == "cuda" && !launched && cfg.Ranks <= 1 {
+		// The training state stays on the GPU in one session; the meter reads
+		// the free memory before the session exists.
+		s, meter, release, err := df.session()
+		if err != nil {
+			return nil, err
+		}
+		defer release()
+		cfg.Session, cfg.Memory, cfg.Run = s, meter, s.Run
+		if precision != "fp32" {
+			// Where the state cannot stay on the GPU, the host-side optimizer
+			// keeps masters, moments and sums fp32 (built only if used).
+			opt := exec.NewSession(s.Device(), exec.Options{})
+			defer opt.Close()
+			cfg.RunOptimizer = opt.Run
+		}
+		return runner.Local(cfg, timeout)
+	}
 	run, release, err := df.runner()
 	if err != nil {
 		return nil, err
@@ -183,6 +203,15 @@ func trainSummary(cmd *cobra.Command, r *train.Result) error {
 	for i := range k {
 		first += r.Losses[i] / float64(k)
 		last += r.Losses[n-k+i] / float64(k)
+	}
+	if r.MeasuredPeakBytes > 0 {
+		fmt.Fprintf(out, "memory  planned peak %s, measured peak %s per GPU (%+.1f%%)\n",
+			report.Bytes(r.PlannedPeakBytes), report.Bytes(r.MeasuredPeakBytes),
+			100*(float64(r.MeasuredPeakBytes)/float64(max(r.PlannedPeakBytes, 1))-1))
+	}
+	if r.Resident {
+		fmt.Fprintf(out, "host    at most %d bytes per step between host and device (token batch %d bytes)\n",
+			r.HostBytes, r.BatchBytes)
 	}
 	fmt.Fprintf(out, "trained steps %d..%d in %s (%.0f tok/s): mean loss of the first %d steps %.4f, "+
 		"of the last %d %.4f\n", r.FirstStep+1, r.Step, r.Wall.Round(100_000_000), r.TokensPerSec,

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"unsafe"
 )
 
@@ -183,7 +184,15 @@ type Device struct {
 	ccMinor int
 	sms     int
 	total   uint64
+	// h2d and d2h count the bytes every copy between host and device moved
+	// (CopyHtoD, CopyDtoH): see Transferred.
+	h2d, d2h atomic.Int64
 }
+
+// Transferred returns the bytes copied host to device and device to host on d
+// since it was opened, by every CopyHtoD and CopyDtoH. A training loop reads it
+// around a step to count that step's host traffic.
+func (d *Device) Transferred() (h2d, d2h int64) { return d.h2d.Load(), d.d2h.Load() }
 
 // Open initialises the driver and retains the primary context of GPU ordinal. It
 // returns an error, never panics, when libcuda is missing, the driver fails to

@@ -43,6 +43,7 @@ func CopyHtoD[T Elem](d *Device, dst DevicePtr, src []T) error {
 		return nil
 	}
 	n := len(src) * int(unsafe.Sizeof(src[0]))
+	d.h2d.Add(int64(n))
 	return d.do(func() error {
 		return cu(cuMemcpyHtoD, fmt.Sprint(n, " bytes"), uintptr(dst),
 			uintptr(unsafe.Pointer(&src[0])), uintptr(n))
@@ -56,6 +57,7 @@ func CopyDtoH[T Elem](d *Device, dst []T, src DevicePtr) error {
 		return nil
 	}
 	n := len(dst) * int(unsafe.Sizeof(dst[0]))
+	d.d2h.Add(int64(n))
 	return d.do(func() error {
 		return cu(cuMemcpyDtoH, fmt.Sprint(n, " bytes"), uintptr(unsafe.Pointer(&dst[0])),
 			uintptr(src), uintptr(n))

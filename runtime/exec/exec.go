@@ -209,7 +209,7 @@ func (r *runner) findWrites(ks []codegen.Kernel) {
 // run uploads, launches and downloads one run. On error it forgets which
 // buffers are resident, so the next run uploads every parameter and constant.
 func (r *runner) run(f *ir.Func, host map[int]binding) (map[string]*tensor.Tensor, error) {
-	err := r.upload(host)
+	err := r.upload(host, false)
 	if err == nil {
 		err = r.launch(f)
 	}
@@ -279,15 +279,17 @@ func bindParams(f *ir.Func, plan *codegen.Plan, inputs map[string]*tensor.Tensor
 
 // upload copies parameters and constants in their storage dtype and poisons the
 // rest when asked. A parameter's Data or a constant that the arena already holds
-// from an earlier run, and that no step overwrites, is not copied again.
-func (r *runner) upload(host map[int]binding) error {
+// from an earlier run, and that no step overwrites, is not copied again. With
+// keepParams (a Bound step), parameters not in host hold their resident values
+// and are neither uploaded nor poisoned.
+func (r *runner) upload(host map[int]binding, keepParams bool) error {
 	for _, b := range r.plan.Buffers {
 		if r.offs[b.ID] < 0 || b.Bytes == 0 {
 			continue
 		}
 		h, ok := host[b.ID]
 		if !ok {
-			if r.opts.Poison {
+			if r.opts.Poison && !(keepParams && b.Kind == "param") {
 				if err := r.poison(b); err != nil {
 					return err
 				}
@@ -316,19 +318,7 @@ func (r *runner) upload(host map[int]binding) error {
 
 // poison fills a buffer with NaN in its dtype (0xff bytes for integers).
 func (r *runner) poison(b codegen.Buffer) error {
-	var err error
-	switch b.DType {
-	case "f32":
-		err = r.dev.Memset32(r.ptr(b.ID), 0x7fc00000, int(b.Bytes/4))
-	case "bf16":
-		err = r.dev.Memset32(r.ptr(b.ID), 0x7fc07fc0, int(b.Bytes/4))
-		if err == nil && b.Bytes%4 != 0 {
-			err = r.dev.Memset8(r.ptr(b.ID)+cuda.DevicePtr(b.Bytes-2), 0x7f, 2)
-		}
-	default:
-		err = r.dev.Memset8(r.ptr(b.ID), 0xff, int(b.Bytes))
-	}
-	if err != nil {
+	if err := poisonAt(r.dev, r.ptr(b.ID), b); err != nil {
 		return fmt.Errorf("exec: poisoning buffer %%%d: %w", b.ID, err)
 	}
 	return nil

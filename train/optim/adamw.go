@@ -20,6 +20,7 @@ package optim
 
 import (
 	"fmt"
+	"math"
 	"strings"
 
 	"github.com/lcc-dev/lcc/ir"
@@ -261,4 +262,22 @@ func (u *Update) StateNames() []string {
 func IsState(name string) bool {
 	return name == StepState || strings.HasPrefix(name, MasterPrefix) ||
 		strings.HasPrefix(name, MomentPrefix) || strings.HasPrefix(name, VariancePrefix)
+}
+
+// StepScalars are the host-side scalars of one AdamW update, computed in fp64
+// and rounded to fp32 exactly where Build's update function casts them: what a
+// fused device update (runtime/exec.Optimizer) takes per step.
+type StepScalars struct {
+	Decay, OneMinusBeta1, Beta2, OneMinusBeta2, Bc2Sqrt, Eps, StepSize float32
+}
+
+// Scalars returns the scalars of the update after done updates (the state's
+// step count) at learning rate lr.
+func (o AdamW) Scalars(done int, lr float64) StepScalars {
+	t := float64(done) + 1
+	bc1 := 1 - math.Pow(o.Beta1, t)
+	bc2 := 1 - math.Pow(o.Beta2, t)
+	return StepScalars{Decay: float32(1 - lr*o.WeightDecay), OneMinusBeta1: float32(1 - o.Beta1),
+		Beta2: float32(o.Beta2), OneMinusBeta2: float32(1 - o.Beta2), Bc2Sqrt: float32(math.Sqrt(bc2)),
+		Eps: float32(o.Eps), StepSize: float32(-(lr / bc1))}
 }
