@@ -121,4 +121,3 @@ func (t *trainer) residentReason() string {
 	}
 	return ""
 }
-
