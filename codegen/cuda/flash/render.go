@@ -202,14 +202,10 @@ func DKDV(d Desc) (Kernel, error) {
 			{"q", "lcc_bf16", false}, {"k", "lcc_bf16", false}, {"v", "lcc_bf16", false},
 			{"dout", "lcc_bf16", false}, {"lse", "float", false}, {"delta", "float", false}},
 	}
-	if v.Fused && k.Grid[0] > 65535 {
-		return Kernel{}, fmt.Errorf("fused dQ: %d key tiles exceed the grid's y limit 65535", k.Grid[0])
-	}
 	if v.Fused {
 		// sem holds 32-bit counters; "float" is the word type buffers carry.
 		k.Op = "attention.flash.dkdvdq"
 		k.Shared += uint32(2 * d.BwdBc * (d.BwdBr + 8))
-		k.Grid[0], k.Grid[1] = k.Grid[1], k.Grid[0]
 		k.Params = append(k.Params, Param{"dqa", "float", true}, Param{"sem", "float", true})
 	}
 	return k, nil
