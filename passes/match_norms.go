@@ -7,7 +7,7 @@ import (
 )
 
 // This file folds the normalisations that exporters decompose back into one op
-// each (DESIGN.md §10, "memory-bound work at bandwidth"): PyTorch's exporter writes
+// each (docs/design.md §10, "memory-bound work at bandwidth"): PyTorch's exporter writes
 // Llama's RMSNorm as pow, reduce_mean, add, sqrt, reciprocal and two muls, five
 // kernels forward and a string of reductions backward; rms_norm and layer_norm are
 // one row kernel each. The rules only match values that are equal by definition
