@@ -73,6 +73,13 @@ func gradLayerNorm(b *Builder, n *Node, dys []*Value) []*Value {
 func gradRMSNorm(b *Builder, n *Node, dys []*Value) []*Value {
 	x, dy := n.Args[0], dys[0]
 	axes := normAxes(n)
+	// The fused backward when the scale (if any) spans the normalised dims.
+	if len(n.Args) == 1 {
+		return b.Apply(OpRMSNormGrad, n.Attrs.Clone(), x, dy)
+	}
+	if s := n.Args[1]; s.Type.DType == x.Type.DType && T(s.Type.DType, x.Type.Shape[axes[0]:]...).SameShape(s.Type) {
+		return b.Apply(OpRMSNormGrad, n.Attrs.Clone(), x, s, dy)
+	}
 	eps := b.like(x, n.Attrs.Float("eps", defaultNormEps))
 	r := b.Unary(OpRsqrt, b.Add(b.reduce(OpReduceMean, b.Mul(x, x), axes), eps))
 	xhat := b.Mul(x, r)

@@ -121,6 +121,8 @@ const (
 	OpLogSoftmax // {axis}
 	OpLayerNorm  // (x, [scale], [bias]) {axis, eps}: normalise dims axis..rank-1
 	OpRMSNorm    // (x, [scale]) {axis, eps}
+	// %dx, %dscale = rms_norm_grad(%x, %scale, %dy) {axis, eps}; %dx = rms_norm_grad(%x, %dy)
+	OpRMSNormGrad
 	// %o, %lse = attention(%q, %k, %v, [%mask]) {causal, scale=0.125} : f32[B,T,H,D], f32[B,H,T]
 	OpAttention
 	// %o, %lse = dilated_attention(%q, %k, %v) {segments, dilations, offsets, causal, scale}

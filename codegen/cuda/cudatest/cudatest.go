@@ -122,6 +122,13 @@ func Zoo(t testing.TB, seed uint64) (*ir.Func, map[string]*tensor.Tensor) {
 	x, gm := fl("x", 2, 3, 40), fl("g", 40)
 	out("layer_norm", one(ir.OpLayerNorm, ir.A("axis", -1, "eps", 1e-5), x, gm, gm))
 	out("rms_norm", one(ir.OpRMSNorm, ir.A("axis", -1, "eps", 1e-5), x, gm))
+	// The fused RMSNorm backward, with a scale (two-stage dscale) and without, over
+	// rows of 40 and of the last two dims (120).
+	dyn := fl("dyn", 2, 3, 40)
+	rg := b.Apply(ir.OpRMSNormGrad, ir.A("axis", -1, "eps", 1e-5), x, gm, dyn)
+	out("rms_norm_grad.dx", rg[0])
+	out("rms_norm_grad.dscale", rg[1])
+	out("rms_norm_grad_noscale", one(ir.OpRMSNormGrad, ir.A("axis", -2, "eps", 1e-6), x, dyn))
 	out("softmax", one(ir.OpSoftmax, ir.A("axis", 1), x))
 	out("log_softmax", one(ir.OpLogSoftmax, ir.A("axis", -1), x))
 	out("reduce_sum", one(ir.OpReduceSum, ir.A("axes", []int64{0, 2}), x))

@@ -1,0 +1,40 @@
+package ir
+
+import "fmt"
+
+// The fused RMSNorm backward. With x̂ = x·r, r = 1/√(mean(x²) + eps) over the
+// normalised dims (axis..rank−1) and g = dy ⊙ scale (dy without a scale),
+//
+//	dx = r·(g − x̂ ⊙ mean(g ⊙ x̂)),   dscale = Σ_rows dy ⊙ x̂
+//
+//	%dx, %dscale = rms_norm_grad(%x, %scale, %dy) {axis=-1, eps=1e-06}
+//	%dx = rms_norm_grad(%x, %dy) {axis=-1, eps=1e-06}
+//
+// scale has exactly the normalised dims (gradRMSNorm keeps the decomposed
+// backward for a scale that broadcasts). Backends recompute r per row in fp32 and
+// reduce dscale over rows in a fixed order, so one kernel (and a column reduction)
+// replaces the decomposition's string of reductions.
+
+func init() {
+	def(OpRMSNormGrad, OpInfo{Name: "rms_norm_grad", MinArgs: 2, MaxArgs: 3,
+		Attrs: []AttrSpec{{"axis", AttrInt}, {"eps", AttrFloat}}, Infer: inferRMSNormGrad, NoGrad: true})
+}
+
+func inferRMSNormGrad(n *Node) ([]Type, error) {
+	x, dy := n.Args[0].Type, n.Args[len(n.Args)-1].Type
+	if !x.DType.IsFloat() || !dy.Equal(x) {
+		return nil, fmt.Errorf("needs a floating-point x and dy of its type, got %v and %v", x, dy)
+	}
+	ax, err := AxisIndex(n.Attrs.Int("axis", -1), x.Rank())
+	if err != nil {
+		return nil, err
+	}
+	if len(n.Args) == 2 {
+		return one(x), nil
+	}
+	s := n.Args[1].Type
+	if s.DType != x.DType || !T(x.DType, x.Shape[ax:]...).SameShape(s) {
+		return nil, fmt.Errorf("scale %v must have the normalised dims %v of x", s, x.Shape[ax:])
+	}
+	return []Type{x, s}, nil
+}
