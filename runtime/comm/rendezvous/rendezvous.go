@@ -59,6 +59,9 @@ type Result struct {
 
 const magic = "lccrdv01"
 
+// helloTimeout bounds how long rank 0 waits for a connection's hello.
+const helloTimeout = 5 * time.Second
+
 // maxCard bounds a card or a host name on the wire.
 const maxCard = 1 << 16
 
@@ -123,8 +126,14 @@ func serve(cfg Config, host string, card []byte) (*Result, error) {
 			return fail(fmt.Errorf("rendezvous: rank 0 waited %v on %s for ranks %s: %w", cfg.Timeout,
 				cfg.Addr, missing(conns), err), nil)
 		}
-		c.SetDeadline(deadline)
+		// A stray connection that never speaks must not hold up the real ranks.
+		hello := time.Now().Add(helloTimeout)
+		if deadline.Before(hello) {
+			hello = deadline
+		}
+		c.SetDeadline(hello)
 		r, size, card, err := readHello(c)
+		c.SetDeadline(deadline)
 		if err != nil {
 			// Not one of ours (a port scanner, a stale process): ignore it.
 			c.Close()

@@ -92,3 +92,32 @@ func TestSizeMismatch(t *testing.T) {
 		t.Errorf("rank 1: %v", err1)
 	}
 }
+
+// TestStrayConnection: a connection that says nothing, or not lcc's hello, is
+// dropped, and the real ranks still meet.
+func TestStrayConnection(t *testing.T) {
+	addr := freeAddr(t)
+	var wg sync.WaitGroup
+	var err0 error
+	wg.Go(func() {
+		_, err0 = Exchange(Config{Addr: addr, Rank: 0, Size: 2, Timeout: 10 * time.Second}, nil)
+	})
+	var stray net.Conn
+	for range 100 { // rank 0 may not listen yet
+		var err error
+		if stray, err = net.Dial("tcp", addr); err == nil {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if stray == nil {
+		t.Fatal("rank 0 never listened")
+	}
+	defer stray.Close()
+	stray.Write([]byte("GET / HTTP/1.0\r\n\r\n"))
+	_, err1 := Exchange(Config{Addr: addr, Rank: 1, Size: 2, Timeout: 10 * time.Second}, nil)
+	wg.Wait()
+	if err0 != nil || err1 != nil {
+		t.Errorf("rank 0: %v; rank 1: %v", err0, err1)
+	}
+}
