@@ -26,6 +26,8 @@ var levels = map[string]int{
 
 	"ir":          2,
 	"safetensors": 2,
+	// Test fixtures that build IR (only tests import them).
+	"internal/llamagen": 2,
 
 	"plan":    3,
 	"codegen": 3,

@@ -35,13 +35,6 @@ type CompileOptions struct {
 	DefaultShard bool
 }
 
-// WorkspaceBytes is reserved per GPU for the CUDA context, cuBLASLt workspace and
-// NCCL buffers when a checkpoint budget is derived from the target's memory.
-const WorkspaceBytes = 2 << 30
-
-// adamWBytesPerParam is the optimizer state per trainable parameter.
-const adamWBytesPerParam = report.AdamWBytesPerParam
-
 // Result is what a compile produced.
 type Result struct {
 	// Func is the final program: the training step (forward, backward) or the
@@ -316,8 +309,18 @@ func compileOne(f *ir.Func, opts CompileOptions) (*Result, *pipeline, error) {
 			stats[i].Micros = 0
 		}
 	}
-	rep := report.Build(f, report.Input{Model: filepath.Base(opts.Model), Target: opts.Target,
-		Passes: stats, Training: training, Attention: &att})
+	p.mem.trained = training.Enabled
+	var prog *cudagen.Program
+	if p.codegenErr == nil {
+		prog = p.prog
+	}
+	mem := p.mem.of(f, prog)
+	in := report.Input{Model: filepath.Base(opts.Model), Target: opts.Target,
+		Passes: stats, Training: training, Attention: &att, Memory: &mem}
+	if mem.Model == "arena" {
+		in.ArenaWeightsBytes, in.ArenaGradientsBytes = arenaParts(prog)
+	}
+	rep := report.Build(f, in)
 	res := &Result{Func: f, Report: rep, Loss: p.loss.Loss, Pipeline: p.passes, Program: p.prog}
 	for _, ps := range p.passes {
 		rep.Pipeline = append(rep.Pipeline, strings.TrimSpace(ps.Name+" "+ps.Config))

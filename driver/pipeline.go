@@ -79,9 +79,9 @@ func (o Options) validate() error {
 		return err
 	}
 	switch o.Checkpoint {
-	case "", "auto", "none", "layers", "selective":
+	case "", "auto", "none", "layers", "sublayers", "selective":
 	default:
-		return fmt.Errorf("--checkpoint %q: want auto, none, layers or selective", o.Checkpoint)
+		return fmt.Errorf("--checkpoint %q: want auto, none, layers, sublayers or selective", o.Checkpoint)
 	}
 	if o.MemoryBudget < 0 {
 		return fmt.Errorf("--memory-budget %d: want a positive number of bytes", o.MemoryBudget)
@@ -197,6 +197,8 @@ type pipeline struct {
 	ckptRan    bool
 	prog       *cudagen.Program
 	codegenErr error
+	// mem is the memory model of the report and of checkpointing's budget.
+	mem memoryModel
 }
 
 // Pipeline returns the passes of a compile for target t with options o, in the
@@ -216,7 +218,11 @@ func newPipeline(t targets.Target, o Options) (*pipeline, error) {
 	if err := o.validate(); err != nil {
 		return nil, err
 	}
-	p := &pipeline{opts: o, target: t}
+	storage, _ := o.Storage()
+	p := &pipeline{opts: o, target: t, mem: memoryModel{target: t, storage: storage, rank: o.Rank}}
+	if !p.hasCodegen() {
+		p.mem.target.Arch = targets.ArchCPU // no GPU program: the simulated model
+	}
 	add := func(ps ...passes.Pass) { p.passes = append(p.passes, ps...) }
 	if o.Objective != nil {
 		p.addGradTail()
@@ -264,8 +270,9 @@ func newPipeline(t targets.Target, o Options) (*pipeline, error) {
 			if !p.trained {
 				return nil
 			}
+			p.mem.trained = true
 			run, stats := passes.InsertCheckpointsWithStats(passes.CheckpointConfig{Policy: policy,
-				BudgetBytes: p.budget(f)})
+				BudgetBytes: p.budget(), Peak: p.mem.peak, Hints: p.memoryHints()})
 			p.ckpt, p.ckptRan = stats, true
 			return run.Run(f)
 		}}
@@ -302,7 +309,7 @@ func (p *pipeline) addGradTail() {
 
 // finish appends codegen for a GPU target and checks the order.
 func (p *pipeline) finish() error {
-	if !p.opts.Forward && p.opts.Objective == nil && p.target.Arch != "" && p.target.Arch != targets.ArchCPU {
+	if p.hasCodegen() {
 		storage, _ := p.opts.Storage()
 		cfg := "arch=" + p.target.Arch
 		if storage != tensor.F32 {
@@ -363,16 +370,42 @@ func (p *pipeline) autodiffOptions(f *ir.Func) (autodiff.Options, bool, error) {
 	return autodiff.Options{Loss: l, Seeds: seeds, KeepOutputs: true}, true, nil
 }
 
-// budget is the activation budget of checkpointing: the flag, or the target's
-// memory less optimizer state and a fixed workspace.
-func (p *pipeline) budget(g *ir.Func) int64 {
+// memoryHints are the flags that would lower this compile's peak, for
+// checkpointing's refusal.
+func (p *pipeline) memoryHints() []string {
+	o := p.opts
+	var h []string
+	if o.MemoryBudget > 0 && (p.target.MemoryBytes == 0 || o.MemoryBudget < p.target.MemoryBytes) {
+		h = append(h, "a larger --memory-budget")
+	}
+	if p.mem.storage == tensor.F32 {
+		h = append(h, "--precision=bf16")
+	}
+	if o.Attention.Mode != "dilated" && len(p.matches.Found) > 0 {
+		h = append(h, "--attention=dilated")
+	}
+	if p.target.GPUs > 1 && o.Ranks <= 1 {
+		h = append(h, fmt.Sprintf("--ranks=%d (sequence parallelism over the target's GPUs)", p.target.GPUs))
+	} else if p.target.GPUs <= 1 {
+		h = append(h, "a target with more GPUs and --ranks")
+	}
+	return append(h, "a shorter --seq-len")
+}
+
+// hasCodegen says whether the pipeline ends in codegen (a GPU target's compile
+// or training step).
+func (p *pipeline) hasCodegen() bool {
+	return !p.opts.Forward && p.opts.Objective == nil && p.target.Arch != "" && p.target.Arch != targets.ArchCPU
+}
+
+// budget is checkpointing's bound on the per-GPU peak of the memory model
+// (arena, optimizer state and fixed costs): --memory-budget, or the target's
+// memory per GPU.
+func (p *pipeline) budget() int64 {
 	if p.opts.MemoryBudget > 0 {
 		return p.opts.MemoryBudget
 	}
-	if p.target.MemoryBytes > 0 {
-		return p.target.MemoryBytes - trainable(g)*adamWBytesPerParam - WorkspaceBytes
-	}
-	return 0
+	return p.target.MemoryBytes
 }
 
 // run runs the pipeline over f in place.

@@ -5,6 +5,7 @@ import (
 	"regexp"
 	"sort"
 	"strconv"
+	"strings"
 
 	"github.com/lcc-dev/lcc/ir"
 	"github.com/lcc-dev/lcc/plan"
@@ -30,30 +31,87 @@ type CheckpointConfig struct {
 	//   "none"      keep every activation;
 	//   "selective" keep matmul and attention outputs (attention's lse included),
 	//               recompute pointwise ops, norms, softmax and data movement;
-	//   "layers"    keep only block boundaries (the residual stream between layers,
-	//               found from "layers.N"/"blocks.N" node names or residual adds) and
+	//   "layers"    keep only the input of every transformer layer (PyTorch's
+	//               per-layer checkpointing; layers are found from "layers.N" or
+	//               "blocks.N" node names, else from the residual adds, a layer
+	//               being the residual blocks from one attention to the next) and
 	//               recompute the rest;
-	//   "auto"      (or "") the first of none, selective, layers whose simulated peak
-	//               fits BudgetBytes, else a greedy choice of kept values under it,
-	//               else an error giving the smallest peak found.
+	//   "auto"      (or "") search none, selective, layers, sublayers (every
+	//               residual block's input); of those whose peak fits BudgetBytes,
+	//               apply the one with the least recomputed FLOPs (within 2% of the
+	//               step's FLOPs, the smaller peak). When none fits, a knapsack:
+	//               from the smallest plan, drop kept values, largest first, while
+	//               the peak falls, until it fits; else an error (*CheckpointError)
+	//               giving the smallest peak found.
 	Policy string
-	// BudgetBytes bounds plan.Simulate(f).PeakBytes (weights, inputs, activations
-	// and gradients; not optimizer state). Zero or less means no bound: auto
-	// then chooses none.
+	// BudgetBytes bounds Peak(f). Zero or less means no bound: auto then
+	// chooses none.
 	BudgetBytes int64
+	// Peak is the memory model the budget is checked against: the per-GPU peak
+	// of a step (the driver's: codegen's arena, optimizer state and fixed
+	// costs). Nil means plan.Simulate's peak.
+	Peak func(*ir.Func) int64
+	// Hints are the flags that would lower the peak, which auto's refusal
+	// names (the driver's, from the compile's options); nil names the usual ones.
+	Hints []string
 }
 
 // CheckpointStats says what InsertCheckpoints did, for the report.
 type CheckpointStats struct {
-	// Policy is the policy applied: none, selective, layers or greedy.
+	// Policy is the policy applied: none, selective, sublayers, layers or
+	// knapsack.
 	Policy string `json:"policy"`
 	// RecomputedOps is the number of forward nodes duplicated into the backward.
 	RecomputedOps int `json:"recomputed_ops"`
-	// SavedBytes is the reduction of the simulated peak (PeakBefore − PeakAfter).
+	// RecomputedFLOPs is their work (plan.NodeFLOPs), the cost auto minimises.
+	RecomputedFLOPs int64 `json:"recomputed_flops"`
+	// SavedBytes is the reduction of the peak (PeakBefore − PeakAfter).
 	SavedBytes int64 `json:"saved_bytes"`
-	// PeakBefore and PeakAfter are plan.Simulate's peaks without and with it.
+	// PeakBefore and PeakAfter are the memory model's peaks without and with it.
 	PeakBefore int64 `json:"peak_before_bytes"`
 	PeakAfter  int64 `json:"peak_after_bytes"`
+	// Tried lists the plans auto evaluated, in order ("policy=peak").
+	Tried []string `json:"tried,omitempty"`
+}
+
+// CheckpointError is auto's refusal: no plan searched fits the budget.
+type CheckpointError struct {
+	BudgetBytes int64
+	// Smallest is the plan with the smallest peak found (applied to f, so
+	// that the report shows the closest plan); NoneBytes is the peak without
+	// checkpointing.
+	Smallest  CheckpointStats
+	NoneBytes int64
+	// Hints are the flags named as ways out.
+	Hints []string
+}
+
+func (e *CheckpointError) Error() string {
+	hints := e.Hints
+	if len(hints) == 0 {
+		hints = []string{"a larger --memory-budget", "more GPUs (--ranks)", "--attention=dilated",
+			"--precision=bf16", "a shorter --seq-len"}
+	}
+	return fmt.Sprintf("activations do not fit the memory budget: budget %s per GPU, smallest planned "+
+		"peak %s (policy %s; without checkpointing %s; tried %s); try %s",
+		gib(e.BudgetBytes), gib(e.Smallest.PeakAfter), e.Smallest.Policy, gib(e.NoneBytes),
+		strings.Join(e.Smallest.Tried, " "), strings.Join(hints, ", "))
+}
+
+// shortBytes renders a byte count in GiB, or bytes when small.
+func shortBytes(b int64) string {
+	if b < 1<<30 {
+		return fmt.Sprintf("%dB", b)
+	}
+	return fmt.Sprintf("%.2fGiB", float64(b)/(1<<30))
+}
+
+// gib renders a byte count as GiB with the exact count, or bytes when small.
+func gib(b int64) string {
+	if b < 1<<30 {
+		return fmt.Sprintf("%d bytes", b)
+	}
+	return fmt.Sprintf("%.2f GiB (%d bytes)", float64(b)/(1<<30), b)
 }
 
 // InsertCheckpoints returns the insert-checkpoints pass for cfg.
@@ -83,17 +141,27 @@ var _ = RegisterConfigurable(InsertCheckpoints(CheckpointConfig{Policy: "auto"})
 			BudgetBytes: a.Int("budget", 0)}), nil
 	})
 
+// maxKnapsackTrials bounds the memory evaluations of the knapsack (each builds
+// the step's memory plan once: about 0.3 s for the flagship at 1M tokens).
+const maxKnapsackTrials = 24
+
 // Checkpoint applies cfg to f, a function made by autodiff, in place.
 func Checkpoint(f *ir.Func, cfg CheckpointConfig) (CheckpointStats, error) {
+	peakOf := cfg.Peak
+	if peakOf == nil {
+		peakOf = func(g *ir.Func) int64 { return plan.Simulate(g).PeakBytes }
+	}
 	start := plan.BackwardStart(f)
-	before := plan.Simulate(f).PeakBytes
+	before := peakOf(f)
 	st := CheckpointStats{Policy: "none", PeakBefore: before, PeakAfter: before}
+	var tried []string
 	try := func(policy string, recompute func(*ir.Node) bool) (*ir.Func, CheckpointStats) {
 		g := f.Clone()
-		n := rematerialize(g, start, func(i int) bool { return recompute(f.Body[i]) })
-		peak := plan.Simulate(g).PeakBytes
-		return g, CheckpointStats{Policy: policy, RecomputedOps: n, SavedBytes: before - peak,
-			PeakBefore: before, PeakAfter: peak}
+		n, flops := rematerialize(g, start, func(i int) bool { return recompute(f.Body[i]) })
+		peak := peakOf(g)
+		tried = append(tried, fmt.Sprintf("%s=%s", policy, shortBytes(peak)))
+		return g, CheckpointStats{Policy: policy, RecomputedOps: n, RecomputedFLOPs: flops,
+			SavedBytes: before - peak, PeakBefore: before, PeakAfter: peak}
 	}
 	apply := func(g *ir.Func, s CheckpointStats) (CheckpointStats, error) {
 		*f = *g
@@ -106,48 +174,150 @@ func Checkpoint(f *ir.Func, cfg CheckpointConfig) (CheckpointStats, error) {
 	case "selective":
 		return apply(try("selective", selectiveRecompute))
 	case "layers":
-		return apply(try("layers", layersRecompute(f, start)))
+		return apply(try("layers", keepOnly(f, layerInputs(f, start))))
+	case "sublayers":
+		return apply(try("sublayers", keepOnly(f, blockBoundaries(f, start))))
 	case "auto", "":
 	default:
-		return st, fmt.Errorf("--checkpoint %q: want auto, none, selective or layers", cfg.Policy)
+		return st, fmt.Errorf("--checkpoint %q: want auto, none, selective, sublayers or layers", cfg.Policy)
 	}
 	if cfg.BudgetBytes <= 0 || before <= cfg.BudgetBytes {
 		return st, nil
 	}
-	best := st
-	var bestF *ir.Func
-	consider := func(g *ir.Func, s CheckpointStats) bool {
-		if s.PeakAfter < best.PeakAfter {
-			best, bestF = s, g
-		}
-		return fits(s)
+	// Every candidate is evaluated with the memory model; of those that fit, the
+	// one with the least recomputed work wins; ties go to the earlier.
+	type cand struct {
+		g *ir.Func
+		s CheckpointStats
 	}
+	var all []cand
 	for _, c := range []struct {
 		name string
 		rec  func(*ir.Node) bool
-	}{{"selective", selectiveRecompute}, {"layers", layersRecompute(f, start)}} {
-		if g, s := try(c.name, c.rec); consider(g, s) {
-			return apply(g, s)
+	}{
+		{"selective", selectiveRecompute},
+		{"sublayers", keepOnly(f, blockBoundaries(f, start))},
+		{"layers", keepOnly(f, layerInputs(f, start))},
+	} {
+		g, s := try(c.name, c.rec)
+		all = append(all, cand{g, s})
+	}
+	// Recompute within 2% of the step's work counts as equal (it is not worth
+	// gigabytes): then the smaller peak wins. For the flagship at 1M tokens,
+	// per-layer recomputes the output projections that sublayers keeps (1.8% of
+	// the step) and peaks 9 GiB lower.
+	var work int64
+	for _, n := range f.Body {
+		work += plan.NodeFLOPs(n)
+	}
+	tol := work / 50
+	better := func(a, b CheckpointStats) bool {
+		if d := a.RecomputedFLOPs - b.RecomputedFLOPs; d < -tol || d > tol {
+			return d < 0
+		}
+		return a.PeakAfter < b.PeakAfter
+	}
+	best := -1
+	for i, c := range all {
+		if fits(c.s) && (best < 0 || better(c.s, all[best].s)) {
+			best = i
 		}
 	}
-	if g, s := greedyCheckpoint(f, start, cfg.BudgetBytes, try); consider(g, s) {
-		return apply(g, s)
+	if best >= 0 {
+		all[best].s.Tried = tried
+		return apply(all[best].g, all[best].s)
 	}
-	if bestF != nil {
-		*f = *bestF // the smallest peak found, so the report shows the closest plan
+	// Knapsack: from the plan with the smallest peak, drop kept values, largest
+	// first, while the peak falls, until it fits.
+	smallest := 0
+	for i, c := range all {
+		if c.s.PeakAfter < all[smallest].s.PeakAfter {
+			smallest = i
+		}
 	}
-	return best, fmt.Errorf("activations do not fit the memory budget: budget %d bytes, "+
-		"smallest simulated peak %d bytes (policy %s, without checkpointing %d); try "+
-		"--checkpoint=layers, a larger --memory-budget, more GPUs (--ranks) or --attention=dilated",
-		cfg.BudgetBytes, best.PeakAfter, best.Policy, before)
+	g, s := knapsackDrop(f, start, keptBy(f, start, all[smallest].g), cfg.BudgetBytes, try)
+	if !fits(s) {
+		if all[smallest].s.PeakAfter <= s.PeakAfter {
+			g, s = all[smallest].g, all[smallest].s
+		}
+		s.Tried = tried
+		*f = *g // the smallest peak found, so the report shows the closest plan
+		return s, &CheckpointError{BudgetBytes: cfg.BudgetBytes, Smallest: s, NoneBytes: before,
+			Hints: cfg.Hints}
+	}
+	s.Tried = tried
+	return apply(g, s)
+}
+
+// keepOnly recomputes every forward node except constants and keep.
+func keepOnly(f *ir.Func, keep map[*ir.Node]bool) func(*ir.Node) bool {
+	return func(n *ir.Node) bool { return !keep[n] && !isConstant(n.Op) }
+}
+
+// keptBy returns the forward nodes of f whose results the backward of g (f
+// after rematerialize) still reads from the forward: the plan's kept set.
+func keptBy(f *ir.Func, start int, g *ir.Func) map[*ir.Node]bool {
+	keep := make(map[*ir.Node]bool)
+	// g's forward is a clone of f's: nodes correspond by position.
+	pos := make(map[*ir.Node]int, start)
+	for i, n := range g.Body[:start] {
+		pos[n] = i
+	}
+	for _, n := range g.Body[start:] {
+		for _, a := range n.Args {
+			if a.Def != nil {
+				if i, ok := pos[a.Def]; ok {
+					keep[f.Body[i]] = true
+				}
+			}
+		}
+	}
+	return keep
+}
+
+// knapsackDrop shrinks a kept set that does not fit: kept values are dropped,
+// largest first, while that lowers the peak, until the plan fits (a greedy
+// knapsack; Checkmate's ILP would be optimal), within maxKnapsackTrials.
+func knapsackDrop(f *ir.Func, start int, keep map[*ir.Node]bool, budget int64,
+	try func(string, func(*ir.Node) bool) (*ir.Func, CheckpointStats)) (*ir.Func, CheckpointStats) {
+	var cands []*ir.Node
+	for _, n := range f.Body[:start] {
+		if keep[n] && !isConstant(n.Op) {
+			cands = append(cands, n)
+		}
+	}
+	sort.SliceStable(cands, func(i, j int) bool { return resultBytes(cands[i]) > resultBytes(cands[j]) })
+	g, s := try("knapsack", keepOnly(f, keep))
+	for i, n := range cands {
+		if s.PeakAfter <= budget || i >= maxKnapsackTrials {
+			break
+		}
+		keep[n] = false
+		g2, s2 := try("knapsack", keepOnly(f, keep))
+		if s2.PeakAfter < s.PeakAfter {
+			g, s = g2, s2
+		} else {
+			keep[n] = true
+		}
+	}
+	return g, s
+}
+
+func resultBytes(n *ir.Node) int64 {
+	var s int64
+	for _, r := range n.Results {
+		s += r.Type.Bytes()
+	}
+	return s
 }
 
 // rematerialize rewrites g's backward (the nodes from start on) to read, instead of
 // each forward value whose node recompute(index) selects, a copy of it computed
 // just before the first backward node that needs it. Copies are made once and
 // recursively: a recomputed node's recomputed arguments are copied too, back to
-// kept values and parameters. It returns the number of nodes copied.
-func rematerialize(g *ir.Func, start int, recompute func(i int) bool) int {
+// kept values and parameters. It returns the number of nodes copied and their
+// FLOPs.
+func rematerialize(g *ir.Func, start int, recompute func(i int) bool) (int, int64) {
 	pos := make(map[*ir.Node]int, len(g.Body))
 	for i, n := range g.Body {
 		pos[n] = i
@@ -155,6 +325,7 @@ func rematerialize(g *ir.Func, start int, recompute func(i int) bool) int {
 	body := append([]*ir.Node(nil), g.Body[:start]...)
 	copies := make(map[*ir.Value]*ir.Value)
 	count := 0
+	var flops int64
 	var ensure func(v *ir.Value) *ir.Value
 	ensure = func(v *ir.Value) *ir.Value {
 		if v.Def == nil {
@@ -179,6 +350,7 @@ func rematerialize(g *ir.Func, start int, recompute func(i int) bool) int {
 		}
 		body = append(body, c)
 		count++
+		flops += plan.NodeFLOPs(c)
 		return copies[v]
 	}
 	for _, n := range g.Body[start:] {
@@ -188,7 +360,7 @@ func rematerialize(g *ir.Func, start int, recompute func(i int) bool) int {
 		body = append(body, n)
 	}
 	g.Body = body
-	return count
+	return count, flops
 }
 
 // isConstant reports ops that are never recomputed: copying them saves nothing.
@@ -205,13 +377,6 @@ func selectiveRecompute(n *ir.Node) bool {
 		return false
 	}
 	return !isConstant(n.Op)
-}
-
-// layersRecompute recomputes every forward node except constants and the block
-// boundaries.
-func layersRecompute(f *ir.Func, start int) func(*ir.Node) bool {
-	b := blockBoundaries(f, start)
-	return func(n *ir.Node) bool { return !b[n] && !isConstant(n.Op) }
 }
 
 var layerName = regexp.MustCompile(`(?:^|[./_])(?:layers|blocks|layer|block|h)[./_](\d+)(?:[./_]|$)`)
@@ -240,23 +405,94 @@ func blockBoundaries(f *ir.Func, start int) map[*ir.Node]bool {
 		}
 		return out
 	}
+	for _, r := range residualAdds(f, start) {
+		out[r.add] = true
+		if r.stream.Def != nil {
+			out[r.stream.Def] = true
+		}
+	}
+	return out
+}
+
+// residual is a residual add, add(x, f(x)): x is the stream entering the block.
+type residual struct {
+	add            *ir.Node
+	stream, branch *ir.Value
+}
+
+// residualAdds lists f's forward residual adds in body order.
+func residualAdds(f *ir.Func, start int) []residual {
+	var out []residual
 	for _, n := range f.Body[:start] {
 		if n.Op != ir.OpAdd || !n.Args[0].Type.Equal(n.Args[1].Type) ||
 			!n.Result().Type.Equal(n.Args[0].Type) {
 			continue
 		}
-		x := n.Args[0] // add(x, f(x)): x is the stream entering the block
-		if !dependsOn(n.Args[1], x) {
-			if x = n.Args[1]; !dependsOn(n.Args[0], x) {
+		x, y := n.Args[0], n.Args[1]
+		if !dependsOn(y, x) {
+			if x, y = y, x; !dependsOn(y, x) {
 				continue
 			}
 		}
-		out[n] = true
-		if x.Def != nil {
-			out[x.Def] = true
-		}
+		out = append(out, residual{n, x, y})
 	}
 	return out
+}
+
+// layerInputs finds the forward nodes whose results enter each transformer
+// layer, and the last layer's output: the values PyTorch's per-layer
+// checkpointing keeps. Named layers ("layers.N") are blockBoundaries'. Without
+// names, a layer starts at each residual block whose branch holds an attention
+// (the attention block, then the MLP block of the same layer); a model without
+// attention keeps every residual block's input.
+func layerInputs(f *ir.Func, start int) map[*ir.Node]bool {
+	for _, n := range f.Body[:start] {
+		if layerName.MatchString(n.Name) {
+			return blockBoundaries(f, start)
+		}
+	}
+	pos := make(map[*ir.Node]int, start)
+	for i, n := range f.Body[:start] {
+		pos[n] = i
+	}
+	rs := residualAdds(f, start)
+	out := make(map[*ir.Node]bool)
+	for _, r := range rs {
+		if r.stream.Def != nil && branchHasAttention(r.branch, r.stream, pos) {
+			out[r.stream.Def] = true
+		}
+	}
+	if len(out) == 0 {
+		return blockBoundaries(f, start)
+	}
+	out[rs[len(rs)-1].add] = true
+	return out
+}
+
+// branchHasAttention reports whether v, computed from stream, depends on an
+// attention op computed after stream.
+func branchHasAttention(v, stream *ir.Value, pos map[*ir.Node]int) bool {
+	from := pos[stream.Def]
+	seen := make(map[*ir.Node]bool)
+	var walk func(v *ir.Value) bool
+	walk = func(v *ir.Value) bool {
+		n := v.Def
+		if v == stream || n == nil || seen[n] || pos[n] < from {
+			return false
+		}
+		seen[n] = true
+		switch n.Op {
+		case ir.OpAttention, ir.OpDilatedAttention, ir.OpRingAttention, ir.OpShardedDilatedAttention:
+			return true
+		}
+		for _, a := range n.Args {
+			if walk(a) {
+				return true
+			}
+		}
+		return false
+	}
+	return walk(v)
 }
 
 // dependsOn reports whether v is computed from u.
@@ -279,45 +515,4 @@ func dependsOn(v, u *ir.Value) bool {
 		return false
 	}
 	return walk(v)
-}
-
-// greedyCheckpoint starts from keeping the union of selective's and layers' kept
-// saved values and drops kept values, largest first, while that lowers the peak,
-// stopping as soon as the peak fits budget (a greedy knapsack; Checkmate's ILP
-// would be optimal).
-func greedyCheckpoint(f *ir.Func, start int, budget int64,
-	try func(string, func(*ir.Node) bool) (*ir.Func, CheckpointStats)) (*ir.Func, CheckpointStats) {
-	bound := blockBoundaries(f, start)
-	keep := make(map[*ir.Node]bool)
-	var cands []*ir.Node
-	for _, v := range plan.Saved(f) {
-		n := v.Def
-		if !keep[n] && (bound[n] || !selectiveRecompute(n)) && !isConstant(n.Op) {
-			keep[n] = true
-			cands = append(cands, n)
-		}
-	}
-	size := func(n *ir.Node) int64 {
-		var s int64
-		for _, r := range n.Results {
-			s += r.Type.Bytes()
-		}
-		return s
-	}
-	sort.SliceStable(cands, func(i, j int) bool { return size(cands[i]) > size(cands[j]) })
-	rec := func(n *ir.Node) bool { return !keep[n] && !isConstant(n.Op) }
-	g, s := try("greedy", rec)
-	for _, n := range cands {
-		if s.PeakAfter <= budget {
-			break
-		}
-		keep[n] = false
-		g2, s2 := try("greedy", rec)
-		if s2.PeakAfter < s.PeakAfter {
-			g, s = g2, s2
-		} else {
-			keep[n] = true
-		}
-	}
-	return g, s
 }

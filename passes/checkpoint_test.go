@@ -1,6 +1,8 @@
 package passes_test
 
 import (
+	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -42,7 +44,7 @@ func TestInsertCheckpointsBitwise(t *testing.T) {
 		t.Fatal(err)
 	}
 	peak0 := plan.Simulate(base).PeakBytes
-	for _, policy := range []string{"selective", "layers"} {
+	for _, policy := range []string{"selective", "sublayers", "layers"} {
 		t.Run(policy, func(t *testing.T) {
 			g := base.Clone()
 			p, st := passes.InsertCheckpointsWithStats(passes.CheckpointConfig{Policy: policy})
@@ -76,40 +78,93 @@ func TestInsertCheckpointsBitwise(t *testing.T) {
 	}
 }
 
-// TestInsertCheckpointsAuto checks auto's choice against the budget and its error.
+// TestInsertCheckpointsAuto checks auto's search as the budget shrinks: none
+// while everything fits, then the fitting plan with the least recompute
+// (selective, then a per-layer plan), then the knapsack, then a refusal that
+// names the smallest peak, what was tried and the flags that would help.
 func TestInsertCheckpointsAuto(t *testing.T) {
 	base := trainGraph(t)
 	peak0 := plan.Simulate(base).PeakBytes
-	sel := base.Clone()
-	selStats, err := passes.Checkpoint(sel, passes.CheckpointConfig{Policy: "selective"})
-	if err != nil {
-		t.Fatal(err)
+	fixed := map[string]passes.CheckpointStats{}
+	for _, policy := range []string{"selective", "sublayers", "layers"} {
+		st, err := passes.Checkpoint(base.Clone(), passes.CheckpointConfig{Policy: policy})
+		if err != nil {
+			t.Fatal(err)
+		}
+		fixed[policy] = st
+	}
+	sel, sub, lay := fixed["selective"], fixed["sublayers"], fixed["layers"]
+	t.Logf("peaks: none %d, selective %d (%d FLOPs), sublayers %d (%d), layers %d (%d)", peak0,
+		sel.PeakAfter, sel.RecomputedFLOPs, sub.PeakAfter, sub.RecomputedFLOPs, lay.PeakAfter, lay.RecomputedFLOPs)
+	if !(sel.RecomputedFLOPs < lay.RecomputedFLOPs && lay.PeakAfter < sel.PeakAfter && sel.PeakAfter < peak0) {
+		t.Fatalf("the fixture no longer trades memory for recompute: %+v %+v", sel, lay)
+	}
+	perLayer := min(sub.PeakAfter, lay.PeakAfter)
+	auto := func(budget int64) (passes.CheckpointStats, *ir.Func, error) {
+		g := base.Clone()
+		st, err := passes.Checkpoint(g, passes.CheckpointConfig{Policy: "auto", BudgetBytes: budget})
+		return st, g, err
 	}
 	for _, c := range []struct {
 		budget int64
-		want   string
-	}{{0, "none"}, {peak0, "none"}, {selStats.PeakAfter, "selective"}} {
-		g := base.Clone()
-		st, err := passes.Checkpoint(g, passes.CheckpointConfig{Policy: "auto", BudgetBytes: c.budget})
-		if err != nil || st.Policy != c.want {
-			t.Errorf("budget %d: policy %q, %v; want %s", c.budget, st.Policy, err, c.want)
+		want   []string
+	}{
+		{0, []string{"none"}},
+		{peak0, []string{"none"}},
+		{sel.PeakAfter, []string{"selective"}},
+		{perLayer, []string{"sublayers", "layers"}},
+	} {
+		st, _, err := auto(c.budget)
+		if err != nil || !slices.Contains(c.want, st.Policy) || c.budget > 0 && st.PeakAfter > c.budget {
+			t.Errorf("budget %d: policy %q (peak %d), %v; want %v", c.budget, st.Policy, st.PeakAfter, err, c.want)
 		}
 	}
-	g := base.Clone()
-	st, err := passes.Checkpoint(g, passes.CheckpointConfig{Policy: "auto", BudgetBytes: 1000})
-	if err == nil || !strings.Contains(err.Error(), "--checkpoint=layers") ||
-		!strings.Contains(err.Error(), "--memory-budget") {
-		t.Fatalf("tiny budget: %v", err)
+	// Below every fixed plan: the knapsack drops kept values until it fits.
+	st, g, err := auto(perLayer - 1)
+	if err != nil || st.Policy != "knapsack" || st.PeakAfter >= perLayer || plan.Simulate(g).PeakBytes != st.PeakAfter {
+		t.Errorf("budget %d: %+v, %v", perLayer-1, st, err)
 	}
-	if st.PeakAfter >= peak0 {
-		t.Errorf("smallest peak %d not below %d", st.PeakAfter, peak0)
+	var ce *passes.CheckpointError
+	// Nothing fits: the smallest plan is applied and the error says so.
+	st, g, err = auto(1000)
+	if !errors.As(err, &ce) || ce.Smallest.PeakAfter != st.PeakAfter || ce.NoneBytes != peak0 {
+		t.Fatalf("tiny budget: %v (%+v)", err, st)
 	}
-	// A budget between layers' peak and the greedy's search still fits.
-	lay := base.Clone()
-	layStats, _ := passes.Checkpoint(lay, passes.CheckpointConfig{Policy: "layers"})
-	t.Logf("peaks: none %d, selective %d, layers %d, smallest %d (%s)", peak0,
-		selStats.PeakAfter, layStats.PeakAfter, st.PeakAfter, st.Policy)
+	for _, want := range []string{"budget 1000 bytes per GPU", fmt.Sprintf("smallest planned peak %d bytes", st.PeakAfter),
+		"tried selective=", "--memory-budget", "--precision=bf16"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error lacks %q: %v", want, err)
+		}
+	}
+	if st.PeakAfter > perLayer || plan.Simulate(g).PeakBytes != st.PeakAfter {
+		t.Errorf("smallest peak %d, per-layer %d, applied %d", st.PeakAfter, perLayer, plan.Simulate(g).PeakBytes)
+	}
 	if err := ir.Verify(g); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestInsertCheckpointsPeakModel checks that auto measures plans with the
+// configured memory model (the driver's arena), not its own simulation.
+func TestInsertCheckpointsPeakModel(t *testing.T) {
+	base := trainGraph(t)
+	peak0 := plan.Simulate(base).PeakBytes
+	calls := 0
+	double := func(f *ir.Func) int64 { calls++; return 2 * plan.Simulate(f).PeakBytes }
+	// Under the simulation 2·peak0−1 fits without checkpoints; under the
+	// doubled model it does not, and selective (the least recompute) does.
+	budget := 2*peak0 - 1
+	st, err := passes.Checkpoint(base.Clone(), passes.CheckpointConfig{Policy: "auto", BudgetBytes: budget})
+	if err != nil || st.Policy != "none" {
+		t.Errorf("simulated: %+v, %v", st, err)
+	}
+	st, err = passes.Checkpoint(base.Clone(), passes.CheckpointConfig{Policy: "auto", BudgetBytes: budget, Peak: double})
+	if err != nil || st.Policy != "selective" || st.PeakBefore != 2*peak0 || st.PeakAfter > budget || calls < 2 {
+		t.Errorf("doubled: %+v, %v, %d calls", st, err, calls)
+	}
+	_, err = passes.Checkpoint(base.Clone(), passes.CheckpointConfig{Policy: "auto", BudgetBytes: 1000,
+		Peak: double, Hints: []string{"--hint-flag"}})
+	if err == nil || !strings.Contains(err.Error(), "try --hint-flag") {
+		t.Errorf("hints: %v", err)
 	}
 }

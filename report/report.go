@@ -25,6 +25,13 @@ type Input struct {
 	Training Training
 	// Attention is what attention matching found; nil counts attention ops.
 	Attention *Attention
+	// Memory is the step's per-GPU memory by the one memory model (the driver's:
+	// codegen's arena, optimizer state and fixed costs); nil simulates f alone.
+	Memory *plan.StepMemory
+	// ArenaWeightsBytes and ArenaGradientsBytes are the weights' working copy
+	// and the gradients in the arena, in their storage dtype (Memory.Model
+	// "arena").
+	ArenaWeightsBytes, ArenaGradientsBytes int64
 }
 
 // Training says what the compile planned for a training step.
@@ -130,15 +137,29 @@ type Dilated struct {
 	Defaulted bool `json:"defaulted"`
 }
 
-// Memory is the simulated per-GPU memory of one step.
+// Memory is the per-GPU memory of one step. For a GPU target (Model "arena")
+// PerGPUPeakBytes = ArenaBytes + OptimizerBytes + FixedBytes: the arena the
+// executor allocates (codegen's layout of weights' working copy, inputs,
+// activations, gradients and kernel scratch in the storage dtype), the optimizer
+// state the trainer keeps beside it (fp32 AdamW moments, and fp32 masters under
+// bf16 storage) and the fixed costs (plan.CUDAContextBytes, plan.ModuleBytes,
+// plan.CuBLASLtWorkspaceBytes). WeightsBytes, GradientsBytes and
+// ActivationsBytes split the arena (activations: the rest of it, scratch
+// included).
 type Memory struct {
-	PerGPUPeakBytes  int64 `json:"per_gpu_peak_bytes"`
-	WeightsBytes     int64 `json:"weights_bytes"`
-	GradientsBytes   int64 `json:"gradients_bytes"`
-	OptimizerBytes   int64 `json:"optimizer_bytes"`
-	ActivationsBytes int64 `json:"activations_bytes"`
-	FitsTarget       bool  `json:"fits_target"`
-	// SimulatedPeakBytes is plan.Simulate's peak of the step graph alone.
+	PerGPUPeakBytes int64 `json:"per_gpu_peak_bytes"`
+	// Model is "arena" or "simulated" (a CPU target, or a step with an op that
+	// has no GPU lowering: plan.Simulate's liveness peak in the IR's dtypes).
+	Model            string `json:"model,omitempty"`
+	ArenaBytes       int64  `json:"arena_bytes"`
+	FixedBytes       int64  `json:"fixed_bytes"`
+	WeightsBytes     int64  `json:"weights_bytes"`
+	GradientsBytes   int64  `json:"gradients_bytes"`
+	OptimizerBytes   int64  `json:"optimizer_bytes"`
+	ActivationsBytes int64  `json:"activations_bytes"`
+	FitsTarget       bool   `json:"fits_target"`
+	// SimulatedPeakBytes is plan.Simulate's peak of the step graph alone, in the
+	// IR's dtypes (a cross-check of the arena; not the planned peak).
 	SimulatedPeakBytes int64 `json:"simulated_peak_bytes"`
 }
 
@@ -272,11 +293,25 @@ func Build(f *ir.Func, in Input) *Report {
 	mem := plan.SimulateStep(f, optimizer)
 	r.Memory = Memory{
 		PerGPUPeakBytes:    mem.PeakBytes,
-		SimulatedPeakBytes: mem.PeakBytes,
+		SimulatedPeakBytes: mem.PeakBytes - optimizer,
 		WeightsBytes:       mem.WeightsBytes,
 		GradientsBytes:     grads,
 		OptimizerBytes:     mem.StateBytes,
 		ActivationsBytes:   mem.PeakBytes - mem.WeightsBytes - mem.StateBytes,
+		Model:              "simulated",
+		ArenaBytes:         mem.PeakBytes - optimizer,
+	}
+	if m := in.Memory; m != nil {
+		r.Memory.Model = m.Model
+		r.Memory.PerGPUPeakBytes = m.PeakBytes
+		r.Memory.ArenaBytes = m.ArenaBytes
+		r.Memory.OptimizerBytes = m.OptimizerBytes
+		r.Memory.FixedBytes = m.FixedBytes
+		r.Memory.ActivationsBytes = m.ArenaBytes - mem.WeightsBytes
+		if m.Model == "arena" {
+			r.Memory.WeightsBytes, r.Memory.GradientsBytes = in.ArenaWeightsBytes, in.ArenaGradientsBytes
+			r.Memory.ActivationsBytes = m.ArenaBytes - in.ArenaWeightsBytes - in.ArenaGradientsBytes
+		}
 	}
 	r.Memory.FitsTarget = in.Target.MemoryBytes == 0 || r.Memory.PerGPUPeakBytes <= in.Target.MemoryBytes
 	r.Kernels = kernels(f)
@@ -369,6 +404,10 @@ func (r *Report) WriteText(w io.Writer) {
 	fmt.Fprintf(w, "memory     peak %s per GPU (weights %s, gradients %s, optimizer %s, activations %s)%s\n",
 		Bytes(r.Memory.PerGPUPeakBytes), Bytes(r.Memory.WeightsBytes), Bytes(r.Memory.GradientsBytes),
 		Bytes(r.Memory.OptimizerBytes), Bytes(r.Memory.ActivationsBytes), fits(r.Memory.FitsTarget))
+	if r.Memory.Model == "arena" {
+		fmt.Fprintf(w, "memory     = arena %s + optimizer %s + fixed %s (context, modules, cuBLASLt workspace)\n",
+			Bytes(r.Memory.ArenaBytes), Bytes(r.Memory.OptimizerBytes), Bytes(r.Memory.FixedBytes))
+	}
 	fmt.Fprintf(w, "flops      per GPU: forward %s, backward %s, per step %s\n", FLOPString(r.FLOPs.Forward),
 		FLOPString(r.FLOPs.Backward), FLOPString(r.FLOPs.PerStep))
 	var ks []string

@@ -3,6 +3,7 @@ package report_test
 import (
 	"bytes"
 	"encoding/json"
+	"github.com/lcc-dev/lcc/plan"
 	"path/filepath"
 	"reflect"
 	"strings"
@@ -103,8 +104,12 @@ func TestReportOfCompile(t *testing.T) {
 		t.Errorf("flops %+v", f)
 	}
 	m := r.Memory
-	if m.OptimizerBytes != r.Params.Trainable*report.AdamWBytesPerParam ||
-		m.PerGPUPeakBytes != m.WeightsBytes+m.OptimizerBytes+m.ActivationsBytes || !m.FitsTarget {
+	// One memory model: the arena (weights, gradients, the rest) plus the
+	// optimizer state (fp32 moments; no masters under fp32 storage) plus the
+	// fixed costs.
+	if m.Model != "arena" || m.OptimizerBytes != r.Params.Trainable*plan.MomentBytesPerParam ||
+		m.FixedBytes != plan.FixedBytes || m.PerGPUPeakBytes != m.ArenaBytes+m.OptimizerBytes+m.FixedBytes ||
+		m.ArenaBytes != m.WeightsBytes+m.GradientsBytes+m.ActivationsBytes || !m.FitsTarget {
 		t.Errorf("memory %+v (trainable %d)", m, r.Params.Trainable)
 	}
 	if len(r.Kernels) == 0 || r.KernelError != "" || r.ProgramHash == "" {

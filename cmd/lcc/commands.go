@@ -132,9 +132,9 @@ func (c *compileFlags) add(cmd *cobra.Command) {
 	f.StringVar(&c.target, "target", "h200x1", "target machine (see lcc targets)")
 	f.StringVar(&c.targetFile, "target-file", "", "JSON file with extra targets")
 	f.StringVar(&c.loss, "loss", loss.Auto, loss.FlagDoc)
-	f.StringVar(&c.checkpoint, "checkpoint", "auto", "activation checkpointing: auto, none, layers or selective")
+	f.StringVar(&c.checkpoint, "checkpoint", "auto", "activation checkpointing: auto (search none, selective, sublayers, layers, then a knapsack, under --memory-budget), none, selective, sublayers or layers")
 	f.Var(&c.budget, "memory-budget",
-		"activation memory budget per GPU: bytes, or with a unit (80GB, 70GiB); default: from the target")
+		"checkpointing bound on the planned per-GPU peak (arena, optimizer state, fixed costs): bytes, or with a unit (80GB, 70GiB); default: the target's memory per GPU")
 	f.StringVar(&c.precision, "precision", "fp32",
 		"device storage: fp32, or bf16 (bf16 storage, fp32 math, fp32 master weights and AdamW state)")
 }

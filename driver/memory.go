@@ -1,0 +1,71 @@
+package driver
+
+import (
+	"strings"
+
+	cudagen "github.com/lcc-dev/lcc/codegen/cuda"
+	"github.com/lcc-dev/lcc/ir"
+	"github.com/lcc-dev/lcc/plan"
+	"github.com/lcc-dev/lcc/targets"
+	"github.com/lcc-dev/lcc/tensor"
+)
+
+// memoryModel is the per-GPU memory of a step for one target and storage dtype:
+// the one model that the report prints, that checkpointing's budget is checked
+// against, and that the executor allocates (see plan.StepMemory).
+type memoryModel struct {
+	target  targets.Target
+	storage tensor.DType
+	rank    int
+	// trained: the step is a training step whose optimizer state the trainer
+	// keeps beside it.
+	trained bool
+}
+
+// gpu says whether the target runs the step on GPUs (an arena and fixed costs).
+func (m memoryModel) gpu() bool { return m.target.Arch != "" && m.target.Arch != targets.ArchCPU }
+
+// of returns the memory of f: for a GPU target, codegen's arena layout of f's
+// program (prog, or a build of f when prog is nil), the optimizer state and the
+// fixed costs; for a CPU target, or when f has an op without a GPU lowering, the
+// simulated liveness peak of f in its own dtypes and the optimizer state.
+func (m memoryModel) of(f *ir.Func, prog *cudagen.Program) plan.StepMemory {
+	var opt int64
+	if m.trained {
+		opt = plan.OptimizerStateBytes(trainable(f), m.storage)
+	}
+	if m.gpu() {
+		if prog == nil {
+			prog, _ = cudagen.Build(f, cudagen.Options{Arch: m.target.Arch, Storage: m.storage, Rank: m.rank})
+		}
+		if prog != nil {
+			_, arena := cudagen.PlanArena(prog.Plan)
+			return plan.NewStepMemory("arena", arena, opt, plan.FixedBytes)
+		}
+	}
+	return plan.NewStepMemory("simulated", plan.Simulate(f).PeakBytes, opt, 0)
+}
+
+// peak is of's total, the function checkpointing minimises.
+func (m memoryModel) peak(f *ir.Func) int64 { return m.of(f, nil).PeakBytes }
+
+// arenaParts splits an arena program's buffers into the weights' working copy
+// and the gradient outputs, in their storage dtype (for the report's breakdown).
+func arenaParts(prog *cudagen.Program) (weights, grads int64) {
+	pl := prog.Plan
+	for _, b := range pl.Buffers {
+		if b.Kind == "param" && b.Role == ir.RoleWeight.String() {
+			weights += b.Bytes
+		}
+	}
+	for _, o := range pl.Outputs {
+		if strings.HasPrefix(o.Name, plan.GradPrefix) {
+			id := o.ID
+			for pl.Buffers[id].Kind == "alias" {
+				id = pl.Buffers[id].AliasOf
+			}
+			grads += pl.Buffers[id].Bytes
+		}
+	}
+	return weights, grads
+}
