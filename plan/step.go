@@ -3,7 +3,7 @@ package plan
 import "github.com/lcc-dev/lcc/tensor"
 
 // The per-GPU memory of a training step on a GPU target is one model, the one the
-// executor allocates (DESIGN.md §10, "One memory model"):
+// executor allocates (docs/design.md §10, "One memory model"):
 //
 //	peak = arena + optimizer state + fixed costs
 //
