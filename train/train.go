@@ -160,6 +160,13 @@ type Result struct {
 	// (checkpoints excepted), BatchBytes the bytes of one step's token batch.
 	Resident              bool
 	HostBytes, BatchBytes int64
+	// StepTimes is the wall-clock time of each step of this run.
+	StepTimes []time.Duration
+	// Profile is the GPU time per kernel family summed over ProfileSteps steps
+	// (every step but the first, which builds the program), when the session
+	// profiles (exec.Options.Profile).
+	Profile      map[string]time.Duration
+	ProfileSteps int
 }
 
 // check validates cfg, naming the flag at fault.
@@ -746,6 +753,18 @@ func (t *trainer) run() (*Result, error) {
 		if cfg.Memory != nil {
 			cfg.Memory.Poll()
 			res.MeasuredPeakBytes = cfg.Memory.Peak()
+		}
+		res.StepTimes = append(res.StepTimes, dt)
+		if cfg.Session != nil {
+			if p := cfg.Session.Profile(); p != nil && s > first {
+				if res.Profile == nil {
+					res.Profile = map[string]time.Duration{}
+				}
+				for k, v := range p {
+					res.Profile[k] += v
+				}
+				res.ProfileSteps++
+			}
 		}
 		res.Losses = append(res.Losses, st.loss)
 		res.Step = s + 1

@@ -36,7 +36,7 @@ same command, at the same shape, and prints the ratio of their time to lcc's
 	cmd.PersistentFlags().StringVar(&bf.anchors, "anchors", "", "folder with the PyTorch anchor scripts (attention.py ...)")
 	cmd.PersistentFlags().IntVar(&bf.warm, "warmup", 2, "untimed runs before timing")
 	cmd.PersistentFlags().IntVar(&bf.iters, "iters", 5, "timed runs (the median is reported)")
-	cmd.AddCommand(benchAttentionCmd(bf), benchDilatedCmd(bf), benchCECmd(bf), benchEmbedCmd(bf))
+	cmd.AddCommand(benchAttentionCmd(bf), benchDilatedCmd(bf), benchCECmd(bf), benchEmbedCmd(bf), benchStepCmd(bf))
 	return cmd
 }
 

@@ -62,8 +62,8 @@ func (d *deviceFlags) runner() (driver.Runner, func(), error) {
 }
 
 // session opens GPU 0 and starts a peak-memory meter there, then a session with
-// the flags' storage; release closes them in reverse order.
-func (d *deviceFlags) session() (*exec.Session, *cuda.PeakMeter, func(), error) {
+// the flags' storage (timing launches by family with profile); release closes them in reverse order.
+func (d *deviceFlags) session(profile bool) (*exec.Session, *cuda.PeakMeter, func(), error) {
 	storage := tensor.F32
 	switch d.precision {
 	case "fp32":
@@ -81,7 +81,7 @@ func (d *deviceFlags) session() (*exec.Session, *cuda.PeakMeter, func(), error) 
 		dev.Close()
 		return nil, nil, nil, fmt.Errorf("--device=cuda: %w", err)
 	}
-	s := exec.NewSession(dev, exec.Options{Storage: storage})
+	s := exec.NewSession(dev, exec.Options{Storage: storage, Profile: profile})
 	return s, meter, func() {
 		meter.Stop()
 		s.Close()

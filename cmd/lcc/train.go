@@ -2,9 +2,12 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"runtime/debug"
+	"sort"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -23,6 +26,7 @@ func trainCmd() *cobra.Command {
 	var cf compileFlags
 	var commTimeout time.Duration
 	var plotPath string
+	var profile bool
 	cmd := &cobra.Command{
 		Use:   "train MODEL --data=SPEC --seq-len N --batch N --steps N --lr X",
 		Short: "train a model (.onnx or .lcc): AdamW, warmup+cosine, checkpoints, bit-identical resume",
@@ -87,7 +91,10 @@ stays silent for --comm-timeout ends every other rank with an error naming it.`,
 					"(torchrun --nproc-per-node=%d --no-python lcc train ...); in one process use "+
 					"--device=cpu", cfg.Ranks, cfg.Device, cfg.Ranks)
 			default:
-				res, err = trainHere(cfg, precision, env, launched, commTimeout)
+				if profile && cfg.Device != "cuda" {
+					return fmt.Errorf("--profile times GPU kernels: it needs --device=cuda")
+				}
+				res, err = trainHere(cfg, precision, env, launched, commTimeout, profile)
 			}
 			if err != nil {
 				return err
@@ -106,6 +113,8 @@ stays silent for --comm-timeout ends every other rank with an error naming it.`,
 	}
 	cf.add(cmd)
 	f := cmd.Flags()
+	f.BoolVar(&profile, "profile", false, "with --device=cuda: print the wall-clock step time and the GPU "+
+		"time per kernel family per step (CUDA events)")
 	f.StringVar(&plotPath, "plot", "", "draw the loss of every step of this run to FILE (.png, .svg or .pdf)")
 	f.DurationVar(&commTimeout, "comm-timeout", runner.DefaultTimeout,
 		"with --ranks: a rank that waits this long for a peer (rendezvous or collective) fails, naming it")
@@ -145,12 +154,12 @@ stays silent for --comm-timeout ends every other rank with an error naming it.`,
 // trainHere trains in this process: its goroutine ranks (runner.Local), or its
 // rank of a launched CPU run (runner.Process), on the device of cfg.
 func trainHere(cfg train.Config, precision string, env runner.Env, launched bool,
-	timeout time.Duration) (*train.Result, error) {
+	timeout time.Duration, profile bool) (*train.Result, error) {
 	df := deviceFlags{device: cfg.Device, precision: precision}
 	if cfg.Device == "cuda" && !launched && cfg.Ranks <= 1 {
 		// The training state stays on the GPU in one session; the meter reads
 		// the free memory before the session exists.
-		s, meter, release, err := df.session()
+		s, meter, release, err := df.session(profile)
 		if err != nil {
 			return nil, err
 		}
@@ -213,6 +222,9 @@ func trainSummary(cmd *cobra.Command, r *train.Result) error {
 		fmt.Fprintf(out, "host    at most %d bytes per step between host and device (token batch %d bytes)\n",
 			r.HostBytes, r.BatchBytes)
 	}
+	if r.ProfileSteps > 0 {
+		printProfile(out, r)
+	}
 	fmt.Fprintf(out, "trained steps %d..%d in %s (%.0f tok/s): mean loss of the first %d steps %.4f, "+
 		"of the last %d %.4f\n", r.FirstStep+1, r.Step, r.Wall.Round(100_000_000), r.TokensPerSec,
 		k, first, k, last)
@@ -220,4 +232,39 @@ func trainSummary(cmd *cobra.Command, r *train.Result) error {
 		fmt.Fprintf(out, "checkpoint: %s\n", r.Checkpoints[len(r.Checkpoints)-1])
 	}
 	return nil
+}
+
+// printProfile prints the mean wall-clock step time and the GPU time per
+// kernel family per step of the profiled steps (all but the first).
+func printProfile(out io.Writer, r *train.Result) {
+	n := r.ProfileSteps
+	var wall time.Duration
+	for _, d := range r.StepTimes[len(r.StepTimes)-n:] {
+		wall += d
+	}
+	ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) / float64(n) }
+	type fam struct {
+		name string
+		d    time.Duration
+	}
+	var fams []fam
+	var gpu, attn time.Duration
+	for k, d := range r.Profile {
+		fams = append(fams, fam{k, d})
+		gpu += d
+		if strings.HasPrefix(k, "attention") || strings.HasPrefix(k, "dilated") {
+			attn += d
+		}
+	}
+	sort.Slice(fams, func(i, j int) bool {
+		if fams[i].d != fams[j].d {
+			return fams[i].d > fams[j].d
+		}
+		return fams[i].name < fams[j].name
+	})
+	fmt.Fprintf(out, "profile steps %d..%d: wall %.2f ms/step, GPU kernels %.2f ms/step, attention %.2f ms/step, "+
+		"wall minus attention %.2f ms/step\n", r.Step-n+1, r.Step, ms(wall), ms(gpu), ms(attn), ms(wall-attn))
+	for _, f := range fams {
+		fmt.Fprintf(out, "  %-32s %9.3f ms/step %5.1f%%\n", f.name, ms(f.d), 100*float64(f.d)/float64(max(gpu, 1)))
+	}
 }

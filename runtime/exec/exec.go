@@ -54,6 +54,9 @@ type Options struct {
 	// Comm is this rank's NCCL communicator, for programs sharded over ranks:
 	// collectives run on its stream, and the program is built for its rank.
 	Comm *nccl.Comm
+	// Profile times every launch with CUDA events, by kernel family
+	// (Session.Profile). It adds an event record per launch.
+	Profile bool
 }
 
 // arenaAlign is the alignment of every buffer in the arena.
@@ -100,6 +103,8 @@ type runner struct {
 	// Data or a constant's value, by pointer) whose contents the arena holds, so
 	// the next run need not upload it again.
 	resident map[int]*tensor.Tensor
+	// prof is the session's profiler (nil unless Options.Profile).
+	prof *profiler
 	// nParams, nBody and nOutputs are the function's sizes when it was built: a
 	// cheap guard against a Func edited in place between runs.
 	nParams, nBody, nOutputs int
@@ -340,6 +345,16 @@ func (r *runner) launch(f *ir.Func) error {
 	if err := r.stream.Synchronize(); err != nil {
 		return fmt.Errorf("exec: running the plan (set Options.SyncEach to find the step): %w", err)
 	}
+	if r.prof != nil {
+		fams := make([]string, len(r.plan.Steps))
+		for i, s := range r.plan.Steps {
+			fams[i] = s.Op
+			if fams[i] == "" {
+				fams[i] = s.Kind
+			}
+		}
+		return r.prof.collect(fams)
+	}
 	return nil
 }
 
@@ -359,6 +374,11 @@ func (r *runner) queue(f *ir.Func) error {
 			return w + ")"
 		}
 		var err error
+		if r.prof != nil {
+			if err := r.prof.mark(i, r.stream); err != nil {
+				return err
+			}
+		}
 		switch s.Kind {
 		case "kernel":
 			args := make([]any, len(s.Args))
@@ -390,6 +410,9 @@ func (r *runner) queue(f *ir.Func) error {
 		if err != nil {
 			return fmt.Errorf("exec: %s: %w", where(), err)
 		}
+	}
+	if r.prof != nil {
+		return r.prof.mark(len(r.plan.Steps), r.stream)
 	}
 	return nil
 }

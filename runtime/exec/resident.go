@@ -446,7 +446,26 @@ func (o *Optimizer) Accumulate(first bool) error {
 	if first {
 		f = 1
 	}
-	return o.launch(o.accum, o.gptr, o.base, o.ck, o.cs, o.cl, o.sum, f)
+	s := o.b.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.prof == nil {
+		return o.launch(o.accum, o.gptr, o.base, o.ck, o.cs, o.cl, o.sum, f)
+	}
+	err := s.prof.mark(0, s.stream)
+	if err == nil {
+		err = o.launch(o.accum, o.gptr, o.base, o.ck, o.cs, o.cl, o.sum, f)
+	}
+	if err == nil {
+		err = s.prof.mark(1, s.stream)
+	}
+	if err == nil {
+		err = s.stream.Synchronize()
+	}
+	if err == nil {
+		err = s.prof.collect([]string{"optim.accum"})
+	}
+	return err
 }
 
 // Step runs the norm, the clipping and the AdamW update on the gradients of the
@@ -483,17 +502,35 @@ func (o *Optimizer) Step(h AdamWStep) (float64, error) {
 	if o.maxNorm > 0 {
 		clip = 1
 	}
-	err := o.launch(o.sumsq, g, o.ck, o.cs, o.cl, o.partial, micro)
+	mark := func(k int) error {
+		if s.prof == nil {
+			return nil
+		}
+		return s.prof.mark(k, s.stream)
+	}
+	err := mark(0)
+	if err == nil {
+		err = o.launch(o.sumsq, g, o.ck, o.cs, o.cl, o.partial, micro)
+	}
 	if err == nil {
 		err = o.norm.Launch([3]uint32{1, 1, 1}, optimBlock, 0, s.stream, o.partial, int32(o.nChunks),
 			o.maxNorm, o.normCoef)
+	}
+	if err == nil {
+		err = mark(1)
 	}
 	if err == nil {
 		err = o.launch(o.adamw, g, o.wptr, o.base, o.ck, o.cs, o.cl, o.master, o.m, o.v, o.normCoef,
 			micro, clip, h.Decay, h.OneMinusBeta1, h.Beta2, h.OneMinusBeta2, h.Bc2Sqrt, h.Eps, h.StepSize)
 	}
 	if err == nil {
+		err = mark(2)
+	}
+	if err == nil {
 		err = s.stream.Synchronize()
+	}
+	if err == nil && s.prof != nil {
+		err = s.prof.collect([]string{"optim.norm", "optim.adamw"})
 	}
 	if err != nil {
 		return 0, fmt.Errorf("exec: optimizer step: %w", err)

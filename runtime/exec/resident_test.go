@@ -64,7 +64,7 @@ func TestGPUOptimizerMatchesCPU(t *testing.T) {
 func optimCase(t *testing.T, dev *cuda.Device, st tensor.DType, micro int, clip float64) {
 	rng := rand.New(rand.NewPCG(uint64(micro), 5))
 	f := optimGraph(t, rng)
-	s := NewSession(dev, Options{Storage: st, Poison: true, CacheDir: t.TempDir()})
+	s := NewSession(dev, Options{Storage: st, Poison: true, CacheDir: t.TempDir(), Profile: true})
 	defer s.Close()
 	b, err := s.Bind(f, nil)
 	if err != nil {
@@ -139,6 +139,16 @@ func optimCase(t *testing.T, dev *cuda.Device, st tensor.DType, micro int, clip 
 	norm, err := opt.Step(AdamWStep(o.Scalars(4, 3e-3)))
 	if err != nil {
 		t.Fatal(err)
+	}
+	// The profile has the step's families and the optimizer's, then starts over.
+	prof := s.Profile()
+	if prof["optim.adamw"] <= 0 || prof["optim.norm"] <= 0 || len(prof) < 3 ||
+		(micro > 1) != (prof["optim.accum"] > 0) {
+		t.Errorf("profile %v: want the step's families, optim.norm, optim.adamw (and optim.accum "+
+			"when accumulating)", prof)
+	}
+	if again := s.Profile(); len(again) != 0 {
+		t.Errorf("a second Profile gave %v, want nothing", again)
 	}
 	want, err := cpu.Run(upd.Func, cin, cpu.Options{Precision: tensor.F32})
 	if err != nil {

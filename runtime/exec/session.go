@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	codegen "github.com/lcc-dev/lcc/codegen/cuda"
 	"github.com/lcc-dev/lcc/ir"
@@ -52,6 +53,7 @@ type Session struct {
 	stream *cuda.Stream
 	blas   *cuda.BlasLt
 	funcs  map[*ir.Func]*runner
+	prof   *profiler
 }
 
 // NewSession returns a session on dev with opts for all its runs. It allocates
@@ -185,7 +187,10 @@ func (s *Session) build(f *ir.Func, prog *codegen.Program) (*runner, error) {
 	if err := s.shared(prog.Plan); err != nil {
 		return nil, err
 	}
-	r := &runner{dev: s.dev, plan: prog.Plan, offs: offs, opts: s.opts,
+	if s.opts.Profile && s.prof == nil {
+		s.prof = &profiler{dev: s.dev, byFam: map[string]time.Duration{}}
+	}
+	r := &runner{dev: s.dev, plan: prog.Plan, offs: offs, opts: s.opts, prof: s.prof,
 		stream: s.stream, blas: s.blas, resident: map[int]*tensor.Tensor{},
 		nParams: len(f.Params), nBody: len(f.Body), nOutputs: len(f.Outputs)}
 	r.findWrites(prog.Kernels)
@@ -257,6 +262,9 @@ func (s *Session) Close() error {
 		}
 	}
 	s.funcs = nil
+	if s.prof != nil {
+		s.prof.close()
+	}
 	if s.blas != nil {
 		errs = append(errs, s.blas.Close())
 		s.blas = nil
