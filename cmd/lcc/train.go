@@ -78,18 +78,17 @@ stays silent for --comm-timeout ends every other rank with an error naming it.`,
 				return fmt.Errorf("launcher environment: %w", err)
 			}
 			var res *train.Result
+			storage := tensor.F32
+			if precision == "bf16" {
+				storage = tensor.BF16
+			}
 			switch {
 			case launched && cfg.Device == "cuda":
 				// One process per GPU: NCCL through the rendezvous, the step on GPU LOCAL_RANK.
-				storage := tensor.F32
-				if precision == "bf16" {
-					storage = tensor.BF16
-				}
 				res, err = runner.ProcessGPU(cfg, env, commTimeout, storage)
-			case cfg.Ranks > 1 && cfg.Device != "cpu":
-				return fmt.Errorf("--ranks=%d --device=%s: GPU ranks run one process per GPU "+
-					"(torchrun --nproc-per-node=%d --no-python lcc train ...); in one process use "+
-					"--device=cpu", cfg.Ranks, cfg.Device, cfg.Ranks)
+			case cfg.Ranks > 1 && cfg.Device == "cuda":
+				// One goroutine per GPU, each with its NCCL rank.
+				res, err = runner.LocalGPU(cfg, commTimeout, storage)
 			default:
 				if profile && cfg.Device != "cuda" {
 					return fmt.Errorf("--profile times GPU kernels: it needs --device=cuda")

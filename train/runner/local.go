@@ -3,7 +3,8 @@
 // alike; the runner has two forms that run the same rank-specific step:
 //
 //   - Local: one process, one goroutine per rank, connected by runtime/comm's
-//     in-process communicator (on the CPU).
+//     in-process communicator (on the CPU); LocalGPU: one goroutine per GPU,
+//     each with its NCCL rank.
 //   - Process: one process per rank, started by `torchrun --no-python lcc train`
 //     or srun. Rank 0 listens on MASTER_ADDR:MASTER_PORT; the ranks meet through
 //     runtime/comm/rendezvous and, on the CPU, exchange tensors over
@@ -35,9 +36,14 @@ package runner
 import (
 	"fmt"
 	"math"
+	"sync"
 	"time"
 
 	"github.com/lcc-dev/lcc/runtime/comm"
+	"github.com/lcc-dev/lcc/runtime/comm/nccl"
+	"github.com/lcc-dev/lcc/runtime/cuda"
+	"github.com/lcc-dev/lcc/runtime/exec"
+	"github.com/lcc-dev/lcc/tensor"
 	"github.com/lcc-dev/lcc/train"
 )
 
@@ -91,4 +97,99 @@ func sameLosses(a, b *train.Result, rank int) error {
 		}
 	}
 	return nil
+}
+
+// LocalGPU trains cfg with cfg.Ranks ranks in this process, one goroutine per
+// GPU (rank r on GPU r), each with its NCCL rank (one unique id shared in
+// process) and a GPU executor that runs the step's collectives on it, storing
+// f32 values as storage. A rank that fails aborts the others' NCCL
+// communicators, so none waits for it. It returns rank 0's result, after
+// checking that every rank saw the same losses.
+func LocalGPU(cfg train.Config, timeout time.Duration, storage tensor.DType) (*train.Result, error) {
+	n := max(cfg.Ranks, 1)
+	if timeout <= 0 {
+		timeout = DefaultTimeout
+	}
+	count, err := cuda.DeviceCount()
+	if err != nil {
+		return nil, fmt.Errorf("--device=cuda: %w", err)
+	}
+	if count < n {
+		return nil, fmt.Errorf("--ranks=%d --device=cuda: one GPU per rank, but %d GPU(s) are visible",
+			n, count)
+	}
+	id, err := cuda.NCCLGetUniqueID()
+	if err != nil {
+		return nil, fmt.Errorf("--device=cuda: %w", err)
+	}
+	var (
+		mu    sync.Mutex
+		comms = make([]*nccl.Comm, n)
+		first error
+	)
+	fail := func(err error) { // the first failure aborts every rank's NCCL
+		mu.Lock()
+		defer mu.Unlock()
+		if first == nil {
+			first = err
+			for _, c := range comms {
+				if c != nil {
+					c.Abort(err)
+				}
+			}
+		}
+	}
+	res := make([]*train.Result, n)
+	var wg sync.WaitGroup
+	for r := range n {
+		wg.Go(func() {
+			if err := localGPURank(cfg, r, n, id, timeout, storage, &res[r], func(c *nccl.Comm) {
+				mu.Lock()
+				comms[r] = c
+				aborted := first
+				mu.Unlock()
+				if aborted != nil {
+					c.Abort(aborted)
+				}
+			}); err != nil {
+				fail(fmt.Errorf("rank %d: %w", r, err))
+			}
+		})
+	}
+	wg.Wait()
+	if first != nil {
+		return nil, first
+	}
+	for r := 1; r < n; r++ {
+		if err := sameLosses(res[0], res[r], r); err != nil {
+			return nil, err
+		}
+	}
+	return res[0], nil
+}
+
+// localGPURank is rank r of LocalGPU; joined reports its communicator.
+func localGPURank(cfg train.Config, r, n int, id cuda.NCCLUniqueID, timeout time.Duration,
+	storage tensor.DType, res **train.Result, joined func(*nccl.Comm)) error {
+	dev, err := cuda.Open(r)
+	if err != nil {
+		return err
+	}
+	defer dev.Close()
+	nc, err := nccl.New(dev, n, r, id, nccl.Options{Timeout: timeout})
+	if err != nil {
+		return err
+	}
+	joined(nc)
+	defer nc.Close()
+	step := exec.NewSession(dev, exec.Options{Storage: storage, Comm: nc})
+	defer step.Close()
+	opt := step
+	if storage != tensor.F32 {
+		opt = exec.NewSession(dev, exec.Options{Storage: tensor.F32})
+		defer opt.Close()
+	}
+	cfg.Ranks, cfg.Comm, cfg.Run, cfg.RunOptimizer = n, nc, step.Run, opt.Run
+	*res, err = train.Train(cfg)
+	return err
 }

@@ -142,3 +142,29 @@ func TestGPUProcessOneRank(t *testing.T) {
 		}
 	}
 }
+
+// TestGPULocalOneRank runs LocalGPU's goroutine-per-GPU path with one rank: the
+// step sharded for one rank on GPU 0 with a one-rank NCCL communicator, against
+// the CPU interpreter (1e-4 relative). It skips without a GPU or NCCL.
+func TestGPULocalOneRank(t *testing.T) {
+	dev, err := cuda.Open(0)
+	if err != nil {
+		t.Skipf("skipping: no usable GPU: %v", err)
+	}
+	dev.Close()
+	if _, err := cuda.NCCLGetUniqueID(); err != nil {
+		t.Skipf("skipping: no usable NCCL: %v", err)
+	}
+	for name, c := range oneRankConfigs() {
+		got, err := LocalGPU(c, 30*time.Second, tensor.F32)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		want := trainWith(t, c, comm.NewWorld(1, time.Second).Endpoint(0))
+		for i := range want {
+			if d := relErr(got.Losses[i], want[i]); !(d <= 1e-4) {
+				t.Errorf("%s: step %d: GPU loss %v, CPU %v (relative %.2g)", name, i+1, got.Losses[i], want[i], d)
+			}
+		}
+	}
+}
