@@ -27,7 +27,7 @@ func TestFlagshipShape(t *testing.T) {
 	for _, node := range f.Body {
 		ops[node.Op]++
 	}
-	if n != c.Params() || ops[ir.OpAttention] != 12 || ops[ir.OpMatMul] != 12*7+1 || ops[ir.OpConcat] != 24 {
+	if n != c.Params() || ops[ir.OpAttention] != 12 || ops[ir.OpMatMul] != 12*4+1 || ops[ir.OpConcat] != 24 || ops[ir.OpSplit] != 24 {
 		t.Errorf("%d parameters, ops %v", n, ops)
 	}
 	if o := f.Outputs[0].Value.Type; o.Shape[2] != 32768 || o.Shape[1] != 256 {
