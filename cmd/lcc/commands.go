@@ -165,6 +165,7 @@ func compileCmd() *cobra.Command {
 		reportFmt, printAfter string
 		emit                  []string
 		timePasses            bool
+		measured              string
 	)
 	cmd := &cobra.Command{
 		Use:   "compile MODEL",
@@ -177,13 +178,23 @@ func compileCmd() *cobra.Command {
 			if err := checkPrintAfter(printAfter); err != nil {
 				return err
 			}
+			var files []string // what driver.WriteOutputs writes; memory is drawn here
+			plotMemory := false
 			for _, e := range emit {
-				if e != "onnx" && e != "dot" {
-					return fmt.Errorf("--emit %q: want onnx or dot", e)
+				switch e {
+				case "onnx", "dot":
+					files = append(files, e)
+				case "memory":
+					plotMemory = true
+				default:
+					return fmt.Errorf("--emit %q: want onnx, dot or memory", e)
 				}
 			}
 			if len(emit) > 0 && out == "" {
 				return fmt.Errorf("--emit needs -o DIR")
+			}
+			if measured != "" && !plotMemory {
+				return fmt.Errorf("--measured needs --emit=memory")
 			}
 			t, o, err := cf.options()
 			if err != nil {
@@ -206,8 +217,13 @@ func compileCmd() *cobra.Command {
 			res.Report.Warnings = warnings
 			res.Report.Notes = f.Remarks
 			if out != "" {
-				if err := driver.WriteOutputs(out, res, emit...); err != nil {
+				if err := driver.WriteOutputs(out, res, files...); err != nil {
 					return err
+				}
+				if plotMemory {
+					if err := writeMemoryPlot(filepath.Join(out, "memory.png"), args[0], res, measured); err != nil {
+						return err
+					}
 				}
 			}
 			w := cmd.OutOrStdout()
@@ -229,7 +245,8 @@ func compileCmd() *cobra.Command {
 	sf.add(cmd)
 	cf.add(cmd)
 	cmd.Flags().BoolVar(&timePasses, "time-passes", false, "include pass timings in the report (then it differs run to run)")
-	cmd.Flags().StringSliceVar(&emit, "emit", nil, "also write the rewritten graph: onnx (DIR/graph.onnx, lcc ops in domain ai.lcc), dot (DIR/graph.dot)")
+	cmd.Flags().StringSliceVar(&emit, "emit", nil, "also write the rewritten graph: onnx (DIR/graph.onnx, lcc ops in domain ai.lcc), dot (DIR/graph.dot); or memory (DIR/memory.png: planned memory over the step's schedule)")
+	cmd.Flags().StringVar(&measured, "measured", "", "with --emit=memory: a --metrics JSONL of lcc train whose measured peak (measured_peak_bytes) is drawn as a line")
 	cmd.Flags().StringVarP(&out, "output", "o", "", "write graph.lcc, weights, kernels and report.json to this folder")
 	cmd.Flags().StringVar(&reportFmt, "report", "text", "report format: text or json")
 	cmd.Flags().StringVar(&printAfter, "print-ir-after", "", "print the IR after this pass (or all) to stderr")
@@ -239,7 +256,7 @@ func compileCmd() *cobra.Command {
 // outputFiles are the files compile -o may write, in the order they are listed
 // (the README's table lists the same).
 var outputFiles = []string{"graph.lcc", "weights.safetensors", "report.json", "kernels/",
-	"launch_plan.json", "constants.safetensors", "rank.lcc", "graph.onnx", "graph.dot"}
+	"launch_plan.json", "constants.safetensors", "rank.lcc", "graph.onnx", "graph.dot", "memory.png"}
 
 // written lists the outputFiles present in dir.
 func written(dir string) []string {

@@ -15,35 +15,7 @@ const ArenaAlign = 256
 // reads it; parameters, constants and outputs live throughout.
 func PlanArena(plan *Plan) (offs []int64, peak int64) {
 	n := len(plan.Buffers)
-	owner := func(id int) int {
-		if plan.Buffers[id].Kind == "alias" {
-			return plan.Buffers[id].AliasOf
-		}
-		return id
-	}
-	first := make([]int, n)
-	last := make([]int, n)
-	for i := range first {
-		first[i], last[i] = math.MaxInt, -1
-	}
-	end := len(plan.Steps)
-	for i, s := range plan.Steps {
-		for _, a := range s.Args {
-			o := owner(a)
-			first[o] = min(first[o], i)
-			last[o] = max(last[o], i)
-		}
-	}
-	for _, b := range plan.Buffers {
-		if b.Kind == "param" || b.Kind == "const" {
-			first[b.ID], last[b.ID] = -1, end
-		}
-	}
-	for _, o := range plan.Outputs {
-		id := owner(o.ID)
-		first[id] = min(first[id], -1)
-		last[id] = end
-	}
+	first, last := lifetimes(plan)
 	var ids []int
 	offs = make([]int64, n)
 	for _, b := range plan.Buffers {
@@ -82,4 +54,66 @@ func PlanArena(plan *Plan) (offs []int64, peak int64) {
 		peak = max(peak, off+size)
 	}
 	return offs, peak
+}
+
+// lifetimes gives every buffer of plan the first and last step that holds it
+// (alias buffers count for the buffer they alias; parameters, constants and
+// outputs hold from -1 to len(plan.Steps)); a buffer no step touches has last -1.
+func lifetimes(plan *Plan) (first, last []int) {
+	n := len(plan.Buffers)
+	owner := func(id int) int {
+		if plan.Buffers[id].Kind == "alias" {
+			return plan.Buffers[id].AliasOf
+		}
+		return id
+	}
+	first = make([]int, n)
+	last = make([]int, n)
+	for i := range first {
+		first[i], last[i] = math.MaxInt, -1
+	}
+	end := len(plan.Steps)
+	for i, s := range plan.Steps {
+		for _, a := range s.Args {
+			o := owner(a)
+			first[o] = min(first[o], i)
+			last[o] = max(last[o], i)
+		}
+	}
+	for _, b := range plan.Buffers {
+		if b.Kind == "param" || b.Kind == "const" {
+			first[b.ID], last[b.ID] = -1, end
+		}
+	}
+	for _, o := range plan.Outputs {
+		id := owner(o.ID)
+		first[id] = min(first[id], -1)
+		last[id] = end
+	}
+	return first, last
+}
+
+// ArenaUsage is the arena's occupancy over plan's schedule: element i is the
+// bytes (aligned as PlanArena aligns them) of the buffers live during step i.
+// Its maximum is at most PlanArena's size, which adds the layout's gaps.
+func ArenaUsage(plan *Plan) []int64 {
+	first, last := lifetimes(plan)
+	delta := make([]int64, len(plan.Steps)+1)
+	for _, b := range plan.Buffers {
+		if b.Kind == "alias" || b.Kind == "inline" || last[b.ID] < 0 {
+			continue
+		}
+		size := (b.Bytes + ArenaAlign - 1) / ArenaAlign * ArenaAlign
+		delta[max(first[b.ID], 0)] += size
+		if e := last[b.ID] + 1; e < len(delta) {
+			delta[e] -= size
+		}
+	}
+	use := make([]int64, len(plan.Steps))
+	var live int64
+	for i := range use {
+		live += delta[i]
+		use[i] = live
+	}
+	return use
 }

@@ -1,5 +1,6 @@
 // Package plot draws training curves with gonum/plot: `lcc train --plot=FILE`
-// writes the per-step loss of a run, so a user sees it fall without a notebook.
+// writes the per-step loss of a run, so a user sees it fall without a notebook;
+// `lcc compile --emit=memory` draws a step's planned memory over its schedule.
 // The format follows FILE's extension (.png, .svg or .pdf).
 package plot
 

@@ -2,6 +2,7 @@ package plot
 
 import (
 	"bytes"
+	"fmt"
 	"image/png"
 	"math"
 	"os"
@@ -46,5 +47,37 @@ func TestLoss(t *testing.T) {
 		if err := Loss(tc.path, "", 0, tc.losses); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: %v, want %q", tc.path, err, tc.want)
 		}
+	}
+}
+
+// TestMemory: a valid PNG, byte-identical across two draws of the same series.
+func TestMemory(t *testing.T) {
+	dir := t.TempDir()
+	s := MemorySeries{Live: []int64{1 << 30, 3 << 30, 2 << 30, 5 << 29}, Beside: 1 << 29,
+		PeakBytes: 7 << 29, MeasuredBytes: 4 << 30}
+	var prev []byte
+	for i := range 2 {
+		path := filepath.Join(dir, fmt.Sprintf("memory%d.png", i))
+		if err := Memory(path, "step", s); err != nil {
+			t.Fatal(err)
+		}
+		data, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		img, err := png.Decode(bytes.NewReader(data))
+		if err != nil {
+			t.Fatalf("not a PNG: %v", err)
+		}
+		if b := img.Bounds(); b.Dx() < 300 || b.Dy() < 200 {
+			t.Errorf("image %v", b)
+		}
+		if prev != nil && !bytes.Equal(prev, data) {
+			t.Errorf("two draws of the same series differ")
+		}
+		prev = data
+	}
+	if err := Memory(filepath.Join(dir, "m.png"), "", MemorySeries{}); err == nil {
+		t.Error("an empty schedule drew")
 	}
 }

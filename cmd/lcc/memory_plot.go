@@ -1,0 +1,74 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	cudagen "github.com/lcc-dev/lcc/codegen/cuda"
+	"github.com/lcc-dev/lcc/driver"
+	"github.com/lcc-dev/lcc/train/plot"
+)
+
+// writeMemoryPlot draws res's planned memory over its schedule to path, and the
+// measured peak of a --metrics file when one is given.
+func writeMemoryPlot(path, model string, res *driver.Result, metrics string) error {
+	if res.Program == nil {
+		why := "the target has no GPU program"
+		if res.Report.KernelError != "" {
+			why = res.Report.KernelError
+		}
+		return fmt.Errorf("--emit=memory: no arena to draw: %s", why)
+	}
+	if res.Sharded != nil {
+		return fmt.Errorf("--emit=memory: the plan is sequence-sharded; draw one GPU's step with --ranks=1")
+	}
+	m := res.Report.Memory
+	s := plot.MemorySeries{Live: cudagen.ArenaUsage(res.Program.Plan), Beside: m.OptimizerBytes + m.FixedBytes,
+		PeakBytes: m.PerGPUPeakBytes}
+	if metrics != "" {
+		var err error
+		if s.MeasuredBytes, err = measuredPeak(metrics); err != nil {
+			return err
+		}
+	}
+	title := fmt.Sprintf("%s: %s per GPU, checkpoint %s", filepath.Base(model),
+		res.Report.Target.Name, res.Report.Checkpoints.Policy)
+	return plot.Memory(path, title, s)
+}
+
+// measuredPeak is the largest measured peak of a --metrics JSONL written by lcc
+// train (field measured_peak_bytes).
+func measuredPeak(path string) (int64, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return 0, fmt.Errorf("--measured: %w", err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 1<<24)
+	var peak int64
+	line := 0
+	for sc.Scan() {
+		line++
+		if len(sc.Bytes()) == 0 {
+			continue
+		}
+		var rec struct {
+			Measured int64 `json:"measured_peak_bytes"`
+		}
+		if err := json.Unmarshal(sc.Bytes(), &rec); err != nil {
+			return 0, fmt.Errorf("--measured %s:%d: %v", path, line, err)
+		}
+		peak = max(peak, rec.Measured)
+	}
+	if err := sc.Err(); err != nil {
+		return 0, fmt.Errorf("--measured %s: %w", path, err)
+	}
+	if peak == 0 {
+		return 0, fmt.Errorf("--measured %s: no line has measured_peak_bytes (lcc train --metrics on a GPU writes it)", path)
+	}
+	return peak, nil
+}

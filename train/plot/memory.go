@@ -1,0 +1,85 @@
+package plot
+
+import (
+	"fmt"
+	"image/color"
+	"path/filepath"
+	"strings"
+
+	gplot "gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/vg"
+)
+
+// MemorySeries is a step's planned memory for Memory: the bytes live in the
+// arena during each launch of the schedule, and what the GPU holds beside them
+// throughout (optimizer state and fixed costs).
+type MemorySeries struct {
+	Live []int64
+	// Beside is added to every point of Live.
+	Beside int64
+	// PeakBytes is the planned per-GPU peak (arena size + Beside), drawn as a
+	// dashed line; MeasuredBytes, when positive, the measured peak, drawn as a
+	// line of its own.
+	PeakBytes, MeasuredBytes int64
+}
+
+// Memory draws s against the launch index, in GiB, with a title, to path
+// (.png, .svg or .pdf).
+func Memory(path, title string, s MemorySeries) error {
+	switch strings.ToLower(filepath.Ext(path)) {
+	case ".png", ".svg", ".pdf":
+	default:
+		return fmt.Errorf("memory plot %s: want a .png, .svg or .pdf file", path)
+	}
+	if len(s.Live) == 0 {
+		return fmt.Errorf("memory plot %s: the schedule has no launches", path)
+	}
+	gib := func(b int64) float64 { return float64(b) / (1 << 30) }
+	pts := make(plotter.XYs, len(s.Live))
+	top := max(s.PeakBytes, s.MeasuredBytes)
+	for i, b := range s.Live {
+		pts[i] = plotter.XY{X: float64(i), Y: gib(b + s.Beside)}
+		top = max(top, b+s.Beside)
+	}
+	p := gplot.New()
+	p.Title.Text = title
+	p.X.Label.Text = "launch (step's schedule)"
+	p.Y.Label.Text = "GiB per GPU"
+	p.Y.Min, p.Y.Max = 0, gib(top)*1.25 // room for the legend above the lines
+	p.Add(plotter.NewGrid())
+	line, err := plotter.NewLine(pts)
+	if err != nil {
+		return fmt.Errorf("memory plot %s: %w", path, err)
+	}
+	p.Add(line)
+	p.Legend.Add("planned: live buffers + optimizer + fixed", line)
+	p.Legend.Top = true
+	hline := func(y float64, c color.Color, dashed bool, label string) error {
+		l, err := plotter.NewLine(plotter.XYs{{X: 0, Y: y}, {X: float64(len(s.Live) - 1), Y: y}})
+		if err != nil {
+			return err
+		}
+		l.Color = c
+		if dashed {
+			l.Dashes = []vg.Length{vg.Points(4), vg.Points(3)}
+		}
+		p.Add(l)
+		p.Legend.Add(label, l)
+		return nil
+	}
+	if err := hline(gib(s.PeakBytes), color.RGBA{B: 200, A: 255}, true,
+		fmt.Sprintf("planned peak %.2f GiB (arena)", gib(s.PeakBytes))); err != nil {
+		return fmt.Errorf("memory plot %s: %w", path, err)
+	}
+	if s.MeasuredBytes > 0 {
+		if err := hline(gib(s.MeasuredBytes), color.RGBA{R: 200, A: 255}, false,
+			fmt.Sprintf("measured peak %.2f GiB", gib(s.MeasuredBytes))); err != nil {
+			return fmt.Errorf("memory plot %s: %w", path, err)
+		}
+	}
+	if err := p.Save(20*vg.Centimeter, 12*vg.Centimeter, path); err != nil {
+		return fmt.Errorf("memory plot %s: %w", path, err)
+	}
+	return nil
+}
