@@ -9,8 +9,8 @@ import (
 
 	"github.com/lcc-dev/lcc/driver"
 	"github.com/lcc-dev/lcc/ir"
-	"github.com/lcc-dev/lcc/tensor"
 	"github.com/lcc-dev/lcc/targets"
+	"github.com/lcc-dev/lcc/tensor"
 )
 
 // provenance is what a function carries besides its structure and weights.
