@@ -114,8 +114,8 @@ func NodeCommBytes(n *ir.Node) int64 {
 func dilatedGathered(n *ir.Node, ranks int64) int64 {
 	q, k := n.Args[0].Type, n.Args[1].Type
 	b, l, hq, hkv, d := k.Shape[0], k.Shape[1], q.Shape[2], k.Shape[2], k.Shape[3]
-	segs, dils := n.Attrs.Ints("segments"), n.Attrs.Ints("dilations")
-	offsets := n.Attrs.String("offsets", ir.OffsetsPaper)
+	segs, dils := n.AttrInts("segments"), n.AttrInts("dilations")
+	offsets := n.AttrString("offsets")
 	var rows int64
 	for i := range segs {
 		w, r := segs[i], dils[i]

@@ -2,6 +2,7 @@ package ir
 
 import (
 	"fmt"
+	"math"
 	"sort"
 
 	"github.com/lcc-dev/lcc/tensor"
@@ -189,4 +190,79 @@ func kindOf(v any) (AttrKind, error) {
 		return AttrDType, nil
 	}
 	return 0, fmt.Errorf("unsupported attribute value of Go type %T", v)
+}
+
+// attr returns n's attribute name, or its op's default (nil when the default is
+// the kind's zero value). Reading an attribute the op does not declare, or as
+// another kind, is a bug in the reader, and panics.
+func (n *Node) attr(name string, kind AttrKind) any {
+	info := n.Op.Info()
+	declared := false
+	for _, s := range info.Attrs {
+		if s.Name == name {
+			if s.Kind != kind {
+				panic(fmt.Sprintf("lcc: BUG: %s attribute %s is %v, read as %v", n.Op, name, s.Kind, kind))
+			}
+			declared = true
+		}
+	}
+	if !declared {
+		panic(fmt.Sprintf("lcc: BUG: %s has no attribute %s", n.Op, name))
+	}
+	if v, ok := n.Attrs.Get(name); ok {
+		return v
+	}
+	v, _ := info.Defaults.Get(name)
+	return v
+}
+
+// AttrBool returns n's bool attribute name (false when absent).
+func (n *Node) AttrBool(name string) bool { b, _ := n.attr(name, AttrBool).(bool); return b }
+
+// AttrInt returns n's int attribute name, or the default of n's op.
+func (n *Node) AttrInt(name string) int64 { i, _ := n.attr(name, AttrInt).(int64); return i }
+
+// AttrInts returns n's ints attribute name, or the default of n's op.
+func (n *Node) AttrInts(name string) []int64 { x, _ := n.attr(name, AttrInts).([]int64); return x }
+
+// AttrFloat returns n's float attribute name, or the default of n's op.
+func (n *Node) AttrFloat(name string) float64 {
+	f, _ := n.attr(name, AttrFloat).(float64)
+	return f
+}
+
+// AttrFloats returns n's floats attribute name, or the default of n's op.
+func (n *Node) AttrFloats(name string) []float64 {
+	x, _ := n.attr(name, AttrFloats).([]float64)
+	return x
+}
+
+// AttrString returns n's string attribute name, or the default of n's op.
+func (n *Node) AttrString(name string) string {
+	s, _ := n.attr(name, AttrString).(string)
+	return s
+}
+
+// AttrTensor returns n's tensor attribute name (nil when absent).
+func (n *Node) AttrTensor(name string) *tensor.Tensor {
+	t, _ := n.attr(name, AttrTensor).(*tensor.Tensor)
+	return t
+}
+
+// AttrDType returns n's dtype attribute name, or the default of n's op
+// (tensor.Invalid when it has none).
+func (n *Node) AttrDType(name string) tensor.DType {
+	d, _ := n.attr(name, AttrDType).(tensor.DType)
+	return d
+}
+
+// AttentionScale is the softmax scale s of an attention-family node (q first,
+// [B, T, H, D]): its scale attribute, else 1/√D (docs/design.md §3).
+func AttentionScale(n *Node) float64 {
+	if v, ok := n.Attrs.Get("scale"); ok {
+		if f, ok := v.(float64); ok {
+			return f
+		}
+	}
+	return 1 / math.Sqrt(float64(n.Args[0].Type.Shape[3]))
 }

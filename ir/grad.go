@@ -87,6 +87,17 @@ var gradRules = map[Op]GradFunc{
 	OpDilatedAttention:    gradDilatedAttention,
 	OpSoftmaxCrossEntropy: gradCrossEntropy,
 	OpNLLLoss:             gradNLLLoss,
+
+	OpFusedLinearCrossEntropy: gradFLCE, // ops_fused.go
+
+	// Collectives and sharded attention (ops_collective.go).
+	OpAllGather:               gradAllGather,
+	OpReduceScatter:           gradReduceScatter,
+	OpAllReduce:               gradAllReduce,
+	OpAllToAll:                gradAllToAll,
+	OpRingShift:               gradRingShift,
+	OpRingAttention:           gradRingAttention,
+	OpShardedDilatedAttention: gradShardedDilated,
 }
 
 // Full returns a value of type t whose elements all equal v (a full node, which
@@ -245,7 +256,7 @@ func gradGelu(b *Builder, n *Node, dys []*Value) []*Value {
 	x := n.Args[0]
 	c := func(v float64) *Value { return b.like(x, v) }
 	var d *Value
-	if n.Attrs.Bool("tanh") {
+	if n.AttrBool("tanh") {
 		const k = 0.044715
 		x2 := b.Mul(x, x)
 		u := b.Mul(c(math.Sqrt(2/math.Pi)), b.Add(x, b.Mul(c(k), b.Mul(x2, x))))
@@ -405,7 +416,7 @@ func gradReduceMaxMin(b *Builder, n *Node, dys []*Value) []*Value {
 // from one GEMM over the flattened rows.
 func gradMatMul(b *Builder, n *Node, dys []*Value) []*Value {
 	a, bb, dc := n.Args[0], n.Args[1], dys[0]
-	ta, tb := n.Attrs.Bool("transpose_a"), n.Attrs.Bool("transpose_b")
+	ta, tb := n.AttrBool("transpose_a"), n.AttrBool("transpose_b")
 	var da, db *Value
 	switch {
 	case !ta && !tb:

@@ -1,19 +1,13 @@
 package ir
 
-import "math"
-
 // VJP rules of the composite ops, written in primitive ops (GoMLX takes a fused
 // op's gradient from its decomposition the same way), except attention, whose
 // backward is its own op so that it never materialises the [T, S] scores.
 
-// defaultNormEps is the eps of layer_norm and rms_norm without the attribute
-// (ONNX's and PyTorch's default).
-const defaultNormEps = 1e-5
-
 // softmax: dx = y ⊙ (dy − Σ_axis dy ⊙ y)
 func gradSoftmax(b *Builder, n *Node, dys []*Value) []*Value {
 	y, dy := n.Result(), dys[0]
-	axes := []int64{n.Attrs.Int("axis", -1)}
+	axes := []int64{n.AttrInt("axis")}
 	s := b.reduce(OpReduceSum, b.Mul(dy, y), axes)
 	return []*Value{b.Mul(y, b.Sub(dy, s))}
 }
@@ -21,7 +15,7 @@ func gradSoftmax(b *Builder, n *Node, dys []*Value) []*Value {
 // log_softmax: dx = dy − exp(y) ⊙ Σ_axis dy
 func gradLogSoftmax(b *Builder, n *Node, dys []*Value) []*Value {
 	y, dy := n.Result(), dys[0]
-	axes := []int64{n.Attrs.Int("axis", -1)}
+	axes := []int64{n.AttrInt("axis")}
 	s := b.reduce(OpReduceSum, dy, axes)
 	return []*Value{b.Sub(dy, b.Mul(b.Unary(OpExp, y), s))}
 }
@@ -29,7 +23,7 @@ func gradLogSoftmax(b *Builder, n *Node, dys []*Value) []*Value {
 // normAxes lists the normalised dims axis..rank-1 of a norm node.
 func normAxes(n *Node) []int64 {
 	r := n.Args[0].Type.Rank()
-	ax, _ := AxisIndex(n.Attrs.Int("axis", -1), r)
+	ax, _ := AxisIndex(n.AttrInt("axis"), r)
 	var axes []int64
 	for i := ax; i < r; i++ {
 		axes = append(axes, int64(i))
@@ -46,7 +40,7 @@ func normAxes(n *Node) []int64 {
 func gradLayerNorm(b *Builder, n *Node, dys []*Value) []*Value {
 	x, dy := n.Args[0], dys[0]
 	axes := normAxes(n)
-	eps := b.like(x, n.Attrs.Float("eps", defaultNormEps))
+	eps := b.like(x, n.AttrFloat("eps"))
 	mu := b.reduce(OpReduceMean, x, axes)
 	xc := b.Sub(x, mu)
 	r := b.Unary(OpRsqrt, b.Add(b.reduce(OpReduceMean, b.Mul(xc, xc), axes), eps))
@@ -80,7 +74,7 @@ func gradRMSNorm(b *Builder, n *Node, dys []*Value) []*Value {
 	if s := n.Args[1]; s.Type.DType == x.Type.DType && T(s.Type.DType, x.Type.Shape[axes[0]:]...).SameShape(s.Type) {
 		return b.Apply(OpRMSNormGrad, n.Attrs.Clone(), x, s, dy)
 	}
-	eps := b.like(x, n.Attrs.Float("eps", defaultNormEps))
+	eps := b.like(x, n.AttrFloat("eps"))
 	r := b.Unary(OpRsqrt, b.Add(b.reduce(OpReduceMean, b.Mul(x, x), axes), eps))
 	xhat := b.Mul(x, r)
 	g := dy
@@ -129,8 +123,7 @@ func (b *Builder) attentionGrad(op Op, n *Node, dys []*Value, mask *Value) []*Va
 	attrs := n.Attrs.Clone()
 	args := []*Value{q, k, v, o, lse, do}
 	if dlse != nil {
-		hd := q.Type.Shape[3]
-		attrs = attrs.With("scale", n.Attrs.Float("scale", 1/math.Sqrt(float64(hd))))
+		attrs = attrs.With("scale", AttentionScale(n))
 		pad := func(x *Value, fill *Value) *Value {
 			if fill == nil {
 				fill = b.Full(withDim(x.Type, 3, 1), 0)
@@ -172,10 +165,10 @@ func (b *Builder) lossWeights(n *Node, dy *Value) (w, onehot *Value) {
 	// Without ignore_index every row counts (the interpreter's and ONNX's rule).
 	kept := b.Full(T(dt, nr), 1)
 	if _, ok := n.Attrs.Get("ignore_index"); ok {
-		ignore := b.Scalar(lt, float64(n.Attrs.Int("ignore_index", -100)))
+		ignore := b.Scalar(lt, float64(n.AttrInt("ignore_index")))
 		kept = b.Cast(b.Unary(OpNot, b.bin(OpEq, labels, ignore)), dt)
 	}
-	switch n.Attrs.String("reduction", "mean") {
+	switch n.AttrString("reduction") {
 	case "none", "sum":
 		w = b.Mul(kept, dy)
 	default: // mean over the kept rows

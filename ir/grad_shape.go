@@ -15,7 +15,7 @@ func gradReshape(b *Builder, n *Node, dys []*Value) []*Value {
 
 // transpose by perm: transpose back by perm⁻¹.
 func gradTranspose(b *Builder, n *Node, dys []*Value) []*Value {
-	perm := n.Attrs.Ints("perm")
+	perm := n.AttrInts("perm")
 	inv := make([]int64, len(perm))
 	for i, p := range perm {
 		inv[p] = int64(i)
@@ -33,8 +33,8 @@ func gradExpand(b *Builder, n *Node, dys []*Value) []*Value {
 // at the selected indices. Axes are restored one at a time.
 func gradSlice(b *Builder, n *Node, dys []*Value) []*Value {
 	x := n.Args[0]
-	axes, starts, ends, steps := n.Attrs.Ints("axes"), n.Attrs.Ints("starts"),
-		n.Attrs.Ints("ends"), n.Attrs.Ints("steps")
+	axes, starts, ends, steps := n.AttrInts("axes"), n.AttrInts("starts"),
+		n.AttrInts("ends"), n.AttrInts("steps")
 	if n.Result().Type.Numel() == 0 {
 		return []*Value{b.Full(x.Type, 0)}
 	}
@@ -81,7 +81,7 @@ func gradConcat(b *Builder, n *Node, dys []*Value) []*Value {
 	if len(n.Args) == 1 {
 		return []*Value{dys[0]}
 	}
-	ax, _ := AxisIndex(n.Attrs.Int("axis", 0), n.Args[0].Type.Rank())
+	ax, _ := AxisIndex(n.AttrInt("axis"), n.Args[0].Type.Rank())
 	sizes := make([]int64, len(n.Args))
 	for i, a := range n.Args {
 		sizes[i] = a.Type.Shape[ax]
@@ -102,7 +102,7 @@ func gradSplit(b *Builder, n *Node, dys []*Value) []*Value {
 	if len(parts) == 1 {
 		return parts
 	}
-	ax, _ := AxisIndex(n.Attrs.Int("axis", 0), n.Args[0].Type.Rank())
+	ax, _ := AxisIndex(n.AttrInt("axis"), n.Args[0].Type.Rank())
 	return []*Value{b.Apply1(OpConcat, A("axis", int64(ax)), parts...)}
 }
 
@@ -112,11 +112,11 @@ func (b *Builder) nonNegative(idx *Value, size int64) *Value {
 	if d := idx.Def; d != nil {
 		switch d.Op {
 		case OpConstant:
-			if t := d.Attrs.Tensor("value"); t != nil && minInt(t) >= 0 {
+			if t := d.AttrTensor("value"); t != nil && minInt(t) >= 0 {
 				return b.Cast(idx, tensor.I64)
 			}
 		case OpRange:
-			if d.Attrs.Float("start", 0) >= 0 && d.Attrs.Float("delta", 1) >= 0 {
+			if d.AttrFloat("start") >= 0 && d.AttrFloat("delta") >= 0 {
 				return b.Cast(idx, tensor.I64)
 			}
 		}
@@ -138,7 +138,7 @@ func minInt(t *tensor.Tensor) int64 {
 // both ops read a negative index i as i + size).
 func gradGather(b *Builder, n *Node, dys []*Value) []*Value {
 	x, idx := n.Args[0], n.Args[1]
-	ax, _ := AxisIndex(n.Attrs.Int("axis", 0), x.Type.Rank())
+	ax, _ := AxisIndex(n.AttrInt("axis"), x.Type.Rank())
 	size := x.Type.Shape[ax]
 	dx := b.Apply1(OpScatterAdd, A("axis", int64(ax), "size", size), dys[0], idx)
 	return []*Value{dx, nil}
@@ -164,7 +164,7 @@ func (b *Builder) positionTerm(shape []int64, d int, stride int64) *Value {
 func gradGatherElements(b *Builder, n *Node, dys []*Value) []*Value {
 	x, idx := n.Args[0], n.Args[1]
 	r := x.Type.Rank()
-	ax, _ := AxisIndex(n.Attrs.Int("axis", 0), r)
+	ax, _ := AxisIndex(n.AttrInt("axis"), r)
 	st := tensor.Strides[int64](x.Type.Shape)
 	is := idx.Type.Shape
 	lin := b.Mul(b.nonNegative(idx, x.Type.Shape[ax]), b.Scalar(tensor.I64, float64(st[ax])))
@@ -185,7 +185,7 @@ func gradGatherElements(b *Builder, n *Node, dys []*Value) []*Value {
 // is one scatter_add of the [M, R] cotangent over axis 0.
 func gradGatherND(b *Builder, n *Node, dys []*Value) []*Value {
 	x, idx := n.Args[0], n.Args[1]
-	bd := int(n.Attrs.Int("batch_dims", 0))
+	bd := int(n.AttrInt("batch_dims"))
 	q := idx.Type.Rank()
 	depth := int(idx.Type.Shape[q-1])
 	outer := x.Type.Shape[:bd+depth]
@@ -223,7 +223,7 @@ func gradGatherND(b *Builder, n *Node, dys []*Value) []*Value {
 // tile by repeats r: view the cotangent as [r0, d0, r1, d1, …] and sum the copies.
 func gradTile(b *Builder, n *Node, dys []*Value) []*Value {
 	x := n.Args[0]
-	reps := n.Attrs.Ints("repeats")
+	reps := n.AttrInts("repeats")
 	var split, axes []int64
 	for i, d := range x.Type.Shape {
 		split = append(split, reps[i], d)
@@ -239,7 +239,7 @@ func gradTile(b *Builder, n *Node, dys []*Value) []*Value {
 // cumsum: y_i = Σ_{j≤i} x_j, so dx_j = Σ_{i≥j} dy_i, the cumsum in the other
 // direction (exclusive stays exclusive).
 func gradCumSum(b *Builder, n *Node, dys []*Value) []*Value {
-	as := n.Attrs.With("reverse", !n.Attrs.Bool("reverse"))
+	as := n.Attrs.With("reverse", !n.AttrBool("reverse"))
 	return []*Value{b.Apply1(OpCumSum, as, dys[0])}
 }
 
@@ -250,6 +250,6 @@ func gradTrilu(b *Builder, n *Node, dys []*Value) []*Value {
 
 // scatter_add is the transpose of gather: gather the cotangent back.
 func gradScatterAdd(b *Builder, n *Node, dys []*Value) []*Value {
-	ax := n.Attrs.Int("axis", 0)
+	ax := n.AttrInt("axis")
 	return []*Value{b.Apply1(OpGather, A("axis", ax), dys[0], n.Args[1]), nil}
 }

@@ -31,7 +31,12 @@ type OpInfo struct {
 	// MinArgs and MaxArgs bound the argument count; MaxArgs < 0 means variadic.
 	MinArgs, MaxArgs int
 	Attrs            []AttrSpec
-	Infer            InferFunc
+	// Defaults holds the value of each attribute that is not zero when absent
+	// (axis=-1 of softmax, eps=1e-5 of the norms, reduction="mean" of the losses).
+	// It is the one place a default is written: Node.AttrInt and its siblings read
+	// through it, and a table test checks every entry against Attrs.
+	Defaults Attrs
+	Infer    InferFunc
 	// Grad is the op's VJP rule; NoGrad marks ops that have none on purpose
 	// (integer and boolean results, constants). A table test requires one or the other.
 	Grad   GradFunc
@@ -191,25 +196,42 @@ func AllOps() []Op {
 
 var opsByName = map[string]Op{}
 
+// def installs op's row, with its VJP rule from gradRules (a package-level map,
+// so initialised before any init function runs).
 func def(op Op, info OpInfo) {
+	if rule, ok := gradRules[op]; ok {
+		info.Grad = rule
+	}
 	opTable[op] = info
 	opsByName[info.Name] = op
 }
+
+// defaultNormEps is the eps of layer_norm and rms_norm without the attribute
+// (ONNX's and PyTorch's default).
+const defaultNormEps = 1e-5
 
 var (
 	axisAttr = []AttrSpec{{"axis", AttrInt}}
 	reduceAt = []AttrSpec{{"axes", AttrInts}, {"keepdims", AttrBool}}
 	lossAt   = []AttrSpec{{"ignore_index", AttrInt}, {"reduction", AttrString}}
+	normAt   = []AttrSpec{{"axis", AttrInt}, {"eps", AttrFloat}}
+
+	// Shared defaults. A loss without ignore_index ignores no label.
+	lastAxis     = A("axis", -1)
+	normDefaults = A("axis", -1, "eps", defaultNormEps)
+	lossDefaults = A("reduction", "mean")
+	dilatedDefs  = A("offsets", OffsetsPaper)
 )
 
 func init() {
 	def(OpConstant, OpInfo{Name: "constant", Attrs: []AttrSpec{{"value", AttrTensor}},
 		Infer: inferConstant, NoGrad: true})
 	def(OpFull, OpInfo{Name: "full", Attrs: []AttrSpec{{"value", AttrFloat},
-		{"shape", AttrInts}, {"dtype", AttrDType}}, Infer: inferFull, NoGrad: true})
+		{"shape", AttrInts}, {"dtype", AttrDType}}, Defaults: A("dtype", tensor.F32),
+		Infer: inferFull, NoGrad: true})
 	def(OpRange, OpInfo{Name: "range", Attrs: []AttrSpec{{"start", AttrFloat},
 		{"delta", AttrFloat}, {"count", AttrInt}, {"dtype", AttrDType}},
-		Infer: inferRange, NoGrad: true})
+		Defaults: A("delta", 1.0, "dtype", tensor.I64), Infer: inferRange, NoGrad: true})
 
 	for _, u := range []struct {
 		op   Op
@@ -297,30 +319,30 @@ func init() {
 		Attrs: []AttrSpec{{"axis", AttrInt}, {"size", AttrInt}}, Infer: inferScatterAdd})
 
 	def(OpSoftmax, OpInfo{Name: "softmax", MinArgs: 1, MaxArgs: 1, Attrs: axisAttr,
-		Infer: inferFloatUnary})
+		Defaults: lastAxis, Infer: inferFloatUnary})
 	def(OpLogSoftmax, OpInfo{Name: "log_softmax", MinArgs: 1, MaxArgs: 1, Attrs: axisAttr,
-		Infer: inferFloatUnary})
-	def(OpLayerNorm, OpInfo{Name: "layer_norm", MinArgs: 1, MaxArgs: 3,
-		Attrs: []AttrSpec{{"axis", AttrInt}, {"eps", AttrFloat}}, Infer: inferNorm})
-	def(OpRMSNorm, OpInfo{Name: "rms_norm", MinArgs: 1, MaxArgs: 2,
-		Attrs: []AttrSpec{{"axis", AttrInt}, {"eps", AttrFloat}}, Infer: inferNorm})
+		Defaults: lastAxis, Infer: inferFloatUnary})
+	def(OpLayerNorm, OpInfo{Name: "layer_norm", MinArgs: 1, MaxArgs: 3, Attrs: normAt,
+		Defaults: normDefaults, Infer: inferNorm})
+	def(OpRMSNorm, OpInfo{Name: "rms_norm", MinArgs: 1, MaxArgs: 2, Attrs: normAt,
+		Defaults: normDefaults, Infer: inferNorm})
 	def(OpAttention, OpInfo{Name: "attention", MinArgs: 3, MaxArgs: 4,
 		Attrs: []AttrSpec{{"causal", AttrBool}, {"scale", AttrFloat}}, Infer: inferAttention})
 	def(OpDilatedAttention, OpInfo{Name: "dilated_attention", MinArgs: 3, MaxArgs: 3,
 		Attrs: []AttrSpec{{"segments", AttrInts}, {"dilations", AttrInts},
 			{"offsets", AttrString}, {"causal", AttrBool}, {"scale", AttrFloat}},
-		Infer: inferDilatedAttention})
+		Defaults: dilatedDefs, Infer: inferDilatedAttention})
 	def(OpAttentionGrad, OpInfo{Name: "attention_grad", MinArgs: 6, MaxArgs: 7,
 		Attrs: []AttrSpec{{"causal", AttrBool}, {"scale", AttrFloat}}, Infer: inferAttentionGrad,
 		NoGrad: true})
 	def(OpDilatedAttentionGrad, OpInfo{Name: "dilated_attention_grad", MinArgs: 6, MaxArgs: 6,
 		Attrs: []AttrSpec{{"segments", AttrInts}, {"dilations", AttrInts},
 			{"offsets", AttrString}, {"causal", AttrBool}, {"scale", AttrFloat}},
-		Infer: inferAttentionGrad, NoGrad: true})
+		Defaults: dilatedDefs, Infer: inferAttentionGrad, NoGrad: true})
 	def(OpSoftmaxCrossEntropy, OpInfo{Name: "softmax_cross_entropy", MinArgs: 2, MaxArgs: 2,
-		Attrs: lossAt, Infer: inferLoss})
+		Attrs: lossAt, Defaults: lossDefaults, Infer: inferLoss})
 	def(OpNLLLoss, OpInfo{Name: "nll_loss", MinArgs: 2, MaxArgs: 2, Attrs: lossAt,
-		Infer: inferLoss})
+		Defaults: lossDefaults, Infer: inferLoss})
 }
 
 // AxisIndex normalises a possibly negative axis for a rank, or reports it out of range.
@@ -362,7 +384,7 @@ func Broadcast(shapes ...[]int64) ([]int64, error) {
 func one(t Type) []Type { return []Type{t} }
 
 func inferConstant(n *Node) ([]Type, error) {
-	v := n.Attrs.Tensor("value")
+	v := n.AttrTensor("value")
 	if v == nil {
 		return nil, fmt.Errorf("missing attribute value")
 	}
@@ -370,8 +392,8 @@ func inferConstant(n *Node) ([]Type, error) {
 }
 
 func inferFull(n *Node) ([]Type, error) {
-	dt := n.Attrs.DType("dtype", tensor.F32)
-	shape := n.Attrs.Ints("shape")
+	dt := n.AttrDType("dtype")
+	shape := n.AttrInts("shape")
 	if _, err := ShapeNumel(shape); err != nil {
 		return nil, err
 	}
@@ -379,11 +401,14 @@ func inferFull(n *Node) ([]Type, error) {
 }
 
 func inferRange(n *Node) ([]Type, error) {
-	c := n.Attrs.Int("count", -1)
+	if _, ok := n.Attrs.Get("count"); !ok {
+		return nil, fmt.Errorf("missing attribute count")
+	}
+	c := n.AttrInt("count")
 	if c < 0 {
 		return nil, fmt.Errorf("range needs count >= 0, got %d", c)
 	}
-	return one(T(n.Attrs.DType("dtype", tensor.I64), c)), nil
+	return one(T(n.AttrDType("dtype"), c)), nil
 }
 
 func inferSame(n *Node) ([]Type, error) {
@@ -409,7 +434,7 @@ func inferIsNaN(n *Node) ([]Type, error) {
 }
 
 func inferCast(n *Node) ([]Type, error) {
-	to := n.Attrs.DType("to", tensor.Invalid)
+	to := n.AttrDType("to")
 	if to == tensor.Invalid {
 		return nil, fmt.Errorf("missing attribute to")
 	}
@@ -514,7 +539,7 @@ func inferReduce(n *Node) ([]Type, error) {
 	if err != nil {
 		return nil, err
 	}
-	keep := n.Attrs.Bool("keepdims")
+	keep := n.AttrBool("keepdims")
 	var shape []int64
 	j := 0
 	for i, d := range x.Shape {
@@ -555,7 +580,7 @@ func inferMatMul(n *Node) ([]Type, error) {
 	if a.DType != b.DType || !a.DType.IsFloat() {
 		return nil, fmt.Errorf("needs equal floating-point dtypes, got %v and %v", a, b)
 	}
-	batch, m, _, nn, err := MatMulDims(a, b, n.Attrs.Bool("transpose_a"), n.Attrs.Bool("transpose_b"))
+	batch, m, _, nn, err := MatMulDims(a, b, n.AttrBool("transpose_a"), n.AttrBool("transpose_b"))
 	if err != nil {
 		return nil, err
 	}
@@ -564,7 +589,7 @@ func inferMatMul(n *Node) ([]Type, error) {
 
 func inferReshape(n *Node) ([]Type, error) {
 	x := n.Args[0].Type
-	shape := n.Attrs.Ints("shape")
+	shape := n.AttrInts("shape")
 	c, err := ShapeNumel(shape)
 	if err != nil {
 		return nil, err
@@ -577,7 +602,7 @@ func inferReshape(n *Node) ([]Type, error) {
 
 func inferTranspose(n *Node) ([]Type, error) {
 	x := n.Args[0].Type
-	perm := n.Attrs.Ints("perm")
+	perm := n.AttrInts("perm")
 	if len(perm) != x.Rank() {
 		return nil, fmt.Errorf("perm %v does not fit %v", perm, x)
 	}
@@ -595,7 +620,7 @@ func inferTranspose(n *Node) ([]Type, error) {
 
 func inferExpand(n *Node) ([]Type, error) {
 	x := n.Args[0].Type
-	shape := n.Attrs.Ints("shape")
+	shape := n.AttrInts("shape")
 	s, err := Broadcast(x.Shape, shape)
 	if err != nil {
 		return nil, err
@@ -622,8 +647,8 @@ func SliceLen(start, end, step int64) int64 {
 
 func inferSlice(n *Node) ([]Type, error) {
 	x := n.Args[0].Type
-	axes, starts, ends, steps := n.Attrs.Ints("axes"), n.Attrs.Ints("starts"),
-		n.Attrs.Ints("ends"), n.Attrs.Ints("steps")
+	axes, starts, ends, steps := n.AttrInts("axes"), n.AttrInts("starts"),
+		n.AttrInts("ends"), n.AttrInts("steps")
 	if len(starts) != len(axes) || len(ends) != len(axes) || len(steps) != len(axes) {
 		return nil, fmt.Errorf("axes, starts, ends and steps need equal lengths")
 	}
@@ -647,7 +672,7 @@ func inferSlice(n *Node) ([]Type, error) {
 
 func inferConcat(n *Node) ([]Type, error) {
 	x := n.Args[0].Type
-	ax, err := AxisIndex(n.Attrs.Int("axis", 0), x.Rank())
+	ax, err := AxisIndex(n.AttrInt("axis"), x.Rank())
 	if err != nil {
 		return nil, err
 	}
@@ -669,11 +694,11 @@ func inferConcat(n *Node) ([]Type, error) {
 
 func inferSplit(n *Node) ([]Type, error) {
 	x := n.Args[0].Type
-	ax, err := AxisIndex(n.Attrs.Int("axis", 0), x.Rank())
+	ax, err := AxisIndex(n.AttrInt("axis"), x.Rank())
 	if err != nil {
 		return nil, err
 	}
-	sizes := n.Attrs.Ints("sizes")
+	sizes := n.AttrInts("sizes")
 	var sum int64
 	var out []Type
 	for _, s := range sizes {
@@ -696,7 +721,7 @@ func inferGather(n *Node) ([]Type, error) {
 	if !idx.DType.IsInt() {
 		return nil, fmt.Errorf("indices must be integers, got %v", idx)
 	}
-	ax, err := AxisIndex(n.Attrs.Int("axis", 0), x.Rank())
+	ax, err := AxisIndex(n.AttrInt("axis"), x.Rank())
 	if err != nil {
 		return nil, err
 	}
@@ -709,7 +734,7 @@ func inferGatherElements(n *Node) ([]Type, error) {
 	if !idx.DType.IsInt() || idx.Rank() != x.Rank() {
 		return nil, fmt.Errorf("indices must be integers of rank %d, got %v", x.Rank(), idx)
 	}
-	if _, err := AxisIndex(n.Attrs.Int("axis", 0), x.Rank()); err != nil {
+	if _, err := AxisIndex(n.AttrInt("axis"), x.Rank()); err != nil {
 		return nil, err
 	}
 	return one(T(x.DType, idx.Shape...)), nil
@@ -717,7 +742,7 @@ func inferGatherElements(n *Node) ([]Type, error) {
 
 func inferGatherND(n *Node) ([]Type, error) {
 	x, idx := n.Args[0].Type, n.Args[1].Type
-	b := int(n.Attrs.Int("batch_dims", 0))
+	b := int(n.AttrInt("batch_dims"))
 	if !idx.DType.IsInt() || idx.Rank() < 1 || b < 0 || b >= min(x.Rank(), idx.Rank()) {
 		return nil, fmt.Errorf("bad gather_nd of %v by %v with batch_dims %d", x, idx, b)
 	}
@@ -731,7 +756,7 @@ func inferGatherND(n *Node) ([]Type, error) {
 
 func inferTile(n *Node) ([]Type, error) {
 	x := n.Args[0].Type
-	r := n.Attrs.Ints("repeats")
+	r := n.AttrInts("repeats")
 	if len(r) != x.Rank() {
 		return nil, fmt.Errorf("repeats %v do not fit %v", r, x)
 	}
@@ -757,8 +782,8 @@ func inferTrilu(n *Node) ([]Type, error) {
 
 func inferScatterAdd(n *Node) ([]Type, error) {
 	x, idx := n.Args[0].Type, n.Args[1].Type
-	ax := n.Attrs.Int("axis", 0)
-	size := n.Attrs.Int("size", 0)
+	ax := n.AttrInt("axis")
+	size := n.AttrInt("size")
 	if !idx.DType.IsInt() || ax < 0 || int(ax)+idx.Rank() > x.Rank() || size < 0 {
 		return nil, fmt.Errorf("bad scatter_add of %v by %v at axis %d", x, idx, ax)
 	}
@@ -776,7 +801,7 @@ func inferNorm(n *Node) ([]Type, error) {
 	if !x.DType.IsFloat() {
 		return nil, fmt.Errorf("needs a floating-point input, got %v", x)
 	}
-	ax, err := AxisIndex(n.Attrs.Int("axis", -1), x.Rank())
+	ax, err := AxisIndex(n.AttrInt("axis"), x.Rank())
 	if err != nil {
 		return nil, err
 	}
@@ -826,7 +851,7 @@ func inferDilatedAttention(n *Node) ([]Type, error) {
 	if err != nil {
 		return nil, err
 	}
-	seg, dil := n.Attrs.Ints("segments"), n.Attrs.Ints("dilations")
+	seg, dil := n.AttrInts("segments"), n.AttrInts("dilations")
 	if len(seg) == 0 || len(seg) != len(dil) {
 		return nil, fmt.Errorf("segments %v and dilations %v must be non-empty and of equal length", seg, dil)
 	}
@@ -835,7 +860,7 @@ func inferDilatedAttention(n *Node) ([]Type, error) {
 			return nil, fmt.Errorf("segment %d and dilation %d must be positive", seg[i], dil[i])
 		}
 	}
-	if o := n.Attrs.String("offsets", OffsetsPaper); o != OffsetsPaper && o != OffsetsBlock {
+	if o := n.AttrString("offsets"); o != OffsetsPaper && o != OffsetsBlock {
 		return nil, fmt.Errorf("offsets %q: want paper or block", o)
 	}
 	return ts, nil
@@ -846,7 +871,7 @@ func inferLoss(n *Node) ([]Type, error) {
 	if x.Rank() != 2 || !x.DType.IsFloat() || l.Rank() != 1 || !l.DType.IsInt() || l.Shape[0] != x.Shape[0] {
 		return nil, fmt.Errorf("needs logits [N,C] and integer labels [N], got %v and %v", x, l)
 	}
-	switch r := n.Attrs.String("reduction", "mean"); r {
+	switch r := n.AttrString("reduction"); r {
 	case "mean", "sum":
 		return one(T(x.DType)), nil
 	case "none":

@@ -75,39 +75,47 @@ var (
 	ringAttrs   = []AttrSpec{{"causal", AttrBool}, {"scale", AttrFloat}, ranksAttr, {"layout", AttrString}}
 	shardDilAtt = []AttrSpec{{"segments", AttrInts}, {"dilations", AttrInts}, {"offsets", AttrString},
 		{"causal", AttrBool}, {"scale", AttrFloat}, ranksAttr}
+	ringDefaults = A("layout", LayoutZigzag)
 )
 
 func init() {
 	def(OpAllGather, OpInfo{Name: "all_gather", MinArgs: 1, MaxArgs: 1,
-		Attrs: []AttrSpec{{"axis", AttrInt}, ranksAttr}, Infer: inferAllGather, Grad: gradAllGather})
+		Attrs: []AttrSpec{{"axis", AttrInt}, ranksAttr}, Infer: inferAllGather})
 	def(OpReduceScatter, OpInfo{Name: "reduce_scatter", MinArgs: 1, MaxArgs: 1,
-		Attrs: []AttrSpec{{"axis", AttrInt}, ranksAttr}, Infer: inferReduceScatter,
-		Grad: gradReduceScatter})
+		Attrs: []AttrSpec{{"axis", AttrInt}, ranksAttr}, Infer: inferReduceScatter})
 	def(OpAllReduce, OpInfo{Name: "all_reduce", MinArgs: 1, MaxArgs: 1,
-		Attrs: []AttrSpec{{"op", AttrString}, ranksAttr}, Infer: inferAllReduce, Grad: gradAllReduce})
+		Attrs: []AttrSpec{{"op", AttrString}, ranksAttr}, Defaults: A("op", "sum"),
+		Infer: inferAllReduce})
 	def(OpAllToAll, OpInfo{Name: "all_to_all", MinArgs: 1, MaxArgs: 1,
 		Attrs: []AttrSpec{{"split_axis", AttrInt}, {"concat_axis", AttrInt}, ranksAttr},
-		Infer: inferAllToAll, Grad: gradAllToAll})
+		Infer: inferAllToAll})
 	def(OpRingShift, OpInfo{Name: "ring_shift", MinArgs: 1, MaxArgs: 1,
-		Attrs: []AttrSpec{{"shift", AttrInt}, ranksAttr}, Infer: inferRingShift, Grad: gradRingShift})
+		Attrs: []AttrSpec{{"shift", AttrInt}, ranksAttr}, Defaults: A("shift", 1),
+		Infer: inferRingShift})
 	def(OpShardPositions, OpInfo{Name: "shard_positions",
 		Attrs: []AttrSpec{{"total", AttrInt}, ranksAttr, {"layout", AttrString}, {"outer", AttrInt},
-			{"inner", AttrInt}}, Infer: inferShardPositions, NoGrad: true})
+			{"inner", AttrInt}}, Defaults: A("layout", LayoutContiguous, "outer", 1, "inner", 1),
+		Infer: inferShardPositions, NoGrad: true})
 	def(OpRingAttention, OpInfo{Name: "ring_attention", MinArgs: 3, MaxArgs: 3, Attrs: ringAttrs,
-		Infer: inferRingAttention, Grad: gradRingAttention})
+		Defaults: ringDefaults, Infer: inferRingAttention})
 	def(OpRingAttentionGrad, OpInfo{Name: "ring_attention_grad", MinArgs: 6, MaxArgs: 6,
-		Attrs: ringAttrs, Infer: inferRingAttentionGrad, NoGrad: true})
+		Attrs: ringAttrs, Defaults: ringDefaults, Infer: inferRingAttentionGrad, NoGrad: true})
 	def(OpShardedDilatedAttention, OpInfo{Name: "sharded_dilated_attention", MinArgs: 3, MaxArgs: 3,
-		Attrs: shardDilAtt, Infer: inferShardedDilated, Grad: gradShardedDilated})
+		Attrs: shardDilAtt, Defaults: dilatedDefs, Infer: inferShardedDilated})
 	def(OpShardedDilatedAttentionGrad, OpInfo{Name: "sharded_dilated_attention_grad", MinArgs: 6,
-		MaxArgs: 6, Attrs: shardDilAtt, Infer: inferShardedDilatedGrad, NoGrad: true})
+		MaxArgs: 6, Attrs: shardDilAtt, Defaults: dilatedDefs, Infer: inferShardedDilatedGrad,
+		NoGrad: true})
 }
 
-// Ranks returns the ranks attribute of a collective node (0 when absent).
-func Ranks(n *Node) int { return int(n.Attrs.Int("ranks", 0)) }
+// Ranks returns the ranks attribute of a node (0 when absent or not a collective).
+func Ranks(n *Node) int {
+	v, _ := n.Attrs.Get("ranks") // any node: 0 for ops that are not collectives
+	r, _ := v.(int64)
+	return int(r)
+}
 
 func checkRanks(n *Node) (int64, error) {
-	r := n.Attrs.Int("ranks", 0)
+	r := n.AttrInt("ranks")
 	if r < 1 {
 		return 0, fmt.Errorf("needs ranks >= 1, got %d", r)
 	}
@@ -120,7 +128,7 @@ func inferAllGather(n *Node) ([]Type, error) {
 		return nil, err
 	}
 	x := n.Args[0].Type
-	ax, err := AxisIndex(n.Attrs.Int("axis", 0), x.Rank())
+	ax, err := AxisIndex(n.AttrInt("axis"), x.Rank())
 	if err != nil {
 		return nil, err
 	}
@@ -138,7 +146,7 @@ func inferReduceScatter(n *Node) ([]Type, error) {
 		return nil, err
 	}
 	x := n.Args[0].Type
-	ax, err := AxisIndex(n.Attrs.Int("axis", 0), x.Rank())
+	ax, err := AxisIndex(n.AttrInt("axis"), x.Rank())
 	if err != nil {
 		return nil, err
 	}
@@ -154,7 +162,7 @@ func inferAllReduce(n *Node) ([]Type, error) {
 	if _, err := checkRanks(n); err != nil {
 		return nil, err
 	}
-	switch o := n.Attrs.String("op", "sum"); o {
+	switch o := n.AttrString("op"); o {
 	case "sum", "max", "min":
 	default:
 		return nil, fmt.Errorf("op %q: want sum, max or min", o)
@@ -168,11 +176,11 @@ func inferAllToAll(n *Node) ([]Type, error) {
 		return nil, err
 	}
 	x := n.Args[0].Type
-	sa, err := AxisIndex(n.Attrs.Int("split_axis", 0), x.Rank())
+	sa, err := AxisIndex(n.AttrInt("split_axis"), x.Rank())
 	if err != nil {
 		return nil, err
 	}
-	ca, err := AxisIndex(n.Attrs.Int("concat_axis", 0), x.Rank())
+	ca, err := AxisIndex(n.AttrInt("concat_axis"), x.Rank())
 	if err != nil {
 		return nil, err
 	}
@@ -239,12 +247,12 @@ func inferShardPositions(n *Node) ([]Type, error) {
 	if err != nil {
 		return nil, err
 	}
-	total := n.Attrs.Int("total", 0)
-	l, err := LayoutLocal(n.Attrs.String("layout", LayoutContiguous), total, r)
+	total := n.AttrInt("total")
+	l, err := LayoutLocal(n.AttrString("layout"), total, r)
 	if err != nil {
 		return nil, err
 	}
-	outer, inner := n.Attrs.Int("outer", 1), n.Attrs.Int("inner", 1)
+	outer, inner := n.AttrInt("outer"), n.AttrInt("inner")
 	if outer < 1 || inner < 1 {
 		return nil, fmt.Errorf("outer %d and inner %d must be >= 1", outer, inner)
 	}
@@ -265,7 +273,7 @@ func inferRingAttention(n *Node) ([]Type, error) {
 		return nil, fmt.Errorf("ring attention is self-attention: q has %d positions, k %d",
 			q.Shape[1], k.Shape[1])
 	}
-	if _, err := LayoutLocal(n.Attrs.String("layout", LayoutZigzag), q.Shape[1]*r, r); err != nil {
+	if _, err := LayoutLocal(n.AttrString("layout"), q.Shape[1]*r, r); err != nil {
 		return nil, err
 	}
 	return ts, nil
@@ -315,7 +323,7 @@ func gradReduceScatter(b *Builder, n *Node, dys []*Value) []*Value {
 // all_reduce(sum): every rank's x feeds every rank's y, so dx = all_reduce(dy).
 // max and min have no gradient here (no pass differentiates through them).
 func gradAllReduce(b *Builder, n *Node, dys []*Value) []*Value {
-	if o := n.Attrs.String("op", "sum"); o != "sum" {
+	if o := n.AttrString("op"); o != "sum" {
 		b.Fail(fmt.Errorf("%s: all_reduce(%s) has no gradient", n.Where(), o))
 		return []*Value{poison}
 	}
@@ -324,14 +332,14 @@ func gradAllReduce(b *Builder, n *Node, dys []*Value) []*Value {
 
 // all_to_all is a permutation of blocks across ranks; its inverse swaps the axes.
 func gradAllToAll(b *Builder, n *Node, dys []*Value) []*Value {
-	at := A("split_axis", n.Attrs.Int("concat_axis", 0), "concat_axis", n.Attrs.Int("split_axis", 0),
-		"ranks", n.Attrs.Int("ranks", 1))
+	at := A("split_axis", n.AttrInt("concat_axis"), "concat_axis", n.AttrInt("split_axis"),
+		"ranks", n.AttrInt("ranks"))
 	return []*Value{b.Apply1(OpAllToAll, at, dys[0])}
 }
 
 // ring_shift(s): dx = ring_shift(dy) by −s.
 func gradRingShift(b *Builder, n *Node, dys []*Value) []*Value {
-	at := n.Attrs.With("shift", -n.Attrs.Int("shift", 1))
+	at := n.Attrs.With("shift", -n.AttrInt("shift"))
 	return []*Value{b.Apply1(OpRingShift, at, dys[0])}
 }
 

@@ -33,9 +33,10 @@ var flceAttrs = []AttrSpec{{"transpose_w", AttrBool}, {"ignore_index", AttrInt},
 
 func init() {
 	def(OpFusedLinearCrossEntropy, OpInfo{Name: "fused_linear_cross_entropy", MinArgs: 3,
-		MaxArgs: 3, Attrs: flceAttrs, Infer: inferFLCE, Grad: gradFLCE})
+		MaxArgs: 3, Attrs: flceAttrs, Defaults: lossDefaults, Infer: inferFLCE})
 	def(OpFusedLinearCrossEntropyGrad, OpInfo{Name: "fused_linear_cross_entropy_grad",
-		MinArgs: 4, MaxArgs: 4, Attrs: flceAttrs, Infer: inferFLCEGrad, NoGrad: true})
+		MinArgs: 4, MaxArgs: 4, Attrs: flceAttrs, Defaults: lossDefaults, Infer: inferFLCEGrad,
+		NoGrad: true})
 }
 
 // FLCEDims returns the rows N, hidden size d and vocabulary size V of a
@@ -60,14 +61,14 @@ func FLCEDims(h, w, labels Type, transposeW bool) (n, d, v int64, err error) {
 
 func inferFLCE(n *Node) ([]Type, error) {
 	h, w, l := n.Args[0].Type, n.Args[1].Type, n.Args[2].Type
-	rows, _, _, err := FLCEDims(h, w, l, n.Attrs.Bool("transpose_w"))
+	rows, _, _, err := FLCEDims(h, w, l, n.AttrBool("transpose_w"))
 	if err != nil {
 		return nil, err
 	}
-	if c := n.Attrs.Int("chunk_rows", 0); c < 0 {
+	if c := n.AttrInt("chunk_rows"); c < 0 {
 		return nil, fmt.Errorf("chunk_rows %d must be >= 0", c)
 	}
-	switch r := n.Attrs.String("reduction", "mean"); r {
+	switch r := n.AttrString("reduction"); r {
 	case "mean", "sum":
 		return one(T(h.DType)), nil
 	case "none":

@@ -17,7 +17,7 @@ import "fmt"
 
 func init() {
 	def(OpRMSNormGrad, OpInfo{Name: "rms_norm_grad", MinArgs: 2, MaxArgs: 3,
-		Attrs: []AttrSpec{{"axis", AttrInt}, {"eps", AttrFloat}}, Infer: inferRMSNormGrad, NoGrad: true})
+		Attrs: normAt, Defaults: normDefaults, Infer: inferRMSNormGrad, NoGrad: true})
 }
 
 func inferRMSNormGrad(n *Node) ([]Type, error) {
@@ -25,7 +25,7 @@ func inferRMSNormGrad(n *Node) ([]Type, error) {
 	if !x.DType.IsFloat() || !dy.Equal(x) {
 		return nil, fmt.Errorf("needs a floating-point x and dy of its type, got %v and %v", x, dy)
 	}
-	ax, err := AxisIndex(n.Attrs.Int("axis", -1), x.Rank())
+	ax, err := AxisIndex(n.AttrInt("axis"), x.Rank())
 	if err != nil {
 		return nil, err
 	}

@@ -3,7 +3,6 @@ package passes
 import (
 	"errors"
 	"fmt"
-	"math"
 	"slices"
 	"strings"
 
@@ -99,7 +98,7 @@ func dilate(f *ir.Func, cfg DilateConfig) error {
 		switch {
 		case len(n.Args) == 4:
 			errs = append(errs, fmt.Errorf("layer %s: attention has a mask; %s", layer, need))
-		case !n.Attrs.Bool("causal"):
+		case !n.AttrBool("causal"):
 			errs = append(errs, fmt.Errorf("layer %s: attention is not causal; %s", layer, need))
 		case t != s:
 			errs = append(errs, fmt.Errorf("layer %s: attention has %d keys for %d queries; %s",
@@ -118,10 +117,9 @@ func dilate(f *ir.Func, cfg DilateConfig) error {
 		// attention(q, k, v) {causal, scale}
 		//   -> dilated_attention(q, k, v) {segments, dilations, offsets, causal, scale}
 		{Name: "dilate", Root: ir.OpAttention, Rewrite: func(f *ir.Func, n *ir.Node, b *ir.Builder) bool {
-			d := n.Args[0].Type.Shape[3]
 			attrs := ir.A("segments", slices.Clone(cfg.Segments),
 				"dilations", slices.Clone(cfg.Dilations), "offsets", offsets,
-				"causal", true, "scale", n.Attrs.Float("scale", 1/math.Sqrt(float64(d))))
+				"causal", true, "scale", ir.AttentionScale(n))
 			outs := b.Apply(ir.OpDilatedAttention, attrs, n.Args...)
 			f.ReplaceUses(n.Results[0], outs[0])
 			f.ReplaceUses(n.Results[1], outs[1])

@@ -228,9 +228,9 @@ func uniformScalar(v *ir.Value) (float64, bool) {
 			return 0, false
 		}
 	case v.Def.Op == ir.OpConstant:
-		t = v.Def.Attrs.Tensor("value")
+		t = v.Def.AttrTensor("value")
 	case v.Def.Op == ir.OpFull:
-		return v.Def.Attrs.Float("value", 0), true
+		return v.Def.AttrFloat("value"), true
 	}
 	if t == nil || t.Numel() == 0 || !t.DType.IsFloat() {
 		return 0, false

@@ -454,7 +454,7 @@ func sliceSym(s *sym, n *ir.Node) *sym {
 		return nil
 	}
 	shape := n.Result().Type.Shape
-	axes, starts, steps := n.Attrs.Ints("axes"), n.Attrs.Ints("starts"), n.Attrs.Ints("steps")
+	axes, starts, steps := n.AttrInts("axes"), n.AttrInts("starts"), n.AttrInts("steps")
 	r := len(shape)
 	if s.aff != nil {
 		out := constSym(s.dtype, shape, s.aff.c)
@@ -500,7 +500,7 @@ func sliceSym(s *sym, n *ir.Node) *sym {
 func (p *maskProver) concat(n *ir.Node) *sym {
 	shape := n.Result().Type.Shape
 	r := len(shape)
-	ax, err := ir.AxisIndex(n.Attrs.Int("axis", 0), r)
+	ax, err := ir.AxisIndex(n.AttrInt("axis"), r)
 	if err != nil {
 		return nil
 	}
@@ -565,9 +565,9 @@ func triluSym(n *ir.Node, s *sym) *sym {
 			return nil
 		}
 	}
-	k := n.Attrs.Int("k", 0)
+	k := n.AttrInt("k")
 	keep := &band{cuts: []int64{k}, vals: []float64{1, 0}}
-	if n.Attrs.Bool("upper") {
+	if n.AttrBool("upper") {
 		keep = &band{cuts: []int64{k - 1}, vals: []float64{0, 1}}
 	}
 	shape := s.shape
@@ -589,13 +589,13 @@ func cumsumSym(n *ir.Node, s *sym) *sym {
 		return nil
 	}
 	r := len(s.shape)
-	ax, err := ir.AxisIndex(n.Attrs.Int("axis", 0), r)
+	ax, err := ir.AxisIndex(n.AttrInt("axis"), r)
 	if err != nil {
 		return nil
 	}
 	size := float64(s.shape[ax])
 	out := constSym(s.dtype, s.shape, 0)
-	excl, rev := n.Attrs.Bool("exclusive"), n.Attrs.Bool("reverse")
+	excl, rev := n.AttrBool("exclusive"), n.AttrBool("reverse")
 	switch {
 	case !rev && !excl: // c·(i+1)
 		out.aff.c, out.aff.coef[ax] = c, c

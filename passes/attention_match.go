@@ -209,7 +209,7 @@ func peel(v *ir.Value, alpha *float64, seen *[]*ir.Node) view {
 		}
 		switch {
 		case d.Op == ir.OpTranspose:
-			w = view{src: d.Args[0], perm: view{perm: d.Attrs.Ints("perm")}.then(w.perm).perm}
+			w = view{src: d.Args[0], perm: view{perm: d.AttrInts("perm")}.then(w.perm).perm}
 		case alpha != nil && (d.Op == ir.OpMul || d.Op == ir.OpDiv):
 			c, x, ok := scalarFactor(d)
 			if !ok {
@@ -256,7 +256,7 @@ func scalarFactor(d *ir.Node) (c float64, x *ir.Value, ok bool) {
 func bracketedTranspose(r *ir.Node) (*ir.Value, bool) {
 	a := r.Args[0]
 	if a.Def == nil || a.Def.Op != ir.OpTranspose || a.Type.Rank() != 3 ||
-		!slices.Equal(a.Def.Attrs.Ints("perm"), []int64{0, 2, 1}) {
+		!slices.Equal(a.Def.AttrInts("perm"), []int64{0, 2, 1}) {
 		return nil, false
 	}
 	c := a.Def.Args[0]
@@ -305,7 +305,7 @@ func stripRepeat(w view, seen *[]*ir.Node) (view, repeatKind, int64) {
 		switch {
 		case e.Def.Op == ir.OpExpand:
 		case e.Def.Op == ir.OpTile &&
-			slices.Equal(e.Def.Attrs.Ints("repeats"), []int64{1, 1, es[2], 1, 1}):
+			slices.Equal(e.Def.AttrInts("repeats"), []int64{1, 1, es[2], 1, 1}):
 		default:
 			return w, repeatNone, 1
 		}
@@ -321,7 +321,7 @@ func stripRepeat(w view, seen *[]*ir.Node) (view, repeatKind, int64) {
 		*seen = append(*seen, d, e.Def, u.Def)
 		return peel(x, nil, seen), repeatInterleave, es[2]
 	case ir.OpTile:
-		r := d.Attrs.Ints("repeats")
+		r := d.AttrInts("repeats")
 		if r[0] != 1 || r[2] != 1 || r[3] != 1 || r[1] <= 1 {
 			break
 		}
@@ -381,7 +381,7 @@ func nanGuarded(v *ir.Value) (*ir.Value, []*ir.Node) {
 	cond, zero, p := w.Args[0], w.Args[1], w.Args[2]
 	isn := cond.Def
 	if isn == nil || isn.Op != ir.OpIsNaN || isn.Args[0] != p || zero.Def == nil ||
-		zero.Def.Op != ir.OpConstant || zero.Type.Numel() != 1 || zero.Def.Attrs.Tensor("value").Float(0) != 0 {
+		zero.Def.Op != ir.OpConstant || zero.Type.Numel() != 1 || zero.Def.AttrTensor("value").Float(0) != 0 {
 		return v, nil
 	}
 	return p, []*ir.Node{w, isn}
@@ -396,10 +396,10 @@ func (m *attnMatcher) analyze(f *ir.Func, pv *ir.Node, uses map[*ir.Value][]*ir.
 	if p.Type.Rank() != 4 {
 		return nil, fmt.Sprintf("scores %v are not [B,H,T,S]", p.Type)
 	}
-	if ax, err := ir.AxisIndex(sm.Attrs.Int("axis", -1), 4); err != nil || ax != 3 {
+	if ax, err := ir.AxisIndex(sm.AttrInt("axis"), 4); err != nil || ax != 3 {
 		return nil, "softmax is not over the last axis"
 	}
-	if pv.Attrs.Bool("transpose_a") {
+	if pv.AttrBool("transpose_a") {
 		return nil, "the probabilities enter the matmul by v transposed"
 	}
 	wantUses := 1
@@ -516,18 +516,18 @@ func (m *attnMatcher) analyze(f *ir.Func, pv *ir.Node, uses map[*ir.Value][]*ir.
 			qk.Args[0].Type, qk.Args[1].Type)
 	}
 	a.q = peel(qk.Args[0], &a.scale, &a.nodes)
-	if qk.Attrs.Bool("transpose_a") {
+	if qk.AttrBool("transpose_a") {
 		a.q = a.q.then(swapLast)
 	}
 	a.k = peel(qk.Args[1], &a.scale, &a.nodes)
-	if !qk.Attrs.Bool("transpose_b") {
+	if !qk.AttrBool("transpose_b") {
 		a.k = a.k.then(swapLast)
 	}
 	if pv.Args[1].Type.Rank() != 4 {
 		return nil, fmt.Sprintf("v %v is not [B,H,S,D]", pv.Args[1].Type)
 	}
 	a.v = peel(pv.Args[1], nil, &a.nodes)
-	if pv.Attrs.Bool("transpose_b") {
+	if pv.AttrBool("transpose_b") {
 		a.v = a.v.then(swapLast)
 	}
 	qs, ks, vs := a.q.shape(), a.k.shape(), a.v.shape()
@@ -699,7 +699,7 @@ func (m *attnMatcher) emit(f *ir.Func, b *ir.Builder, a *sdpaMatch, uses map[*ir
 	}
 	old := a.pv.Result()
 	for _, u := range uses[old] {
-		if u.Op == ir.OpTranspose && slices.Equal(u.Attrs.Ints("perm"), swapHT) {
+		if u.Op == ir.OpTranspose && slices.Equal(u.AttrInts("perm"), swapHT) {
 			f.ReplaceUses(u.Result(), o)
 		}
 	}
@@ -732,8 +732,8 @@ func (m *attnMatcher) report(f *ir.Func) *AttentionMatches {
 			rec, ok := m.found[n]
 			if !ok {
 				q, k := n.Args[0].Type.Shape, n.Args[1].Type.Shape
-				rec = FoundAttention{Node: n.Name, Form: n.Op.String(), Causal: n.Attrs.Bool("causal"),
-					Scale: n.Attrs.Float("scale", 1/math.Sqrt(float64(q[3]))), QHeads: q[2], KVHeads: k[2]}
+				rec = FoundAttention{Node: n.Name, Form: n.Op.String(), Causal: n.AttrBool("causal"),
+					Scale: ir.AttentionScale(n), QHeads: q[2], KVHeads: k[2]}
 				if len(n.Args) == 4 {
 					rec.Mask = "additive"
 					if !n.Args[3].Type.DType.IsFloat() {

@@ -35,7 +35,7 @@ func fuseLogSoftmaxNLL(f *ir.Func, n *ir.Node, b *ir.Builder) bool {
 		return false
 	}
 	r := ls.Type.Rank()
-	if ax, err := ir.AxisIndex(ls.Def.Attrs.Int("axis", -1), r); err != nil || ax != r-1 {
+	if ax, err := ir.AxisIndex(ls.Def.AttrInt("axis"), r); err != nil || ax != r-1 {
 		return false
 	}
 	return fuseCE(f, uses, n, b, ls.Def.Args[0])
@@ -50,7 +50,7 @@ func fuseCE(f *ir.Func, uses map[*ir.Value][]*ir.Node, n *ir.Node, b *ir.Builder
 	}
 	m := y.Def
 	h, w := m.Args[0], m.Args[1]
-	if m.Attrs.Bool("transpose_a") || w.Type.Rank() != 2 || h.Type.Rank() < 2 {
+	if m.AttrBool("transpose_a") || w.Type.Rank() != 2 || h.Type.Rank() < 2 {
 		return false
 	}
 	rows, vocab := n.Args[0].Type.Shape[0], n.Args[0].Type.Shape[1]
@@ -61,8 +61,8 @@ func fuseCE(f *ir.Func, uses map[*ir.Value][]*ir.Node, n *ir.Node, b *ir.Builder
 	if h.Type.Rank() != 2 {
 		h = b.Reshape(h, rows, d)
 	}
-	attrs := ir.A("transpose_w", m.Attrs.Bool("transpose_b"),
-		"reduction", n.Attrs.String("reduction", "mean"))
+	attrs := ir.A("transpose_w", m.AttrBool("transpose_b"),
+		"reduction", n.AttrString("reduction"))
 	if ig, ok := n.Attrs.Get("ignore_index"); ok {
 		attrs = attrs.With("ignore_index", ig)
 	}

@@ -67,12 +67,12 @@ func invRMS(v *ir.Value, divisor bool) (m *ir.Value, eps float64, ok bool) {
 // axis..rank−1 of u and returns u and axis.
 func trailingMean(m *ir.Value) (u *ir.Value, axis int, ok bool) {
 	d := m.Def
-	if d == nil || d.Op != ir.OpReduceMean || !d.Attrs.Bool("keepdims") {
+	if d == nil || d.Op != ir.OpReduceMean || !d.AttrBool("keepdims") {
 		return nil, 0, false
 	}
 	u = d.Args[0]
 	r := u.Type.Rank()
-	axes := d.Attrs.Ints("axes")
+	axes := d.AttrInts("axes")
 	if r == 0 || len(axes) == 0 || len(axes) > r {
 		return nil, 0, false
 	}
@@ -207,7 +207,7 @@ func normOperand(f *ir.Func, n *ir.Node, want int, ops ...ir.Op) (norm *ir.Node,
 // its dtype.
 func spansNorm(d *ir.Node, p *ir.Value) bool {
 	x := d.Args[0]
-	ax, err := ir.AxisIndex(d.Attrs.Int("axis", -1), x.Type.Rank())
+	ax, err := ir.AxisIndex(d.AttrInt("axis"), x.Type.Rank())
 	if err != nil || p.Type.DType != x.Type.DType {
 		return false
 	}

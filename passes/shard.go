@@ -366,12 +366,12 @@ func (s *sharder) localizeNew(v *ir.Value, axis int, outer, inner int64) *ir.Val
 			}
 			return s.b.Apply1(d.Op, d.Attrs.Clone(), args...)
 		case d.Op == ir.OpTranspose:
-			perm := d.Attrs.Ints("perm")
+			perm := d.AttrInts("perm")
 			return s.b.Apply1(ir.OpTranspose, d.Attrs.Clone(), s.localize(d.Args[0], int(perm[axis]),
 				outer, inner))
 		case d.Op == ir.OpGather:
 			data, idx := d.Args[0], d.Args[1]
-			gax, _ := ir.AxisIndex(d.Attrs.Int("axis", 0), data.Type.Rank())
+			gax, _ := ir.AxisIndex(d.AttrInt("axis"), data.Type.Rank())
 			if axis >= gax && axis < gax+idx.Type.Rank() {
 				return s.b.Apply1(ir.OpGather, d.Attrs.Clone(), s.nv[data],
 					s.localize(idx, axis-gax, outer, inner))
@@ -418,7 +418,7 @@ func (s *sharder) rewrite(n *ir.Node) error {
 		return s.reshape(n)
 	case ir.OpTranspose:
 		st := s.st[n.Args[0]]
-		perm := n.Attrs.Ints("perm")
+		perm := n.AttrInts("perm")
 		st.Axis = slices.Index(perm, int64(st.Axis))
 		s.apply(n.Op, n.Attrs.Clone(), []state{st}, s.materialize(n.Args[0]))
 		return nil
@@ -430,7 +430,7 @@ func (s *sharder) rewrite(n *ir.Node) error {
 		x := s.materialize(n.Args[0])
 		r := n.Results[0].Type.Rank()
 		st.Axis += r - n.Args[0].Type.Rank()
-		sh := append([]int64{}, n.Attrs.Ints("shape")...)
+		sh := append([]int64{}, n.AttrInts("shape")...)
 		sh[st.Axis] = s.local(st.SeqAxis)
 		s.apply(n.Op, n.Attrs.With("shape", sh), []state{st}, x)
 		return nil
@@ -549,22 +549,19 @@ func (s *sharder) keepAxis(n *ir.Node) error {
 	var touched []int
 	switch n.Op {
 	case ir.OpSlice:
-		for i, a := range n.Attrs.Ints("axes") {
+		for i, a := range n.AttrInts("axes") {
 			ax, _ := ir.AxisIndex(a, r)
-			full := n.Attrs.Ints("starts")[i] == 0 && n.Attrs.Ints("ends")[i] == x.Type.Shape[ax] &&
-				n.Attrs.Ints("steps")[i] == 1
+			full := n.AttrInts("starts")[i] == 0 && n.AttrInts("ends")[i] == x.Type.Shape[ax] &&
+				n.AttrInts("steps")[i] == 1
 			if !full {
 				touched = append(touched, ax)
 			}
 		}
 	case ir.OpSplit, ir.OpCumSum, ir.OpSoftmax, ir.OpLogSoftmax:
-		ax, _ := ir.AxisIndex(n.Attrs.Int("axis", 0), r)
-		if n.Op == ir.OpSoftmax || n.Op == ir.OpLogSoftmax {
-			ax, _ = ir.AxisIndex(n.Attrs.Int("axis", -1), r)
-		}
+		ax, _ := ir.AxisIndex(n.AttrInt("axis"), r) // the op's default axis from its row
 		touched = append(touched, ax)
 	case ir.OpTile:
-		for i, rep := range n.Attrs.Ints("repeats") {
+		for i, rep := range n.AttrInts("repeats") {
 			if rep != 1 {
 				touched = append(touched, i)
 			}
@@ -572,7 +569,7 @@ func (s *sharder) keepAxis(n *ir.Node) error {
 	case ir.OpTrilu:
 		touched = append(touched, r-2, r-1)
 	case ir.OpLayerNorm, ir.OpRMSNorm:
-		ax, _ := ir.AxisIndex(n.Attrs.Int("axis", -1), r)
+		ax, _ := ir.AxisIndex(n.AttrInt("axis"), r)
 		for i := ax; i < r; i++ {
 			touched = append(touched, i)
 		}
@@ -594,8 +591,8 @@ func (s *sharder) keepAxis(n *ir.Node) error {
 		// Full-range slices of the sequence axis keep their bounds in local terms.
 		at := n.Attrs.Clone()
 		if n.Op == ir.OpSlice {
-			ends := append([]int64{}, n.Attrs.Ints("ends")...)
-			for i, a := range n.Attrs.Ints("axes") {
+			ends := append([]int64{}, n.AttrInts("ends")...)
+			for i, a := range n.AttrInts("axes") {
 				if ax, _ := ir.AxisIndex(a, r); ax == st.Axis {
 					ends[i] = s.local(st.SeqAxis)
 				}
@@ -612,7 +609,7 @@ func (s *sharder) keepAxis(n *ir.Node) error {
 // concat along another axis: replicated arguments spanning the sequence are localized.
 func (s *sharder) concat(n *ir.Node) error {
 	r := n.Results[0].Type.Rank()
-	ax, _ := ir.AxisIndex(n.Attrs.Int("axis", 0), r)
+	ax, _ := ir.AxisIndex(n.AttrInt("axis"), r)
 	out := replicated
 	for _, a := range n.Args {
 		if st := s.st[a]; st.sharded() {
@@ -645,7 +642,7 @@ func (s *sharder) concat(n *ir.Node) error {
 func (s *sharder) reduce(n *ir.Node) error {
 	x, st := n.Args[0], s.st[n.Args[0]]
 	r := x.Type.Rank()
-	axes := n.Attrs.Ints("axes")
+	axes := n.AttrInts("axes")
 	var idx []int
 	if axes == nil {
 		for i := range r {
@@ -656,7 +653,7 @@ func (s *sharder) reduce(n *ir.Node) error {
 		i, _ := ir.AxisIndex(a, r)
 		idx = append(idx, i)
 	}
-	keep := n.Attrs.Bool("keepdims")
+	keep := n.AttrBool("keepdims")
 	if !slices.Contains(idx, st.Axis) {
 		out := st
 		if !keep {
@@ -701,7 +698,7 @@ func (s *sharder) matmul(n *ir.Node) error {
 	if ra < 2 || rb < 2 {
 		return fmt.Errorf("matmul of rank-1 operands sharded along the sequence is not supported")
 	}
-	ta, tb := n.Attrs.Bool("transpose_a"), n.Attrs.Bool("transpose_b")
+	ta, tb := n.AttrBool("transpose_a"), n.AttrBool("transpose_b")
 	mA, kA := ra-2, ra-1
 	if ta {
 		mA, kA = kA, mA
@@ -779,7 +776,7 @@ func (s *sharder) matmul(n *ir.Node) error {
 func (s *sharder) gather(n *ir.Node) error {
 	data, idx := n.Args[0], n.Args[1]
 	sd, si := s.st[data], s.st[idx]
-	gax, _ := ir.AxisIndex(n.Attrs.Int("axis", 0), data.Type.Rank())
+	gax, _ := ir.AxisIndex(n.AttrInt("axis"), data.Type.Rank())
 	switch {
 	case sd.sharded() && si.sharded():
 		return fmt.Errorf("gather from a sharded table by sharded indices mixes positions")
@@ -822,7 +819,7 @@ func (s *sharder) attention(n *ir.Node) error {
 		return fmt.Errorf("attention with an explicit mask cannot be sharded (only causal or no mask)")
 	}
 	if s.st[n.Args[0]].sharded() && !s.st[n.Args[1]].sharded() && !s.st[n.Args[2]].sharded() &&
-		!n.Attrs.Bool("causal") {
+		!n.AttrBool("causal") {
 		s.apply(n.Op, n.Attrs.Clone(), seqOut, s.nv[n.Args[0]], s.materialize(n.Args[1]),
 			s.materialize(n.Args[2]))
 		return nil
@@ -904,7 +901,7 @@ func (s *sharder) loss(n *ir.Node) error {
 	if !sl.sharded() {
 		args[labelsArg] = s.localize(lab, 0, sx.Outer, sx.Inner)
 	}
-	red := n.Attrs.String("reduction", "mean")
+	red := n.AttrString("reduction")
 	if red == "none" {
 		s.apply(n.Op, n.Attrs.Clone(), []state{{SeqAxis: sx.SeqAxis}}, args...)
 		return nil
@@ -919,7 +916,7 @@ func (s *sharder) loss(n *ir.Node) error {
 	var count *ir.Value
 	if _, ok := n.Attrs.Get("ignore_index"); ok {
 		labels := args[labelsArg]
-		ignore := s.b.Scalar(labels.Type.DType, float64(n.Attrs.Int("ignore_index", -100)))
+		ignore := s.b.Scalar(labels.Type.DType, float64(n.AttrInt("ignore_index")))
 		kept := s.b.Cast(s.b.Unary(ir.OpNot, s.b.Apply1(ir.OpEq, nil, labels, ignore)), dt)
 		count = s.allReduce(s.b.ReduceSum(kept, false), "sum")
 	} else {

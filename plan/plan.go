@@ -17,21 +17,21 @@ func NodeFLOPs(n *ir.Node) int64 {
 	switch n.Op {
 	case ir.OpMatMul:
 		a, b := n.Args[0].Type, n.Args[1].Type
-		batch, m, k, nn, err := ir.MatMulDims(a, b, n.Attrs.Bool("transpose_a"), n.Attrs.Bool("transpose_b"))
+		batch, m, k, nn, err := ir.MatMulDims(a, b, n.AttrBool("transpose_a"), n.AttrBool("transpose_b"))
 		if err != nil {
 			return 0
 		}
 		return 2 * ir.T(0, batch...).Numel() * m * k * nn
 	case ir.OpAttention, ir.OpAttentionGrad:
-		return attentionFLOPs(n, n.Attrs.Bool("causal"))
+		return attentionFLOPs(n, n.AttrBool("causal"))
 	case ir.OpDilatedAttention, ir.OpDilatedAttentionGrad:
 		return dilatedFLOPs(n)
 	case ir.OpRingAttention, ir.OpRingAttentionGrad:
 		// This rank's L queries against all N·L keys: one rank's share of the
 		// whole attention (the zigzag layout balances the causal half evenly).
 		q := n.Args[0].Type
-		f := 4 * q.Shape[0] * q.Shape[2] * q.Shape[1] * q.Shape[1] * n.Attrs.Int("ranks", 1) * q.Shape[3]
-		if n.Attrs.Bool("causal") {
+		f := 4 * q.Shape[0] * q.Shape[2] * q.Shape[1] * q.Shape[1] * n.AttrInt("ranks") * q.Shape[3]
+		if n.AttrBool("causal") {
 			f /= 2
 		}
 		if n.Op == ir.OpRingAttentionGrad {
@@ -41,7 +41,7 @@ func NodeFLOPs(n *ir.Node) int64 {
 	case ir.OpShardedDilatedAttention, ir.OpShardedDilatedAttentionGrad:
 		// The whole LongNet attention's useful work, split evenly over ranks.
 		q := n.Args[0].Type
-		ranks := n.Attrs.Int("ranks", 1)
+		ranks := n.AttrInt("ranks")
 		whole := ir.T(q.DType, q.Shape[0], q.Shape[1]*ranks, q.Shape[2], q.Shape[3])
 		fake := &ir.Node{Op: ir.OpDilatedAttention, Attrs: n.Attrs,
 			Args: []*ir.Value{{Type: whole}, n.Args[1], n.Args[2]}}
@@ -94,14 +94,14 @@ func attentionFLOPs(n *ir.Node, causal bool) int64 {
 func dilatedFLOPs(n *ir.Node) int64 {
 	q := n.Args[0].Type
 	b, t, h, d := q.Shape[0], q.Shape[1], q.Shape[2], q.Shape[3]
-	seg, dil := n.Attrs.Ints("segments"), n.Attrs.Ints("dilations")
+	seg, dil := n.AttrInts("segments"), n.AttrInts("dilations")
 	var f int64
 	for i := range seg {
 		w := min(seg[i], t)
 		rows := (w + dil[i] - 1) / dil[i]
 		segs := (t + w - 1) / w
 		per := rows * rows
-		if n.Attrs.Bool("causal") {
+		if n.AttrBool("causal") {
 			per /= 2
 		}
 		f += segs * per * 4 * h * d * b
@@ -192,7 +192,7 @@ func Simulate(f *ir.Func) Memory {
 // more GEMMs (dh and dw), 6·N·d·V, plus the softmax (5·N·V).
 func flceFLOPs(n *ir.Node) int64 {
 	rows, d, v, err := ir.FLCEDims(n.Args[0].Type, n.Args[1].Type, n.Args[2].Type,
-		n.Attrs.Bool("transpose_w"))
+		n.AttrBool("transpose_w"))
 	if err != nil {
 		return 0
 	}

@@ -2,7 +2,6 @@ package cuda
 
 import (
 	"fmt"
-	"math"
 	"strings"
 
 	"github.com/lcc-dev/lcc/ir"
@@ -278,8 +277,8 @@ func (g *gen) attnHeader(n *ir.Node) (string, error) {
 	if b > 65535 || hq > 65535 {
 		return "", fmt.Errorf("batch %d or heads %d exceed the grid limit 65535", b, hq)
 	}
-	scale := n.Attrs.Float("scale", 1/math.Sqrt(float64(d)))
-	causal := b2i(n.Attrs.Bool("causal"))
+	scale := ir.AttentionScale(n)
+	causal := b2i(n.AttrBool("causal"))
 	dilated := 0
 	brW, brR := []string{"1"}, []string{"1"}
 	offBlock := 0
@@ -289,12 +288,12 @@ func (g *gen) attnHeader(n *ir.Node) (string, error) {
 		}
 		dilated = 1
 		brW, brR = nil, nil
-		seg, dil := n.Attrs.Ints("segments"), n.Attrs.Ints("dilations")
+		seg, dil := n.AttrInts("segments"), n.AttrInts("dilations")
 		for i := range seg {
 			brW = append(brW, fmt.Sprint(seg[i]))
 			brR = append(brR, fmt.Sprint(dil[i]))
 		}
-		if n.Attrs.String("offsets", ir.OffsetsPaper) == ir.OffsetsBlock {
+		if n.AttrString("offsets") == ir.OffsetsBlock {
 			offBlock = 1
 		}
 	}

@@ -1,8 +1,6 @@
 package cuda
 
 import (
-	"math"
-
 	"github.com/lcc-dev/lcc/codegen/cuda/flash"
 	"github.com/lcc-dev/lcc/ir"
 	"github.com/lcc-dev/lcc/tensor"
@@ -39,10 +37,10 @@ func (g *gen) flashDesc(n *ir.Node) (flash.Desc, bool) {
 	}
 	q, k := n.Args[0].Type, n.Args[1].Type
 	d := flash.Desc{B: q.Shape[0], T: q.Shape[1], S: k.Shape[1], Hq: int(q.Shape[2]), Hkv: int(k.Shape[2]),
-		D: int(q.Shape[3]), Causal: n.Attrs.Bool("causal"),
-		Scale: n.Attrs.Float("scale", 1/math.Sqrt(float64(q.Shape[3])))}
+		D: int(q.Shape[3]), Causal: n.AttrBool("causal"),
+		Scale: ir.AttentionScale(n)}
 	if dilated {
-		d.Offsets = n.Attrs.String("offsets", "paper")
+		d.Offsets = n.AttrString("offsets")
 	}
 	d = d.Defaults()
 	if d.Check() != nil {
@@ -61,7 +59,7 @@ func (g *gen) flashDesc(n *ir.Node) (flash.Desc, bool) {
 // flashBranches is the descriptor of each LongNet branch of dilated attention n:
 // the shape of d with the branch's segment and dilation, accumulating into fp32.
 func flashBranches(n *ir.Node, d flash.Desc) []flash.Desc {
-	seg, dil := n.Attrs.Ints("segments"), n.Attrs.Ints("dilations")
+	seg, dil := n.AttrInts("segments"), n.AttrInts("dilations")
 	var out []flash.Desc
 	for i := range seg {
 		bd := d

@@ -69,16 +69,16 @@ func layoutOf(n *ir.Node) (collLayout, error) {
 	x, y := n.Args[0].Type, n.Result().Type
 	r := int64(ir.Ranks(n))
 	axis := func(name string) int {
-		a, _ := ir.AxisIndex(n.Attrs.Int(name, 0), x.Rank())
+		a, _ := ir.AxisIndex(n.AttrInt(name), x.Rank())
 		return a
 	}
 	switch n.Op {
 	case ir.OpAllReduce:
-		return collLayout{coll: Collective{Op: "all_reduce", Reduce: n.Attrs.String("op", "sum"),
+		return collLayout{coll: Collective{Op: "all_reduce", Reduce: n.AttrString("op"),
 			Count: x.Numel()}}, nil
 	case ir.OpRingShift:
 		return collLayout{coll: Collective{Op: "send_recv", Count: x.Numel(),
-			Shift: ((n.Attrs.Int("shift", 1) % r) + r) % r}}, nil
+			Shift: ((n.AttrInt("shift") % r) + r) % r}}, nil
 	case ir.OpAllGather:
 		// x [A, size, inner] from each rank → y [A, N·size, inner].
 		a := axis("axis")
@@ -166,9 +166,9 @@ func lowerShardPositions(g *gen, n *ir.Node) error {
 	if g.opts.Rank < 0 || int64(g.opts.Rank) >= ranks {
 		return fmt.Errorf("built for rank %d, but the program has %d ranks", g.opts.Rank, ranks)
 	}
-	total := n.Attrs.Int("total", 0)
-	inner := n.Attrs.Int("inner", 1)
-	layout := n.Attrs.String("layout", ir.LayoutContiguous)
+	total := n.AttrInt("total")
+	inner := n.AttrInt("inner")
+	layout := n.AttrString("layout")
 	chunks := ir.LayoutChunks(layout, total, ranks, int64(g.opts.Rank))
 	local := int64(0)
 	for _, c := range chunks {

@@ -112,7 +112,7 @@ func exprOf(n *ir.Node, operands []string) (string, error) {
 		table = intExpr
 	}
 	tmpl, ok := table[n.Op]
-	if n.Op == ir.OpGelu && n.Attrs.Bool("tanh") {
+	if n.Op == ir.OpGelu && n.AttrBool("tanh") {
 		tmpl = geluTanhExpr
 	}
 	if !ok {

@@ -169,7 +169,7 @@ extern "C" __global__ void __launch_bounds__(NT) @KERNEL@(%[11]s) {
 // of v logits of es bytes as fit CEChunkBytes (a multiple of 128 when that is
 // at least 128, so chunk offsets keep GEMM operands aligned).
 func flceChunk(n *ir.Node, rows, v, es int64) int64 {
-	c := n.Attrs.Int("chunk_rows", 0)
+	c := n.AttrInt("chunk_rows")
 	if c <= 0 {
 		c = max(1, CEChunkBytes/max(1, v*es))
 		if c >= 128 {
@@ -183,7 +183,7 @@ func flceChunk(n *ir.Node, rows, v, es int64) int64 {
 // chunk rows.
 func (g *gen) flceSetup(n *ir.Node) (rows, d, v, chunk int64, dt tensor.DType, err error) {
 	h, w, labels := n.Args[0], n.Args[1], n.Args[2]
-	rows, d, v, err = ir.FLCEDims(h.Type, w.Type, labels.Type, n.Attrs.Bool("transpose_w"))
+	rows, d, v, err = ir.FLCEDims(h.Type, w.Type, labels.Type, n.AttrBool("transpose_w"))
 	if err != nil {
 		return 0, 0, 0, 0, 0, err
 	}
@@ -198,7 +198,7 @@ func (g *gen) flceSetup(n *ir.Node) (rows, d, v, chunk int64, dt tensor.DType, e
 // flceLogits appends the GEMM z[:c] = h[r0:r0+c]·op(w).
 func (g *gen) flceLogits(n *ir.Node, z int, r0, c, d, v int64, dt tensor.DType) {
 	h, w := n.Args[0], n.Args[1]
-	g.gemm(g.ids[h], g.ids[w], z, Gemm{TransB: n.Attrs.Bool("transpose_w"), M: c, N: v, K: d,
+	g.gemm(g.ids[h], g.ids[w], z, Gemm{TransB: n.AttrBool("transpose_w"), M: c, N: v, K: d,
 		Batch: 1, OffA: r0 * d, DType: dt.String(), Alpha: 1})
 }
 
@@ -235,7 +235,7 @@ func lowerFLCE(g *gen, n *ir.Node) error {
 	labels, y := n.Args[2], n.Result()
 	zc := storageC[dt]
 	z := g.temp(dt, chunk, v)
-	red := n.Attrs.String("reduction", "mean")
+	red := n.AttrString("reduction")
 	var lossID, cntID int
 	if red == "none" {
 		lossID = g.ids[y]
@@ -279,10 +279,10 @@ func lowerFLCEGrad(g *gen, n *ir.Node) error {
 	}
 	h, w, labels, dloss := n.Args[0], n.Args[1], n.Args[2], n.Args[3]
 	dh, dw := n.Results[0], n.Results[1]
-	tw := n.Attrs.Bool("transpose_w")
+	tw := n.AttrBool("transpose_w")
 	ign, hasIgnore := n.Attrs.Get("ignore_index")
 	iv, _ := ign.(int64)
-	red := n.Attrs.String("reduction", "mean")
+	red := n.AttrString("reduction")
 	dmode := map[string]int{"none": 0, "sum": 1, "mean": 2}[red]
 	cnt := g.temp(tensor.F32, 1)
 	if dmode == 2 {

@@ -13,7 +13,7 @@ import (
 // one GEMM per output matrix.
 func lowerMatMul(g *gen, n *ir.Node) error {
 	a, b, c := n.Args[0], n.Args[1], n.Result()
-	ta, tb := n.Attrs.Bool("transpose_a"), n.Attrs.Bool("transpose_b")
+	ta, tb := n.AttrBool("transpose_a"), n.AttrBool("transpose_b")
 	batch, m, k, nn, err := ir.MatMulDims(a.Type, b.Type, ta, tb)
 	if err != nil {
 		return err

@@ -80,7 +80,7 @@ func lowerLoss(g *gen, n *ir.Node) error {
 func (g *gen) loss(n *ir.Node, xID int, xC string, rows, c int64, labels, y *ir.Value, isNLL bool) {
 	ign, hasIgnore := n.Attrs.Get("ignore_index")
 	iv, _ := ign.(int64)
-	red := n.Attrs.String("reduction", "mean")
+	red := n.AttrString("reduction")
 	nll, none := b2i(isNLL), b2i(red == "none")
 	hi := b2i(hasIgnore && ign != nil)
 	bs := pow2(c, 32, 256)

@@ -27,7 +27,7 @@ func (g *gen) flatKernel(op, comment string, n int64, params []Param, args []int
 // lowerFull fills a full that some non-elementwise node reads.
 func lowerFull(g *gen, n *ir.Node) error {
 	y := n.Result()
-	v := literal(y.Type.DType, n.Attrs.Float("value", 0))
+	v := literal(y.Type.DType, n.AttrFloat("value"))
 	g.flatKernel("full", fmt.Sprintf("full %v = %s", y.Type, v), y.Type.Numel(),
 		[]Param{g.param("y", y, true)}, []int{g.ids[y]},
 		fmt.Sprintf("    y[i] = %s;\n", store(g.storageOf(y), v)))
@@ -37,7 +37,7 @@ func lowerFull(g *gen, n *ir.Node) error {
 // lowerRange is start + i·delta in double, then converted (integers truncate).
 func lowerRange(g *gen, n *ir.Node) error {
 	y := n.Result()
-	start, delta := n.Attrs.Float("start", 0), n.Attrs.Float("delta", 1)
+	start, delta := n.AttrFloat("start"), n.AttrFloat("delta")
 	g.flatKernel("range", fmt.Sprintf("range %v", y.Type), y.Type.Numel(),
 		[]Param{g.param("y", y, true)}, []int{g.ids[y]},
 		fmt.Sprintf("    const double v = %s + (double)i * %s;\n    y[i] = %s;\n", dlit(start), dlit(delta),
@@ -89,7 +89,7 @@ func (g *gen) stridedCopy(op string, n *ir.Node, base int64, st, mods []int64) {
 
 func lowerTranspose(g *gen, n *ir.Node) error {
 	xs := stridesOf(n.Args[0].Type.Shape)
-	perm := n.Attrs.Ints("perm")
+	perm := n.AttrInts("perm")
 	st := make([]int64, len(perm))
 	for i, p := range perm {
 		st[i] = xs[p]
@@ -109,7 +109,7 @@ func lowerSlice(g *gen, n *ir.Node) error {
 	xs := stridesOf(x.Type.Shape)
 	st := append([]int64{}, xs...)
 	var base int64
-	axes, starts, steps := n.Attrs.Ints("axes"), n.Attrs.Ints("starts"), n.Attrs.Ints("steps")
+	axes, starts, steps := n.AttrInts("axes"), n.AttrInts("starts"), n.AttrInts("steps")
 	for i, a := range axes {
 		ax, err := ir.AxisIndex(a, x.Type.Rank())
 		if err != nil {
@@ -135,7 +135,7 @@ func lowerTile(g *gen, n *ir.Node) error {
 // along the axis.
 func lowerConcat(g *gen, n *ir.Node) error {
 	y := n.Result()
-	ax, err := ir.AxisIndex(n.Attrs.Int("axis", 0), y.Type.Rank())
+	ax, err := ir.AxisIndex(n.AttrInt("axis"), y.Type.Rank())
 	if err != nil {
 		return err
 	}
@@ -164,7 +164,7 @@ func lowerConcat(g *gen, n *ir.Node) error {
 // lowerSplit reads the input once and writes each element to its output.
 func lowerSplit(g *gen, n *ir.Node) error {
 	x := n.Args[0]
-	ax, err := ir.AxisIndex(n.Attrs.Int("axis", 0), x.Type.Rank())
+	ax, err := ir.AxisIndex(n.AttrInt("axis"), x.Type.Rank())
 	if err != nil {
 		return err
 	}
@@ -197,9 +197,9 @@ func lowerTrilu(g *gen, n *ir.Node) error {
 	x, y := n.Args[0], n.Result()
 	r := x.Type.Rank()
 	rows, cols := x.Type.Shape[r-2], x.Type.Shape[r-1]
-	k := n.Attrs.Int("k", 0)
+	k := n.AttrInt("k")
 	cmp := "<="
-	if n.Attrs.Bool("upper") {
+	if n.AttrBool("upper") {
 		cmp = ">="
 	}
 	zero := store(g.storageOf(y), literal(y.Type.DType, 0))
@@ -229,7 +229,7 @@ func wrapIndex(j, idx string, d int64) string {
 // lowerGather is ONNX Gather: y = x[:axis] ++ idx ++ x[axis+1:] in shape.
 func lowerGather(g *gen, n *ir.Node) error {
 	x, idx, y := n.Args[0], n.Args[1], n.Result()
-	ax, err := ir.AxisIndex(n.Attrs.Int("axis", 0), x.Type.Rank())
+	ax, err := ir.AxisIndex(n.AttrInt("axis"), x.Type.Rank())
 	if err != nil {
 		return err
 	}
@@ -246,7 +246,7 @@ func lowerGather(g *gen, n *ir.Node) error {
 // lowerGatherElements is y[c] = x[c with c_axis := idx[c]].
 func lowerGatherElements(g *gen, n *ir.Node) error {
 	x, idx, y := n.Args[0], n.Args[1], n.Result()
-	ax, err := ir.AxisIndex(n.Attrs.Int("axis", 0), x.Type.Rank())
+	ax, err := ir.AxisIndex(n.AttrInt("axis"), x.Type.Rank())
 	if err != nil {
 		return err
 	}
@@ -264,7 +264,7 @@ func lowerGatherElements(g *gen, n *ir.Node) error {
 // lowerGatherND is ONNX GatherND with batch_dims.
 func lowerGatherND(g *gen, n *ir.Node) error {
 	x, idx, y := n.Args[0], n.Args[1], n.Result()
-	b := int(n.Attrs.Int("batch_dims", 0))
+	b := int(n.AttrInt("batch_dims"))
 	q := int(idx.Type.Shape[idx.Type.Rank()-1])
 	xs := stridesOf(x.Type.Shape)
 	inner := prod(x.Type.Shape[b+q:])

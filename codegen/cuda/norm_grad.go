@@ -94,7 +94,7 @@ extern "C" __global__ void __launch_bounds__(256) @KERNEL@(%[3]s) {
 // lowerRMSNormGrad renders the two kernels above.
 func lowerRMSNormGrad(g *gen, n *ir.Node) error {
 	x, dy, dx := n.Args[0], n.Args[len(n.Args)-1], n.Results[0]
-	ax, err := ir.AxisIndex(n.Attrs.Int("axis", -1), x.Type.Rank())
+	ax, err := ir.AxisIndex(n.AttrInt("axis"), x.Type.Rank())
 	if err != nil {
 		return err
 	}
@@ -116,7 +116,7 @@ func lowerRMSNormGrad(g *gen, n *ir.Node) error {
 		args = append(args, g.ids[n.Args[1]], part)
 	}
 	body := fmt.Sprintf(rmsNormGradBody, rows, m, p, nt, cpt, b2i(hasScale),
-		flit(n.Attrs.Float("eps", 1e-5)), signature(params))
+		flit(n.AttrFloat("eps")), signature(params))
 	g.emit(kernelSpec{op: n.Op.String(), body: body, grid: [3]uint32{uint32(p), 1, 1},
 		block: [3]uint32{uint32(nt), 1, 1}, params: params, args: args})
 	if !hasScale {

@@ -214,9 +214,9 @@ func inlinable(v *ir.Value) (float64, bool) {
 	}
 	switch v.Def.Op {
 	case ir.OpFull:
-		return v.Def.Attrs.Float("value", 0), true
+		return v.Def.AttrFloat("value"), true
 	case ir.OpConstant:
-		t := v.Def.Attrs.Tensor("value")
+		t := v.Def.AttrTensor("value")
 		if t != nil && t.Numel() == 1 {
 			if t.DType.IsFloat() {
 				return t.F[0], true
@@ -266,7 +266,7 @@ func (g *gen) buffers() error {
 				}
 			}
 			if kind == "const" {
-				pl.Constants[b.ID] = n.Attrs.Tensor("value")
+				pl.Constants[b.ID] = n.AttrTensor("value")
 			}
 		}
 	}

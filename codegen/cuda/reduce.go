@@ -146,7 +146,7 @@ func lowerSoftmax(g *gen, n *ir.Node) error {
 	if !x.Type.DType.IsFloat() || x.Type.DType == tensor.F64 {
 		return fmt.Errorf("needs f32, bf16 or f16, got %v", x.Type)
 	}
-	ax, err := ir.AxisIndex(n.Attrs.Int("axis", -1), x.Type.Rank())
+	ax, err := ir.AxisIndex(n.AttrInt("axis"), x.Type.Rank())
 	if err != nil {
 		return err
 	}
@@ -195,7 +195,7 @@ extern "C" __global__ void __launch_bounds__(%[6]d) @KERNEL@(%[7]s) {
 // those dims.
 func lowerNorm(g *gen, n *ir.Node) error {
 	x, y := n.Args[0], n.Result()
-	ax, err := ir.AxisIndex(n.Attrs.Int("axis", -1), x.Type.Rank())
+	ax, err := ir.AxisIndex(n.AttrInt("axis"), x.Type.Rank())
 	if err != nil {
 		return err
 	}
@@ -226,7 +226,7 @@ func lowerNorm(g *gen, n *ir.Node) error {
 		rms = 1
 	}
 	bs := pow2(m, 32, 256)
-	body := fmt.Sprintf(normBody, n.Op, m, x.Type, rms, flit(n.Attrs.Float("eps", 1e-5)), bs,
+	body := fmt.Sprintf(normBody, n.Op, m, x.Type, rms, flit(n.AttrFloat("eps")), bs,
 		signature(params), apply.String())
 	g.emit(kernelSpec{op: n.Op.String(), body: body, grid: [3]uint32{uint32(rows), 1, 1},
 		block: [3]uint32{uint32(bs), 1, 1}, params: params, args: args})
@@ -237,14 +237,14 @@ func lowerNorm(g *gen, n *ir.Node) error {
 // fp32 (int64 for integers); exclusive and reverse as in ONNX CumSum.
 func lowerCumSum(g *gen, n *ir.Node) error {
 	x, y := n.Args[0], n.Result()
-	ax, err := ir.AxisIndex(n.Attrs.Int("axis", 0), x.Type.Rank())
+	ax, err := ir.AxisIndex(n.AttrInt("axis"), x.Type.Rank())
 	if err != nil {
 		return err
 	}
 	sh := x.Type.Shape
 	outer, m, inner := prod(sh[:ax]), sh[ax], prod(sh[ax+1:])
 	acc := accC(x.Type.DType)
-	excl, rev := n.Attrs.Bool("exclusive"), n.Attrs.Bool("reverse")
+	excl, rev := n.AttrBool("exclusive"), n.AttrBool("reverse")
 	jexpr := "jj"
 	if rev {
 		jexpr = fmt.Sprintf("(%d - 1 - jj)", m)

@@ -103,7 +103,6 @@ func literal(dt tensor.DType, v float64) string {
 	return ilit(tensor.WrapInt(int64(v), dt))
 }
 
-
 // idxType is the index type for n elements (plus the grid stride): int when it
 // cannot overflow, else long long.
 func idxType(n int64) string {

@@ -165,8 +165,8 @@ extern "C" __global__ void __launch_bounds__(NT) @KERNEL@(%[10]s) {
 // lowerScatterAdd renders the sort-based scatter_add described above.
 func lowerScatterAdd(g *gen, n *ir.Node) error {
 	x, idx, y := n.Args[0], n.Args[1], n.Result()
-	ax := n.Attrs.Int("axis", 0)
-	size := n.Attrs.Int("size", 0)
+	ax := n.AttrInt("axis")
+	size := n.AttrInt("size")
 	ni := idx.Type.Numel()
 	outer := prod(x.Type.Shape[:ax])
 	inner := prod(x.Type.Shape[int(ax)+idx.Type.Rank():])

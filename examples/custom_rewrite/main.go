@@ -22,7 +22,7 @@ func constant(v *ir.Value) (float64, bool) {
 	if v.Def == nil || v.Def.Op != ir.OpConstant {
 		return 0, false
 	}
-	t := v.Def.Attrs.Tensor("value")
+	t := v.Def.AttrTensor("value")
 	if t == nil || t.Numel() != 1 || !t.DType.IsFloat() {
 		return 0, false
 	}

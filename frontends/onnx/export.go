@@ -67,13 +67,13 @@ func Export(f *ir.Func) ([]byte, error) {
 			np.Output = append(np.Output, names[r])
 		}
 		opType, std := exportOps[n.Op]
-		if n.Op == ir.OpMatMul && !n.Attrs.Bool("transpose_a") && !n.Attrs.Bool("transpose_b") {
+		if n.Op == ir.OpMatMul && !n.AttrBool("transpose_a") && !n.AttrBool("transpose_b") {
 			opType, std = "MatMul", true
 		}
 		if n.Op == ir.OpCast {
 			np.OpType = proto.String("Cast")
 			np.Attribute = append(np.Attribute, &onnxpb.AttributeProto{Name: proto.String("to"),
-				Type: onnxpb.AttributeProto_INT.Enum(), I: proto.Int64(int64(exportDTypes[n.Attrs.DType("to", 0)]))})
+				Type: onnxpb.AttributeProto_INT.Enum(), I: proto.Int64(int64(exportDTypes[n.AttrDType("to")]))})
 			g.Node = append(g.Node, np)
 			continue
 		}

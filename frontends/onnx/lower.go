@@ -466,7 +466,7 @@ func (l *lowerer) bind(n *Node, outs []*ir.Value, consts []*tensor.Tensor) error
 			e.v = outs[i]
 			// Shape, Size and the like give constants even from run-time inputs.
 			if d := e.v.Def; d != nil && d.Op == ir.OpConstant {
-				e.c = d.Attrs.Tensor("value")
+				e.c = d.AttrTensor("value")
 			}
 		}
 		l.env[name] = e

@@ -824,7 +824,7 @@ func indexRange(c *nodeCtx, v *ir.Value) (lo, hi int64, known bool) {
 	}
 	switch v.Def.Op {
 	case ir.OpConstant:
-		t := v.Def.Attrs.Tensor("value")
+		t := v.Def.AttrTensor("value")
 		if t.Numel() == 0 {
 			return 0, 0, false
 		}
@@ -834,11 +834,11 @@ func indexRange(c *nodeCtx, v *ir.Value) (lo, hi int64, known bool) {
 		}
 		return lo, hi, true
 	case ir.OpRange:
-		n := v.Def.Attrs.Int("count", 0)
+		n := v.Def.AttrInt("count")
 		if n == 0 {
 			return 0, 0, false
 		}
-		start, delta := v.Def.Attrs.Float("start", 0), v.Def.Attrs.Float("delta", 1)
+		start, delta := v.Def.AttrFloat("start"), v.Def.AttrFloat("delta")
 		a, b := int64(start), int64(start+float64(n-1)*delta)
 		return min(a, b), max(a, b), true
 	case ir.OpReshape, ir.OpExpand:

@@ -123,7 +123,7 @@ func Vocab(f *ir.Func) (v int64, ok bool) {
 	for _, n := range f.Body {
 		switch n.Op {
 		case ir.OpFusedLinearCrossEntropy:
-			if w := n.Args[1].Type; n.Attrs.Bool("transpose_w") {
+			if w := n.Args[1].Type; n.AttrBool("transpose_w") {
 				return w.Shape[0], true
 			} else {
 				return w.Shape[1], true
@@ -135,7 +135,7 @@ func Vocab(f *ir.Func) (v int64, ok bool) {
 		}
 	}
 	for _, n := range f.Body {
-		if n.Op == ir.OpGather && n.Attrs.Int("axis", 0) == 0 && token(n.Args[1]) && n.Args[0].Type.Rank() == 2 {
+		if n.Op == ir.OpGather && n.AttrInt("axis") == 0 && token(n.Args[1]) && n.Args[0].Type.Rank() == 2 {
 			return n.Args[0].Type.Shape[0], true
 		}
 	}

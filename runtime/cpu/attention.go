@@ -2,7 +2,6 @@ package cpu
 
 import (
 	"fmt"
-	"math"
 
 	"github.com/lcc-dev/lcc/ir"
 	"github.com/lcc-dev/lcc/runtime/cpu/attention"
@@ -22,11 +21,6 @@ func attnDims(q, k *tensor.Tensor) attention.Dims {
 		Hq: int(q.Shape[2]), Hkv: int(k.Shape[2]), D: int(q.Shape[3])}
 }
 
-// attnScale is the scale attribute, 1/sqrt(D) when absent (docs/design.md §3).
-func attnScale(n *ir.Node, d attention.Dims) float64 {
-	return n.Attrs.Float("scale", 1/math.Sqrt(float64(d.D)))
-}
-
 // floatsResult wraps float64 data as n's result i.
 func floatsResult(n *ir.Node, i int, data []float64) *tensor.Tensor {
 	t := n.Results[i].Type
@@ -41,8 +35,8 @@ func floatsResult(n *ir.Node, i int, data []float64) *tensor.Tensor {
 func kernelAttention(n *ir.Node, args []*tensor.Tensor, _ Options) ([]*tensor.Tensor, error) {
 	q, k, v := args[0], args[1], args[2]
 	d := attnDims(q, k)
-	scale := attnScale(n, d)
-	causal := n.Attrs.Bool("causal")
+	scale := ir.AttentionScale(n)
+	causal := n.AttrBool("causal")
 	var o, lse []float64
 	if len(args) == 3 {
 		o, lse = attention.Dense(q.F, k.F, v.F, d, causal, scale)
@@ -64,8 +58,8 @@ func kernelAttention(n *ir.Node, args []*tensor.Tensor, _ Options) ([]*tensor.Te
 func kernelAttentionGrad(n *ir.Node, args []*tensor.Tensor, _ Options) ([]*tensor.Tensor, error) {
 	q, k, v, o, lse, do := args[0], args[1], args[2], args[3], args[4], args[5]
 	d := attnDims(q, k)
-	scale := attnScale(n, d)
-	causal := n.Attrs.Bool("causal")
+	scale := ir.AttentionScale(n)
+	causal := n.AttrBool("causal")
 	var dq, dk, dv []float64
 	if len(args) == 6 {
 		dq, dk, dv = attention.DenseBackward(q.F, k.F, v.F, o.F, lse.F, do.F, d, causal, scale)
@@ -86,12 +80,12 @@ func kernelAttentionGrad(n *ir.Node, args []*tensor.Tensor, _ Options) ([]*tenso
 
 // dilatedConfig reads a dilated attention's attributes.
 func dilatedConfig(n *ir.Node, d attention.Dims) (attention.DilatedConfig, error) {
-	seg, dil := n.Attrs.Ints("segments"), n.Attrs.Ints("dilations")
-	cfg := attention.DilatedConfig{Causal: n.Attrs.Bool("causal")}
+	seg, dil := n.AttrInts("segments"), n.AttrInts("dilations")
+	cfg := attention.DilatedConfig{Causal: n.AttrBool("causal")}
 	for i := range seg {
 		cfg.Branches = append(cfg.Branches, attention.Branch{Segment: int(seg[i]), Dilation: int(dil[i])})
 	}
-	switch o := n.Attrs.String("offsets", "paper"); o {
+	switch o := n.AttrString("offsets"); o {
 	case "paper":
 		cfg.Offsets = attention.Paper
 	case "block":
@@ -113,7 +107,7 @@ func kernelDilated(n *ir.Node, args []*tensor.Tensor, _ Options) ([]*tensor.Tens
 	if err != nil {
 		return nil, err
 	}
-	o, lse := attention.Dilated(q.F, k.F, v.F, d, cfg, attnScale(n, d))
+	o, lse := attention.Dilated(q.F, k.F, v.F, d, cfg, ir.AttentionScale(n))
 	return []*tensor.Tensor{floatsResult(n, 0, o), floatsResult(n, 1, lse)}, nil
 }
 
@@ -125,7 +119,7 @@ func kernelDilatedGrad(n *ir.Node, args []*tensor.Tensor, _ Options) ([]*tensor.
 	if err != nil {
 		return nil, err
 	}
-	dq, dk, dv := attention.DilatedBackward(q.F, k.F, v.F, o.F, lse.F, do.F, d, cfg, attnScale(n, d))
+	dq, dk, dv := attention.DilatedBackward(q.F, k.F, v.F, o.F, lse.F, do.F, d, cfg, ir.AttentionScale(n))
 	return []*tensor.Tensor{floatsResult(n, 0, dq), floatsResult(n, 1, dk), floatsResult(n, 2, dv)}, nil
 }
 

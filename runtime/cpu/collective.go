@@ -138,7 +138,7 @@ func concatBlocks(blocks [][]float64, shape []int64, axis int) []float64 {
 }
 
 func axisOf(n *ir.Node, name string, rank int) int {
-	ax, _ := ir.AxisIndex(n.Attrs.Int(name, 0), rank)
+	ax, _ := ir.AxisIndex(n.AttrInt(name), rank)
 	return ax
 }
 
@@ -189,7 +189,7 @@ func kernelAllReduce(n *ir.Node, args []*tensor.Tensor, opts Options) ([]*tensor
 	if err != nil {
 		return nil, err
 	}
-	red := n.Attrs.String("op", "sum")
+	red := n.AttrString("op")
 	out := slices.Clone(parts[0])
 	for _, p := range parts[1:] {
 		for i, v := range p {
@@ -237,7 +237,7 @@ func kernelRingShift(n *ir.Node, args []*tensor.Tensor, opts Options) ([]*tensor
 	}
 	x := args[0]
 	size := c.Size()
-	s := int(n.Attrs.Int("shift", 1)) % size
+	s := int(n.AttrInt("shift")) % size
 	dst, src := (c.Rank()+s+size)%size, (c.Rank()-s+size)%size
 	y, err := c.SendRecv(opName(n), floatsOf(x), dst, src)
 	if err != nil {
@@ -257,9 +257,9 @@ func kernelShardPositions(n *ir.Node, _ []*tensor.Tensor, opts Options) ([]*tens
 	if err != nil {
 		return nil, err
 	}
-	total := n.Attrs.Int("total", 0)
-	outer, inner := n.Attrs.Int("outer", 1), n.Attrs.Int("inner", 1)
-	pos := ir.LayoutPositions(n.Attrs.String("layout", ir.LayoutContiguous), total, int64(c.Size()),
+	total := n.AttrInt("total")
+	outer, inner := n.AttrInt("outer"), n.AttrInt("inner")
+	pos := ir.LayoutPositions(n.AttrString("layout"), total, int64(c.Size()),
 		int64(c.Rank()))
 	out := newResult(n, 0)
 	i := 0

@@ -88,7 +88,7 @@ func ringSetup(n *ir.Node, args []*tensor.Tensor, opts Options) (Communicator, a
 		return nil, attention.Dims{}, nil, 0, false, err
 	}
 	d := attnDims(args[0], args[1])
-	layout := n.Attrs.String("layout", ir.LayoutZigzag)
+	layout := n.AttrString("layout")
 	total := d.T * c.Size()
 	if _, err := ir.LayoutLocal(layout, int64(total), int64(c.Size())); err != nil {
 		return nil, d, nil, 0, false, err
@@ -97,7 +97,7 @@ func ringSetup(n *ir.Node, args []*tensor.Tensor, opts Options) (Communicator, a
 	for r := range chunks {
 		chunks[r] = rankChunks(layout, total, c.Size(), r)
 	}
-	return c, d, chunks, attnScale(n, d), n.Attrs.Bool("causal"), nil
+	return c, d, chunks, ir.AttentionScale(n), n.AttrBool("causal"), nil
 }
 
 // kernelRingAttention runs the N-step ring: at step s this rank holds the k, v of
@@ -241,7 +241,7 @@ func newShardedDilated(n *ir.Node, args []*tensor.Tensor, opts Options) (*sharde
 	if err != nil {
 		return nil, err
 	}
-	return &shardedDilated{c: c, d: d, cfg: cfg, scale: attnScale(n, d), total: d.T * c.Size(),
+	return &shardedDilated{c: c, d: d, cfg: cfg, scale: ir.AttentionScale(n), total: d.T * c.Size(),
 		lo: c.Rank() * d.T, hi: (c.Rank() + 1) * d.T, name: opName(n)}, nil
 }
 

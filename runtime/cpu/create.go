@@ -14,13 +14,13 @@ func init() {
 // kernelConstant returns the value attribute itself (results are read-only), or a
 // rounded copy when it holds values its dtype cannot.
 func kernelConstant(n *ir.Node, _ []*tensor.Tensor, opts Options) ([]*tensor.Tensor, error) {
-	return one(roundedInput(n.Attrs.Tensor("value"), opts)), nil
+	return one(roundedInput(n.AttrTensor("value"), opts)), nil
 }
 
 // kernelFull fills the result with value (truncated for integers, x ≠ 0 for bool).
 func kernelFull(n *ir.Node, _ []*tensor.Tensor, _ Options) ([]*tensor.Tensor, error) {
 	out := newResult(n, 0)
-	v := n.Attrs.Float("value", 0)
+	v := n.AttrFloat("value")
 	if out.DType.IsFloat() {
 		fill(out.F, v)
 	} else {
@@ -39,7 +39,7 @@ func kernelFull(n *ir.Node, _ []*tensor.Tensor, _ Options) ([]*tensor.Tensor, er
 // truncate toward zero).
 func kernelRange(n *ir.Node, _ []*tensor.Tensor, _ Options) ([]*tensor.Tensor, error) {
 	out := newResult(n, 0)
-	start, delta := n.Attrs.Float("start", 0), n.Attrs.Float("delta", 1)
+	start, delta := n.AttrFloat("start"), n.AttrFloat("delta")
 	for i := range out.Numel() {
 		v := start + float64(i)*delta
 		if out.DType.IsFloat() {

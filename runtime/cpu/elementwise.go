@@ -157,7 +157,7 @@ func init() {
 	}
 	Register(ir.OpGelu, func(n *ir.Node, args []*tensor.Tensor, opts Options) ([]*tensor.Tensor, error) {
 		fn := geluErf
-		if n.Attrs.Bool("tanh") {
+		if n.AttrBool("tanh") {
 			fn = geluTanh
 		}
 		return unaryKernel(fn)(n, args, opts)

@@ -39,12 +39,12 @@ type flce struct {
 }
 
 func newFLCE(n *ir.Node, args []*tensor.Tensor) (*flce, error) {
-	tw := n.Attrs.Bool("transpose_w")
+	tw := n.AttrBool("transpose_w")
 	rows, d, v, err := ir.FLCEDims(n.Args[0].Type, n.Args[1].Type, n.Args[2].Type, tw)
 	if err != nil {
 		return nil, err
 	}
-	rc := int(n.Attrs.Int("chunk_rows", 0))
+	rc := int(n.AttrInt("chunk_rows"))
 	if rc <= 0 {
 		rc = flceRowBlock
 	}
@@ -163,7 +163,7 @@ func kernelFLCE(n *ir.Node, args []*tensor.Tensor, _ Options) ([]*tensor.Tensor,
 			}
 		}
 	}
-	switch n.Attrs.String("reduction", "mean") {
+	switch n.AttrString("reduction") {
 	case "none":
 		copy(out.F, losses)
 	case "sum":
@@ -186,7 +186,7 @@ func kernelFLCEGrad(n *ir.Node, args []*tensor.Tensor, _ Options) ([]*tensor.Ten
 	dloss := args[3].F
 	dh, dw := newResult(n, 0), newResult(n, 1)
 	weight := func(r int) float64 { // the cotangent of row r's loss
-		switch n.Attrs.String("reduction", "mean") {
+		switch n.AttrString("reduction") {
 		case "none":
 			return dloss[r]
 		case "sum":

@@ -39,7 +39,7 @@ func copyBlock(dst, src *tensor.Tensor, d, s, w int) {
 // data[axis+1:] in shape (ONNX Gather).
 func kernelGather(n *ir.Node, args []*tensor.Tensor, _ Options) ([]*tensor.Tensor, error) {
 	x, idx, out := args[0], args[1], newResult(n, 0)
-	axis := normAxis(n.Attrs.Int("axis", 0), len(x.Shape))
+	axis := normAxis(n.AttrInt("axis"), len(x.Shape))
 	outer, m, inner := splitAt(x.Shape, axis)
 	ni := len(idx.I)
 	for p, raw := range idx.I {
@@ -58,7 +58,7 @@ func kernelGather(n *ir.Node, args []*tensor.Tensor, _ Options) ([]*tensor.Tenso
 // idx[i]] (ONNX GatherElements); idx may be smaller than data on every dim.
 func kernelGatherElements(n *ir.Node, args []*tensor.Tensor, _ Options) ([]*tensor.Tensor, error) {
 	x, idx, out := args[0], args[1], newResult(n, 0)
-	axis := normAxis(n.Attrs.Int("axis", 0), len(x.Shape))
+	axis := normAxis(n.AttrInt("axis"), len(x.Shape))
 	xs := strides(x.Shape)
 	st := append([]int{}, xs...)
 	st[axis] = 0 // the axis coordinate comes from idx
@@ -84,7 +84,7 @@ func kernelGatherElements(n *ir.Node, args []*tensor.Tensor, _ Options) ([]*tens
 // first q dims of data after batch_dims leading dims shared by data and idx.
 func kernelGatherND(n *ir.Node, args []*tensor.Tensor, _ Options) ([]*tensor.Tensor, error) {
 	x, idx, out := args[0], args[1], newResult(n, 0)
-	b := int(n.Attrs.Int("batch_dims", 0))
+	b := int(n.AttrInt("batch_dims"))
 	q := int(idx.Shape[len(idx.Shape)-1])
 	xs := strides(x.Shape)
 	inner := prod(x.Shape[b+q:])
@@ -115,8 +115,8 @@ func kernelGatherND(n *ir.Node, args []*tensor.Tensor, _ Options) ([]*tensor.Ten
 // deterministically.
 func kernelScatterAdd(n *ir.Node, args []*tensor.Tensor, _ Options) ([]*tensor.Tensor, error) {
 	x, idx, out := args[0], args[1], newResult(n, 0)
-	axis := int(n.Attrs.Int("axis", 0))
-	size := int(n.Attrs.Int("size", 0))
+	axis := int(n.AttrInt("axis"))
+	size := int(n.AttrInt("size"))
 	outer := prod(x.Shape[:axis])
 	ni := len(idx.I)
 	inner := prod(x.Shape[axis+len(idx.Shape):])

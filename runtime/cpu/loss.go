@@ -45,7 +45,7 @@ func kernelLoss(n *ir.Node, args []*tensor.Tensor, _ Options) ([]*tensor.Tensor,
 		}
 		counted++
 	}
-	switch n.Attrs.String("reduction", "mean") {
+	switch n.AttrString("reduction") {
 	case "none":
 		copy(out.F, losses)
 	case "sum":

@@ -34,7 +34,7 @@ const (
 // cut, so results are bit-for-bit independent of scheduling and core count.
 func kernelMatMul(n *ir.Node, args []*tensor.Tensor, _ Options) ([]*tensor.Tensor, error) {
 	a, b, out := args[0], args[1], newResult(n, 0)
-	ta, tb := n.Attrs.Bool("transpose_a"), n.Attrs.Bool("transpose_b")
+	ta, tb := n.AttrBool("transpose_a"), n.AttrBool("transpose_b")
 	ra, rb := len(a.Shape), len(b.Shape)
 	g := gemmShape{ar: int(a.Shape[ra-2]), ac: int(a.Shape[ra-1]),
 		br: int(b.Shape[rb-2]), bc: int(b.Shape[rb-1]), ta: ta, tb: tb}

@@ -16,8 +16,8 @@ func init() {
 // over the rows in row order.
 func kernelRMSNormGrad(n *ir.Node, args []*tensor.Tensor, _ Options) ([]*tensor.Tensor, error) {
 	x, dy := args[0], args[len(args)-1]
-	axis := normAxis(n.Attrs.Int("axis", -1), len(x.Shape))
-	eps := n.Attrs.Float("eps", 1e-5)
+	axis := normAxis(n.AttrInt("axis"), len(x.Shape))
+	eps := n.AttrFloat("eps")
 	m := prod(x.Shape[axis:])
 	dx := newResult(n, 0)
 	var scale []float64

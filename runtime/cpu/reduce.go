@@ -188,7 +188,7 @@ func fill(xs []float64, v float64) {
 // no exponent overflows. A row of −Inf gives NaN, as in PyTorch.
 func kernelSoftmax(n *ir.Node, args []*tensor.Tensor, _ Options) ([]*tensor.Tensor, error) {
 	x, out := args[0], newResult(n, 0)
-	axis := normAxis(n.Attrs.Int("axis", -1), len(x.Shape))
+	axis := normAxis(n.AttrInt("axis"), len(x.Shape))
 	outer, m, inner := splitAt(x.Shape, axis)
 	logOut := n.Op == ir.OpLogSoftmax
 	xf, of := x.F, out.F
@@ -270,8 +270,8 @@ func normParam(args []*tensor.Tensor, i int, dims []int64) []float64 {
 // y = (x − mean)/sqrt(var + eps)·scale + bias.
 func kernelLayerNorm(n *ir.Node, args []*tensor.Tensor, _ Options) ([]*tensor.Tensor, error) {
 	x, out := args[0], newResult(n, 0)
-	axis := normAxis(n.Attrs.Int("axis", -1), len(x.Shape))
-	eps := n.Attrs.Float("eps", 1e-5)
+	axis := normAxis(n.AttrInt("axis"), len(x.Shape))
+	eps := n.AttrFloat("eps")
 	dims := x.Shape[axis:]
 	scale, bias := normParam(args, 1, dims), normParam(args, 2, dims)
 	m := prod(dims)
@@ -312,8 +312,8 @@ func layerNormRows(x, y, scale, bias []float64, m int, eps float64) {
 // kernelRMSNorm is y = x / sqrt(mean(x²) + eps)·scale over dims axis..rank−1.
 func kernelRMSNorm(n *ir.Node, args []*tensor.Tensor, _ Options) ([]*tensor.Tensor, error) {
 	x, out := args[0], newResult(n, 0)
-	axis := normAxis(n.Attrs.Int("axis", -1), len(x.Shape))
-	eps := n.Attrs.Float("eps", 1e-5)
+	axis := normAxis(n.AttrInt("axis"), len(x.Shape))
+	eps := n.AttrFloat("eps")
 	dims := x.Shape[axis:]
 	scale := normParam(args, 1, dims)
 	m := prod(dims)
@@ -343,8 +343,8 @@ func kernelRMSNorm(n *ir.Node, args []*tensor.Tensor, _ Options) ([]*tensor.Tens
 // itself, reverse runs from the end (ONNX CumSum).
 func kernelCumSum(n *ir.Node, args []*tensor.Tensor, _ Options) ([]*tensor.Tensor, error) {
 	x, out := args[0], newResult(n, 0)
-	axis := normAxis(n.Attrs.Int("axis", 0), len(x.Shape))
-	excl, rev := n.Attrs.Bool("exclusive"), n.Attrs.Bool("reverse")
+	axis := normAxis(n.AttrInt("axis"), len(x.Shape))
+	excl, rev := n.AttrBool("exclusive"), n.AttrBool("reverse")
 	outer, m, inner := splitAt(x.Shape, axis)
 	isF := x.DType.IsFloat()
 	for o := 0; o < outer; o++ {

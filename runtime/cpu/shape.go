@@ -49,7 +49,7 @@ func kernelReshape(n *ir.Node, args []*tensor.Tensor, _ Options) ([]*tensor.Tens
 func kernelTranspose(n *ir.Node, args []*tensor.Tensor, _ Options) ([]*tensor.Tensor, error) {
 	x, out := args[0], newResult(n, 0)
 	xs := strides(x.Shape)
-	perm := n.Attrs.Ints("perm")
+	perm := n.AttrInts("perm")
 	st := make([]int, len(perm))
 	for i, p := range perm {
 		st[i] = xs[p]
@@ -75,7 +75,7 @@ func kernelSlice(n *ir.Node, args []*tensor.Tensor, _ Options) ([]*tensor.Tensor
 	xs := strides(x.Shape)
 	st := append([]int{}, xs...)
 	base := 0
-	axes, starts, steps := n.Attrs.Ints("axes"), n.Attrs.Ints("starts"), n.Attrs.Ints("steps")
+	axes, starts, steps := n.AttrInts("axes"), n.AttrInts("starts"), n.AttrInts("steps")
 	for i, a := range axes {
 		ax := normAxis(a, len(x.Shape))
 		base += int(starts[i]) * xs[ax]
@@ -87,7 +87,7 @@ func kernelSlice(n *ir.Node, args []*tensor.Tensor, _ Options) ([]*tensor.Tensor
 
 func kernelConcat(n *ir.Node, args []*tensor.Tensor, _ Options) ([]*tensor.Tensor, error) {
 	out := newResult(n, 0)
-	axis := normAxis(n.Attrs.Int("axis", 0), len(out.Shape))
+	axis := normAxis(n.AttrInt("axis"), len(out.Shape))
 	outer, m, inner := splitAt(out.Shape, axis)
 	at := 0 // offset along axis
 	for _, x := range args {
@@ -107,7 +107,7 @@ func kernelConcat(n *ir.Node, args []*tensor.Tensor, _ Options) ([]*tensor.Tenso
 
 func kernelSplit(n *ir.Node, args []*tensor.Tensor, _ Options) ([]*tensor.Tensor, error) {
 	x := args[0]
-	axis := normAxis(n.Attrs.Int("axis", 0), len(x.Shape))
+	axis := normAxis(n.AttrInt("axis"), len(x.Shape))
 	outer, m, inner := splitAt(x.Shape, axis)
 	var res []*tensor.Tensor
 	at := 0
@@ -157,7 +157,7 @@ func kernelTrilu(n *ir.Node, args []*tensor.Tensor, _ Options) ([]*tensor.Tensor
 	x, out := args[0], newResult(n, 0)
 	r := len(x.Shape)
 	rows, cols := int(x.Shape[r-2]), int(x.Shape[r-1])
-	upper, k := n.Attrs.Bool("upper"), int(n.Attrs.Int("k", 0))
+	upper, k := n.AttrBool("upper"), int(n.AttrInt("k"))
 	for i := 0; i < out.Numel(); i++ {
 		c := i % cols
 		row := (i / cols) % rows

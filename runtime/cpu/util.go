@@ -92,7 +92,6 @@ func sharesStorage(t *tensor.Tensor, args []*tensor.Tensor) bool {
 	return false
 }
 
-
 // intRange is the least and greatest value of an integer or bool dtype.
 func intRange(dt tensor.DType) (lo, hi int64) {
 	switch dt {

@@ -1,0 +1,99 @@
+package ir
+
+import (
+	"reflect"
+	"testing"
+)
+
+// TestDefaultsTable checks the Defaults column: every default names an attribute
+// its op declares, has that attribute's kind, and is not the kind's zero value
+// (which needs no entry); and the ops known to have non-zero defaults have them.
+func TestDefaultsTable(t *testing.T) {
+	for _, op := range AllOps() {
+		info := op.Info()
+		for _, d := range info.Defaults {
+			var spec *AttrSpec
+			for i := range info.Attrs {
+				if info.Attrs[i].Name == d.Name {
+					spec = &info.Attrs[i]
+				}
+			}
+			if spec == nil {
+				t.Errorf("%s: default for undeclared attribute %s", op, d.Name)
+				continue
+			}
+			if k, err := kindOf(d.Value); err != nil || k != spec.Kind {
+				t.Errorf("%s: default %s=%v is %v, declared %v (%v)", op, d.Name, d.Value, k, spec.Kind, err)
+			}
+			if reflect.ValueOf(d.Value).IsZero() {
+				t.Errorf("%s: default %s=%v is the zero value; leave it out", op, d.Name, d.Value)
+			}
+		}
+	}
+	for _, c := range []struct {
+		op   Op
+		name string
+		want any
+	}{
+		{OpSoftmax, "axis", int64(-1)}, {OpLogSoftmax, "axis", int64(-1)},
+		{OpLayerNorm, "axis", int64(-1)}, {OpLayerNorm, "eps", 1e-5}, {OpRMSNorm, "eps", 1e-5},
+		{OpGather, "axis", int64(0)}, {OpConcat, "axis", int64(0)},
+		{OpSoftmaxCrossEntropy, "reduction", "mean"}, {OpNLLLoss, "reduction", "mean"},
+		{OpFusedLinearCrossEntropy, "reduction", "mean"},
+		{OpFusedLinearCrossEntropyGrad, "reduction", "mean"},
+		{OpDilatedAttention, "offsets", OffsetsPaper}, {OpShardedDilatedAttention, "offsets", OffsetsPaper},
+		{OpRingAttention, "layout", LayoutZigzag}, {OpShardPositions, "layout", LayoutContiguous},
+		{OpShardPositions, "inner", int64(1)}, {OpAllReduce, "op", "sum"}, {OpRingShift, "shift", int64(1)},
+		{OpRange, "delta", 1.0}, {OpFull, "value", 0.0},
+	} {
+		n := &Node{Op: c.op}
+		var got any
+		switch c.want.(type) {
+		case int64:
+			got = n.AttrInt(c.name)
+		case float64:
+			got = n.AttrFloat(c.name)
+		case string:
+			got = n.AttrString(c.name)
+		}
+		if got != c.want {
+			t.Errorf("%s %s defaults to %v, want %v", c.op, c.name, got, c.want)
+		}
+		// A value present wins over the default.
+		n.Attrs = A(c.name, c.want)
+		if v, _ := n.Attrs.Get(c.name); v != c.want {
+			t.Errorf("%s %s: A() stored %v", c.op, c.name, v)
+		}
+	}
+}
+
+// Reading an attribute an op does not declare, or as another kind, is a bug.
+func TestAttrReadPanics(t *testing.T) {
+	for name, read := range map[string]func(){
+		"undeclared": func() { (&Node{Op: OpMatMul}).AttrInt("axis") },
+		"wrong kind": func() { (&Node{Op: OpSoftmax}).AttrFloat("axis") },
+	} {
+		func() {
+			defer func() {
+				if r := recover(); r == nil {
+					t.Errorf("%s: no panic", name)
+				}
+			}()
+			read()
+		}()
+	}
+}
+
+// Every VJP rule belongs to an op with a row that is not marked NoGrad, and def
+// installed it (TestGradTable in grad_test.go checks the other direction).
+func TestGradRulesInstalled(t *testing.T) {
+	for op, rule := range gradRules {
+		info := op.Info()
+		if info.Name == "" || info.NoGrad {
+			t.Errorf("VJP rule for op %v, which has no row or is NoGrad", op)
+		}
+		if reflect.ValueOf(info.Grad).Pointer() != reflect.ValueOf(rule).Pointer() {
+			t.Errorf("op %s: the row's Grad is not its gradRules entry", op)
+		}
+	}
+}
