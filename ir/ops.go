@@ -41,6 +41,8 @@ type OpInfo struct {
 	// (integer and boolean results, constants). A table test requires one or the other.
 	Grad   GradFunc
 	NoGrad bool
+	// FLOPs counts a node's floating-point operations (flops.go).
+	FLOPs FLOPsFunc
 	// Elementwise ops map each output element from the elements at the same
 	// (broadcast) index of their arguments; the fusion pass groups them.
 	Elementwise bool
@@ -196,12 +198,13 @@ func AllOps() []Op {
 
 var opsByName = map[string]Op{}
 
-// def installs op's row, with its VJP rule from gradRules (a package-level map,
-// so initialised before any init function runs).
+// def installs op's row, with its VJP rule from gradRules and its FLOPs rule from
+// flopRules (package-level maps, so initialised before any init function runs).
 func def(op Op, info OpInfo) {
 	if rule, ok := gradRules[op]; ok {
 		info.Grad = rule
 	}
+	info.FLOPs = flopRules[op]
 	opTable[op] = info
 	opsByName[info.Name] = op
 }

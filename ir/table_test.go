@@ -97,3 +97,43 @@ func TestGradRulesInstalled(t *testing.T) {
 		}
 	}
 }
+
+// TestFLOPsTable: every op has a FLOPs rule (flops.go), and the rules give the
+// documented counts on small nodes.
+func TestFLOPsTable(t *testing.T) {
+	for _, op := range AllOps() {
+		if op.Info().FLOPs == nil {
+			t.Errorf("op %s has no FLOPs rule in flopRules", op)
+		}
+	}
+	for op := range flopRules {
+		if op.Info().Name == "" {
+			t.Errorf("FLOPs rule for op %v, which has no row", op)
+		}
+	}
+	f, err := Parse(`func @f(
+    %0: f32[2,3,4] input "a",
+    %1: f32[4,5] weight "w",
+    %2: f32[1,8,2,4] input "q",
+) {
+  %3 = matmul(%0, %1) : f32[2,3,5]
+  %4 = exp(%3) : f32[2,3,5]
+  %5 = reduce_sum(%4) {axes=[2]} : f32[2,3]
+  %6 = reshape(%4) {shape=[6,5]} : f32[6,5]
+  %7 = softmax(%6) : f32[6,5]
+  %8, %9 = attention(%2, %2, %2) {causal, scale=0.5} : f32[1,8,2,4], f32[1,2,8]
+  return %5 "s", %7 "p", %8 "o"
+}
+`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// matmul 2·6·4·5; exp 30; reduce reads 30 and writes 6; reshape 0; softmax 5·30;
+	// causal attention 4·B·H·T·S·D / 2 = 4·1·2·8·8·4 / 2.
+	want := []int64{240, 30, 36, 0, 150, 1024}
+	for i, n := range f.Body {
+		if got := n.FLOPs(); got != want[i] {
+			t.Errorf("%s: %d FLOPs, want %d", n.Op, got, want[i])
+		}
+	}
+}
