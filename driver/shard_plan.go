@@ -78,61 +78,8 @@ func CommunicationOf(f *ir.Func) Communication {
 }
 
 // NodeCommBytes is the number of bytes one GPU sends for node n (0 for ops that
-// do not communicate).
-func NodeCommBytes(n *ir.Node) int64 {
-	r := int64(ir.Ranks(n))
-	if r <= 1 {
-		return 0
-	}
-	in := func(i int) int64 { return n.Args[i].Type.Bytes() }
-	switch n.Op {
-	case ir.OpAllGather:
-		return (r - 1) * in(0)
-	case ir.OpReduceScatter, ir.OpAllToAll:
-		return (r - 1) * in(0) / r
-	case ir.OpAllReduce:
-		return 2 * (r - 1) * in(0) / r
-	case ir.OpRingShift:
-		return in(0)
-	case ir.OpRingAttention:
-		return (r - 1) * (in(1) + in(2))
-	case ir.OpRingAttentionGrad:
-		// k, v for N−1 steps, dk, dv for N (the last brings them home).
-		return (r-1)*(in(1)+in(2)) + r*(in(1)+in(2))
-	case ir.OpShardedDilatedAttention:
-		return (r - 1) * dilatedGathered(n, r)
-	case ir.OpShardedDilatedAttentionGrad:
-		// The gather again, then the gathered rows' dk, dv back to their owners.
-		return 2 * (r - 1) * dilatedGathered(n, r)
-	}
-	return 0
-}
-
-// dilatedGathered is the bytes of k and v one rank contributes to the all-gathers
-// of a sharded dilated attention: for each branch whose segments do not tile a
-// rank's block, the rows each kv head's offsets select, ≈ L/r per offset.
-func dilatedGathered(n *ir.Node, ranks int64) int64 {
-	q, k := n.Args[0].Type, n.Args[1].Type
-	b, l, hq, hkv, d := k.Shape[0], k.Shape[1], q.Shape[2], k.Shape[2], k.Shape[3]
-	segs, dils := n.AttrInts("segments"), n.AttrInts("dilations")
-	offsets := n.AttrString("offsets")
-	var rows int64
-	for i := range segs {
-		w, r := segs[i], dils[i]
-		if w < l*ranks && l%w == 0 {
-			continue // local branch
-		}
-		for hk := range hkv {
-			offs := map[int64]bool{}
-			g := hq / hkv
-			for h := hk * g; h < (hk+1)*g; h++ {
-				offs[ir.HeadOffset(offsets, h, hq, r)] = true
-			}
-			rows += int64(len(offs)) * ((l + r - 1) / r)
-		}
-	}
-	return 2 * b * rows * d * int64(k.DType.Size())
-}
+// do not communicate): the communication column of n's op row (ir/comm.go).
+func NodeCommBytes(n *ir.Node) int64 { return n.CommBytes() }
 
 // SortedOps lists the ops of c.ByOp by decreasing bytes, for printing.
 func (c Communication) SortedOps() []string {

@@ -137,3 +137,17 @@ func TestFLOPsTable(t *testing.T) {
 		}
 	}
 }
+
+// TestCommTable: every op with a ranks attribute (a collective or a sharded
+// attention) has a communication rule, and only those ops have one.
+func TestCommTable(t *testing.T) {
+	for _, op := range AllOps() {
+		ranked := false
+		for _, a := range op.Info().Attrs {
+			ranked = ranked || a.Name == "ranks"
+		}
+		if _, ok := commRules[op]; ok != ranked {
+			t.Errorf("op %s: ranks attribute %v, communication rule %v", op, ranked, ok)
+		}
+	}
+}
