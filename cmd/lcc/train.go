@@ -117,7 +117,7 @@ stays silent for --comm-timeout ends every other rank with an error naming it.`,
 	f.StringVar(&plotPath, "plot", "", "draw the loss of every step of this run to FILE (.png, .svg or .pdf)")
 	f.DurationVar(&commTimeout, "comm-timeout", runner.DefaultTimeout,
 		"with --ranks: a rank that waits this long for a peer (rendezvous or collective) fails, naming it")
-	f.StringVar(&cfg.Device, "device", cfg.Device, "where to train: cpu (reference interpreter) or cuda (GPU 0, fp32)")
+	f.StringVar(&cfg.Device, "device", cfg.Device, "where to train: cpu (reference interpreter, f32) or cuda (GPU 0, state resident there; --precision picks fp32 or bf16 storage)")
 	f.StringVar(&cfg.Data, "data", "",
 		"training data: synthetic:copy, synthetic:passkey, tokens:FILE or bytes:FILE")
 	f.IntVar(&cfg.SeqLen, "seq-len", 0, "tokens per sequence (binds the model's seq dim)")
