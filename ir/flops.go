@@ -30,7 +30,7 @@ var flopRules = map[Op]FLOPsFunc{
 	OpGe: elementFLOPs, OpAnd: elementFLOPs, OpOr: elementFLOPs, OpXor: elementFLOPs,
 	OpWhere: elementFLOPs, OpReduceSum: elementFLOPs, OpReduceMean: elementFLOPs,
 	OpReduceMax: elementFLOPs, OpReduceMin: elementFLOPs, OpCumSum: elementFLOPs,
-	OpTrilu: elementFLOPs, OpScatterAdd: elementFLOPs, OpRMSNormGrad: elementFLOPs,
+	OpTrilu: elementFLOPs, OpScatterAdd: elementFLOPs,
 	OpAllGather: elementFLOPs, OpReduceScatter: elementFLOPs, OpAllReduce: elementFLOPs,
 	OpAllToAll: elementFLOPs, OpRingShift: elementFLOPs, OpShardPositions: elementFLOPs,
 
@@ -38,6 +38,8 @@ var flopRules = map[Op]FLOPsFunc{
 	// Softmax and the norms: about five operations per element.
 	OpSoftmax: perArgElement(5), OpLogSoftmax: perArgElement(5),
 	OpLayerNorm: perArgElement(5), OpRMSNorm: perArgElement(5),
+	// The fused backwards: statistics again, g, mean(g·x̂), dx and the column sums.
+	OpRMSNormGrad: perArgElement(8), OpLayerNormGrad: perArgElement(10),
 	OpSoftmaxCrossEntropy: perArgElement(4), OpNLLLoss: perArgElement(4),
 
 	OpAttention: attentionFLOPs, OpAttentionGrad: attentionFLOPs,

@@ -40,6 +40,14 @@ func normAxes(n *Node) []int64 {
 func gradLayerNorm(b *Builder, n *Node, dys []*Value) []*Value {
 	x, dy := n.Args[0], dys[0]
 	axes := normAxes(n)
+	// The fused backward when scale (and bias) span the normalised dims.
+	spans := len(n.Args) > 1
+	for _, p := range n.Args[1:] {
+		spans = spans && p.Type.DType == x.Type.DType && T(p.Type.DType, x.Type.Shape[axes[0]:]...).SameShape(p.Type)
+	}
+	if spans {
+		return b.Apply(OpLayerNormGrad, n.Attrs.Clone(), append(append([]*Value{}, n.Args...), dy)...)
+	}
 	eps := b.like(x, n.AttrFloat("eps"))
 	mu := b.reduce(OpReduceMean, x, axes)
 	xc := b.Sub(x, mu)

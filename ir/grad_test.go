@@ -190,6 +190,7 @@ func gradCases() []gradCase {
 	add("log_softmax", ir.OpLogSoftmax, ir.A("axis", 1), g.w(2, 5, 2))
 	add("layer_norm", ir.OpLayerNorm, ir.A("axis", -1, "eps", 1e-5), g.w(3, 5))
 	add("layer_norm scale bias", ir.OpLayerNorm, ir.A("axis", -1, "eps", 1e-5), g.w(3, 5), g.w(5), g.w(5))
+	add("layer_norm scale 2 dims", ir.OpLayerNorm, ir.A("axis", -2, "eps", 1e-5), g.w(2, 3, 4), g.w(3, 4))
 	add("layer_norm 2 dims broadcast scale", ir.OpLayerNorm, ir.A("axis", 1), g.w(2, 3, 4), g.w(4), g.w(3, 1))
 	add("rms_norm", ir.OpRMSNorm, ir.A("axis", -1, "eps", 1e-6), g.w(3, 5))
 	add("rms_norm scale", ir.OpRMSNorm, ir.A("axis", -1), g.w(3, 5), g.w(5))

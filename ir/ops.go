@@ -127,7 +127,9 @@ const (
 	OpSoftmax    // {axis}
 	OpLogSoftmax // {axis}
 	OpLayerNorm  // (x, [scale], [bias]) {axis, eps}: normalise dims axis..rank-1
-	OpRMSNorm    // (x, [scale]) {axis, eps}
+	// %dx, %dscale, %dbias = layer_norm_grad(%x, %scale, %bias, %dy) {axis, eps}; bias optional
+	OpLayerNormGrad
+	OpRMSNorm // (x, [scale]) {axis, eps}
 	// %dx, %dscale = rms_norm_grad(%x, %scale, %dy) {axis, eps}; %dx = rms_norm_grad(%x, %dy)
 	OpRMSNormGrad
 	// %o, %lse = attention(%q, %k, %v, [%mask]) {causal, scale=0.125} : f32[B,T,H,D], f32[B,H,T]

@@ -20,7 +20,7 @@ import (
 // Both orders are fixed, so dscale is bitwise reproducible; the column sums read
 // contiguous rows (coalesced), unlike a column reduction of the [rows, m] product.
 
-const rmsNormGradBody = `// rms_norm_grad over %[1]d rows of %[2]d (%[3]d blocks of rows)
+const rmsNormGradBody = `// %[11]s over %[1]d rows of %[2]d (%[3]d blocks of rows)
 #define ROWS %[1]dLL
 #define M %[2]dLL
 #define P %[3]dLL
@@ -28,13 +28,15 @@ const rmsNormGradBody = `// rms_norm_grad over %[1]d rows of %[2]d (%[3]d blocks
 #define CPT %[5]d
 #define HAS_SCALE %[6]d
 #define EPS %[7]s
+#define LN %[9]d
+#define HAS_BIAS %[10]d
 extern "C" __global__ void __launch_bounds__(NT) @KERNEL@(%[8]s) {
   __shared__ float sh[NT];
   const long long per = (ROWS + P - 1) / P;
   const long long r0 = blockIdx.x * per, r1 = lcc_min(r0 + per, ROWS);
-  float acc[CPT];
+  float acc[CPT], accb[CPT];
 #pragma unroll
-  for (int k = 0; k < CPT; ++k) acc[k] = 0.0f;
+  for (int k = 0; k < CPT; ++k) { acc[k] = 0.0f; accb[k] = 0.0f; }
   for (long long r = r0; r < r1; ++r) {
     float xv[CPT], gv[CPT], dv[CPT];
     float ss = 0.0f;
@@ -51,10 +53,28 @@ extern "C" __global__ void __launch_bounds__(NT) @KERNEL@(%[8]s) {
         gv[k] = dv[k];
 #endif
       }
-      ss += xv[k] * xv[k];
+      ss += LN ? xv[k] : xv[k] * xv[k];
     }
     ss = lcc_block_reduce(ss, sh, lcc_op_add());
+#if LN
+    // The mean, then the biased variance about it (two passes over registers).
+    const float mu = ss / (float)M;
+    float vv = 0.0f;
+#pragma unroll
+    for (int k = 0; k < CPT; ++k) {
+      const long long j = threadIdx.x + (long long)k * NT;
+      if (j < M) { xv[k] -= mu; vv += xv[k] * xv[k]; }
+    }
+    vv = lcc_block_reduce(vv, sh, lcc_op_add());
+    const float inv = 1.0f / sqrtf(vv / (float)M + EPS);
+    float gm = 0.0f;
+#pragma unroll
+    for (int k = 0; k < CPT; ++k) gm += gv[k];
+    gm = lcc_block_reduce(gm, sh, lcc_op_add()) / (float)M;
+#else
     const float inv = 1.0f / sqrtf(ss / (float)M + EPS);
+    const float gm = 0.0f;
+#endif
     float gx = 0.0f;
 #pragma unroll
     for (int k = 0; k < CPT; ++k) gx += gv[k] * xv[k] * inv;
@@ -64,8 +84,9 @@ extern "C" __global__ void __launch_bounds__(NT) @KERNEL@(%[8]s) {
       const long long j = threadIdx.x + (long long)k * NT;
       if (j < M) {
         const float xh = xv[k] * inv;
-        lcc_set(&dx[r * M + j], inv * (gv[k] - xh * gx));
+        lcc_set(&dx[r * M + j], inv * (gv[k] - gm - xh * gx));
         acc[k] += dv[k] * xh;
+        accb[k] += dv[k];
       }
     }
   }
@@ -76,10 +97,17 @@ extern "C" __global__ void __launch_bounds__(NT) @KERNEL@(%[8]s) {
     if (j < M) part[blockIdx.x * M + j] = acc[k];
   }
 #endif
+#if HAS_BIAS
+#pragma unroll
+  for (int k = 0; k < CPT; ++k) {
+    const long long j = threadIdx.x + (long long)k * NT;
+    if (j < M) part[(P + blockIdx.x) * M + j] = accb[k];
+  }
+#endif
 }
 `
 
-const rmsNormColBody = `// rms_norm_grad: dscale[%[2]d] from %[1]d partial rows, in order
+const rmsNormColBody = `// norm backward: dscale or dbias[%[2]d] from %[1]d partial rows, in order
 #define P %[1]dLL
 #define M %[2]dLL
 extern "C" __global__ void __launch_bounds__(256) @KERNEL@(%[3]s) {
@@ -91,7 +119,9 @@ extern "C" __global__ void __launch_bounds__(256) @KERNEL@(%[3]s) {
 }
 `
 
-// lowerRMSNormGrad renders the two kernels above.
+// lowerRMSNormGrad renders the two kernels above; layer_norm_grad (the same with
+// the mean taken out, mean(g) in dx, and dbias from a second block of partials)
+// shares them.
 func lowerRMSNormGrad(g *gen, n *ir.Node) error {
 	x, dy, dx := n.Args[0], n.Args[len(n.Args)-1], n.Results[0]
 	ax, err := ir.AxisIndex(n.AttrInt("axis"), x.Type.Rank())
@@ -106,26 +136,29 @@ func lowerRMSNormGrad(g *gen, n *ir.Node) error {
 	nt := pow2((m+3)/4, 32, 1024)
 	cpt := (m + nt - 1) / nt
 	p := min(rows, 512)
-	hasScale := len(n.Args) == 3
+	ln := n.Op == ir.OpLayerNormGrad
+	hasScale := len(n.Args) >= 3
+	hasBias := ln && len(n.Args) == 4
 	params := []Param{g.param("dx", dx, true), g.param("x", x, false), g.param("dy", dy, false)}
 	args := []int{g.ids[dx], g.ids[x], g.ids[dy]}
 	var part int
 	if hasScale {
-		part = g.temp(tensor.F32, p, m)
+		part = g.temp(tensor.F32, (1+int64(b2i(hasBias)))*p, m)
 		params = append(params, g.param("scale", n.Args[1], false), Param{Name: "part", CType: "float", Out: true})
 		args = append(args, g.ids[n.Args[1]], part)
 	}
 	body := fmt.Sprintf(rmsNormGradBody, rows, m, p, nt, cpt, b2i(hasScale),
-		flit(n.AttrFloat("eps")), signature(params))
+		flit(n.AttrFloat("eps")), signature(params), b2i(ln), b2i(hasBias), n.Op)
 	g.emit(kernelSpec{op: n.Op.String(), body: body, grid: [3]uint32{uint32(p), 1, 1},
 		block: [3]uint32{uint32(nt), 1, 1}, params: params, args: args})
 	if !hasScale {
 		return nil
 	}
-	ds := n.Results[1]
-	params = []Param{g.param("ds", ds, true), {Name: "part", CType: "float"}}
-	g.emit(kernelSpec{op: n.Op.String() + ".scale", body: fmt.Sprintf(rmsNormColBody, p, m, signature(params)),
-		grid: [3]uint32{uint32((m + 255) / 256), 1, 1}, block: [3]uint32{256, 1, 1}, params: params,
-		args: []int{g.ids[ds], part}})
+	for i, ds := range n.Results[1:] {
+		params = []Param{g.param("ds", ds, true), {Name: "part", CType: "float"}}
+		g.emit(kernelSpec{op: n.Op.String() + ".scale", body: fmt.Sprintf(rmsNormColBody, p, m, signature(params)),
+			grid: [3]uint32{uint32((m + 255) / 256), 1, 1}, block: [3]uint32{256, 1, 1}, params: params,
+			args: []int{g.ids[ds], part}, offs: []int64{0, int64(i) * p * m}})
+	}
 	return nil
 }

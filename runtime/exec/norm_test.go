@@ -9,7 +9,7 @@ import (
 	"github.com/lcc-dev/lcc/tensor"
 )
 
-// TestGPURMSNormGrad compares the fused RMSNorm backward (rows in blocks of
+// TestGPURMSNormGrad compares the fused RMSNorm and LayerNorm backward (rows in blocks of
 // stretches, ragged, and the two-stage dscale) with the CPU, in f32 and bf16,
 // with and without a scale, at widths that are and are not a multiple of the
 // block.
@@ -18,7 +18,9 @@ func TestGPURMSNormGrad(t *testing.T) {
 	for _, c := range []struct {
 		rows, m int64
 		scale   bool
-	}{{1100, 1000, true}, {600, 1024, true}, {777, 96, false}} {
+		ln      bool
+	}{{1100, 1000, true, false}, {600, 1024, true, false}, {777, 96, false, false},
+		{1100, 1000, true, true}, {600, 1024, true, true}} {
 		b := ir.NewBuilder("rms_grad")
 		x := b.Input("x", ir.T(tensor.F32, c.rows, c.m))
 		dy := b.Input("dy", ir.T(tensor.F32, c.rows, c.m))
@@ -26,10 +28,16 @@ func TestGPURMSNormGrad(t *testing.T) {
 		if c.scale {
 			args = append(args, b.Input("scale", ir.T(tensor.F32, c.m)))
 		}
-		rs := b.Apply(ir.OpRMSNormGrad, ir.A("axis", -1, "eps", 1e-6), append(args, dy)...)
-		b.Output("dx", rs[0])
-		if c.scale {
-			b.Output("dscale", rs[1])
+		op := ir.OpRMSNormGrad
+		if c.ln {
+			op = ir.OpLayerNormGrad
+			if c.m == 1024 {
+				args = append(args, b.Input("bias", ir.T(tensor.F32, c.m)))
+			}
+		}
+		rs := b.Apply(op, ir.A("axis", -1, "eps", 1e-6), append(args, dy)...)
+		for i, r := range rs {
+			b.Output([]string{"dx", "dscale", "dbias"}[i], r)
 		}
 		f, err := b.Build()
 		if err != nil {
@@ -44,7 +52,7 @@ func TestGPURMSNormGrad(t *testing.T) {
 			}
 			in[p.Name] = v
 		}
-		name := fmt.Sprintf("%dx%d scale=%v", c.rows, c.m, c.scale)
+		name := fmt.Sprintf("%s %dx%d scale=%v", op, c.rows, c.m, c.scale)
 		t.Run(name+"/f32", func(t *testing.T) { compare(t, dev, f, in, Options{}, 1e-5) })
 		t.Run(name+"/bf16", func(t *testing.T) { compare(t, dev, f, in, Options{Storage: tensor.BF16}, 2e-2) })
 	}
