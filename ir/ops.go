@@ -41,6 +41,8 @@ type OpInfo struct {
 	// (integer and boolean results, constants). A table test requires one or the other.
 	Grad   GradFunc
 	NoGrad bool
+	// ONNX is the standard ONNX op equal to this one ("" for none; onnx_names.go).
+	ONNX string
 	// FLOPs counts a node's floating-point operations (flops.go).
 	FLOPs FLOPsFunc
 	// Elementwise ops map each output element from the elements at the same
@@ -207,6 +209,7 @@ func def(op Op, info OpInfo) {
 		info.Grad = rule
 	}
 	info.FLOPs = flopRules[op]
+	info.ONNX = onnxNames[op]
 	opTable[op] = info
 	opsByName[info.Name] = op
 }

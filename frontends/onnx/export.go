@@ -16,22 +16,6 @@ import (
 // LCCDomain is the ONNX domain of lcc's own ops in exported graphs.
 const LCCDomain = "ai.lcc"
 
-// exportOps maps IR ops whose semantics equal an ONNX op's (with the same
-// attributes) to that op. Everything else is written in the ai.lcc domain under
-// its IR name, with its attributes as they are, so Netron shows the graph lcc
-// will run; such a file is for looking at, not for ONNX Runtime.
-var exportOps = map[ir.Op]string{
-	ir.OpAdd: "Add", ir.OpSub: "Sub", ir.OpMul: "Mul", ir.OpDiv: "Div", ir.OpPow: "Pow",
-	ir.OpNeg: "Neg", ir.OpExp: "Exp", ir.OpLog: "Log", ir.OpSqrt: "Sqrt", ir.OpRecip: "Reciprocal",
-	ir.OpTanh: "Tanh", ir.OpErf: "Erf", ir.OpSigmoid: "Sigmoid", ir.OpRelu: "Relu", ir.OpAbs: "Abs",
-	ir.OpCos: "Cos", ir.OpSin: "Sin", ir.OpNot: "Not", ir.OpIsNaN: "IsNaN", ir.OpEq: "Equal",
-	ir.OpLt: "Less", ir.OpLe: "LessOrEqual", ir.OpGt: "Greater", ir.OpGe: "GreaterOrEqual",
-	ir.OpAnd: "And", ir.OpOr: "Or", ir.OpXor: "Xor", ir.OpWhere: "Where", ir.OpMax: "Max",
-	ir.OpMin: "Min", ir.OpTranspose: "Transpose", ir.OpSoftmax: "Softmax",
-	ir.OpLogSoftmax: "LogSoftmax", ir.OpConcat: "Concat", ir.OpGather: "Gather",
-	ir.OpGatherElements: "GatherElements",
-}
-
 var exportDTypes = map[tensor.DType]int32{tensor.F32: 1, tensor.U8: 2, tensor.I8: 3, tensor.I32: 6,
 	tensor.I64: 7, tensor.Bool: 9, tensor.F16: 10, tensor.F64: 11, tensor.BF16: 16}
 
@@ -66,7 +50,8 @@ func Export(f *ir.Func) ([]byte, error) {
 		for _, r := range n.Results {
 			np.Output = append(np.Output, names[r])
 		}
-		opType, std := exportOps[n.Op]
+		opType := n.Op.Info().ONNX // the ONNX op equal to the IR op (ir/onnx_names.go)
+		std := opType != ""
 		if n.Op == ir.OpMatMul && !n.AttrBool("transpose_a") && !n.AttrBool("transpose_b") {
 			opType, std = "MatMul", true
 		}

@@ -109,42 +109,18 @@ var lowerings map[string]lowerFunc
 
 func init() {
 	lowerings = map[string]lowerFunc{
-		"Identity":       func(c *nodeCtx) ([]*ir.Value, error) { return one(c.in(0)) },
-		"Dropout":        lowerDropout,
-		"Neg":            lowerNeg,
-		"Exp":            unary(ir.OpExp),
-		"Log":            unary(ir.OpLog),
-		"Sqrt":           unary(ir.OpSqrt),
-		"Reciprocal":     unary(ir.OpRecip),
-		"Tanh":           unary(ir.OpTanh),
-		"Erf":            unary(ir.OpErf),
-		"Sigmoid":        unary(ir.OpSigmoid),
-		"Relu":           unary(ir.OpRelu),
-		"Abs":            unary(ir.OpAbs),
-		"Cos":            unary(ir.OpCos),
-		"Sin":            unary(ir.OpSin),
-		"Not":            unary(ir.OpNot),
-		"IsNaN":          unary(ir.OpIsNaN),
-		"Gelu":           lowerGelu,
-		"Cast":           lowerCast,
-		"CastLike":       func(c *nodeCtx) ([]*ir.Value, error) { return one(c.b.Cast(c.in(0), c.in(1).Type.DType)) },
-		"Add":            binaryOp(ir.OpAdd),
-		"Sub":            binaryOp(ir.OpSub),
-		"Mul":            binaryOp(ir.OpMul),
-		"Div":            lowerDiv,
-		"Pow":            lowerPow,
-		"Equal":          binaryOp(ir.OpEq),
-		"Less":           binaryOp(ir.OpLt),
-		"LessOrEqual":    binaryOp(ir.OpLe),
-		"Greater":        binaryOp(ir.OpGt),
-		"GreaterOrEqual": binaryOp(ir.OpGe),
-		"And":            binaryOp(ir.OpAnd),
-		"Or":             binaryOp(ir.OpOr),
-		"Xor":            binaryOp(ir.OpXor),
-		"Max":            variadic(ir.OpMax),
-		"Min":            variadic(ir.OpMin),
-		"Sum":            variadic(ir.OpAdd),
-		"Mean":           lowerMean,
+		"Identity": func(c *nodeCtx) ([]*ir.Value, error) { return one(c.in(0)) },
+		"Dropout":  lowerDropout,
+		"Neg":      lowerNeg,
+		"Gelu":     lowerGelu,
+		"Cast":     lowerCast,
+		"CastLike": func(c *nodeCtx) ([]*ir.Value, error) { return one(c.b.Cast(c.in(0), c.in(1).Type.DType)) },
+		"Div":      lowerDiv,
+		"Pow":      lowerPow,
+		"Max":      variadic(ir.OpMax),
+		"Min":      variadic(ir.OpMin),
+		"Sum":      variadic(ir.OpAdd),
+		"Mean":     lowerMean,
 		"Where": func(c *nodeCtx) ([]*ir.Value, error) {
 			return one(c.b.Apply1(ir.OpWhere, nil, c.in(0), c.in(1), c.in(2)))
 		},
@@ -215,6 +191,22 @@ func init() {
 		"Attention":                 lowerAttention,
 		"SoftmaxCrossEntropyLoss":   lowerLoss(ir.OpSoftmaxCrossEntropy),
 		"NegativeLogLikelihoodLoss": lowerLoss(ir.OpNLLLoss),
+	}
+	// An ONNX op equal to an IR op (the op table's ONNX column) lowers to it
+	// directly, unless an entry above handles more than the IR op does.
+	for _, op := range ir.AllOps() {
+		name := op.Info().ONNX
+		if name == "" || lowerings[name] != nil {
+			continue
+		}
+		switch op.Info().MinArgs {
+		case 1:
+			lowerings[name] = unary(op)
+		case 2:
+			lowerings[name] = binaryOp(op)
+		default:
+			panic("lcc: BUG: onnx: no direct lowering of " + name + " to " + op.String())
+		}
 	}
 }
 
