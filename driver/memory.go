@@ -32,7 +32,7 @@ func (m memoryModel) gpu() bool { return m.target.Arch != "" && m.target.Arch !=
 func (m memoryModel) of(f *ir.Func, prog *cudagen.Program) plan.StepMemory {
 	var opt int64
 	if m.trained {
-		opt = plan.OptimizerStateBytes(trainable(f), m.storage)
+		opt = plan.OptimizerStateBytes(trainable(f))
 	}
 	if m.gpu() {
 		if prog == nil {

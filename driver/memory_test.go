@@ -31,10 +31,14 @@ func checkOneModel(t *testing.T, res *Result, storage tensor.DType) {
 	}
 	_, arena := cudagen.PlanArena(res.Program.Plan)
 	m := res.Report.Memory
-	opt := plan.OptimizerStateBytes(res.Report.Params.Trainable, storage)
+	opt := plan.OptimizerStateBytes(res.Report.Params.Trainable)
 	if m.Model != "arena" || m.ArenaBytes != arena || m.OptimizerBytes != opt || m.FixedBytes != plan.FixedBytes ||
 		m.PerGPUPeakBytes != arena+opt+plan.FixedBytes {
 		t.Errorf("memory %+v; want arena %d + optimizer %d + fixed %d", m, arena, opt, plan.FixedBytes)
+	}
+	// The weights' working copy is in the storage dtype.
+	if m.WeightsBytes != res.Report.Params.Count*int64(storage.Size()) {
+		t.Errorf("weights %d bytes for %d parameters in %v", m.WeightsBytes, res.Report.Params.Count, storage)
 	}
 	if m.WeightsBytes+m.GradientsBytes+m.ActivationsBytes != arena {
 		t.Errorf("arena %d split into %d+%d+%d", arena, m.WeightsBytes, m.GradientsBytes, m.ActivationsBytes)

@@ -400,10 +400,13 @@ func (p *pipeline) hasCodegen() bool {
 
 // budget is checkpointing's bound on the per-GPU peak of the memory model
 // (arena, optimizer state and fixed costs): --memory-budget, or the target's
-// memory per GPU.
+// memory per GPU less the CUDA context.
 func (p *pipeline) budget() int64 {
 	if p.opts.MemoryBudget > 0 {
 		return p.opts.MemoryBudget
+	}
+	if p.mem.gpu() && p.target.MemoryBytes > 0 {
+		return p.target.MemoryBytes - plan.CUDAContextBytes
 	}
 	return p.target.MemoryBytes
 }

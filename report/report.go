@@ -141,9 +141,10 @@ type Dilated struct {
 // PerGPUPeakBytes = ArenaBytes + OptimizerBytes + FixedBytes: the arena the
 // executor allocates (codegen's layout of weights' working copy, inputs,
 // activations, gradients and kernel scratch in the storage dtype), the optimizer
-// state the trainer keeps beside it (fp32 AdamW moments, and fp32 masters under
-// bf16 storage) and the fixed costs (plan.CUDAContextBytes, plan.ModuleBytes,
-// plan.CuBLASLtWorkspaceBytes). WeightsBytes, GradientsBytes and
+// state the trainer keeps beside it (fp32 masters and AdamW moments) and the
+// fixed costs (plan.ModuleBytes, plan.CuBLASLtWorkspaceBytes): what a run
+// allocates, as lcc train measures it. ContextBytes (plan.CUDAContextBytes) is
+// the device context beside it; FitsTarget counts both. WeightsBytes, GradientsBytes and
 // ActivationsBytes split the arena (activations: the rest of it, scratch
 // included).
 type Memory struct {
@@ -153,6 +154,7 @@ type Memory struct {
 	Model            string `json:"model,omitempty"`
 	ArenaBytes       int64  `json:"arena_bytes"`
 	FixedBytes       int64  `json:"fixed_bytes"`
+	ContextBytes     int64  `json:"context_bytes"`
 	WeightsBytes     int64  `json:"weights_bytes"`
 	GradientsBytes   int64  `json:"gradients_bytes"`
 	OptimizerBytes   int64  `json:"optimizer_bytes"`
@@ -307,13 +309,17 @@ func Build(f *ir.Func, in Input) *Report {
 		r.Memory.ArenaBytes = m.ArenaBytes
 		r.Memory.OptimizerBytes = m.OptimizerBytes
 		r.Memory.FixedBytes = m.FixedBytes
+		if m.Model == "arena" {
+			r.Memory.ContextBytes = plan.CUDAContextBytes
+		}
 		r.Memory.ActivationsBytes = m.ArenaBytes - mem.WeightsBytes
 		if m.Model == "arena" {
 			r.Memory.WeightsBytes, r.Memory.GradientsBytes = in.ArenaWeightsBytes, in.ArenaGradientsBytes
 			r.Memory.ActivationsBytes = m.ArenaBytes - in.ArenaWeightsBytes - in.ArenaGradientsBytes
 		}
 	}
-	r.Memory.FitsTarget = in.Target.MemoryBytes == 0 || r.Memory.PerGPUPeakBytes <= in.Target.MemoryBytes
+	r.Memory.FitsTarget = in.Target.MemoryBytes == 0 ||
+		r.Memory.PerGPUPeakBytes+r.Memory.ContextBytes <= in.Target.MemoryBytes
 	r.Kernels = kernels(f)
 	return r
 }
@@ -405,8 +411,9 @@ func (r *Report) WriteText(w io.Writer) {
 		Bytes(r.Memory.PerGPUPeakBytes), Bytes(r.Memory.WeightsBytes), Bytes(r.Memory.GradientsBytes),
 		Bytes(r.Memory.OptimizerBytes), Bytes(r.Memory.ActivationsBytes), fits(r.Memory.FitsTarget))
 	if r.Memory.Model == "arena" {
-		fmt.Fprintf(w, "memory     = arena %s + optimizer %s + fixed %s (context, modules, cuBLASLt workspace)\n",
-			Bytes(r.Memory.ArenaBytes), Bytes(r.Memory.OptimizerBytes), Bytes(r.Memory.FixedBytes))
+		fmt.Fprintf(w, "memory     = arena %s + optimizer %s + fixed %s (modules, cuBLASLt workspace); CUDA context %s beside\n",
+			Bytes(r.Memory.ArenaBytes), Bytes(r.Memory.OptimizerBytes), Bytes(r.Memory.FixedBytes),
+			Bytes(r.Memory.ContextBytes))
 	}
 	fmt.Fprintf(w, "flops      per GPU: forward %s, backward %s, per step %s\n", FLOPString(r.FLOPs.Forward),
 		FLOPString(r.FLOPs.Backward), FLOPString(r.FLOPs.PerStep))

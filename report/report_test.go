@@ -105,9 +105,9 @@ func TestReportOfCompile(t *testing.T) {
 	}
 	m := r.Memory
 	// One memory model: the arena (weights, gradients, the rest) plus the
-	// optimizer state (fp32 moments; no masters under fp32 storage) plus the
-	// fixed costs.
-	if m.Model != "arena" || m.OptimizerBytes != r.Params.Trainable*plan.MomentBytesPerParam ||
+	// optimizer state (fp32 masters and moments) plus the fixed costs.
+	if m.Model != "arena" || m.OptimizerBytes != plan.OptimizerStateBytes(r.Params.Trainable) ||
+		m.ContextBytes != plan.CUDAContextBytes ||
 		m.FixedBytes != plan.FixedBytes || m.PerGPUPeakBytes != m.ArenaBytes+m.OptimizerBytes+m.FixedBytes ||
 		m.ArenaBytes != m.WeightsBytes+m.GradientsBytes+m.ActivationsBytes || !m.FitsTarget {
 		t.Errorf("memory %+v (trainable %d)", m, r.Params.Trainable)

@@ -229,7 +229,7 @@ func TestClearerMessages(t *testing.T) {
 	}
 
 	// --memory-budget takes units; the budget reaches the plan (it bounds the
-	// whole per-GPU peak, the 608 MiB of fixed costs included).
+	// whole per-GPU peak, fixed costs included).
 	for _, b := range []string{"80GB", "70GiB", "85899345920", "1GiB"} {
 		if _, stderr, code := lcc(t, "compile", model, "--seq-len=8", "--memory-budget="+b); code != 0 {
 			t.Errorf("--memory-budget=%s: exit %d\n%s", b, code, stderr)
