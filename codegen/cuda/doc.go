@@ -19,7 +19,9 @@
 //     inlined as literals;
 //   - reductions (sum, mean, max, min over any axes), softmax, log_softmax,
 //     layer_norm, rms_norm, cumsum: one block per output row, fixed-order tree
-//     reductions in fp32 (int64 for integers);
+//     reductions in fp32 (int64 for integers); rms_norm_grad and layer_norm_grad:
+//     one kernel over stretches of rows (fp32 statistics recomputed per row) and a
+//     two-stage column reduction for the scale and bias gradients (norm_grad.go);
 //   - data movement (transpose, expand, slice, tile, concat, split, trilu), gather,
 //     gather_elements, gather_nd, scatter_add, full, range;
 //   - softmax_cross_entropy and nll_loss; fused_linear_cross_entropy (+grad) in
