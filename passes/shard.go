@@ -409,48 +409,60 @@ func (s *sharder) rewrite(n *ir.Node) error {
 			return nil
 		}
 	}
-	switch {
-	case n.Op.Info().Elementwise:
+	if n.Op.Info().Elementwise {
 		return s.elementwise(n)
 	}
-	switch n.Op {
-	case ir.OpReshape:
-		return s.reshape(n)
-	case ir.OpTranspose:
-		st := s.st[n.Args[0]]
-		perm := n.AttrInts("perm")
-		st.Axis = slices.Index(perm, int64(st.Axis))
-		s.apply(n.Op, n.Attrs.Clone(), []state{st}, s.materialize(n.Args[0]))
-		return nil
-	case ir.OpSlice, ir.OpSplit, ir.OpCumSum, ir.OpSoftmax, ir.OpLogSoftmax, ir.OpTile, ir.OpTrilu,
-		ir.OpLayerNorm, ir.OpRMSNorm:
-		return s.keepAxis(n)
-	case ir.OpExpand:
-		st := s.st[n.Args[0]]
-		x := s.materialize(n.Args[0])
-		r := n.Results[0].Type.Rank()
-		st.Axis += r - n.Args[0].Type.Rank()
-		sh := append([]int64{}, n.AttrInts("shape")...)
-		sh[st.Axis] = s.local(st.SeqAxis)
-		s.apply(n.Op, n.Attrs.With("shape", sh), []state{st}, x)
-		return nil
-	case ir.OpConcat:
-		return s.concat(n)
-	case ir.OpReduceSum, ir.OpReduceMean, ir.OpReduceMax, ir.OpReduceMin:
-		return s.reduce(n)
-	case ir.OpMatMul:
-		return s.matmul(n)
-	case ir.OpGather:
-		return s.gather(n)
-	case ir.OpAttention:
-		return s.attention(n)
-	case ir.OpDilatedAttention:
-		return s.dilated(n)
-	case ir.OpSoftmaxCrossEntropy, ir.OpNLLLoss, ir.OpFusedLinearCrossEntropy:
-		return s.loss(n)
+	if rule := shardRules[n.Op]; rule != nil {
+		return rule(s, n)
 	}
 	return fmt.Errorf("%s mixes sequence positions in a way shard-sequence cannot split "+
 		"(its argument is sharded along the sequence)", n.Op)
+}
+
+// shardRules is the sequence-sharding column of the op table, kept here because
+// its rules use the sharder: how an op whose argument is split along the sequence
+// runs on one rank's share. Elementwise ops (ir.OpInfo.Elementwise) all follow
+// s.elementwise. An op with neither a rule nor a reason in unshardable is a bug
+// that TestShardRulesCoverEveryOp reports.
+var shardRules = map[ir.Op]func(s *sharder, n *ir.Node) error{
+	ir.OpReshape:   (*sharder).reshape,
+	ir.OpTranspose: (*sharder).transpose,
+	ir.OpExpand:    (*sharder).expand,
+	// Ops along another axis keep the sequence axis where it is.
+	ir.OpSlice: (*sharder).keepAxis, ir.OpSplit: (*sharder).keepAxis, ir.OpCumSum: (*sharder).keepAxis,
+	ir.OpSoftmax: (*sharder).keepAxis, ir.OpLogSoftmax: (*sharder).keepAxis,
+	ir.OpTile: (*sharder).keepAxis, ir.OpTrilu: (*sharder).keepAxis,
+	ir.OpLayerNorm: (*sharder).keepAxis, ir.OpRMSNorm: (*sharder).keepAxis,
+	ir.OpConcat:    (*sharder).concat,
+	ir.OpReduceSum: (*sharder).reduce, ir.OpReduceMean: (*sharder).reduce,
+	ir.OpReduceMax: (*sharder).reduce, ir.OpReduceMin: (*sharder).reduce,
+	ir.OpMatMul:              (*sharder).matmul,
+	ir.OpGather:              (*sharder).gather,
+	ir.OpAttention:           (*sharder).attention,
+	ir.OpDilatedAttention:    (*sharder).dilated,
+	ir.OpSoftmaxCrossEntropy: (*sharder).loss, ir.OpNLLLoss: (*sharder).loss,
+	ir.OpFusedLinearCrossEntropy: (*sharder).loss,
+}
+
+// transpose moves the sequence axis with the permutation.
+func (s *sharder) transpose(n *ir.Node) error {
+	st := s.st[n.Args[0]]
+	perm := n.AttrInts("perm")
+	st.Axis = slices.Index(perm, int64(st.Axis))
+	s.apply(n.Op, n.Attrs.Clone(), []state{st}, s.materialize(n.Args[0]))
+	return nil
+}
+
+// expand broadcasts to the local length along the sequence axis.
+func (s *sharder) expand(n *ir.Node) error {
+	st := s.st[n.Args[0]]
+	x := s.materialize(n.Args[0])
+	r := n.Results[0].Type.Rank()
+	st.Axis += r - n.Args[0].Type.Rank()
+	sh := append([]int64{}, n.AttrInts("shape")...)
+	sh[st.Axis] = s.local(st.SeqAxis)
+	s.apply(n.Op, n.Attrs.With("shape", sh), []state{st}, x)
+	return nil
 }
 
 // linearOfPartial keeps a partial sum partial through ops linear in it (the other
