@@ -152,7 +152,7 @@ func Feeds(f *ir.Func, ref *safetensors.File, refPath string) (map[string]*tenso
 		if err := integral(t, p); err != nil {
 			return nil, fmt.Errorf("%s: %w", refPath, err)
 		}
-		t = convert(t, p.Value.Type.DType)
+		t = t.Convert(p.Value.Type.DType)
 		if len(p.Value.Type.Shape) == 0 && len(t.Shape) > 0 && t.Numel() == 1 {
 			// One element given for a declared scalar (the importer accepts it).
 			t = &tensor.Tensor{DType: t.DType, Shape: []int64{}, F: t.F, I: t.I}
@@ -195,23 +195,6 @@ func RefWarnings(f *ir.Func, ref *safetensors.File, refPath string) []string {
 		out = append(out, fmt.Sprintf("%s: integer input %q is stored as %v; converted to %v",
 			refPath, p.Name, t.DType, p.Value.Type.DType))
 	}
-	return out
-}
-
-// convert returns t in dtype dt (a copy when the dtype differs).
-func convert(t *tensor.Tensor, dt tensor.DType) *tensor.Tensor {
-	if t.DType == dt {
-		return t
-	}
-	out := tensor.New(dt, t.Shape...)
-	for i := 0; i < t.Numel(); i++ {
-		if dt.IsFloat() {
-			out.F[i] = t.Float(i)
-		} else {
-			out.I[i] = t.Int(i)
-		}
-	}
-	out.RoundTo(dt)
 	return out
 }
 

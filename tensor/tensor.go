@@ -222,6 +222,24 @@ func (t *Tensor) Ints() []int64 {
 	return out
 }
 
+// Convert returns t's values in dtype dt, rounded as dt stores them: t itself
+// when it already has dtype dt, else a copy.
+func (t *Tensor) Convert(dt DType) *Tensor {
+	if t.DType == dt {
+		return t
+	}
+	out := New(dt, t.Shape...)
+	for i := 0; i < t.Numel(); i++ {
+		if dt.IsFloat() {
+			out.F[i] = t.Float(i)
+		} else {
+			out.I[i] = t.Int(i)
+		}
+	}
+	out.RoundTo(dt)
+	return out
+}
+
 // RoundTo rounds every element to the precision of dt (f32, f16, bf16); f64 and
 // integer tensors are unchanged.
 func (t *Tensor) RoundTo(dt DType) {

@@ -356,3 +356,18 @@ func TestConstructorPanics(t *testing.T) {
 		}()
 	}
 }
+
+func TestConvert(t *testing.T) {
+	f := &Tensor{DType: F32, Shape: []int64{3}, F: []float64{1.5, -2.25, 1.0009765625}}
+	if f.Convert(F32) != f {
+		t.Error("Convert to the same dtype copied")
+	}
+	b := f.Convert(BF16)
+	if b == f || b.DType != BF16 || b.F[0] != 1.5 || b.F[1] != -2.25 || b.F[2] != 1 {
+		t.Errorf("Convert(BF16) = %v %v, want rounded [1.5 -2.25 1]", b.DType, b.F)
+	}
+	i := f.Convert(I64)
+	if i.DType != I64 || i.I[0] != 1 || i.I[1] != -2 {
+		t.Errorf("Convert(I64) = %v", i.I)
+	}
+}

@@ -323,7 +323,7 @@ func Step(cfg Config) (*driver.Result, error) {
 	}
 	if res.Loss == "" {
 		return nil, fmt.Errorf("%s: --loss=%s: nothing to train: the model has no loss output and no "+
-			"logits to add cross-entropy to (outputs: %s)", cfg.Model, cfg.Loss, outputList(res.Func))
+			"logits to add cross-entropy to (outputs: %s)", cfg.Model, cfg.Loss, loss.OutputList(res.Func))
 	}
 	return res, nil
 }
@@ -849,15 +849,4 @@ func finite(v float64) any {
 		return nil
 	}
 	return v
-}
-
-func outputList(f *ir.Func) string {
-	var s []string
-	for _, o := range f.Outputs {
-		s = append(s, fmt.Sprintf("%s: %v", o.Name, o.Value.Type))
-	}
-	if len(s) == 0 {
-		return "none"
-	}
-	return strings.Join(s, ", ")
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/lcc-dev/lcc/codegen/cuda/clit"
 	"github.com/lcc-dev/lcc/ir"
 	"github.com/lcc-dev/lcc/tensor"
 )
@@ -310,7 +311,7 @@ func (g *gen) attnHeader(n *ir.Node) (string, error) {
 		mt = storageC[g.storageOf(m)]
 	}
 	qt := storageC[g.storageOf(n.Args[0])]
-	hdr := fmt.Sprintf(attnCommon, b, t, s, hq, hkv, d, flit(scale), causal, dilated, len(brW),
+	hdr := fmt.Sprintf(attnCommon, b, t, s, hq, hkv, d, clit.Float(scale), causal, dilated, len(brW),
 		offBlock, hasMask, maskFloat, ms[0], ms[1], ms[2], ms[3], qt, mt,
 		strings.Join(brW, ", "), strings.Join(brR, ", "))
 	if hasMask == 1 {

@@ -115,16 +115,9 @@ func lowerFlashDilatedGrad(g *gen, n *ir.Node, d flash.Desc) error {
 	g.emitFlash(kd, []int{delta, id(o), id(do)})
 	g.emitFlash(flash.Fill(nk, 0), []int{dka})
 	g.emitFlash(flash.Fill(nk, 0), []int{dva})
-	grp := d.Hq / d.Hkv
 	brs := flashBranches(n, d)
 	for _, bd := range brs {
-		members := 1
-		if bd.Dilated() && grp > 1 {
-			members = grp
-		}
-		for m := 0; m < members; m++ {
-			md := bd
-			md.PerMember, md.Member = members > 1, m
+		for _, md := range bd.Members() {
 			kk, err := flash.DKDV(md)
 			if err != nil {
 				return err

@@ -3,6 +3,7 @@ package cuda
 import (
 	"fmt"
 
+	"github.com/lcc-dev/lcc/codegen/cuda/clit"
 	"github.com/lcc-dev/lcc/ir"
 	"github.com/lcc-dev/lcc/tensor"
 )
@@ -148,7 +149,7 @@ func lowerRMSNormGrad(g *gen, n *ir.Node) error {
 		args = append(args, g.ids[n.Args[1]], part)
 	}
 	body := fmt.Sprintf(rmsNormGradBody, rows, m, p, nt, cpt, b2i(hasScale),
-		flit(n.AttrFloat("eps")), signature(params), b2i(ln), b2i(hasBias), n.Op)
+		clit.Float(n.AttrFloat("eps")), signature(params), b2i(ln), b2i(hasBias), n.Op)
 	g.emit(kernelSpec{op: n.Op.String(), body: body, grid: [3]uint32{uint32(p), 1, 1},
 		block: [3]uint32{uint32(nt), 1, 1}, params: params, args: args})
 	if !hasScale {

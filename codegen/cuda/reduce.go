@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/lcc-dev/lcc/codegen/cuda/clit"
 	"github.com/lcc-dev/lcc/ir"
 	"github.com/lcc-dev/lcc/tensor"
 )
@@ -226,7 +227,7 @@ func lowerNorm(g *gen, n *ir.Node) error {
 		rms = 1
 	}
 	bs := pow2(m, 32, 256)
-	body := fmt.Sprintf(normBody, n.Op, m, x.Type, rms, flit(n.AttrFloat("eps")), bs,
+	body := fmt.Sprintf(normBody, n.Op, m, x.Type, rms, clit.Float(n.AttrFloat("eps")), bs,
 		signature(params), apply.String())
 	g.emit(kernelSpec{op: n.Op.String(), body: body, grid: [3]uint32{uint32(rows), 1, 1},
 		block: [3]uint32{uint32(bs), 1, 1}, params: params, args: args})

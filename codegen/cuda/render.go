@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/lcc-dev/lcc/codegen/cuda/clit"
 	"github.com/lcc-dev/lcc/tensor"
 )
 
@@ -54,19 +55,6 @@ func store(dt tensor.DType, expr string) string { return fmt.Sprintf(storeFmt[dt
 // supported reports whether dt has a device representation.
 func supported(dt tensor.DType) bool { _, ok := storageC[dt]; return ok }
 
-// flit renders v as a C float literal that reads back as float32(v) exactly.
-func flit(v float64) string {
-	f := float32(v)
-	if math.IsInf(float64(f), 0) || f != f {
-		return fmt.Sprintf("__int_as_float(0x%08x)", math.Float32bits(f))
-	}
-	s := strconv.FormatFloat(float64(f), 'g', -1, 32)
-	if !strings.ContainsAny(s, ".e") {
-		s += ".0"
-	}
-	return s + "f"
-}
-
 // dlit renders v as a C double literal.
 func dlit(v float64) string {
 	if math.IsInf(v, 0) || v != v {
@@ -93,7 +81,7 @@ func literal(dt tensor.DType, v float64) string {
 	case dt == tensor.F64:
 		return dlit(v)
 	case dt.IsFloat():
-		return flit(v)
+		return clit.Float(v)
 	case dt == tensor.Bool:
 		if v != 0 {
 			return "true"

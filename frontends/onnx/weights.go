@@ -132,7 +132,7 @@ func WithWeights(path string, weights map[string]*tensor.Tensor) ([]byte, int, e
 			continue
 		}
 		if want := m.Graph.Initializers[name]; want != nil && want.DType != t.DType {
-			t = convertTo(t, want.DType)
+			t = t.Convert(want.DType)
 		}
 		enc, err := exportTensor(name, t)
 		if err != nil {
@@ -160,18 +160,4 @@ func sameShape(a, b []int64) bool {
 		}
 	}
 	return true
-}
-
-// convertTo returns t's values in dtype dt (rounded as dt stores them).
-func convertTo(t *tensor.Tensor, dt tensor.DType) *tensor.Tensor {
-	out := tensor.New(dt, t.Shape...)
-	for i := 0; i < t.Numel(); i++ {
-		if dt.IsFloat() {
-			out.F[i] = t.Float(i)
-		} else {
-			out.I[i] = t.Int(i)
-		}
-	}
-	out.RoundTo(dt)
-	return out
 }

@@ -101,7 +101,7 @@ func modelLoss(f *ir.Func) (name string, ambiguous bool, err error) {
 		return named[0], false, nil
 	case len(scalars) == 0:
 		return "", false, fmt.Errorf("func @%s has no scalar float output to use as its loss (outputs: %s)",
-			f.Name, outputList(f))
+			f.Name, OutputList(f))
 	}
 	return "", true, fmt.Errorf("func @%s has %d scalar float outputs (%s) and no single one named like "+
 		"a loss", f.Name, len(scalars), strings.Join(scalars, ", "))
@@ -162,10 +162,10 @@ func Logits(f *ir.Func) (ir.Output, error) {
 	case 0:
 		if known {
 			return ir.Output{}, fmt.Errorf("func @%s has no logits output (a float output [..., %d], "+
-				"the vocabulary of its token embedding; outputs: %s)", f.Name, vocab, outputList(f))
+				"the vocabulary of its token embedding; outputs: %s)", f.Name, vocab, OutputList(f))
 		}
 		return ir.Output{}, fmt.Errorf("func @%s has no logits output (a float output [..., vocab]; "+
-			"outputs: %s)", f.Name, outputList(f))
+			"outputs: %s)", f.Name, OutputList(f))
 	}
 	var names []string
 	for _, c := range cands {
@@ -324,7 +324,8 @@ var _ = passes.RegisterConfigurable(Insert(Auto, false, nil), func(a *passes.Arg
 	return Insert(kind, a.Bool("keep-outputs", false), nil), nil
 })
 
-func outputList(f *ir.Func) string {
+// OutputList names f's outputs and their types, for messages that ask for one.
+func OutputList(f *ir.Func) string {
 	var s []string
 	for _, o := range f.Outputs {
 		s = append(s, fmt.Sprintf("%s: %v", o.Name, o.Value.Type))

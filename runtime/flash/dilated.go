@@ -53,7 +53,6 @@ func NewDilated(dev *cuda.Device, cache *cuda.Cache, d fk.Desc, branches []Branc
 		a.Close()
 		return nil, fmt.Errorf("flash: dilated attention: %w", err)
 	}
-	g := d.Hq / d.Hkv
 	for _, b := range branches {
 		if b.W <= 0 || b.R <= 0 {
 			return fail(fmt.Errorf("branch (%d, %d): want a positive segment and dilation", b.W, b.R))
@@ -78,13 +77,7 @@ func NewDilated(dev *cuda.Device, cache *cuda.Cache, d fk.Desc, branches []Branc
 		if br.dq, err = a.ld.load(kq); err != nil {
 			return fail(err)
 		}
-		members := 1
-		if bd.Dilated() && g > 1 {
-			members = g
-		}
-		for m := 0; m < members; m++ {
-			md := bd
-			md.PerMember, md.Member = members > 1, m
+		for _, md := range bd.Members() {
 			kk, err := fk.DKDV(md)
 			if err != nil {
 				return fail(err)

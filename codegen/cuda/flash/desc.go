@@ -164,6 +164,22 @@ func (d Desc) Defaults() Desc {
 // in segments shorter than the sequence).
 func (d Desc) Dilated() bool { return d.R > 1 || (d.W > 0 && d.W < d.T) }
 
+// Members is the dK/dV launches of d: d itself, or, for a dilated branch with
+// grouped-query heads (whose q heads of one kv head may select different rows),
+// one PerMember copy for each member of the group, in member order.
+func (d Desc) Members() []Desc {
+	g := d.Hq / d.Hkv
+	if !d.Dilated() || g <= 1 {
+		return []Desc{d}
+	}
+	out := make([]Desc, g)
+	for m := range out {
+		out[m] = d
+		out[m].PerMember, out[m].Member = true, m
+	}
+	return out
+}
+
 // Segments is the number of segments per sequence.
 func (d Desc) Segments() int64 { return (d.T + d.W - 1) / d.W }
 

@@ -120,3 +120,26 @@ func TestNVRTCCompile(t *testing.T) {
 		}
 	}
 }
+
+func TestMembers(t *testing.T) {
+	dense := Desc{B: 1, T: 64, S: 64, Hq: 8, Hkv: 2, D: 64, Causal: true}
+	if m := dense.Members(); len(m) != 1 || m[0].PerMember {
+		t.Errorf("dense GQA: %d launches, want one whole-group launch", len(m))
+	}
+	br := dense
+	br.W, br.R = 32, 2
+	m := br.Members()
+	if len(m) != 4 {
+		t.Fatalf("dilated GQA (group 4): %d launches, want 4", len(m))
+	}
+	for i, d := range m {
+		if !d.PerMember || d.Member != i {
+			t.Errorf("launch %d: PerMember=%v Member=%d", i, d.PerMember, d.Member)
+		}
+	}
+	mha := br
+	mha.Hkv = 8
+	if m := mha.Members(); len(m) != 1 || m[0].PerMember {
+		t.Errorf("dilated without GQA: %d launches, want 1", len(m))
+	}
+}

@@ -6,9 +6,10 @@ import (
 	"encoding/hex"
 	"fmt"
 	"math"
-	"strconv"
 	"strings"
 	"text/template"
+
+	"github.com/lcc-dev/lcc/codegen/cuda/clit"
 )
 
 // Param is one pointer parameter of a kernel, in order.
@@ -51,8 +52,8 @@ type view struct {
 
 var funcs = template.FuncMap{
 	"b":    func(v bool) int { return map[bool]int{false: 0, true: 1}[v] },
-	"flit": flit,
-	"sl2":  func(s float64) string { return flit(s * math.Log2E) },
+	"flit": clit.Float,
+	"sl2":  func(s float64) string { return clit.Float(s * math.Log2E) },
 	"wdense": func(d Desc) int64 {
 		if d.Dilated() {
 			return d.W
@@ -97,19 +98,6 @@ var header = template.Must(template.New("header").Funcs(funcs).Parse(
 #define FA_FILL {{.Fill}}u
 {{if .Acc}}typedef float FA_OT;{{else}}typedef unsigned short FA_OT;{{end}}
 `))
-
-// flit renders v as a C float literal that reads back as float32(v).
-func flit(v float64) string {
-	f := float32(v)
-	if math.IsInf(float64(f), 0) || f != f {
-		return fmt.Sprintf("__int_as_float(0x%08x)", math.Float32bits(f))
-	}
-	s := strconv.FormatFloat(float64(f), 'g', -1, 32)
-	if !strings.ContainsAny(s, ".e") {
-		s += ".0"
-	}
-	return s + "f"
-}
 
 func render(v view, body string) string {
 	var buf bytes.Buffer
