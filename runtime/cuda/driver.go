@@ -38,6 +38,11 @@ var (
 	cuMemcpyDtoD              = libcuda.sym("cuMemcpyDtoD_v2")
 	cuMemsetD8                = libcuda.sym("cuMemsetD8_v2")
 	cuMemsetD32               = libcuda.sym("cuMemsetD32_v2")
+	cuMemHostAlloc            = libcuda.sym("cuMemHostAlloc")
+	cuMemFreeHost             = libcuda.sym("cuMemFreeHost")
+	cuMemcpyHtoDAsync         = libcuda.sym("cuMemcpyHtoDAsync_v2")
+	cuMemcpyDtoHAsync         = libcuda.sym("cuMemcpyDtoHAsync_v2")
+	cuMemcpyDtoDAsync         = libcuda.sym("cuMemcpyDtoDAsync_v2")
 	cuModuleLoadData          = libcuda.sym("cuModuleLoadData")
 	cuModuleUnload            = libcuda.sym("cuModuleUnload")
 	cuModuleGetFunction       = libcuda.sym("cuModuleGetFunction")
@@ -65,7 +70,8 @@ var driverSymbols = []*symbol{cuInit, cuDriverGetVersion, cuGetErrorString, cuGe
 	cuDeviceGetCount, cuDeviceGet, cuDeviceGetName, cuDeviceGetAttribute, cuDeviceTotalMem,
 	cuDevicePrimaryCtxRetain, cuDevicePrimaryCtxRelease, cuCtxCreate, cuCtxSetCurrent,
 	cuCtxSynchronize, cuMemGetInfo, cuMemAlloc, cuMemFree, cuMemcpyHtoD, cuMemcpyDtoH,
-	cuMemcpyDtoD, cuMemsetD8, cuMemsetD32, cuModuleLoadData, cuModuleUnload,
+	cuMemcpyDtoD, cuMemsetD8, cuMemsetD32, cuMemHostAlloc, cuMemFreeHost, cuMemcpyHtoDAsync,
+	cuMemcpyDtoHAsync, cuMemcpyDtoDAsync, cuModuleLoadData, cuModuleUnload,
 	cuModuleGetFunction, cuFuncSetAttribute, cuLaunchKernel, cuStreamCreate,
 	cuStreamDestroy, cuStreamSynchronize, cuStreamWaitEvent, cuEventCreate, cuEventDestroy,
 	cuEventRecord, cuEventSynchronize, cuEventElapsedTime, cuEventQuery}
