@@ -100,6 +100,9 @@ func (o CheckOptions) run(f *ir.Func, in map[string]*tensor.Tensor) (map[string]
 type CheckResult struct {
 	Comparisons []Comparison
 	MaxRelErr   float64
+	// Outputs is what the run computed, by output name: the model's outputs and,
+	// for CheckGrads, the loss and every grad.<name> (nil for a sharded check).
+	Outputs map[string]*tensor.Tensor
 }
 
 // ErrTolerance is returned (wrapped) when a comparison exceeds the tolerance.
@@ -226,7 +229,7 @@ func Check(f *ir.Func, ref *safetensors.File, refPath string, opts CheckOptions)
 		return nil, fmt.Errorf("%s: no tensor named like a model output (outputs: %s)", refPath,
 			strings.Join(outNames, ", "))
 	}
-	res := &CheckResult{}
+	res := &CheckResult{Outputs: outs}
 	for _, name := range names {
 		c, err := Compare(name, outs[name], ref.Tensors[name])
 		if err != nil {

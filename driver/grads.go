@@ -86,7 +86,7 @@ func CheckGrads(f *ir.Func, ref *safetensors.File, refPath string, opts CheckOpt
 	if err != nil {
 		return nil, err
 	}
-	res := &CheckResult{}
+	res := &CheckResult{Outputs: outs}
 	add := func(name string, got, want *tensor.Tensor) error {
 		c, err := Compare(name, got, want)
 		if err != nil {

@@ -4,7 +4,7 @@ exporter, with reference outputs and gradients, for lcc's import tests.
 Run where PyTorch, transformers and onnxscript exist (the GPU machine has them):
     python3 scripts/export_hf.py OUTDIR [NAME...]
 Writes OUTDIR/hf_<name>.onnx and OUTDIR/hf_<name>.ref.safetensors for each model (the
-four short ones when no NAME is given; the *_long ones only when named); the
+four short ones when no NAME is given; the *_long and *_d128 ones only when named); the
 reference holds input_ids (and attention_mask), labels or dy, the outputs, the loss,
 param.<name> and grad.<name> for every parameter (float32, computed on the CPU).
 No weights are downloaded: every model is built from a small config.
@@ -125,13 +125,31 @@ def llama_long(attn):
         B=1, T=LONG_T, V=LONG_V, logits_copy=False)
 
 
-long_jobs = {"llama_gqa_eager_long": llama_long("eager"), "llama_gqa_sdpa_long": llama_long("sdpa")}
+# Head dim 128 with grouped-query attention (4 query heads over 2 kv heads), the
+# shape lcc's tensor-core attention kernels take (head dim 64 or 128, bf16): `lcc
+# check --device=cuda --precision=bf16` runs them on this model. 320 tokens are two
+# and a half of the forward's 128-row query tiles and of the backward's 128-key tiles,
+# so the kernels' ragged last tile and causal tile skipping are exercised. hidden_size
+# is 32 (head_dim is set apart from it) to keep the files small; the wider init
+# (0.2 instead of 0.02) gives attention scores of order one, not a near-uniform softmax.
+D128_T, D128_V = 320, 64
+
+
+def llama_d128(attn):
+    return lambda: ref_lm(f"llama_gqa_d128_{attn}", tf.LlamaForCausalLM(tf.LlamaConfig(
+        vocab_size=D128_V, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, head_dim=128, max_position_embeddings=1024, initializer_range=0.2,
+        attn_implementation=attn)), B=2, T=D128_T, V=D128_V, logits_copy=False)
+
+
+named_jobs = {"llama_gqa_eager_long": llama_long("eager"), "llama_gqa_sdpa_long": llama_long("sdpa"),
+              "llama_gqa_d128_sdpa": llama_d128("sdpa"), "llama_gqa_d128_eager": llama_d128("eager")}
 names = sys.argv[2:] or list(jobs)
 for name in names:
-    if name not in jobs and name not in long_jobs:
-        sys.exit(f"unknown model {name!r} (have: {', '.join(list(jobs) + list(long_jobs))})")
+    if name not in jobs and name not in named_jobs:
+        sys.exit(f"unknown model {name!r} (have: {', '.join(list(jobs) + list(named_jobs))})")
 for name in names:
-    job = jobs.get(name) or long_jobs[name]
+    job = jobs.get(name) or named_jobs[name]
     try:
         job()
         print("ok", name)

@@ -15,7 +15,7 @@ run() { # name, command...
 	"$@" </dev/null >"$out/$name.log" 2>&1
 	local rc=$?
 	local t=$(( ($(date +%s%N) - start) / 1000000 ))
-	local last=$(grep -E "max_rel_err|^(ok|PASS|FAIL)|ERROR SUMMARY|RACECHECK SUMMARY|^trained" "$out/$name.log" | tail -1)
+	local last=$(grep -E "max_rel_err|^(ok|PASS|FAIL)|ERROR SUMMARY|RACECHECK SUMMARY|^trained|differ" "$out/$name.log" | tail -1)
 	summary+=("$(printf '%-44s rc=%-3s %6dms  %s' "$name" "$rc" "$t" "$last")")
 }
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader >"$out/gpu.txt"
@@ -31,16 +31,24 @@ for prec in fp32 bf16; do
 		model=${m%%:*}; ref=${m##*:}
 		run "check_${model}_${prec}" "$lcc" check "testdata/onnx/$model.onnx" --ref "testdata/ref/$ref.ref.safetensors" --grads --device=cuda --precision=$prec
 	done
-	for m in gpt2 llama_gqa_eager llama_gqa_sdpa bert; do
+	for m in gpt2 llama_gqa_eager llama_gqa_sdpa bert llama_gqa_eager_long llama_gqa_sdpa_long; do
 		run "check_hf_${m}_${prec}" "$lcc" check "testdata/hf/hf_$m.onnx" --ref "testdata/hf/hf_$m.ref.safetensors" --grads --device=cuda --precision=$prec
 	done
 	run "check_attn_mha_dilated_${prec}" "$lcc" check testdata/onnx/attn_mha.onnx --ref testdata/ref/attn_mha_dilated_paper.ref.safetensors --grads --device=cuda --precision=$prec --attention=dilated --segments=8,16,32 --dilations=1,2,4
+done
+# Two runs of one check must compute the same bits: every gradient included.
+for prec in fp32 bf16; do
+	for i in 1 2; do
+		run "repro_llama_mini_${prec}_$i" "$lcc" check testdata/onnx/llama_mini.onnx --ref testdata/ref/llama_mini.ref.safetensors --grads --device=cuda --precision=$prec --outputs "$out/repro_$prec.$i.safetensors"
+	done
+	run "repro_llama_mini_${prec}_bitwise" cmp "$out/repro_$prec.1.safetensors" "$out/repro_$prec.2.safetensors"
 done
 run train_gpt_mini_cuda "$lcc" train testdata/onnx/gpt_mini.onnx --device=cuda --data=synthetic:copy --seq-len 64 --batch 8 --steps 300 --lr 3e-3 --seed 1 --progress-every 100
 run train_gpt_mini_cuda_bf16 "$lcc" train testdata/onnx/gpt_mini.onnx --device=cuda --precision=bf16 --data=synthetic:copy --seq-len 64 --batch 8 --steps 300 --lr 3e-3 --seed 1 --progress-every 100
 if command -v compute-sanitizer >/dev/null; then
 	run memcheck_llama_mini compute-sanitizer --tool memcheck "$lcc" check testdata/onnx/llama_mini.onnx --ref testdata/ref/llama_mini.ref.safetensors --grads --device=cuda
 	run racecheck_llama_mini compute-sanitizer --tool racecheck "$lcc" check testdata/onnx/llama_mini.onnx --ref testdata/ref/llama_mini.ref.safetensors --grads --device=cuda
+	run synccheck_llama_mini compute-sanitizer --tool synccheck "$lcc" check testdata/onnx/llama_mini.onnx --ref testdata/ref/llama_mini.ref.safetensors --grads --device=cuda
 fi
 printf '%s\n' "${summary[@]}" | tee "$out/summary.txt"
 tar czf "$out/../gpu_logs.tgz" -C "$out" . 2>/dev/null && mv "$out/../gpu_logs.tgz" "$out/" || true

@@ -3,11 +3,14 @@ package main
 import (
 	"bytes"
 	"crypto/rand"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/lcc-dev/lcc/safetensors"
 )
 
 // lccBin is the lcc binary built once for the command-line tests, so they see
@@ -397,5 +400,47 @@ func TestShapeConflictsAndBounds(t *testing.T) {
 		if code != 1 || !strings.Contains(stderr, c.want) {
 			t.Errorf("%v: exit %d, want 1 naming %q: %s", c.args[1:], code, c.want, stderr)
 		}
+	}
+}
+
+// TestCheckOutputs: `lcc check --grads --outputs FILE` keeps what lcc computed (the
+// logits, the loss and every gradient), so two runs can be compared bit for bit,
+// as gpu_check.sh does on the GPU; on the CPU two runs write the same bytes.
+func TestCheckOutputs(t *testing.T) {
+	dir := t.TempDir()
+	model := filepath.Join(td, "hf", "hf_llama_gqa_sdpa.onnx")
+	ref := filepath.Join(td, "hf", "hf_llama_gqa_sdpa.ref.safetensors")
+	var files [2][]byte
+	for i := range files {
+		path := filepath.Join(dir, fmt.Sprintf("run%d.safetensors", i))
+		out, stderr, code := lcc(t, "check", model, "--ref", ref, "--grads", "--outputs", path)
+		if code != 0 {
+			t.Fatalf("exit %d\n%s%s", code, out, stderr)
+		}
+		f, err := safetensors.Read(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		grads := 0
+		for _, n := range f.Names {
+			if strings.HasPrefix(n, "grad.") {
+				grads++
+			}
+		}
+		// linear_14 is the logits' output name in this export.
+		if grads != 21 || f.Tensors["linear_14"] == nil || f.Tensors["loss"] == nil {
+			t.Errorf("%s holds %v, want the logits, the loss and 21 gradients", path, f.Names)
+		}
+		if files[i], err = os.ReadFile(path); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !bytes.Equal(files[0], files[1]) {
+		t.Error("two CPU runs wrote different bytes")
+	}
+	if _, stderr, code := lcc(t, "check", filepath.Join(td, "onnx", "attn_mha.onnx"), "--ref",
+		filepath.Join(td, "ref", "attn_mha_dense.ref.safetensors"), "--attention=ring", "--ranks=2",
+		"--outputs", filepath.Join(dir, "x.safetensors")); code != 1 || !strings.Contains(stderr, "--outputs") {
+		t.Errorf("--outputs with --ranks: exit %d: %s", code, stderr)
 	}
 }

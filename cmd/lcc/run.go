@@ -65,8 +65,7 @@ func runCmd() *cobra.Command {
 				fmt.Fprintf(w, "%s %v%s %s\n", n, t.DType, tensor.ShapeString(t.Shape), summary(t))
 			}
 			if outputs != "" {
-				sort.Strings(names)
-				return safetensors.Write(outputs, names, outs, map[string]string{"producer": "lcc run"})
+				return writeOutputs(outputs, outs, "lcc run")
 			}
 			return nil
 		},
@@ -76,6 +75,17 @@ func runCmd() *cobra.Command {
 	cmd.Flags().StringVar(&outputs, "outputs", "", "write the outputs to this safetensors file")
 	df.add(cmd)
 	return cmd
+}
+
+// writeOutputs writes every tensor of outs to path, in name order, so that two runs
+// that computed the same bits write the same bytes.
+func writeOutputs(path string, outs map[string]*tensor.Tensor, producer string) error {
+	names := make([]string, 0, len(outs))
+	for n := range outs {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return safetensors.Write(path, names, outs, map[string]string{"producer": producer})
 }
 
 // summary prints a few statistics of a tensor.
@@ -102,6 +112,7 @@ func checkCmd() *cobra.Command {
 		tolerance float64
 		grads     bool
 		af        attentionFlags
+		outputs   string
 	)
 	cmd := &cobra.Command{
 		Use:   "check MODEL --ref REF.safetensors",
@@ -152,17 +163,28 @@ func checkCmd() *cobra.Command {
 			}
 			defer release()
 			copts := driver.CheckOptions{Tolerance: tolerance, Out: cmd.OutOrStdout(), Run: run}
+			var res *driver.CheckResult
 			switch {
 			case af.ranks > 1:
 				if df.device != "cpu" {
 					return fmt.Errorf("--ranks=%d: sharded checks run on the CPU with N simulated ranks; use --device=cpu", af.ranks)
 				}
+				if outputs != "" {
+					return fmt.Errorf("--outputs: not with --ranks=%d (the ranks' results are compared, not kept)", af.ranks)
+				}
 				copts.Run = nil
 				_, err = driver.CheckSharded(f, rf, ref, driver.ShardOptions{Ranks: af.ranks, Mode: af.shardMode, Grads: grads}, copts)
 			case grads:
-				_, err = driver.CheckGrads(f, rf, ref, copts)
+				res, err = driver.CheckGrads(f, rf, ref, copts)
 			default:
-				_, err = driver.Check(f, rf, ref, copts)
+				res, err = driver.Check(f, rf, ref, copts)
+			}
+			// The results are written even when they are beyond the tolerance: they
+			// are what one looks at then.
+			if outputs != "" && res != nil {
+				if werr := writeOutputs(outputs, res.Outputs, "lcc check"); werr != nil && err == nil {
+					err = werr
+				}
 			}
 			return err
 		},
@@ -172,6 +194,8 @@ func checkCmd() *cobra.Command {
 	cmd.Flags().StringVar(&ref, "ref", "", "reference safetensors: inputs by input name, outputs by output name")
 	df.add(cmd)
 	cmd.Flags().Float64Var(&tolerance, "tolerance", 1e-4, "largest accepted ‖a−ref‖/‖ref‖ (default 2e-2 with --precision=bf16)")
+	cmd.Flags().StringVar(&outputs, "outputs", "",
+		"write what lcc computed (outputs; with --grads the loss and every grad.<name>) to this safetensors file")
 	cmd.Flags().BoolVar(&grads, "grads", false,
 		"also differentiate (REF dy: Σ out⊙dy; a scalar output; REF labels: cross-entropy) and compare loss and grad.<name>")
 	return cmd
