@@ -20,6 +20,9 @@ type resident struct {
 	opt   *exec.Optimizer
 	adamw optim.AdamW
 	done  int // updates done: the optimizer's step count
+	// saver takes the run's checkpoints in the background (nil: this rank
+	// writes none).
+	saver *saver
 }
 
 // setupResident binds the step to cfg.Session with the current weights and
@@ -87,23 +90,29 @@ func (t *trainer) residentStep(s int) (stepStats, error) {
 	return stepStats{loss: lossSum / float64(t.cfg.Accumulate), lr: lr, gradNorm: norm}, nil
 }
 
-// pull copies the device state into t.weights and t.state (for a checkpoint):
-// the masters, moments and step count, and each trained weight as its master
-// rounded to the weight's dtype, as the update function's output is.
-func (t *trainer) pull() error {
-	master, m, v, err := t.dev.opt.Save()
-	if err != nil {
-		return err
+// residentTensors is what a checkpoint of a resident run holds after done
+// updates, by checkpoint name: the masters and moments copied from the device,
+// each trained weight as its master rounded to the weight's dtype (as the update
+// function's output is), the step count, and the untrained weights and other
+// state as the host holds them. It reads t.weights and t.state, which a
+// resident run does not change, so the background writer may call it.
+func (t *trainer) residentTensors(master, m, v []*tensor.Tensor, done int) map[string]*tensor.Tensor {
+	ts := make(map[string]*tensor.Tensor, len(t.weights)+len(t.state))
+	for k, w := range t.weights {
+		ts[k] = w
+	}
+	for k, st := range t.state {
+		ts[optimPrefix+k] = st
 	}
 	for i, w := range t.upd.Weights {
-		t.state[optim.MasterPrefix+w] = master[i]
-		t.state[optim.MomentPrefix+w] = m[i]
-		t.state[optim.VariancePrefix+w] = v[i]
+		ts[optimPrefix+optim.MasterPrefix+w] = master[i]
+		ts[optimPrefix+optim.MomentPrefix+w] = m[i]
+		ts[optimPrefix+optim.VariancePrefix+w] = v[i]
 		wt := t.grad.Param(w).Value.Type
-		t.weights[w] = tensor.FromFloats(wt.DType, wt.Shape, master[i].F)
+		ts[w] = tensor.FromFloats(wt.DType, wt.Shape, master[i].F)
 	}
-	t.state[optim.StepState] = tensor.Scalar(tensor.F64, float64(t.dev.done))
-	return nil
+	ts[optimPrefix+optim.StepState] = tensor.Scalar(tensor.F64, float64(done))
+	return ts
 }
 
 // residentReason says why the state of cfg cannot stay on the device, or "".

@@ -157,11 +157,15 @@ type Result struct {
 	MeasuredPeakBytes int64
 	// Resident says whether the training state stayed on the device; HostBytes
 	// is then the most bytes one step moved between host and device
-	// (checkpoints excepted), BatchBytes the bytes of one step's token batch.
+	// (checkpoints' copies, queued between steps, excepted), BatchBytes the
+	// bytes of one step's token batch.
 	Resident              bool
 	HostBytes, BatchBytes int64
-	// StepTimes is the wall-clock time of each step of this run.
-	StepTimes []time.Duration
+	// StepTimes is the wall-clock time of each step of this run, and
+	// CheckpointTimes the time the loop then spent on checkpoints (metric's
+	// CheckpointMS); Checkpointed says which steps took one.
+	StepTimes, CheckpointTimes []time.Duration
+	Checkpointed               []bool
 	// Profile is the GPU time per kernel family summed over ProfileSteps steps
 	// (every step but the first, which builds the program), when the session
 	// profiles (exec.Options.Profile).
@@ -617,13 +621,8 @@ func (t *trainer) step(s int) (stepStats, error) {
 		gradNorm: out[optim.GradNormOutput].F[0]}, nil
 }
 
-// save writes a checkpoint after step and prunes old ones.
+// save writes a checkpoint of the host state after step and prunes old ones.
 func (t *trainer) save(step int, loss float64) (string, error) {
-	if t.dev != nil {
-		if err := t.pull(); err != nil {
-			return "", err
-		}
-	}
 	ts := make(map[string]*tensor.Tensor, len(t.weights)+len(t.state))
 	for k, v := range t.weights {
 		ts[k] = v
@@ -631,13 +630,40 @@ func (t *trainer) save(step int, loss float64) (string, error) {
 	for k, v := range t.state {
 		ts[optimPrefix+k] = v
 	}
-	m := checkpoint.Meta{Data: t.stream.State(), LCCVersion: t.cfg.Version, ModelHash: t.hash,
+	return t.write(step, t.meta(loss), ts)
+}
+
+// meta is the JSON half of a checkpoint taken now, after a step of loss.
+func (t *trainer) meta(loss float64) checkpoint.Meta {
+	return checkpoint.Meta{Data: t.stream.State(), LCCVersion: t.cfg.Version, ModelHash: t.hash,
 		Loss: loss, Config: t.settings(), Model: absPath(t.cfg.Model), Params: frameworkParams(t.grad)}
+}
+
+// write writes the checkpoint of step and prunes old ones.
+func (t *trainer) write(step int, m checkpoint.Meta, ts map[string]*tensor.Tensor) (string, error) {
 	path, err := checkpoint.Save(t.cfg.CheckpointDir, step, m, ts)
 	if err != nil {
 		return "", err
 	}
 	return path, checkpoint.Prune(t.cfg.CheckpointDir, t.cfg.Keep)
+}
+
+// checkpoint takes the checkpoint of step: in the background for a resident
+// run (its path reaches res.Checkpoints once written), else at once.
+func (t *trainer) checkpoint(res *Result, step int, loss float64) (checkpointStats, error) {
+	t0 := time.Now()
+	if t.dev != nil && t.dev.saver != nil {
+		_, d0 := t.cfg.Session.Device().Transferred()
+		err := t.startSave(res, step, loss)
+		_, d1 := t.cfg.Session.Device().Transferred()
+		return checkpointStats{wait: time.Since(t0), bytes: d1 - d0}, err
+	}
+	p, err := t.save(step, loss)
+	if err != nil {
+		return checkpointStats{}, err
+	}
+	res.Checkpoints = append(res.Checkpoints, p)
+	return checkpointStats{wait: time.Since(t0)}, nil
 }
 
 // absPath is path made absolute, as far as it can be.
@@ -679,7 +705,20 @@ type metric struct {
 	// GPU runs); both omitted when not measured.
 	MeasuredPeak int64 `json:"measured_peak_bytes,omitempty"`
 	HostBytes    int64 `json:"host_bytes,omitempty"`
+	// StepMS is the step's wall-clock time, CheckpointMS the further time the
+	// loop then spent on checkpoints (taking one: waiting for the previous
+	// write and queueing the copies, or, on the host, all of it; freeing the
+	// staging copy of one whose copy is done). A checkpoint step has
+	// Checkpoint set and CheckpointBytes, the bytes its copies move from
+	// device to host: they are not in HostBytes, and the next steps overlap them.
+	StepMS          float64 `json:"step_ms"`
+	Checkpoint      bool    `json:"checkpoint,omitempty"`
+	CheckpointMS    float64 `json:"checkpoint_ms,omitempty"`
+	CheckpointBytes int64   `json:"checkpoint_bytes,omitempty"`
 }
+
+// ms is d in milliseconds.
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
 func (t *trainer) run() (*Result, error) {
 	cfg := t.cfg
@@ -720,6 +759,20 @@ func (t *trainer) run() (*Result, error) {
 		fmt.Fprintf(cfg.Progress, "state   resident on the GPU: %d trained elements, fp32 masters and "+
 			"AdamW moments; per step the token batch (%d bytes) goes up, the loss and gradient norm "+
 			"come down\n", t.dev.opt.Elements(), res.BatchBytes)
+		if cfg.CheckpointDir != "" && t.rank == 0 {
+			var err error
+			if t.dev.saver, err = t.newSaver(); err != nil {
+				return nil, err
+			}
+			defer t.closeSaver()
+			how := "the next update waits for the copy (a staging copy would exceed the memory budget)"
+			if t.dev.saver.stage {
+				how = "through a staging copy on the device, freed once copied"
+			}
+			fmt.Fprintf(cfg.Progress, "checkpoints copied in the background on a copy stream into %s of "+
+				"pinned host memory, %s, and written by a goroutine\n",
+				report.Bytes(int64(t.dev.opt.SnapshotBytes())), how)
+		}
 	} else if cfg.Session != nil {
 		fmt.Fprintf(cfg.Progress, "state   on the host (%s)\n", why)
 	}
@@ -755,6 +808,17 @@ func (t *trainer) run() (*Result, error) {
 			res.MeasuredPeakBytes = cfg.Memory.Peak()
 		}
 		res.StepTimes = append(res.StepTimes, dt)
+		var ck checkpointStats
+		if t.dev != nil {
+			p0 := time.Now()
+			did, err := t.pollSave(res)
+			if err != nil {
+				return res, fmt.Errorf("after step %d: %w", s+1, err)
+			}
+			if did {
+				ck.wait = time.Since(p0)
+			}
+		}
 		if cfg.Session != nil {
 			if p := cfg.Session.Profile(); p != nil && s > first {
 				if res.Profile == nil {
@@ -769,15 +833,28 @@ func (t *trainer) run() (*Result, error) {
 		res.Losses = append(res.Losses, st.loss)
 		res.Step = s + 1
 		windowSteps++
+		bad := math.IsNaN(st.loss) || math.IsInf(st.loss, 0)
+		checkpointed := !bad && cfg.CheckpointDir != "" && t.rank == 0 &&
+			((cfg.CheckpointEvery > 0 && res.Step%cfg.CheckpointEvery == 0) || res.Step == last)
+		if checkpointed {
+			took, err := t.checkpoint(res, res.Step, st.loss)
+			if err != nil {
+				return res, fmt.Errorf("step %d: %w", res.Step, err)
+			}
+			ck.wait, ck.bytes = ck.wait+took.wait, took.bytes
+		}
+		res.CheckpointTimes = append(res.CheckpointTimes, ck.wait)
+		res.Checkpointed = append(res.Checkpointed, checkpointed)
 		if metrics != nil {
 			js, _ := json.Marshal(metric{Step: s + 1, Loss: finite(st.loss), LR: st.lr,
-				GradNorm: finite(st.gradNorm), TokensPerS: tokensPerStep / dt.Seconds(),
-				PlannedPeak: t.plannedPeak, MeasuredPeak: res.MeasuredPeakBytes, HostBytes: stepBytes})
+				GradNorm: finite(st.gradNorm), TokensPerS: tokensPerStep / dt.Seconds(), StepMS: ms(dt),
+				PlannedPeak: t.plannedPeak, MeasuredPeak: res.MeasuredPeakBytes, HostBytes: stepBytes,
+				Checkpoint: checkpointed, CheckpointMS: ms(ck.wait), CheckpointBytes: ck.bytes})
 			if _, err := metrics.Write(append(js, '\n')); err != nil {
 				return nil, fmt.Errorf("--metrics: %w", err)
 			}
 		}
-		if math.IsNaN(st.loss) || math.IsInf(st.loss, 0) {
+		if bad {
 			return res, fmt.Errorf("step %d: loss is %v (try a lower --lr or --clip)", s+1, st.loss)
 		}
 		if cfg.ProgressEvery > 0 && (res.Step%cfg.ProgressEvery == 0 || res.Step == last) {
@@ -795,13 +872,11 @@ func (t *trainer) run() (*Result, error) {
 				(avg * time.Duration(last-res.Step)).Round(time.Second))
 			window, windowSteps = time.Now(), 0
 		}
-		if cfg.CheckpointDir != "" && t.rank == 0 && ((cfg.CheckpointEvery > 0 && res.Step%cfg.CheckpointEvery == 0) ||
-			res.Step == last) {
-			p, err := t.save(res.Step, st.loss)
-			if err != nil {
-				return res, fmt.Errorf("step %d: %w", res.Step, err)
-			}
-			res.Checkpoints = append(res.Checkpoints, p)
+	}
+	if t.dev != nil {
+		// The last checkpoint's write is part of the run.
+		if err := t.finishSave(res); err != nil {
+			return res, fmt.Errorf("step %d: %w", res.Step, err)
 		}
 	}
 	res.Wall = time.Since(start)

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/debug"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -224,6 +225,9 @@ func trainSummary(cmd *cobra.Command, r *train.Result) error {
 	if r.ProfileSteps > 0 {
 		printProfile(out, r)
 	}
+	if r.Resident {
+		printCheckpointTimes(out, r)
+	}
 	fmt.Fprintf(out, "trained steps %d..%d in %s (%.0f tok/s): mean loss of the first %d steps %.4f, "+
 		"of the last %d %.4f\n", r.FirstStep+1, r.Step, r.Wall.Round(100_000_000), r.TokensPerSec,
 		k, first, k, last)
@@ -231,6 +235,47 @@ func trainSummary(cmd *cobra.Command, r *train.Result) error {
 		fmt.Fprintf(out, "checkpoint: %s\n", r.Checkpoints[len(r.Checkpoints)-1])
 	}
 	return nil
+}
+
+// printCheckpointTimes prints, for each checkpoint of a resident run, the
+// step's time plus the time the loop spent taking the checkpoint, and the next
+// step's (it overlaps the copy) plus what the loop spent on checkpoints after
+// it, beside the median of the other steps after the first.
+func printCheckpointTimes(out io.Writer, r *train.Result) {
+	ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+	near := map[int]bool{0: true} // the first step builds the program
+	for i, c := range r.Checkpointed {
+		if c {
+			near[i], near[i+1] = true, true
+		}
+	}
+	var others []time.Duration
+	for i, d := range r.StepTimes {
+		if !near[i] {
+			others = append(others, d+r.CheckpointTimes[i])
+		}
+	}
+	if len(others) == 0 || len(near) == 1 {
+		return
+	}
+	slices.Sort(others)
+	med := others[len(others)/2]
+	fmt.Fprintf(out, "checkpoint steps against the median of the %d other steps after the first, %.2f ms:\n",
+		len(others), ms(med))
+	for i, c := range r.Checkpointed {
+		if !c {
+			continue
+		}
+		step, d := r.FirstStep+i+1, r.StepTimes[i]+r.CheckpointTimes[i]
+		line := fmt.Sprintf("  step %d: %.2f ms + %.2f ms on the checkpoint (%.2fx)", step,
+			ms(r.StepTimes[i]), ms(r.CheckpointTimes[i]), float64(d)/float64(med))
+		if i+1 < len(r.StepTimes) {
+			d = r.StepTimes[i+1] + r.CheckpointTimes[i+1]
+			line += fmt.Sprintf("; step %d, overlapping its copy: %.2f ms (%.2fx)", step+1, ms(d),
+				float64(d)/float64(med))
+		}
+		fmt.Fprintln(out, line)
+	}
 }
 
 // printProfile prints the mean wall-clock step time and the GPU time per

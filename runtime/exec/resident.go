@@ -230,6 +230,15 @@ type Optimizer struct {
 	// wdt is the working weights' storage, wbufs their buffers (for poisoning).
 	wbufs []codegen.Buffer
 	wptrs []cuda.DevicePtr
+	// copy is the stream of Snapshot's device-to-host copies; copyStart and
+	// copyReady mark the session's stream before and after the staging copy,
+	// copyDone the end of the copy to the host. snap is the Snapshot not yet
+	// released, and pending, when set, the copy the next update must wait for
+	// (a Snapshot without staging).
+	copy                           *cuda.Stream
+	copyStart, copyReady, copyDone *cuda.Event
+	snap                           *Snapshot
+	pending                        *cuda.Event
 }
 
 // OptimizerSpec says what an Optimizer trains.
@@ -519,6 +528,11 @@ func (o *Optimizer) Step(h AdamWStep) (float64, error) {
 	if err == nil {
 		err = mark(1)
 	}
+	if err == nil && o.pending != nil {
+		// A snapshot is still copying the state this update overwrites.
+		err = s.stream.Wait(o.pending)
+		o.pending = nil
+	}
 	if err == nil {
 		err = o.launch(o.adamw, g, o.wptr, o.base, o.ck, o.cs, o.cl, o.master, o.m, o.v, o.normCoef,
 			micro, clip, h.Decay, h.OneMinusBeta1, h.Beta2, h.OneMinusBeta2, h.Bc2Sqrt, h.Eps, h.StepSize)
@@ -553,17 +567,7 @@ func (o *Optimizer) Save() (master, m, v []*tensor.Tensor, err error) {
 		if err := cuda.CopyDtoH(o.dev, raw, p); err != nil {
 			return nil, fmt.Errorf("exec: optimizer save: %w", err)
 		}
-		out := make([]*tensor.Tensor, len(o.sizes))
-		var off int64
-		for i, n := range o.sizes {
-			t, err := tensor.Decode(tensor.F32, o.shapes[i], raw[4*off:4*(off+n)])
-			if err != nil {
-				return nil, err
-			}
-			out[i] = t
-			off += n
-		}
-		return out, nil
+		return o.decode(raw)
 	}
 	if master, err = get(o.master); err == nil {
 		if m, err = get(o.m); err == nil {
@@ -573,9 +577,33 @@ func (o *Optimizer) Save() (master, m, v []*tensor.Tensor, err error) {
 	return master, m, v, err
 }
 
-// Close frees the optimizer's memory and unloads its kernels.
+// decode splits one flat fp32 state buffer into a tensor per trained weight.
+func (o *Optimizer) decode(raw []byte) ([]*tensor.Tensor, error) {
+	out := make([]*tensor.Tensor, len(o.sizes))
+	var off int64
+	for i, n := range o.sizes {
+		t, err := tensor.Decode(tensor.F32, o.shapes[i], raw[4*off:4*(off+n)])
+		if err != nil {
+			return nil, err
+		}
+		out[i] = t
+		off += n
+	}
+	return out, nil
+}
+
+// Close waits for a snapshot's copy, then frees the optimizer's memory and
+// unloads its kernels.
 func (o *Optimizer) Close() error {
 	var errs []error
+	if o.snap != nil {
+		errs = append(errs, o.snap.Release())
+	}
+	if o.copy != nil {
+		errs = append(errs, o.copy.Synchronize(), o.copy.Destroy(), o.copyStart.Destroy(), o.copyReady.Destroy(),
+			o.copyDone.Destroy())
+		o.copy = nil
+	}
 	for _, p := range o.allocs {
 		errs = append(errs, o.dev.Free(p))
 	}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/lcc-dev/lcc/ir"
@@ -191,6 +192,53 @@ func optimCase(t *testing.T, dev *cuda.Device, st tensor.DType, micro int, clip 
 			if x != wantX {
 				t.Fatalf("working %s[%d] = %v, want the master %v rounded to %v (%v)", w, j, x, gm[k].F[j], st, wantX)
 			}
+		}
+	}
+	snapshotCase(t, dev, opt, o, [][]*tensor.Tensor{gm, gmo, gv})
+}
+
+// snapshotCase copies the optimizer's state to pinned memory in the
+// background, staged on the device and not, and wants the bits of a
+// synchronous download (want: masters, moments, variances). Without staging,
+// a Step runs right after the copy is queued; its update must wait for it.
+func snapshotCase(t *testing.T, dev *cuda.Device, opt *Optimizer, o optim.AdamW, want [][]*tensor.Tensor) {
+	host, err := dev.AllocHost(opt.SnapshotBytes())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer host.Free()
+	for _, stage := range []bool{true, false} {
+		snap, err := opt.Snapshot(host, stage)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if snap.Staged() != stage {
+			t.Errorf("stage %v: staged %v", stage, snap.Staged())
+		}
+		if _, err := opt.Snapshot(host, stage); err == nil {
+			t.Error("a second outstanding snapshot was accepted")
+		}
+		if !stage {
+			if _, err := opt.Step(AdamWStep(o.Scalars(5, 3e-3))); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := snap.Wait(); err != nil {
+			t.Fatal(err)
+		}
+		gm, gmo, gv, err := snap.Tensors()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, got := range [][]*tensor.Tensor{gm, gmo, gv} {
+			for k := range got {
+				if !slices.Equal(got[k].Encode(), want[i][k].Encode()) {
+					t.Errorf("stage %v: state %d of weight %d differs from the synchronous download", stage, i, k)
+				}
+			}
+		}
+		if err := snap.Release(); err != nil {
+			t.Fatal(err)
 		}
 	}
 }

@@ -1,0 +1,179 @@
+package exec
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/lcc-dev/lcc/runtime/cuda"
+	"github.com/lcc-dev/lcc/tensor"
+)
+
+// Snapshot is a copy of an Optimizer's state (fp32 masters, first and second
+// moments) on its way to pinned host memory, for a checkpoint taken while
+// training goes on. The copy runs on the optimizer's copy stream, so the
+// session's stream starts the next step at once; it reads either a staging
+// copy made on the device first (a device-to-device copy at memory bandwidth,
+// costing 12 bytes per trained element until Release) or, without staging, the
+// state itself, and then the next update waits for the copy to finish
+// (cuStreamWaitEvent), so no update overwrites state before it is copied.
+//
+// A Snapshot's fields do not change after Optimizer.Snapshot returns: Wait,
+// Done and Tensors may run on another goroutine than the training loop;
+// Release belongs to the loop.
+type Snapshot struct {
+	o       *Optimizer
+	host    *cuda.HostBuffer
+	staging cuda.DevicePtr // 0: the copy reads the state itself
+	// start, ready and done are recorded before the staging copy, after it
+	// and after the copy to the host.
+	start, ready, done *cuda.Event
+}
+
+// SnapshotBytes is the size of the pinned host buffer a Snapshot fills: the
+// masters, then the first moments, then the second moments, fp32, flat.
+func (o *Optimizer) SnapshotBytes() int { return int(12 * o.total) }
+
+// Snapshot queues a copy of the state, as the work queued so far leaves it,
+// into host (at least SnapshotBytes long) and returns without waiting. With
+// stage it first tries to copy the state into a staging allocation on the
+// device; when that allocation fails (or without stage) the next Step's update
+// waits for the copy instead. One Snapshot may be outstanding: Release it
+// before the next.
+func (o *Optimizer) Snapshot(host *cuda.HostBuffer, stage bool) (*Snapshot, error) {
+	s := o.b.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case s.closed:
+		return nil, ErrClosed
+	case o.snap != nil:
+		return nil, errors.New("exec: optimizer snapshot: the previous one is not released")
+	case host == nil || host.Len() < o.SnapshotBytes():
+		return nil, fmt.Errorf("exec: optimizer snapshot: want a pinned buffer of %d bytes", o.SnapshotBytes())
+	}
+	if err := o.copyStream(); err != nil {
+		return nil, fmt.Errorf("exec: optimizer snapshot: %w", err)
+	}
+	n := int(4 * o.total)
+	src := []cuda.DevicePtr{o.master, o.m, o.v}
+	snap := &Snapshot{o: o, host: host, start: o.copyStart, ready: o.copyReady, done: o.copyDone}
+	if stage {
+		// An allocation that fails (no room) is no error: the copy then reads
+		// the state itself and the next update waits for it.
+		if p, err := o.dev.Alloc(3 * n); err == nil {
+			snap.staging = p
+		}
+	}
+	if err := o.copyStart.Record(s.stream); err != nil {
+		if snap.staging != 0 {
+			o.dev.Free(snap.staging)
+		}
+		return nil, fmt.Errorf("exec: optimizer snapshot: %w", err)
+	}
+	if snap.staging != 0 {
+		for i, p := range src {
+			dst := snap.staging + cuda.DevicePtr(i*n)
+			if err := s.stream.CopyDtoDAsync(dst, p, n); err != nil {
+				o.dev.Free(snap.staging)
+				return nil, fmt.Errorf("exec: optimizer snapshot: %w", err)
+			}
+			src[i] = dst
+		}
+	}
+	err := o.copyReady.Record(s.stream)
+	if err == nil {
+		err = o.copy.Wait(o.copyReady)
+	}
+	for i, p := range src {
+		// In pieces, so that the steps' own small downloads (the loss, the
+		// norm) need not queue behind a whole state's copy on a copy engine.
+		for off := 0; off < n && err == nil; off += snapshotPiece {
+			k := min(snapshotPiece, n-off)
+			err = o.copy.CopyDtoHAsync(host, i*n+off, p+cuda.DevicePtr(off), k)
+		}
+	}
+	if err == nil {
+		err = o.copyDone.Record(o.copy)
+	}
+	if err != nil {
+		if snap.staging != 0 {
+			o.copy.Synchronize()
+			o.dev.Free(snap.staging)
+		}
+		return nil, fmt.Errorf("exec: optimizer snapshot: %w", err)
+	}
+	if snap.staging == 0 {
+		o.pending = o.copyDone
+	}
+	o.snap = snap
+	return snap, nil
+}
+
+// snapshotPiece is the size of one queued device-to-host copy of a Snapshot.
+const snapshotPiece = 64 << 20
+
+// copyStream creates the copy stream and its events on first use.
+func (o *Optimizer) copyStream() error {
+	if o.copy != nil {
+		return nil
+	}
+	var err error
+	for _, e := range []**cuda.Event{&o.copyStart, &o.copyReady, &o.copyDone} {
+		if err == nil {
+			*e, err = o.dev.NewEvent()
+		}
+	}
+	if err == nil {
+		o.copy, err = o.dev.NewStream()
+	}
+	return err
+}
+
+// Staged says whether the copy reads a staging copy on the device (then the
+// next update does not wait for it).
+func (sn *Snapshot) Staged() bool { return sn.staging != 0 }
+
+// Wait blocks until the state is in host memory; an error of the copy (or of
+// the work before it) is returned.
+func (sn *Snapshot) Wait() error { return sn.done.Synchronize() }
+
+// Done reports, without blocking, whether the state is in host memory.
+func (sn *Snapshot) Done() (bool, error) { return sn.done.Done() }
+
+// Times returns, once the copy is done, the GPU time of the staging copy on
+// the device (0 without one) and of the copy to the host.
+func (sn *Snapshot) Times() (stage, copy time.Duration, err error) {
+	if stage, err = sn.ready.Since(sn.start); err == nil {
+		copy, err = sn.done.Since(sn.ready)
+	}
+	return stage, copy, err
+}
+
+// Tensors decodes the copied state (call Wait first): one fp32 tensor per
+// trained weight in spec order, the bits Optimizer.Save returns.
+func (sn *Snapshot) Tensors() (master, m, v []*tensor.Tensor, err error) {
+	raw := sn.host.Bytes()
+	n := 4 * sn.o.total
+	if master, err = sn.o.decode(raw[:n]); err == nil {
+		if m, err = sn.o.decode(raw[n : 2*n]); err == nil {
+			v, err = sn.o.decode(raw[2*n : 3*n])
+		}
+	}
+	return master, m, v, err
+}
+
+// Release waits for the copy and frees the staging memory, so that the next
+// Snapshot may start. The host buffer is the caller's again once it has read it.
+func (sn *Snapshot) Release() error {
+	o := sn.o
+	if o.snap != sn {
+		return nil
+	}
+	err := sn.Wait()
+	if sn.staging != 0 {
+		err = errors.Join(err, o.dev.Free(sn.staging))
+	}
+	o.snap = nil
+	return err
+}
