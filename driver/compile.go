@@ -332,6 +332,10 @@ func compileOne(f *ir.Func, opts CompileOptions) (*Result, *pipeline, error) {
 		for _, k := range p.prog.Kernels {
 			rep.Kernels = append(rep.Kernels, report.Kernel{Name: k.Name, Op: k.Op})
 		}
+		for _, a := range p.prog.Attention {
+			rep.AttentionKernels = append(rep.AttentionKernels, report.AttentionKernel{Node: a.Node, Op: a.Op,
+				Name: a.Name, Kernel: a.Kernel, Tier: a.Tier, Why: a.Why})
+		}
 		for _, st := range p.prog.Plan.Steps {
 			if st.Kind == "gemm" {
 				rep.Kernels = append(rep.Kernels, report.Kernel{Name: "cublaslt_gemm", Op: "matmul"})

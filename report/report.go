@@ -70,6 +70,9 @@ type Report struct {
 	Memory      Memory                 `json:"memory"`
 	FLOPs       FLOPs                  `json:"flops"`
 	Kernels     []Kernel               `json:"kernels"`
+	// AttentionKernels says, for every attention node of the GPU step in body
+	// order, which kernels it runs on (empty when no CUDA code was generated).
+	AttentionKernels []AttentionKernel `json:"attention_kernels,omitempty"`
 	// KernelError says why CUDA code could not be generated ("" when it was).
 	KernelError string        `json:"kernel_error,omitempty"`
 	Passes      []passes.Stat `json:"passes"`
@@ -208,6 +211,42 @@ type Communication struct {
 type Kernel struct {
 	Name string `json:"name"`
 	Op   string `json:"op"`
+}
+
+// AttentionKernel is the kernel family one attention node runs on: "flash" (tier
+// 1, FlashAttention-2 on tensor cores) or "scalar" (CUDA cores), with the reason
+// the tensor-core tier did not take it.
+type AttentionKernel struct {
+	Node   int    `json:"node"` // index in the step's body
+	Op     string `json:"op"`
+	Name   string `json:"name,omitempty"`
+	Kernel string `json:"kernel"`
+	Tier   int    `json:"tier,omitempty"`
+	Why    string `json:"why,omitempty"`
+}
+
+// attentionKernelLines groups ks by op, kernel and reason, in order of first
+// appearance: "attention ×2: flash tier 1 (tensor cores)".
+func attentionKernelLines(ks []AttentionKernel) []string {
+	var order []string
+	count := map[string]int{}
+	for _, k := range ks {
+		how := fmt.Sprintf("%s tier %d (tensor cores)", k.Kernel, k.Tier)
+		if k.Why != "" {
+			how = fmt.Sprintf("%s (CUDA cores): %s", k.Kernel, k.Why)
+		}
+		key := k.Op + "\x00" + how
+		if count[key] == 0 {
+			order = append(order, key)
+		}
+		count[key]++
+	}
+	out := make([]string, len(order))
+	for i, key := range order {
+		op, how, _ := strings.Cut(key, "\x00")
+		out[i] = fmt.Sprintf("%s ×%d: %s", op, count[key], how)
+	}
+	return out
 }
 
 func valueOf(t ir.Type) Value {
@@ -422,6 +461,9 @@ func (r *Report) WriteText(w io.Writer) {
 		ks = append(ks, k.Name)
 	}
 	fmt.Fprintf(w, "kernels    %d: %s\n", len(r.Kernels), strings.Join(ks, " "))
+	for _, line := range attentionKernelLines(r.AttentionKernels) {
+		fmt.Fprintf(w, "attn kern  %s\n", line)
+	}
 	if r.ProgramHash != "" {
 		fmt.Fprintf(w, "program    %s\n", r.ProgramHash)
 	}

@@ -246,3 +246,21 @@ func TestUnits(t *testing.T) {
 		}
 	}
 }
+
+// The text report groups the attention nodes by op, kernel and reason.
+func TestAttentionKernelLines(t *testing.T) {
+	r := &report.Report{AttentionKernels: []report.AttentionKernel{
+		{Node: 3, Op: "attention", Kernel: "flash", Tier: 1},
+		{Node: 9, Op: "attention", Kernel: "flash", Tier: 1},
+		{Node: 12, Op: "attention_grad", Kernel: "scalar", Why: "an explicit mask"},
+		{Node: 20, Op: "attention_grad", Kernel: "flash", Tier: 1},
+	}}
+	var b strings.Builder
+	r.WriteText(&b)
+	want := "attn kern  attention ×2: flash tier 1 (tensor cores)\n" +
+		"attn kern  attention_grad ×1: scalar (CUDA cores): an explicit mask\n" +
+		"attn kern  attention_grad ×1: flash tier 1 (tensor cores)\n"
+	if !strings.Contains(b.String(), want) {
+		t.Errorf("text report:\n%s\nwant the lines\n%s", b.String(), want)
+	}
+}

@@ -331,7 +331,7 @@ func b2i(b bool) int {
 
 // lowerAttention renders attention and dilated_attention forward.
 func lowerAttention(g *gen, n *ir.Node) error {
-	if d, ok := g.flashDesc(n); ok {
+	if d, err := g.chooseAttention(n); err == nil {
 		return lowerFlash(g, n, d)
 	}
 	hdr, err := g.attnHeader(n)
@@ -357,7 +357,7 @@ func lowerAttention(g *gen, n *ir.Node) error {
 // lowerAttentionGrad renders the backward as three kernels: delta, dq, and
 // dk/dv, with delta in an f32 scratch buffer.
 func lowerAttentionGrad(g *gen, n *ir.Node) error {
-	if d, ok := g.flashDesc(n); ok {
+	if d, err := g.chooseAttention(n); err == nil {
 		return lowerFlashGrad(g, n, d)
 	}
 	hdr, err := g.attnHeader(n)

@@ -1,25 +1,65 @@
 package cuda
 
 import (
+	"errors"
+	"fmt"
+
 	"github.com/lcc-dev/lcc/codegen/cuda/flash"
 	"github.com/lcc-dev/lcc/ir"
 	"github.com/lcc-dev/lcc/tensor"
 )
 
-// flashDesc returns the tensor-core kernel descriptor of attention node n and
-// true when the tensor-core tier takes it: dense or dilated attention without an
-// explicit mask, causal or not, with q, k, v and o stored in bf16 and head dim 64
-// or 128. Everything else (f32 storage, other head dims, masks) keeps
+// The kernels an attention node can run on (AttentionChoice.Kernel).
+const (
+	// KernelFlash is tier 1: FlashAttention-2 on tensor cores (mma.sync, package
+	// flash).
+	KernelFlash = "flash"
+	// KernelScalar is the fallback: the CUDA-core kernels of attention.go (fp32
+	// math, any head dim, explicit masks).
+	KernelScalar = "scalar"
+)
+
+// AttentionChoice says which kernels one attention node of the step runs on, and
+// why not on the tensor cores when it does not.
+type AttentionChoice struct {
+	Node int    `json:"node"` // index in Func.Body
+	Op   string `json:"op"`   // attention, attention_grad, dilated_attention, ...
+	Name string `json:"name,omitempty"`
+	// Kernel is KernelFlash or KernelScalar; Tier is the flash tier (0 for
+	// scalar).
+	Kernel string `json:"kernel"`
+	Tier   int    `json:"tier,omitempty"`
+	// Why says why the tensor-core tier did not take the node ("" when it did).
+	Why string `json:"why,omitempty"`
+}
+
+// chooseAttention returns the tensor-core kernel descriptor of attention node n,
+// or why the tensor-core tier does not take it, and records the choice in the
+// program.
+func (g *gen) chooseAttention(n *ir.Node) (flash.Desc, error) {
+	d, err := g.flashDesc(n)
+	c := AttentionChoice{Node: g.node, Op: n.Op.String(), Name: n.Name, Kernel: KernelFlash, Tier: d.Tier}
+	if err != nil {
+		c.Kernel, c.Tier, c.Why = KernelScalar, 0, err.Error()
+	}
+	g.prog.Attention = append(g.prog.Attention, c)
+	return d, err
+}
+
+// flashDesc returns the tensor-core kernel descriptor of attention node n, or
+// why the tensor-core tier does not take it. It takes dense or dilated attention
+// without an explicit mask, causal or not, with q, k, v and o stored in bf16 and
+// head dim 64 or 128. Everything else (f32 storage, other head dims, masks) keeps
 // the scalar kernels of attention.go; the plan's step op says which one ran
 // ("attention.flash.*" or "attention").
-func (g *gen) flashDesc(n *ir.Node) (flash.Desc, bool) {
+func (g *gen) flashDesc(n *ir.Node) (flash.Desc, error) {
 	dilated := n.Op == ir.OpDilatedAttention || n.Op == ir.OpDilatedAttentionGrad
 	if n.Op != ir.OpAttention && n.Op != ir.OpAttentionGrad && !dilated {
-		return flash.Desc{}, false
+		return flash.Desc{}, fmt.Errorf("op %s", n.Op)
 	}
 	fwd := n.Op == ir.OpAttention || n.Op == ir.OpDilatedAttention
 	if (fwd && len(n.Args) != 3) || (!fwd && len(n.Args) != 6) {
-		return flash.Desc{}, false // an explicit mask
+		return flash.Desc{}, errors.New("an explicit mask")
 	}
 	bf16 := []*ir.Value{n.Args[0], n.Args[1], n.Args[2]}
 	if fwd {
@@ -28,12 +68,12 @@ func (g *gen) flashDesc(n *ir.Node) (flash.Desc, bool) {
 		bf16 = append(bf16, n.Args[3], n.Args[5], n.Results[0], n.Results[1], n.Results[2])
 	}
 	for _, v := range bf16 {
-		if g.storageOf(v) != tensor.BF16 {
-			return flash.Desc{}, false
+		if dt := g.storageOf(v); dt != tensor.BF16 {
+			return flash.Desc{}, fmt.Errorf("storage %v: the tensor-core kernels take bf16", dt)
 		}
 	}
 	if !fwd && g.storageOf(n.Args[4]) != tensor.F32 {
-		return flash.Desc{}, false
+		return flash.Desc{}, fmt.Errorf("lse stored as %v: the tensor-core kernels take f32", g.storageOf(n.Args[4]))
 	}
 	q, k := n.Args[0].Type, n.Args[1].Type
 	d := flash.Desc{B: q.Shape[0], T: q.Shape[1], S: k.Shape[1], Hq: int(q.Shape[2]), Hkv: int(k.Shape[2]),
@@ -43,17 +83,17 @@ func (g *gen) flashDesc(n *ir.Node) (flash.Desc, bool) {
 		d.Offsets = n.AttrString("offsets")
 	}
 	d = d.Defaults()
-	if d.Check() != nil {
-		return flash.Desc{}, false
+	if err := d.Check(); err != nil {
+		return flash.Desc{}, err
 	}
 	if dilated {
 		for _, bd := range flashBranches(n, d) {
-			if bd.Check() != nil {
-				return flash.Desc{}, false
+			if err := bd.Check(); err != nil {
+				return flash.Desc{}, fmt.Errorf("branch w=%d r=%d: %w", bd.W, bd.R, err)
 			}
 		}
 	}
-	return d, true
+	return d, nil
 }
 
 // flashBranches is the descriptor of each LongNet branch of dilated attention n:

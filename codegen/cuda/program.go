@@ -137,6 +137,9 @@ type Plan struct {
 type Program struct {
 	Kernels []Kernel
 	Plan    *Plan
+	// Attention says, for every attention node in body order, which kernels it
+	// runs on (the report prints it).
+	Attention []AttentionChoice
 }
 
 // Generate returns the kernels of f for arch with f32 storage, in order of first

@@ -56,8 +56,9 @@ func attentionGraphOf(t *testing.T, b, tl, s, h, hkv, d int64, causal bool, seed
 }
 
 // TestFlashLowering: with bf16 storage and head dim 64 or 128 attention lowers
-// to the tensor-core kernels (the plan's step ops say so); f32 storage, other
-// head dims and masks keep the scalar kernels.
+// to the tensor-core kernels (the plan's step ops say so, and so does the
+// program's record of each node's kernels, which the report prints); f32
+// storage, other head dims and masks keep the scalar kernels.
 func TestFlashLowering(t *testing.T) {
 	ops := func(f *ir.Func, st tensor.DType) string {
 		p, err := codegen.Build(f, codegen.Options{Arch: "sm_90", Storage: st})
@@ -65,9 +66,20 @@ func TestFlashLowering(t *testing.T) {
 			t.Fatal(err)
 		}
 		var s []string
+		flashSteps := false
 		for _, x := range p.Plan.Steps {
 			if strings.HasPrefix(x.Op, "attention") {
 				s = append(s, x.Op)
+				flashSteps = flashSteps || strings.Contains(x.Op, "flash")
+			}
+		}
+		if len(p.Attention) != 2 {
+			t.Fatalf("%d attention choices recorded, want 2 (forward and backward)", len(p.Attention))
+		}
+		for _, c := range p.Attention {
+			if flash := c.Kernel == codegen.KernelFlash; flash != flashSteps || flash != (c.Why == "") ||
+				f.Body[c.Node].Op.String() != c.Op {
+				t.Errorf("choice %+v does not match the steps %v", c, s)
 			}
 		}
 		return strings.Join(s, " ")
