@@ -541,3 +541,32 @@ func TestFuzzSeedsSmall(t *testing.T) {
 		}
 	}
 }
+
+// TestEncodeRaw wants EncodeRaw's pieces, joined, to be Encode's bytes, with each
+// tensor's data passed through uncopied, and its errors to name the tensor.
+func TestEncodeRaw(t *testing.T) {
+	ts := allDTypes()
+	meta := map[string]string{"step": "3"}
+	raw := map[string]Raw{}
+	for name, x := range ts {
+		raw[name] = Raw{DType: x.DType, Shape: x.Shape, Data: x.Encode()}
+	}
+	pieces, err := EncodeRaw(raw, meta)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := Encode(nil, ts, meta)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := bytes.Join(pieces, nil); !bytes.Equal(got, want) {
+		t.Errorf("EncodeRaw's %d bytes differ from Encode's %d", len(got), len(want))
+	}
+	if len(pieces) != len(raw)+1 || &pieces[1][0] != &raw["bf16"].Data[0] {
+		t.Errorf("%d pieces, want the header and each tensor's own data in name order", len(pieces))
+	}
+	raw["f32"] = Raw{DType: tensor.F32, Shape: []int64{2, 3}, Data: make([]byte, 20)}
+	if _, err := EncodeRaw(raw, nil); err == nil || !strings.Contains(err.Error(), `"f32"`) {
+		t.Errorf("short data: error %v, want one naming \"f32\"", err)
+	}
+}

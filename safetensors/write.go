@@ -47,7 +47,38 @@ func encode(file string, names []string, tensors map[string]*tensor.Tensor,
 		}
 		sel[name] = tensors[name]
 	}
+	raw := make(map[string]Raw, len(sel))
+	for name, t := range sel {
+		raw[name] = Raw{DType: t.DType, Shape: t.Shape, Data: t.Encode()}
+	}
+	pieces, err := encodeRaw(file, raw, metadata)
+	if err != nil {
+		return nil, err
+	}
+	return bytes.Join(pieces, nil), nil
+}
 
+// Raw is a tensor as a file holds it: its dtype, shape and little-endian bytes.
+type Raw struct {
+	DType tensor.DType
+	Shape []int64
+	Data  []byte
+}
+
+// EncodeRaw returns the safetensors file of tensors and metadata as pieces to
+// write one after the other: the header, then each tensor's Data (not copied),
+// sorted by name. They are the bytes Encode returns for the same tensors.
+func EncodeRaw(tensors map[string]Raw, metadata map[string]string) ([][]byte, error) {
+	return encodeRaw("<memory>", tensors, metadata)
+}
+
+// encodeRaw is EncodeRaw with a file name for errors.
+func encodeRaw(file string, tensors map[string]Raw, metadata map[string]string) ([][]byte, error) {
+	for _, name := range sortedNames(tensors) {
+		if err := checkRaw(name, tensors[name]); err != nil {
+			return nil, wrap(file, name, err)
+		}
+	}
 	// The header is written by hand: encoding/json would sort "__metadata__" among
 	// the tensor names instead of first, and this keeps the bytes obviously fixed.
 	var hdr bytes.Buffer
@@ -73,11 +104,11 @@ func encode(file string, names []string, tensors map[string]*tensor.Tensor,
 		}
 		hdr.WriteByte('}')
 	}
-	order := sortedNames(sel)
+	order := sortedNames(tensors)
 	var off int64
 	for _, name := range order {
-		t := sel[name]
-		ds, _ := formatDType(t.DType) // checked by checkTensor
+		t := tensors[name]
+		ds, _ := formatDType(t.DType) // checked by checkRaw
 		sep()
 		writeString(&hdr, name)
 		fmt.Fprintf(&hdr, `:{"dtype":%q,"shape":[`, ds)
@@ -87,8 +118,9 @@ func encode(file string, names []string, tensors map[string]*tensor.Tensor,
 			}
 			fmt.Fprint(&hdr, d)
 		}
-		fmt.Fprintf(&hdr, `],"data_offsets":[%d,%d]}`, off, off+t.Bytes())
-		off += t.Bytes()
+		n := int64(len(t.Data))
+		fmt.Fprintf(&hdr, `],"data_offsets":[%d,%d]}`, off, off+n)
+		off += n
 	}
 	hdr.WriteByte('}')
 	// Pad with spaces so the data section starts 8-byte aligned (the prefix is 8).
@@ -100,23 +132,40 @@ func encode(file string, names []string, tensors map[string]*tensor.Tensor,
 			hdr.Len(), MaxHeaderBytes)
 	}
 
-	out := make([]byte, 8, 8+int64(hdr.Len())+off)
-	binary.LittleEndian.PutUint64(out, uint64(hdr.Len()))
-	out = append(out, hdr.Bytes()...)
+	head := make([]byte, 8, 8+hdr.Len())
+	binary.LittleEndian.PutUint64(head, uint64(hdr.Len()))
+	pieces := [][]byte{append(head, hdr.Bytes()...)}
 	for _, name := range order {
-		out = append(out, sel[name].Encode()...)
+		pieces = append(pieces, tensors[name].Data)
 	}
-	return out, nil
+	return pieces, nil
 }
 
-// checkTensor validates one tensor to be written; sel holds those already accepted.
-func checkTensor(name string, t *tensor.Tensor, sel map[string]*tensor.Tensor) error {
+// checkRaw validates one raw tensor to be written.
+func checkRaw(name string, t Raw) error {
 	switch {
 	case name == "":
 		return fmt.Errorf("empty tensor name")
 	case name == metadataKey:
 		return fmt.Errorf("%q is reserved for metadata", metadataKey)
-	case t == nil:
+	}
+	if _, err := formatDType(t.DType); err != nil {
+		return err
+	}
+	n, err := tensor.Numel(t.Shape)
+	if err != nil {
+		return err
+	}
+	if want := n * int64(t.DType.Size()); int64(len(t.Data)) != want {
+		return fmt.Errorf("%v%s holds %d bytes, want %d", t.DType, tensor.ShapeString(t.Shape), len(t.Data), want)
+	}
+	return nil
+}
+
+// checkTensor validates one tensor to be written (its name and bytes: checkRaw);
+// sel holds those already accepted.
+func checkTensor(name string, t *tensor.Tensor, sel map[string]*tensor.Tensor) error {
+	if t == nil {
 		return fmt.Errorf("listed in names but missing from the tensor map (or nil)")
 	}
 	if _, dup := sel[name]; dup {

@@ -1,10 +1,13 @@
 package train
 
 import (
+	"encoding/binary"
 	"fmt"
+	"math"
 
 	"github.com/lcc-dev/lcc/passes/autodiff"
 	"github.com/lcc-dev/lcc/runtime/exec"
+	"github.com/lcc-dev/lcc/safetensors"
 	"github.com/lcc-dev/lcc/tensor"
 	"github.com/lcc-dev/lcc/train/optim"
 )
@@ -90,29 +93,74 @@ func (t *trainer) residentStep(s int) (stepStats, error) {
 	return stepStats{loss: lossSum / float64(t.cfg.Accumulate), lr: lr, gradNorm: norm}, nil
 }
 
-// residentTensors is what a checkpoint of a resident run holds after done
-// updates, by checkpoint name: the masters and moments copied from the device,
-// each trained weight as its master rounded to the weight's dtype (as the update
-// function's output is), the step count, and the untrained weights and other
-// state as the host holds them. It reads t.weights and t.state, which a
-// resident run does not change, so the background writer may call it.
-func (t *trainer) residentTensors(master, m, v []*tensor.Tensor, done int) map[string]*tensor.Tensor {
-	ts := make(map[string]*tensor.Tensor, len(t.weights)+len(t.state))
-	for k, w := range t.weights {
-		ts[k] = w
+// residentRaw is what a checkpoint of a resident run holds after done
+// updates, by checkpoint name, in file bytes: the masters and moments copied
+// from the device (fp32, little-endian, one slice per trained weight in
+// t.upd.Weights order), each trained weight as its master rounded to the
+// weight's dtype (as the update function's output is), the step count, and the
+// untrained weights and other state as the host holds them. The files are
+// those the tensors of a synchronous download would give (checkpoint.Save of
+// Optimizer.Save's tensors), without going through float64 tensors. It reads
+// t.weights and t.state, which a resident run does not change, so the
+// background writer may call it; it quiets signalling NaNs in master, m and v
+// in place.
+func (t *trainer) residentRaw(master, m, v [][]byte, done int) map[string]safetensors.Raw {
+	out := make(map[string]safetensors.Raw, len(t.weights)+len(t.state))
+	enc := func(x *tensor.Tensor) safetensors.Raw {
+		return safetensors.Raw{DType: x.DType, Shape: x.Shape, Data: x.Encode()}
 	}
-	for k, st := range t.state {
-		ts[optimPrefix+k] = st
-	}
+	out[optimPrefix+optim.StepState] = enc(tensor.Scalar(tensor.F64, float64(done)))
 	for i, w := range t.upd.Weights {
-		ts[optimPrefix+optim.MasterPrefix+w] = master[i]
-		ts[optimPrefix+optim.MomentPrefix+w] = m[i]
-		ts[optimPrefix+optim.VariancePrefix+w] = v[i]
 		wt := t.grad.Param(w).Value.Type
-		ts[w] = tensor.FromFloats(wt.DType, wt.Shape, master[i].F)
+		for _, st := range []struct {
+			prefix string
+			raw    []byte
+		}{{optim.MasterPrefix, master[i]}, {optim.MomentPrefix, m[i]}, {optim.VariancePrefix, v[i]}} {
+			quietNaNs(st.raw)
+			out[optimPrefix+st.prefix+w] = safetensors.Raw{DType: tensor.F32, Shape: wt.Shape, Data: st.raw}
+		}
+		out[w] = safetensors.Raw{DType: wt.DType, Shape: wt.Shape, Data: roundF32(wt.DType, master[i])}
 	}
-	ts[optimPrefix+optim.StepState] = tensor.Scalar(tensor.F64, float64(done))
-	return ts
+	for k, x := range t.weights {
+		if _, ok := out[k]; !ok {
+			out[k] = enc(x)
+		}
+	}
+	for k, x := range t.state {
+		if _, ok := out[optimPrefix+k]; !ok {
+			out[optimPrefix+k] = enc(x)
+		}
+	}
+	return out
+}
+
+// quietNaNs sets the quiet bit of every signalling NaN among raw's fp32
+// values, as a conversion to float64 and back does (tensors hold float64).
+func quietNaNs(raw []byte) {
+	for i := 0; i+4 <= len(raw); i += 4 {
+		u := binary.LittleEndian.Uint32(raw[i:])
+		if u&0x7fc00000 == 0x7f800000 && u&0x003fffff != 0 {
+			binary.LittleEndian.PutUint32(raw[i:], u|0x00400000)
+		}
+	}
+}
+
+// roundF32 is fp32 values raw (NaNs quiet) rounded to dt, f32 or bf16, in file
+// bytes: raw itself for f32.
+func roundF32(dt tensor.DType, raw []byte) []byte {
+	switch dt {
+	case tensor.F32:
+		return raw
+	case tensor.BF16:
+	default:
+		panic(fmt.Sprintf("lcc: BUG: a resident weight of dtype %v", dt))
+	}
+	out := make([]byte, len(raw)/2)
+	for i := range len(raw) / 4 {
+		f := math.Float32frombits(binary.LittleEndian.Uint32(raw[4*i:]))
+		binary.LittleEndian.PutUint16(out[2*i:], tensor.Float32ToBF16(f))
+	}
+	return out
 }
 
 // residentReason says why the state of cfg cannot stay on the device, or "".

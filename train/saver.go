@@ -14,10 +14,11 @@ import (
 // saver takes the checkpoints of a resident run without stopping it. A
 // checkpoint queues a copy of the optimizer's state into pinned host memory on
 // the optimizer's copy stream (exec.Optimizer.Snapshot) and returns; the next
-// step starts at once, and a goroutine waits for the copy, builds the same
-// tensors a synchronous download would, and writes the files
-// (checkpoint.Save: atomic, as every checkpoint). The next checkpoint, and the
-// run's end, wait for that write and return its error.
+// step starts at once, and a goroutine waits for the copy and writes the files
+// straight from the pinned bytes (checkpoint.SaveRaw of residentRaw: the files
+// a synchronous download's tensors would give, written atomically as every
+// checkpoint). The next checkpoint, and the run's end, wait for that write and
+// return its error; the pinned buffer is not touched again before.
 //
 // The staging copy on the device, which lets the next update run without
 // waiting for the host link, is taken only when the planned peak plus the
@@ -54,13 +55,10 @@ func (t *trainer) newSaver() (*saver, error) {
 	return &saver{host: host, stage: t.plannedPeak+int64(opt.SnapshotBytes()) <= budget}, nil
 }
 
-// start queues the checkpoint of step (after the previous write is done, its
-// path appended to res) and starts its writer.
-func (t *trainer) startSave(res *Result, step int, loss float64) error {
+// startSave queues the checkpoint of step and starts its writer; the previous
+// write must be finished (finishSave).
+func (t *trainer) startSave(step int, loss float64) error {
 	sv := t.dev.saver
-	if err := t.finishSave(res); err != nil {
-		return err
-	}
 	snap, err := t.dev.opt.Snapshot(sv.host, sv.stage)
 	if err != nil {
 		return err
@@ -83,12 +81,10 @@ func (t *trainer) writeSnapshot(snap *exec.Snapshot, step, done int, m checkpoin
 	if w.stage, w.copy, w.err = snap.Times(); w.err != nil {
 		return w
 	}
-	master, mo, v, err := snap.Tensors()
-	if err != nil {
-		w.err = err
-		return w
+	master, mo, v := snap.Raw()
+	if w.path, w.err = checkpoint.SaveRaw(t.cfg.CheckpointDir, step, m, t.residentRaw(master, mo, v, done)); w.err == nil {
+		w.err = checkpoint.Prune(t.cfg.CheckpointDir, t.cfg.Keep)
 	}
-	w.path, w.err = t.write(step, m, t.residentTensors(master, mo, v, done))
 	w.file = time.Since(t0)
 	return w
 }
@@ -172,8 +168,9 @@ func (t *trainer) closeSaver() {
 type checkpointStats struct {
 	// wait is the time the loop spent on checkpoints: taking one (waiting for
 	// the previous write and queueing the copies; on the host, all of it), and
-	// releasing the staging copy of one whose copy is done.
-	wait time.Duration
+	// releasing the staging copy of one whose copy is done. write is the part
+	// spent waiting for the previous checkpoint's files.
+	wait, write time.Duration
 	// bytes crossed from device to host for it.
 	bytes int64
 }

@@ -7,11 +7,13 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/lcc-dev/lcc/runtime/cuda"
 	"github.com/lcc-dev/lcc/tensor"
 	"github.com/lcc-dev/lcc/train/checkpoint"
+	"github.com/lcc-dev/lcc/train/optim"
 )
 
 // TestGPUCheckpointBackground trains gpt_mini on the GPU with a checkpoint
@@ -94,8 +96,9 @@ func checkMetrics(t *testing.T, path string, ckpt map[int]bool) {
 
 // synchronousPull runs c's steps by hand and, at steps 2 (staged) and 4 (not
 // staged: the next update waits for the copy), downloads the device state
-// synchronously before queueing the checkpoint, then runs the next step at
-// once; each written checkpoint must hold exactly the downloaded bits.
+// synchronously and writes it as a checkpoint did before checkpoints moved to
+// the background, then queues the checkpoint and runs the next step at once;
+// the two safetensors files must be the same bytes.
 func synchronousPull(t *testing.T, c Config) {
 	c.MinLR, c.Progress, c.CheckpointDir = c.LR/10, io.Discard, t.TempDir()
 	tr, err := newTrainer(c)
@@ -114,8 +117,7 @@ func synchronousPull(t *testing.T, c Config) {
 	if !tr.dev.saver.stage {
 		t.Fatal("gpt_mini's staging copy does not fit the budget")
 	}
-	res := &Result{}
-	want := map[string]map[string]*tensor.Tensor{}
+	res, ref := &Result{}, t.TempDir()
 	for s := range 5 {
 		st, err := tr.step(s)
 		if err != nil {
@@ -126,8 +128,10 @@ func synchronousPull(t *testing.T, c Config) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			want[filepath.Base(checkpoint.Base(c.CheckpointDir, step))+".json"] =
-				tr.residentTensors(master, m, v, tr.dev.done)
+			if _, err := checkpoint.Save(ref, step, tr.meta(st.loss), tr.pulledTensors(master, m, v,
+				tr.dev.done)); err != nil {
+				t.Fatal(err)
+			}
 			tr.dev.saver.stage = step == 2
 			if _, err := tr.checkpoint(res, step, st.loss); err != nil {
 				t.Fatal(err)
@@ -147,19 +151,100 @@ func synchronousPull(t *testing.T, c Config) {
 		t.Fatalf("checkpoints %v, want 2", res.Checkpoints)
 	}
 	for _, p := range res.Checkpoints {
-		ck, err := checkpoint.Load(p, tr.wantCheckpoint())
+		if _, err := checkpoint.Load(p, tr.wantCheckpoint()); err != nil {
+			t.Fatal(err)
+		}
+		st := strings.TrimSuffix(filepath.Base(p), ".json") + ".safetensors"
+		got, _ := os.ReadFile(filepath.Join(c.CheckpointDir, st))
+		want, _ := os.ReadFile(filepath.Join(ref, st))
+		if len(want) == 0 || !slices.Equal(got, want) {
+			t.Errorf("%s differs from the synchronous pull's", st)
+		}
+	}
+}
+
+// TestResidentRaw wants residentRaw's files to be the bytes of the float64
+// tensors a synchronous download gives, on values with every kind of fp32
+// (NaNs quiet and signalling, infinities, subnormals, halfway cases of bf16
+// rounding), with fp32 weights (as exporters write them) and, through
+// roundF32, bf16 ones.
+func TestResidentRaw(t *testing.T) {
+	for _, prec := range []string{"fp32", "bf16"} {
+		c := small(t, 1)
+		c.Precision, c.MinLR, c.Progress = prec, c.LR/10, io.Discard
+		tr, err := newTrainer(c)
 		if err != nil {
 			t.Fatal(err)
 		}
-		w := want[filepath.Base(p)]
-		if len(ck.Tensors) != len(w) {
-			t.Errorf("%s: %d tensors, the synchronous pull %d", p, len(ck.Tensors), len(w))
+		defer tr.stream.Close()
+		specials := []uint32{0x7fc00000, 0x7f800001, 0xffa00000, 0x7f800000, 0xff800000, 0x00000001,
+			0x80400000, 0x3f808000, 0x3f818000, 0x3f80ffff, 0x7f7fffff, 0}
+		rng, k := uint32(12345), 0
+		var master, m, v [][]byte
+		var mt, mot, vt []*tensor.Tensor
+		for _, w := range tr.upd.Weights {
+			shape := tr.grad.Param(w).Value.Type.Shape
+			for _, dst := range []struct {
+				raw *[][]byte
+				ts  *[]*tensor.Tensor
+			}{{&master, &mt}, {&m, &mot}, {&v, &vt}} {
+				raw := make([]byte, 4*tensor.Elements[int](shape))
+				for i := 0; i < len(raw); i += 4 {
+					rng = rng*1664525 + 1013904223
+					u := rng
+					if rng%7 == 0 {
+						u, k = specials[k%len(specials)], k+1
+					}
+					raw[i], raw[i+1], raw[i+2], raw[i+3] = byte(u), byte(u>>8), byte(u>>16), byte(u>>24)
+				}
+				x, err := tensor.Decode(tensor.F32, shape, raw)
+				if err != nil {
+					t.Fatal(err)
+				}
+				*dst.raw, *dst.ts = append(*dst.raw, raw), append(*dst.ts, x)
+			}
 		}
-		for name, wt := range w {
-			if got := ck.Tensors[name]; got == nil || got.DType != wt.DType ||
-				!slices.Equal(got.Encode(), wt.Encode()) {
-				t.Errorf("%s: tensor %q differs from the synchronous pull", p, name)
+		dir, ref := t.TempDir(), t.TempDir()
+		if _, err := checkpoint.Save(ref, 3, checkpoint.Meta{}, tr.pulledTensors(mt, mot, vt, 3)); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := checkpoint.SaveRaw(dir, 3, checkpoint.Meta{}, tr.residentRaw(master, m, v, 3)); err != nil {
+			t.Fatal(err)
+		}
+		got, _ := os.ReadFile(filepath.Join(dir, "ckpt-00000003.safetensors"))
+		want, _ := os.ReadFile(filepath.Join(ref, "ckpt-00000003.safetensors"))
+		if len(want) == 0 || !slices.Equal(got, want) {
+			t.Errorf("%s: residentRaw's file (%d bytes) differs from the tensors' (%d bytes)", prec,
+				len(got), len(want))
+		}
+		for i, x := range mt {
+			if got, want := roundF32(tensor.BF16, master[i]), tensor.FromFloats(tensor.BF16, x.Shape,
+				x.F).Encode(); !slices.Equal(got, want) {
+				t.Errorf("master %d rounded to bf16 differs from the tensor's", i)
 			}
 		}
 	}
+}
+
+// pulledTensors is what a checkpoint of a resident run held when it was
+// taken synchronously (the reference residentRaw must match): the masters and
+// moments downloaded as tensors, each trained weight as its master rounded to
+// the weight's dtype, the step count, and the rest of t.weights and t.state.
+func (t *trainer) pulledTensors(master, m, v []*tensor.Tensor, done int) map[string]*tensor.Tensor {
+	ts := make(map[string]*tensor.Tensor, len(t.weights)+len(t.state))
+	for k, w := range t.weights {
+		ts[k] = w
+	}
+	for k, st := range t.state {
+		ts[optimPrefix+k] = st
+	}
+	for i, w := range t.upd.Weights {
+		ts[optimPrefix+optim.MasterPrefix+w] = master[i]
+		ts[optimPrefix+optim.MomentPrefix+w] = m[i]
+		ts[optimPrefix+optim.VariancePrefix+w] = v[i]
+		wt := t.grad.Param(w).Value.Type
+		ts[w] = tensor.FromFloats(wt.DType, wt.Shape, master[i].F)
+	}
+	ts[optimPrefix+optim.StepState] = tensor.Scalar(tensor.F64, float64(done))
+	return ts
 }

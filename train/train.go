@@ -653,10 +653,14 @@ func (t *trainer) write(step int, m checkpoint.Meta, ts map[string]*tensor.Tenso
 func (t *trainer) checkpoint(res *Result, step int, loss float64) (checkpointStats, error) {
 	t0 := time.Now()
 	if t.dev != nil && t.dev.saver != nil {
+		if err := t.finishSave(res); err != nil {
+			return checkpointStats{}, err
+		}
+		t1 := time.Now()
 		_, d0 := t.cfg.Session.Device().Transferred()
-		err := t.startSave(res, step, loss)
+		err := t.startSave(step, loss)
 		_, d1 := t.cfg.Session.Device().Transferred()
-		return checkpointStats{wait: time.Since(t0), bytes: d1 - d0}, err
+		return checkpointStats{wait: time.Since(t0), write: t1.Sub(t0), bytes: d1 - d0}, err
 	}
 	p, err := t.save(step, loss)
 	if err != nil {
@@ -709,12 +713,15 @@ type metric struct {
 	// loop then spent on checkpoints (taking one: waiting for the previous
 	// write and queueing the copies, or, on the host, all of it; freeing the
 	// staging copy of one whose copy is done). A checkpoint step has
-	// Checkpoint set and CheckpointBytes, the bytes its copies move from
-	// device to host: they are not in HostBytes, and the next steps overlap them.
-	StepMS          float64 `json:"step_ms"`
-	Checkpoint      bool    `json:"checkpoint,omitempty"`
-	CheckpointMS    float64 `json:"checkpoint_ms,omitempty"`
-	CheckpointBytes int64   `json:"checkpoint_bytes,omitempty"`
+	// Checkpoint set, CheckpointWriteMS (within CheckpointMS) the time spent
+	// waiting for the previous checkpoint's files, and CheckpointBytes, the
+	// bytes its copies move from device to host: they are not in HostBytes,
+	// and the next steps overlap them.
+	StepMS            float64 `json:"step_ms"`
+	Checkpoint        bool    `json:"checkpoint,omitempty"`
+	CheckpointMS      float64 `json:"checkpoint_ms,omitempty"`
+	CheckpointWriteMS float64 `json:"checkpoint_write_wait_ms,omitempty"`
+	CheckpointBytes   int64   `json:"checkpoint_bytes,omitempty"`
 }
 
 // ms is d in milliseconds.
@@ -841,7 +848,7 @@ func (t *trainer) run() (*Result, error) {
 			if err != nil {
 				return res, fmt.Errorf("step %d: %w", res.Step, err)
 			}
-			ck.wait, ck.bytes = ck.wait+took.wait, took.bytes
+			ck.wait, ck.write, ck.bytes = ck.wait+took.wait, took.write, took.bytes
 		}
 		res.CheckpointTimes = append(res.CheckpointTimes, ck.wait)
 		res.Checkpointed = append(res.Checkpointed, checkpointed)
@@ -849,7 +856,8 @@ func (t *trainer) run() (*Result, error) {
 			js, _ := json.Marshal(metric{Step: s + 1, Loss: finite(st.loss), LR: st.lr,
 				GradNorm: finite(st.gradNorm), TokensPerS: tokensPerStep / dt.Seconds(), StepMS: ms(dt),
 				PlannedPeak: t.plannedPeak, MeasuredPeak: res.MeasuredPeakBytes, HostBytes: stepBytes,
-				Checkpoint: checkpointed, CheckpointMS: ms(ck.wait), CheckpointBytes: ck.bytes})
+				Checkpoint: checkpointed, CheckpointMS: ms(ck.wait), CheckpointWriteMS: ms(ck.write),
+				CheckpointBytes: ck.bytes})
 			if _, err := metrics.Write(append(js, '\n')); err != nil {
 				return nil, fmt.Errorf("--metrics: %w", err)
 			}

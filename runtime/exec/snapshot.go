@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/lcc-dev/lcc/runtime/cuda"
-	"github.com/lcc-dev/lcc/tensor"
 )
 
 // Snapshot is a copy of an Optimizer's state (fp32 masters, first and second
@@ -19,7 +18,7 @@ import (
 // (cuStreamWaitEvent), so no update overwrites state before it is copied.
 //
 // A Snapshot's fields do not change after Optimizer.Snapshot returns: Wait,
-// Done and Tensors may run on another goroutine than the training loop;
+// Done, Times and Raw may run on another goroutine than the training loop;
 // Release belongs to the loop.
 type Snapshot struct {
 	o       *Optimizer
@@ -150,17 +149,21 @@ func (sn *Snapshot) Times() (stage, copy time.Duration, err error) {
 	return stage, copy, err
 }
 
-// Tensors decodes the copied state (call Wait first): one fp32 tensor per
-// trained weight in spec order, the bits Optimizer.Save returns.
-func (sn *Snapshot) Tensors() (master, m, v []*tensor.Tensor, err error) {
+// Raw returns the copied state (call Wait first) as the little-endian fp32
+// bytes of one tensor per trained weight in spec order, for masters and
+// moments: the bytes of Optimizer.Save's tensors. They are the pinned
+// buffer's, valid until it is reused or freed.
+func (sn *Snapshot) Raw() (master, m, v [][]byte) {
 	raw := sn.host.Bytes()
-	n := 4 * sn.o.total
-	if master, err = sn.o.decode(raw[:n]); err == nil {
-		if m, err = sn.o.decode(raw[n : 2*n]); err == nil {
-			v, err = sn.o.decode(raw[2*n : 3*n])
+	split := func(off int64) [][]byte {
+		out := make([][]byte, len(sn.o.sizes))
+		for i, n := range sn.o.sizes {
+			out[i] = raw[4*off : 4*(off+n) : 4*(off+n)]
+			off += n
 		}
+		return out
 	}
-	return master, m, v, err
+	return split(0), split(sn.o.total), split(2 * sn.o.total)
 }
 
 // Release waits for the copy and frees the staging memory, so that the next

@@ -111,19 +111,41 @@ func Base(dir string, step int) string {
 // Save writes a checkpoint of step into dir (created if needed) and returns the
 // JSON path. m.Step, m.Tensors and m.TensorsSHA256 are filled in by Save.
 func Save(dir string, step int, m Meta, tensors map[string]*tensor.Tensor) (string, error) {
+	raw, err := safetensors.Encode(nil, tensors, stepMetadata(step))
+	if err != nil {
+		return "", fmt.Errorf("checkpoint %s: %w", Base(dir, step), err)
+	}
+	return saveFiles(dir, step, m, [][]byte{raw})
+}
+
+// SaveRaw is Save of tensors already in their file bytes, which it writes
+// without copying them: the same files as Save of the same tensors.
+func SaveRaw(dir string, step int, m Meta, tensors map[string]safetensors.Raw) (string, error) {
+	pieces, err := safetensors.EncodeRaw(tensors, stepMetadata(step))
+	if err != nil {
+		return "", fmt.Errorf("checkpoint %s: %w", Base(dir, step), err)
+	}
+	return saveFiles(dir, step, m, pieces)
+}
+
+// stepMetadata is the safetensors metadata of step's checkpoint.
+func stepMetadata(step int) map[string]string { return map[string]string{"step": strconv.Itoa(step)} }
+
+// saveFiles writes the safetensors file (pieces, one after the other), then the JSON.
+func saveFiles(dir string, step int, m Meta, pieces [][]byte) (string, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", fmt.Errorf("checkpoint: %w", err)
 	}
 	atomicfile.RemoveTemps(dir) // a killed writer's leftovers; best effort
 	base := Base(dir, step)
-	raw, err := safetensors.Encode(nil, tensors, map[string]string{"step": strconv.Itoa(step)})
-	if err != nil {
-		return "", fmt.Errorf("checkpoint %s: %w", base, err)
-	}
-	if err := writeAtomic(base+".safetensors", raw); err != nil {
+	if err := writeAtomic(base+".safetensors", pieces...); err != nil {
 		return "", fmt.Errorf("checkpoint: writing %s.safetensors: %w", base, err)
 	}
-	sum := sha256.Sum256(raw)
+	h := sha256.New()
+	for _, p := range pieces {
+		h.Write(p)
+	}
+	sum := h.Sum(nil)
 	m.Format, m.Step = Format, step
 	m.Tensors, m.TensorsSHA256 = filepath.Base(base)+".safetensors", hex.EncodeToString(sum[:])
 	js, err := json.MarshalIndent(m, "", "  ")
@@ -136,18 +158,23 @@ func Save(dir string, step int, m Meta, tensors map[string]*tensor.Tensor) (stri
 	return base + ".json", nil
 }
 
-// writeAtomic replaces path with data (atomicfile.Write), in chunks so that tests
-// can fail or stop the writer half-way (writeHook).
-func writeAtomic(path string, data []byte) error {
+// writeAtomic replaces path with the pieces of data one after the other
+// (atomicfile.Write), in chunks so that tests can fail or stop the writer
+// half-way (writeHook).
+func writeAtomic(path string, data ...[]byte) error {
 	return atomicfile.Write(path, 0o644, func(w io.Writer) error {
-		for off := 0; off < len(data); off += writeChunk {
-			end := min(off+writeChunk, len(data))
-			if _, err := w.Write(data[off:end]); err != nil {
-				return err
-			}
-			if writeHook != nil {
-				if err := writeHook(path, end); err != nil {
+		written := 0
+		for _, d := range data {
+			for off := 0; off < len(d); off += writeChunk {
+				end := min(off+writeChunk, len(d))
+				if _, err := w.Write(d[off:end]); err != nil {
 					return err
+				}
+				written += end - off
+				if writeHook != nil {
+					if err := writeHook(path, written); err != nil {
+						return err
+					}
 				}
 			}
 		}
