@@ -28,7 +28,8 @@ func (m memoryModel) gpu() bool { return m.target.Arch != "" && m.target.Arch !=
 // of returns the memory of f: for a GPU target, codegen's arena layout of f's
 // program (prog, or a build of f when prog is nil), the optimizer state and the
 // fixed costs; for a CPU target, or when f has an op without a GPU lowering, the
-// simulated liveness peak of f in its own dtypes and the optimizer state.
+// simulated liveness peak of f in its own dtypes and the optimizer state. The
+// pinned host memory of offloaded activations is beside either (HostBytes).
 func (m memoryModel) of(f *ir.Func, prog *cudagen.Program) plan.StepMemory {
 	var opt int64
 	if m.trained {
@@ -40,10 +41,11 @@ func (m memoryModel) of(f *ir.Func, prog *cudagen.Program) plan.StepMemory {
 		}
 		if prog != nil {
 			_, arena := cudagen.PlanArena(prog.Plan)
-			return plan.NewStepMemory("arena", arena, opt, plan.FixedBytes)
+			return plan.NewStepMemory("arena", arena, opt, plan.FixedBytes, cudagen.HostBytes(prog.Plan))
 		}
 	}
-	return plan.NewStepMemory("simulated", plan.Simulate(f).PeakBytes, opt, 0)
+	sim := plan.Simulate(f)
+	return plan.NewStepMemory("simulated", sim.PeakBytes, opt, 0, sim.HostBytes)
 }
 
 // peak is of's total, the function checkpointing minimises.

@@ -21,8 +21,8 @@ type Options struct {
 	Loss string
 	// Attention selects the attention rewrites.
 	Attention AttentionOptions
-	// Checkpoint is the activation checkpointing policy (auto, none, layers,
-	// selective); MemoryBudget overrides the budget derived from the target.
+	// Checkpoint is the activation checkpointing policy (passes.PolicyNames);
+	// MemoryBudget overrides the budget derived from the target.
 	Checkpoint   string
 	MemoryBudget int64
 	// Precision is the device storage of float values: fp32 (default) or bf16
@@ -79,9 +79,9 @@ func (o Options) validate() error {
 		return err
 	}
 	switch o.Checkpoint {
-	case "", "auto", "none", "layers", "sublayers", "selective":
+	case "", "auto", "none", "layers", "sublayers", "selective", "layers+offload", "sublayers+offload":
 	default:
-		return fmt.Errorf("--checkpoint %q: want auto, none, layers, sublayers or selective", o.Checkpoint)
+		return fmt.Errorf("--checkpoint %q: want %s", o.Checkpoint, passes.PolicyNames)
 	}
 	if o.MemoryBudget < 0 {
 		return fmt.Errorf("--memory-budget %d: want a positive number of bytes", o.MemoryBudget)

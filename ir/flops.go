@@ -17,7 +17,7 @@ var flopRules = map[Op]FLOPsFunc{
 	OpConstant: noFLOPs, OpFull: noFLOPs, OpRange: noFLOPs, OpCast: noFLOPs,
 	OpReshape: noFLOPs, OpTranspose: noFLOPs, OpExpand: noFLOPs, OpSlice: noFLOPs,
 	OpConcat: noFLOPs, OpSplit: noFLOPs, OpGather: noFLOPs, OpGatherElements: noFLOPs,
-	OpGatherND: noFLOPs, OpTile: noFLOPs,
+	OpGatherND: noFLOPs, OpTile: noFLOPs, OpOffload: noFLOPs, OpPrefetch: noFLOPs,
 
 	// One operation per output element (reductions: per element read).
 	OpNeg: elementFLOPs, OpExp: elementFLOPs, OpLog: elementFLOPs, OpSqrt: elementFLOPs,

@@ -164,6 +164,10 @@ const (
 	OpShardedDilatedAttention
 	OpShardedDilatedAttentionGrad
 
+	// Activation offload to pinned host memory (ops_offload.go).
+	OpOffload
+	OpPrefetch
+
 	// New ops go above this line; their rows may live in the file of their feature.
 	numOps
 )

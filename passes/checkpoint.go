@@ -36,13 +36,19 @@ type CheckpointConfig struct {
 	//               "blocks.N" node names, else from the residual adds, a layer
 	//               being the residual blocks from one attention to the next) and
 	//               recompute the rest;
-	//   "auto"      (or "") search none, selective, layers, sublayers (every
-	//               residual block's input); of those whose peak fits BudgetBytes,
-	//               apply the one with the least recomputed FLOPs (within 2% of the
-	//               step's FLOPs, the smaller peak). When none fits, a knapsack:
-	//               from the smallest plan, drop kept values, largest first, while
-	//               the peak falls, until it fits; else an error (*CheckpointError)
-	//               giving the smallest peak found.
+	//   "sublayers" keep every residual block's input;
+	//   "layers+offload", "sublayers+offload"
+	//               that policy, with the kept values offloaded to pinned host
+	//               memory between the forward and the backward (offload.go);
+	//   "auto"      (or "") search none, selective, layers, sublayers; of those
+	//               whose peak fits BudgetBytes, apply the one with the least
+	//               recomputed FLOPs (within 2% of the step's FLOPs, the smaller
+	//               peak). When none fits, layers+offload, then sublayers+offload
+	//               (the first that fits: host memory and copies for the device
+	//               memory). When none fits, a knapsack: from the smallest
+	//               in-device plan, drop kept values, largest first, while the peak
+	//               falls, until it fits; else an error (*CheckpointError) giving
+	//               the smallest peak found.
 	Policy string
 	// BudgetBytes bounds Peak(f). Zero or less means no bound: auto then
 	// chooses none.
@@ -55,6 +61,10 @@ type CheckpointConfig struct {
 	// names (the driver's, from the compile's options); nil names the usual ones.
 	Hints []string
 }
+
+// PolicyNames lists the policies CheckpointConfig.Policy takes, for errors and
+// help.
+const PolicyNames = "auto, none, selective, sublayers, layers, sublayers+offload or layers+offload"
 
 // CheckpointStats says what InsertCheckpoints did, for the report.
 type CheckpointStats struct {
@@ -72,6 +82,8 @@ type CheckpointStats struct {
 	PeakAfter  int64 `json:"peak_after_bytes"`
 	// Tried lists the plans auto evaluated, in order ("policy=peak").
 	Tried []string `json:"tried,omitempty"`
+	// Offloaded is the number of kept values offloaded to host memory.
+	Offloaded int `json:"offloaded,omitempty"`
 }
 
 // CheckpointError is auto's refusal: no plan searched fits the budget.
@@ -158,10 +170,14 @@ func Checkpoint(f *ir.Func, cfg CheckpointConfig) (CheckpointStats, error) {
 	try := func(policy string, recompute func(*ir.Node) bool) (*ir.Func, CheckpointStats) {
 		g := f.Clone()
 		n, flops := rematerialize(g, start, func(i int) bool { return recompute(f.Body[i]) })
+		var off int
+		if strings.HasSuffix(policy, offloadPolicy) {
+			off = offloadKept(g, start)
+		}
 		peak := peakOf(g)
 		tried = append(tried, fmt.Sprintf("%s=%s", policy, shortBytes(peak)))
 		return g, CheckpointStats{Policy: policy, RecomputedOps: n, RecomputedFLOPs: flops,
-			SavedBytes: before - peak, PeakBefore: before, PeakAfter: peak}
+			SavedBytes: before - peak, PeakBefore: before, PeakAfter: peak, Offloaded: off}
 	}
 	apply := func(g *ir.Func, s CheckpointStats) (CheckpointStats, error) {
 		*f = *g
@@ -177,9 +193,13 @@ func Checkpoint(f *ir.Func, cfg CheckpointConfig) (CheckpointStats, error) {
 		return apply(try("layers", keepOnly(f, layerInputs(f, start))))
 	case "sublayers":
 		return apply(try("sublayers", keepOnly(f, blockBoundaries(f, start))))
+	case "layers" + offloadPolicy:
+		return apply(try(cfg.Policy, keepOnly(f, layerInputs(f, start))))
+	case "sublayers" + offloadPolicy:
+		return apply(try(cfg.Policy, keepOnly(f, blockBoundaries(f, start))))
 	case "auto", "":
 	default:
-		return st, fmt.Errorf("--checkpoint %q: want auto, none, selective, sublayers or layers", cfg.Policy)
+		return st, fmt.Errorf("--checkpoint %q: want %s", cfg.Policy, PolicyNames)
 	}
 	if cfg.BudgetBytes <= 0 || before <= cfg.BudgetBytes {
 		return st, nil
@@ -227,8 +247,24 @@ func Checkpoint(f *ir.Func, cfg CheckpointConfig) (CheckpointStats, error) {
 		all[best].s.Tried = tried
 		return apply(all[best].g, all[best].s)
 	}
-	// Knapsack: from the plan with the smallest peak, drop kept values, largest
-	// first, while the peak falls, until it fits.
+	// Offload: the kept values of layers, then sublayers, in host memory.
+	var off []cand
+	for _, c := range []struct {
+		name string
+		keep map[*ir.Node]bool
+	}{
+		{"layers" + offloadPolicy, layerInputs(f, start)},
+		{"sublayers" + offloadPolicy, blockBoundaries(f, start)},
+	} {
+		g, s := try(c.name, keepOnly(f, c.keep))
+		if fits(s) {
+			s.Tried = tried
+			return apply(g, s)
+		}
+		off = append(off, cand{g, s})
+	}
+	// Knapsack: from the in-device plan with the smallest peak, drop kept
+	// values, largest first, while the peak falls, until it fits.
 	smallest := 0
 	for i, c := range all {
 		if c.s.PeakAfter < all[smallest].s.PeakAfter {
@@ -239,6 +275,11 @@ func Checkpoint(f *ir.Func, cfg CheckpointConfig) (CheckpointStats, error) {
 	if !fits(s) {
 		if all[smallest].s.PeakAfter <= s.PeakAfter {
 			g, s = all[smallest].g, all[smallest].s
+		}
+		for _, c := range off {
+			if c.s.PeakAfter < s.PeakAfter {
+				g, s = c.g, c.s
+			}
 		}
 		s.Tried = tried
 		*f = *g // the smallest peak found, so the report shows the closest plan

@@ -44,7 +44,7 @@ func TestInsertCheckpointsBitwise(t *testing.T) {
 		t.Fatal(err)
 	}
 	peak0 := plan.Simulate(base).PeakBytes
-	for _, policy := range []string{"selective", "sublayers", "layers"} {
+	for _, policy := range []string{"selective", "sublayers", "layers", "sublayers+offload", "layers+offload"} {
 		t.Run(policy, func(t *testing.T) {
 			g := base.Clone()
 			p, st := passes.InsertCheckpointsWithStats(passes.CheckpointConfig{Policy: policy})
@@ -54,6 +54,13 @@ func TestInsertCheckpointsBitwise(t *testing.T) {
 			}
 			if st.Policy != policy || st.RecomputedOps == 0 {
 				t.Errorf("stats %+v", *st)
+			}
+			// Offload: every kept value but the first needed waits in host memory.
+			if strings.HasSuffix(policy, "+offload") &&
+				(st.Offloaded == 0 || countOps(g, ir.OpOffload) != st.Offloaded ||
+					countOps(g, ir.OpPrefetch) != st.Offloaded || plan.Simulate(g).HostBytes == 0) {
+				t.Errorf("offloaded %d: %d offloads, %d prefetches, %d host bytes", st.Offloaded,
+					countOps(g, ir.OpOffload), countOps(g, ir.OpPrefetch), plan.Simulate(g).HostBytes)
 			}
 			peak := plan.Simulate(g).PeakBytes
 			if peak >= peak0 || st.PeakAfter != peak || st.SavedBytes != peak0-peak {
@@ -80,7 +87,8 @@ func TestInsertCheckpointsBitwise(t *testing.T) {
 
 // TestInsertCheckpointsAuto checks auto's search as the budget shrinks: none
 // while everything fits, then the fitting plan with the least recompute
-// (selective, then a per-layer plan), then the knapsack, then a refusal that
+// (selective, then a per-layer plan), then offload to host memory, then the
+// knapsack, then a refusal that
 // names the smallest peak, what was tried and the flags that would help.
 func TestInsertCheckpointsAuto(t *testing.T) {
 	base := trainGraph(t)
@@ -119,10 +127,30 @@ func TestInsertCheckpointsAuto(t *testing.T) {
 			t.Errorf("budget %d: policy %q (peak %d), %v; want %v", c.budget, st.Policy, st.PeakAfter, err, c.want)
 		}
 	}
-	// Below every fixed plan: the knapsack drops kept values until it fits.
+	// Below every in-device plan: the layers' kept values offloaded to host
+	// memory, then the sublayers'.
+	offload := map[string]int64{}
+	for _, policy := range []string{"layers+offload", "sublayers+offload"} {
+		st, err := passes.Checkpoint(base.Clone(), passes.CheckpointConfig{Policy: policy})
+		if err != nil || st.PeakAfter >= perLayer {
+			t.Fatalf("%s: %+v, %v: no lower than the in-device plans (%d)", policy, st, err, perLayer)
+		}
+		offload[policy] = st.PeakAfter
+	}
 	st, g, err := auto(perLayer - 1)
-	if err != nil || st.Policy != "knapsack" || st.PeakAfter >= perLayer || plan.Simulate(g).PeakBytes != st.PeakAfter {
-		t.Errorf("budget %d: %+v, %v", perLayer-1, st, err)
+	if err != nil || st.Policy != "layers+offload" || st.PeakAfter != offload["layers+offload"] {
+		t.Errorf("budget %d: %+v, %v; want layers+offload", perLayer-1, st, err)
+	}
+	if lo := offload["sublayers+offload"]; lo < offload["layers+offload"] {
+		if st, _, err := auto(lo); err != nil || st.Policy != "sublayers+offload" {
+			t.Errorf("budget %d: %+v, %v; want sublayers+offload", lo, st, err)
+		}
+	}
+	// Below every fixed plan: the knapsack drops kept values until it fits.
+	low := min(offload["layers+offload"], offload["sublayers+offload"]) - 1
+	st, g, err = auto(low)
+	if err != nil || st.Policy != "knapsack" || st.PeakAfter > low || plan.Simulate(g).PeakBytes != st.PeakAfter {
+		t.Errorf("budget %d: %+v, %v", low, st, err)
 	}
 	var ce *passes.CheckpointError
 	// Nothing fits: the smallest plan is applied and the error says so.

@@ -13,7 +13,7 @@ const GradPrefix = "grad."
 // BackwardStart returns the index in f.Body of the first node of the backward of a
 // function made by reverse-mode autodiff, whose body is the forward followed by the
 // backward (passes/autodiff's invariant): the forward is everything the outputs
-// that are not gradients depend on. It returns len(f.Body) when f has no gradient
+// that are not gradients depend on, and the offloads of its values. It returns len(f.Body) when f has no gradient
 // output (no backward).
 func BackwardStart(f *ir.Func) int {
 	hasGrad := false
@@ -38,6 +38,14 @@ func BackwardStart(f *ir.Func) int {
 			for _, a := range n.Args {
 				need[a] = true
 			}
+		}
+	}
+	// An offload of a forward value belongs to the forward it follows.
+	pos := make(map[*ir.Node]int, len(f.Body))
+	for i, n := range f.Body {
+		pos[n] = i
+		if n.Op == ir.OpOffload && n.Args[0].Def != nil && fwd[pos[n.Args[0].Def]] {
+			fwd[i] = true
 		}
 	}
 	for i, isFwd := range fwd {

@@ -25,6 +25,9 @@ type Memory struct {
 	WeightsBytes, StateBytes int64
 	// InputBytes counts inputs and labels (live until their last use).
 	InputBytes int64
+	// HostBytes is the pinned host memory of offloaded values (ir.IsHost),
+	// which are never live on the device.
+	HostBytes int64
 }
 
 // Root returns the value whose buffer v uses: reshapes are views of their input.
@@ -37,8 +40,22 @@ func Root(v *ir.Value) *ir.Value {
 
 // Simulate walks f's body in order, allocating each result when its node runs and
 // freeing each buffer after its last use (outputs stay live to the end).
+// Offloaded values are host memory: HostBytes, never live.
 func Simulate(f *ir.Func) Memory {
+	m, _ := simulate(f)
+	return m
+}
+
+// LiveBytes is Simulate's device bytes live while each node of f's body runs
+// (its results allocated, nothing it is the last reader of freed yet).
+func LiveBytes(f *ir.Func) []int64 {
+	_, live := simulate(f)
+	return live
+}
+
+func simulate(f *ir.Func) (Memory, []int64) {
 	var m Memory
+	series := make([]int64, len(f.Body))
 	last := make(map[*ir.Value]int)
 	for i, n := range f.Body {
 		for _, a := range n.Args {
@@ -70,6 +87,10 @@ func Simulate(f *ir.Func) Memory {
 	}
 	for i, n := range f.Body {
 		for _, r := range n.Results {
+			if ir.IsHost(r) {
+				m.HostBytes += r.Type.Bytes()
+				continue
+			}
 			if Root(r) == r {
 				if _, used := last[r]; used {
 					live += r.Type.Bytes()
@@ -80,14 +101,17 @@ func Simulate(f *ir.Func) Memory {
 				}
 			}
 		}
+		series[i] = live
 		if live > m.PeakBytes {
 			m.PeakBytes, m.PeakAt = live, i
 		}
 		for _, v := range freeAt[i] {
-			live -= v.Type.Bytes()
+			if !ir.IsHost(v) {
+				live -= v.Type.Bytes()
+			}
 		}
 	}
-	return m
+	return m, series
 }
 
 // SimulateStep is Simulate for a training step whose optimizer keeps

@@ -62,10 +62,14 @@ type StepMemory struct {
 	OptimizerBytes int64
 	FixedBytes     int64
 	PeakBytes      int64
+	// HostBytes is the pinned host memory of offloaded activations (ir.IsHost
+	// values), beside the device: not in PeakBytes.
+	HostBytes int64
 }
 
-// NewStepMemory sums the components (fixed is 0 for a CPU target).
-func NewStepMemory(model string, arena, optimizer, fixed int64) StepMemory {
+// NewStepMemory sums the components (fixed is 0 for a CPU target); host is
+// the pinned host memory beside them.
+func NewStepMemory(model string, arena, optimizer, fixed, host int64) StepMemory {
 	return StepMemory{Model: model, ArenaBytes: arena, OptimizerBytes: optimizer, FixedBytes: fixed,
-		PeakBytes: arena + optimizer + fixed}
+		PeakBytes: arena + optimizer + fixed, HostBytes: host}
 }

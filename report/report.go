@@ -166,6 +166,9 @@ type Memory struct {
 	// SimulatedPeakBytes is plan.Simulate's peak of the step graph alone, in the
 	// IR's dtypes (a cross-check of the arena; not the planned peak).
 	SimulatedPeakBytes int64 `json:"simulated_peak_bytes"`
+	// HostBytes is the pinned host memory the offloaded activations take beside
+	// the device (a "+offload" checkpoint policy); not in PerGPUPeakBytes.
+	HostBytes int64 `json:"host_bytes"`
 }
 
 // FLOPs counts floating-point operations of one step on one GPU: the whole step
@@ -348,6 +351,7 @@ func Build(f *ir.Func, in Input) *Report {
 		r.Memory.ArenaBytes = m.ArenaBytes
 		r.Memory.OptimizerBytes = m.OptimizerBytes
 		r.Memory.FixedBytes = m.FixedBytes
+		r.Memory.HostBytes = m.HostBytes
 		if m.Model == "arena" {
 			r.Memory.ContextBytes = plan.CUDAContextBytes
 		}
@@ -429,8 +433,12 @@ func (r *Report) WriteText(w io.Writer) {
 			joinInts(d.Dilations), d.Offsets, how)
 	}
 	fmt.Fprintf(w, "fused CE   %d\n", r.FusedCE)
-	fmt.Fprintf(w, "checkpoint %s: %d ops recomputed, %s saved\n", r.Checkpoints.Policy,
-		r.Checkpoints.RecomputedOps, Bytes(r.Checkpoints.SavedBytes))
+	off := ""
+	if n := r.Checkpoints.Offloaded; n > 0 {
+		off = fmt.Sprintf(", %d values offloaded to host memory", n)
+	}
+	fmt.Fprintf(w, "checkpoint %s: %d ops recomputed, %s saved%s\n", r.Checkpoints.Policy,
+		r.Checkpoints.RecomputedOps, Bytes(r.Checkpoints.SavedBytes), off)
 	if sh := r.Sharding; sh != nil {
 		fmt.Fprintf(w, "sharding   %d ranks, %s (%s layout), %d of %d tokens per GPU\n", sh.Ranks, sh.Mode,
 			sh.Layout, sh.LocalSeqLen, sh.SeqLen)
@@ -453,6 +461,10 @@ func (r *Report) WriteText(w io.Writer) {
 		fmt.Fprintf(w, "memory     = arena %s + optimizer %s + fixed %s (modules, cuBLASLt workspace); CUDA context %s beside\n",
 			Bytes(r.Memory.ArenaBytes), Bytes(r.Memory.OptimizerBytes), Bytes(r.Memory.FixedBytes),
 			Bytes(r.Memory.ContextBytes))
+	}
+	if r.Memory.HostBytes > 0 {
+		fmt.Fprintf(w, "memory     host (pinned) %s of offloaded activations beside the GPU, not in its peak\n",
+			Bytes(r.Memory.HostBytes))
 	}
 	fmt.Fprintf(w, "flops      per GPU: forward %s, backward %s, per step %s\n", FLOPString(r.FLOPs.Forward),
 		FLOPString(r.FLOPs.Backward), FLOPString(r.FLOPs.PerStep))

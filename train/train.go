@@ -258,8 +258,10 @@ type trainer struct {
 	state    map[string]*tensor.Tensor // optimizer state by update parameter name
 	hash     string
 	program  string // the program hash (driver.ProgramHash)
-	// plannedPeak is the compile report's per-GPU peak of the step.
+	// plannedPeak is the compile report's per-GPU peak of the step; plan its
+	// checkpoint policy and pinned host memory, for the progress lines.
 	plannedPeak int64
+	plan        string
 	// shard is the sharded step of a multi-rank run (nil with one rank), rank
 	// this process's rank in it.
 	shard *driver.ShardedProgram
@@ -349,6 +351,8 @@ func newTrainer(cfg Config) (*trainer, error) {
 	}
 	t := &trainer{cfg: cfg, grad: grad, upd: upd, adamw: o, lossName: lossName, hash: ModelHash(grad),
 		program: step.Hash, plannedPeak: step.Report.Memory.PerGPUPeakBytes, shard: shard, rank: rank,
+		plan: fmt.Sprintf("checkpoint policy %s, %s pinned host memory", step.Report.Checkpoints.Policy,
+			report.Bytes(step.Report.Memory.HostBytes)),
 		sched:   optim.Schedule{LR: cfg.LR, MinLR: cfg.MinLR, Warmup: cfg.Warmup, Total: cfg.Steps},
 		weights: map[string]*tensor.Tensor{}, state: map[string]*tensor.Tensor{}}
 	if err := t.sched.Check(); err != nil {
@@ -731,8 +735,8 @@ func (t *trainer) run() (*Result, error) {
 	cfg := t.cfg
 	res := &Result{Program: t.program, PlannedPeakBytes: t.plannedPeak}
 	fmt.Fprintf(cfg.Progress, "program %s\n", t.program)
-	fmt.Fprintf(cfg.Progress, "memory  planned peak %s per GPU (the compile report's)\n",
-		report.Bytes(t.plannedPeak))
+	fmt.Fprintf(cfg.Progress, "memory  planned peak %s per GPU (the compile report's; %s)\n",
+		report.Bytes(t.plannedPeak), t.plan)
 	first := 0
 	if cfg.Resume {
 		var err error

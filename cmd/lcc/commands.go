@@ -132,7 +132,7 @@ func (c *compileFlags) add(cmd *cobra.Command) {
 	f.StringVar(&c.target, "target", "h200x1", "target machine (see lcc targets)")
 	f.StringVar(&c.targetFile, "target-file", "", "JSON file with extra targets")
 	f.StringVar(&c.loss, "loss", loss.Auto, loss.FlagDoc)
-	f.StringVar(&c.checkpoint, "checkpoint", "auto", "activation checkpointing: auto (search none, selective, sublayers, layers, then a knapsack, under --memory-budget), none, selective, sublayers or layers")
+	f.StringVar(&c.checkpoint, "checkpoint", "auto", "activation checkpointing: auto (search none, selective, sublayers, layers, then layers+offload, sublayers+offload, then a knapsack, under --memory-budget), none, selective, sublayers, layers, or layers+offload and sublayers+offload (the kept activations wait in pinned host memory, copied on a copy stream)")
 	f.Var(&c.budget, "memory-budget",
 		"checkpointing bound on the planned per-GPU peak (arena, optimizer state, fixed costs): bytes, or with a unit (80GB, 70GiB); default: the target's memory per GPU")
 	f.StringVar(&c.precision, "precision", "fp32",

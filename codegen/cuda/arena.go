@@ -10,7 +10,7 @@ import (
 const ArenaAlign = 256
 
 // PlanArena assigns every allocated buffer of plan an offset in one arena and
-// returns the offsets (by buffer id; -1 for inline and alias buffers) and the
+// returns the offsets (by buffer id; -1 for inline, alias and host buffers) and the
 // arena's size. A buffer lives from the first step that writes it to the last that
 // reads it; parameters, constants and outputs live throughout.
 func PlanArena(plan *Plan) (offs []int64, peak int64) {
@@ -20,7 +20,7 @@ func PlanArena(plan *Plan) (offs []int64, peak int64) {
 	offs = make([]int64, n)
 	for _, b := range plan.Buffers {
 		offs[b.ID] = -1
-		if b.Kind != "alias" && b.Kind != "inline" && last[b.ID] >= 0 {
+		if b.Kind != "alias" && b.Kind != "inline" && b.Kind != "host" && last[b.ID] >= 0 {
 			ids = append(ids, b.ID)
 		}
 	}
@@ -100,7 +100,7 @@ func ArenaUsage(plan *Plan) []int64 {
 	first, last := lifetimes(plan)
 	delta := make([]int64, len(plan.Steps)+1)
 	for _, b := range plan.Buffers {
-		if b.Kind == "alias" || b.Kind == "inline" || last[b.ID] < 0 {
+		if b.Kind == "alias" || b.Kind == "inline" || b.Kind == "host" || last[b.ID] < 0 {
 			continue
 		}
 		size := (b.Bytes + ArenaAlign - 1) / ArenaAlign * ArenaAlign

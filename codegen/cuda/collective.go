@@ -223,9 +223,10 @@ func lowerShardedAttention(g *gen, n *ir.Node) error {
 	return lowerAttention(g, &m)
 }
 
-// deferWaits inserts after every collective step a wait step before the first
-// later step that reads the collective's result (through an alias too), or at
-// the end of the plan.
+// deferWaits inserts a wait step for every asynchronous step: after a collective
+// or an h2d copy, before the first later step that reads its result (through an
+// alias too); after a d2h copy, before the next d2h or h2d step (offload.go).
+// Either is at the end of the plan when no such step comes.
 func deferWaits(pl *Plan) {
 	owner := func(id int) int {
 		if b := pl.Buffers[id]; b.Kind == "alias" {
@@ -233,20 +234,32 @@ func deferWaits(pl *Plan) {
 		}
 		return id
 	}
+	reads := func(s Step, id int) bool {
+		for _, a := range s.Args {
+			if owner(a) == id {
+				return true
+			}
+		}
+		return false
+	}
 	waitBefore := map[int][]Step{} // step index → waits to insert before it
 	var atEnd []Step
 	for i, s := range pl.Steps {
-		if s.Kind != "collective" {
+		var joins func(Step) bool
+		switch s.Kind {
+		case "collective", "h2d":
+			out := owner(s.Args[1])
+			joins = func(t Step) bool { return reads(t, out) }
+		case "d2h":
+			joins = func(t Step) bool { return t.Kind == "d2h" || t.Kind == "h2d" }
+		default:
 			continue
 		}
 		w := Step{Kind: "wait", Node: s.Node, Op: s.Op, Args: s.Args, Coll: s.Coll}
-		out, at := owner(s.Args[1]), -1
+		at := -1
 		for j := i + 1; j < len(pl.Steps) && at < 0; j++ {
-			for _, a := range pl.Steps[j].Args {
-				if owner(a) == out {
-					at = j
-					break
-				}
+			if joins(pl.Steps[j]) {
+				at = j
 			}
 		}
 		if at < 0 {

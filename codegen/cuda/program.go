@@ -62,7 +62,8 @@ type Buffer struct {
 	// Kind is "param" (uploaded from inputs or weights), "const" (uploaded from
 	// the constants file), "value" (computed), "alias" (a reshape: the memory of
 	// AliasOf), "inline" (folded into every kernel that reads it, never
-	// allocated) or "temp" (scratch of one launch).
+	// allocated), "host" (an offloaded value in pinned host memory, outside the
+	// arena: offload.go) or "temp" (scratch of one launch).
 	Kind    string `json:"kind"`
 	AliasOf int    `json:"alias_of,omitempty"`
 	Name    string `json:"name,omitempty"` // the parameter's name
@@ -96,7 +97,7 @@ type Gemm struct {
 
 // Step is one launch of the plan: a generated kernel, a GEMM or a collective.
 type Step struct {
-	Kind   string    `json:"kind"`             // "kernel", "gemm", "collective" or "wait"
+	Kind   string    `json:"kind"`             // "kernel", "gemm", "collective", "d2h", "h2d" or "wait"
 	Node   int       `json:"node"`             // index in Func.Body of the (last) node
 	Op     string    `json:"op"`               // the family or "matmul"
 	Kernel string    `json:"kernel,omitempty"` // Kernel.Name
@@ -199,8 +200,8 @@ func (g *gen) storageOf(v *ir.Value) tensor.DType {
 	if dt != tensor.F32 || g.opts.Storage == tensor.F32 {
 		return dt
 	}
-	if v.Def != nil && v.Def.Op == ir.OpReshape {
-		return g.storageOf(v.Def.Args[0]) // an alias has its memory's dtype
+	if v.Def != nil && (v.Def.Op == ir.OpReshape || v.Def.Op == ir.OpOffload || v.Def.Op == ir.OpPrefetch) {
+		return g.storageOf(v.Def.Args[0]) // an alias has its memory's dtype; a copy its source's
 	}
 	if v.Def != nil && v.Index == 1 && (v.Def.Op == ir.OpAttention || v.Def.Op == ir.OpDilatedAttention ||
 		v.Def.Op == ir.OpRingAttention || v.Def.Op == ir.OpShardedDilatedAttention) {
@@ -259,6 +260,8 @@ func (g *gen) buffers() error {
 				kind = "const"
 			case ir.OpReshape:
 				kind = "alias"
+			case ir.OpOffload:
+				kind = "host"
 			}
 			b := add(r, kind)
 			if kind == "alias" {
@@ -359,6 +362,9 @@ func init() {
 		ir.OpAllToAll:       lowerCollective,
 		ir.OpRingShift:      lowerCollective,
 		ir.OpShardPositions: lowerShardPositions,
+
+		ir.OpOffload:  lowerOffload,
+		ir.OpPrefetch: lowerPrefetch,
 
 		ir.OpRingAttention:               lowerShardedAttention,
 		ir.OpRingAttentionGrad:           lowerShardedAttention,

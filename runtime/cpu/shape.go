@@ -14,6 +14,8 @@ func init() {
 	registerMove(ir.OpSplit, kernelSplit)
 	registerMove(ir.OpTile, kernelTile)
 	registerMove(ir.OpTrilu, kernelTrilu)
+	registerMove(ir.OpOffload, kernelIdentity)
+	registerMove(ir.OpPrefetch, kernelIdentity)
 }
 
 // gatherInto copies x's elements at offsets walked over out's shape with strides
@@ -175,4 +177,10 @@ func kernelTrilu(n *ir.Node, args []*tensor.Tensor, _ Options) ([]*tensor.Tensor
 		}
 	}
 	return one(out), nil
+}
+
+// kernelIdentity is offload and prefetch: copies between device and host memory
+// on the GPU, the identity on values (the result shares x's storage).
+func kernelIdentity(_ *ir.Node, args []*tensor.Tensor, _ Options) ([]*tensor.Tensor, error) {
+	return one(args[0]), nil
 }

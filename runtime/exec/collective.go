@@ -106,11 +106,11 @@ func (r *runner) collective(f *ir.Func, s codegen.Step) error {
 	return nil
 }
 
-// wait makes the compute stream wait for the collective of s.Node.
+// wait makes the compute stream wait for the collective or copy of s.Node.
 func (r *runner) wait(s codegen.Step) error {
 	done := r.pending[s.Node]
 	if done == nil {
-		return errors.New("lcc: BUG: a wait step without its collective")
+		return errors.New("lcc: BUG: a wait step without its collective or copy")
 	}
 	delete(r.pending, s.Node)
 	defer done.Destroy() // released once the compute stream's wait is satisfied

@@ -2,7 +2,8 @@
 // package codegen/cuda (docs/design.md §6): it plans one device arena from the
 // buffers' lifetimes, uploads weights, constants and inputs, compiles the kernels
 // with NVRTC through the on-disk cache, launches kernels and cuBLASLt GEMMs in
-// plan order on one stream, and downloads the outputs. A Session keeps all of that
+// plan order on one stream (copies of offloaded activations on a second one:
+// offload.go), and downloads the outputs. A Session keeps all of that
 // but the inputs, the launches and the outputs across runs of the same functions.
 //
 // Invariants:
@@ -93,9 +94,15 @@ type runner struct {
 	arena   cuda.DevicePtr
 	mods    []*cuda.Module
 	fns     map[string]*cuda.Function
-	// stream and blas belong to the Session, shared by its runners.
+	// stream, copy (for offload's copies; nil without them) and blas belong to
+	// the Session, shared by its runners.
 	stream *cuda.Stream
+	copy   *cuda.Stream
 	blas   *cuda.BlasLt
+	// host is the pinned block of the offloaded values (nil without them), each
+	// at hostOffs[buffer id] (offload.go).
+	host     *cuda.HostBuffer
+	hostOffs []int64
 	// written marks the buffers (memory owners) some step writes; such a
 	// parameter or constant is uploaded on every run, never kept resident.
 	written []bool
@@ -122,6 +129,8 @@ func (r *runner) close() error {
 		errs = append(errs, r.dev.Free(r.arena))
 		r.arena = 0
 	}
+	errs = append(errs, r.host.Free())
+	r.host = nil
 	return errors.Join(errs...)
 }
 
@@ -198,11 +207,11 @@ func (r *runner) findWrites(ks []codegen.Kernel) {
 			if len(s.Args) > 2 {
 				mark(s.Args[2])
 			}
-		case "collective":
+		case "collective", "h2d":
 			if len(s.Args) > 1 {
 				mark(s.Args[1])
 			}
-		case "wait":
+		case "wait", "d2h": // a d2h copy writes host memory
 		default:
 			for _, a := range s.Args {
 				mark(a)
@@ -288,6 +297,9 @@ func bindParams(f *ir.Func, plan *codegen.Plan, inputs map[string]*tensor.Tensor
 // keepParams (a Bound step), parameters not in host hold their resident values
 // and are neither uploaded nor poisoned.
 func (r *runner) upload(host map[int]binding, keepParams bool) error {
+	if r.opts.Poison {
+		r.poisonHost()
+	}
 	for _, b := range r.plan.Buffers {
 		if r.offs[b.ID] < 0 || b.Bytes == 0 {
 			continue
@@ -399,6 +411,8 @@ func (r *runner) queue(f *ir.Func) error {
 			err = r.gemm(s)
 		case "collective":
 			err = r.collective(f, s)
+		case "d2h", "h2d":
+			err = r.copyStep(s)
 		case "wait":
 			err = r.wait(s)
 		default:

@@ -51,6 +51,7 @@ type Session struct {
 	closed bool
 	cache  *cuda.Cache
 	stream *cuda.Stream
+	copy   *cuda.Stream // offload's copies, created on first need
 	blas   *cuda.BlasLt
 	funcs  map[*ir.Func]*runner
 	prof   *profiler
@@ -191,10 +192,14 @@ func (s *Session) build(f *ir.Func, prog *codegen.Program) (*runner, error) {
 		s.prof = &profiler{dev: s.dev, byFam: map[string]time.Duration{}}
 	}
 	r := &runner{dev: s.dev, plan: prog.Plan, offs: offs, opts: s.opts, prof: s.prof,
-		stream: s.stream, blas: s.blas, resident: map[int]*tensor.Tensor{},
+		stream: s.stream, copy: s.copy, blas: s.blas, resident: map[int]*tensor.Tensor{},
 		nParams: len(f.Params), nBody: len(f.Body), nOutputs: len(f.Outputs)}
 	r.findWrites(prog.Kernels)
 	if err := r.load(prog.Kernels, s.cache); err != nil {
+		r.close()
+		return nil, err
+	}
+	if err := r.allocHost(); err != nil {
 		r.close()
 		return nil, err
 	}
@@ -222,6 +227,12 @@ func (s *Session) shared(plan *codegen.Plan) error {
 		if s.stream, err = s.dev.NewStream(); err != nil {
 			s.stream = nil
 			return fmt.Errorf("exec: %w", err)
+		}
+	}
+	if s.copy == nil && hasCopies(plan) {
+		if s.copy, err = s.dev.NewStream(); err != nil {
+			s.copy = nil
+			return fmt.Errorf("exec: copy stream: %w", err)
 		}
 	}
 	if s.blas != nil {
@@ -256,6 +267,9 @@ func (s *Session) Close() error {
 	if s.stream != nil {
 		errs = append(errs, s.stream.Synchronize())
 	}
+	if s.copy != nil {
+		errs = append(errs, s.copy.Synchronize()) // before the host blocks are freed
+	}
 	for f, r := range s.funcs {
 		if err := r.close(); err != nil {
 			errs = append(errs, fmt.Errorf("func @%s: %w", f.Name, err))
@@ -272,6 +286,10 @@ func (s *Session) Close() error {
 	if s.stream != nil {
 		errs = append(errs, s.stream.Destroy())
 		s.stream = nil
+	}
+	if s.copy != nil {
+		errs = append(errs, s.copy.Destroy())
+		s.copy = nil
 	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("exec: closing the session: %w", err)

@@ -1,0 +1,98 @@
+package passes
+
+import (
+	"sort"
+
+	"github.com/lcc-dev/lcc/ir"
+	"github.com/lcc-dev/lcc/plan"
+)
+
+// Offloading checkpoints to pinned host memory (the "+offload" policies of
+// Checkpoint; ir/ops_offload.go). After a policy has chosen the forward values
+// the backward keeps, each of them (but the one the backward reads first, which
+// would come straight back) is copied to the host right after the node that
+// makes it, and copied back into the backward ahead of its first reader: every
+// backward read goes to the copy, so the device slot of the original is free
+// once its forward readers are done and the copy has read it, and the copy's
+// slot lives from the prefetch to its last reader. The values are the same, so
+// gradients are bitwise unchanged (the CPU interpreter runs both ops as the
+// identity).
+//
+// Where a prefetch goes: kept values are needed in the backward in an order;
+// the window of value v runs from the first backward read of the value needed
+// before it (or the backward's start) to v's own first read. The prefetch goes
+// right after the node of the window where the simulated live bytes (plan.
+// LiveBytes) peak, the latest such node: the copied slot then misses the
+// window's peak, and the compute after the peak (for a layer, the rest of its
+// backward, attention's included) hides the copy.
+
+// offloadPolicy is the suffix that adds offload to a policy ("layers+offload").
+const offloadPolicy = "+offload"
+
+// offloadKept rewrites g, a forward followed by its backward from start, to
+// offload every non-constant forward value the backward reads (but the first
+// needed) and prefetch it back. It returns the number of values offloaded.
+func offloadKept(g *ir.Func, start int) int {
+	pos := make(map[*ir.Node]int, len(g.Body))
+	for i, n := range g.Body {
+		pos[n] = i
+	}
+	first := map[*ir.Value]int{} // kept value → index of its first backward reader
+	var kept []*ir.Value
+	for i, n := range g.Body[start:] {
+		for _, a := range n.Args {
+			d := a.Def
+			if d == nil || pos[d] >= start || isConstant(d.Op) || d.Op == ir.OpReshape {
+				continue // parameters, backward values, constants, views of kept values
+			}
+			if _, ok := first[a]; !ok {
+				first[a] = start + i
+				kept = append(kept, a)
+			}
+		}
+	}
+	if len(kept) < 2 {
+		return 0
+	}
+	sort.SliceStable(kept, func(i, j int) bool { return first[kept[i]] < first[kept[j]] })
+	live := plan.LiveBytes(g)
+	// at[i] lists the prefetches to insert after body node i; host[v] the offload of v.
+	at := map[int][]*ir.Node{}
+	after := map[*ir.Node][]*ir.Node{}
+	pre := map[*ir.Value]*ir.Value{}
+	for k := 1; k < len(kept); k++ {
+		v := kept[k]
+		off := &ir.Node{Op: ir.OpOffload, Args: []*ir.Value{v}, Name: v.Def.Name + "/offload"}
+		h := &ir.Value{Type: v.Type, Def: off}
+		off.Results = []*ir.Value{h}
+		after[v.Def] = append(after[v.Def], off)
+		// The latest peak of the window (first[prev], first[v]).
+		lo, hi := first[kept[k-1]], first[v]
+		p := hi - 1
+		for i := hi - 1; i >= lo; i-- {
+			if live[i] > live[p] {
+				p = i
+			}
+		}
+		pf := &ir.Node{Op: ir.OpPrefetch, Args: []*ir.Value{h}, Name: v.Def.Name + "/prefetch"}
+		y := &ir.Value{Type: v.Type, Def: pf}
+		pf.Results = []*ir.Value{y}
+		at[p] = append(at[p], pf)
+		pre[v] = y
+	}
+	body := make([]*ir.Node, 0, len(g.Body)+2*len(pre))
+	for i, n := range g.Body {
+		if i >= start {
+			for j, a := range n.Args {
+				if y := pre[a]; y != nil {
+					n.Args[j] = y
+				}
+			}
+		}
+		body = append(body, n)
+		body = append(body, after[n]...)
+		body = append(body, at[i]...)
+	}
+	g.Body = body
+	return len(pre)
+}

@@ -1,0 +1,88 @@
+package train
+
+import (
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/lcc-dev/lcc/ir"
+	"github.com/lcc-dev/lcc/runtime/cuda"
+	"github.com/lcc-dev/lcc/runtime/exec"
+	"github.com/lcc-dev/lcc/tensor"
+)
+
+// offloadConfig is gpt_mini with per-layer checkpoints, offloaded or not.
+func offloadConfig(t *testing.T, offload bool) Config {
+	c := small(t, 4)
+	c.Checkpoint = "layers"
+	if offload {
+		c.Checkpoint = "layers+offload"
+	}
+	return c
+}
+
+// TestOffloadCPU: the step with offload forced holds offload and prefetch ops
+// (a program of its own), and trains to the same losses bit for bit on the CPU,
+// where both ops are the identity.
+func TestOffloadCPU(t *testing.T) {
+	st, err := Step(offloadConfig(t, true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, nd := range st.Func.Body {
+		if nd.Op == ir.OpOffload {
+			n++
+		}
+	}
+	if n == 0 {
+		t.Fatal("layers+offload: no value offloaded")
+	}
+	want, got := run(t, offloadConfig(t, false)), run(t, offloadConfig(t, true))
+	if !slices.Equal(got.Losses, want.Losses) || got.Program == want.Program {
+		t.Errorf("offload: losses %v, program %s; without %v, %s", got.Losses, got.Program, want.Losses,
+			want.Program)
+	}
+}
+
+// TestGPUOffload trains gpt_mini on the GPU with per-layer checkpoints, with
+// and without offload to pinned host memory, in fp32 and bf16, every buffer
+// poisoned first (the host block too): the losses agree bit for bit (the same
+// kernels on the same values; the copies only move them), and the offloaded
+// run moves the kept values across both ways each step.
+func TestGPUOffload(t *testing.T) {
+	dev, err := cuda.Open(0)
+	if err != nil {
+		t.Skipf("skipping: no usable GPU: %v", err)
+	}
+	defer dev.Close()
+	for _, st := range []tensor.DType{tensor.F32, tensor.BF16} {
+		t.Run(st.String(), func(t *testing.T) {
+			var res [2]*Result
+			for i, offload := range []bool{false, true} {
+				c := offloadConfig(t, offload)
+				if st == tensor.BF16 {
+					c.Precision = "bf16"
+				}
+				meter, err := dev.StartPeakMeter(10 * time.Millisecond)
+				if err != nil {
+					t.Fatal(err)
+				}
+				s := exec.NewSession(dev, exec.Options{Storage: st, Poison: true, CacheDir: t.TempDir()})
+				c.Device, c.Session, c.Run, c.Memory = "cuda", s, s.Run, meter
+				res[i] = run(t, c)
+				meter.Stop()
+				s.Close()
+			}
+			base, off := res[0], res[1]
+			if !slices.Equal(off.Losses, base.Losses) {
+				t.Errorf("losses with offload %v, without %v", off.Losses, base.Losses)
+			}
+			if off.HostBytes <= base.HostBytes {
+				t.Errorf("host traffic %d bytes per step with offload, %d without", off.HostBytes, base.HostBytes)
+			}
+			t.Logf("losses %v; host traffic %d → %d bytes per step; planned peak %d → %d", off.Losses,
+				base.HostBytes, off.HostBytes, base.PlannedPeakBytes, off.PlannedPeakBytes)
+		})
+	}
+}
