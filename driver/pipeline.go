@@ -113,6 +113,8 @@ var passOrder = [...]struct{ a, b string }{
 	{"fuse-cross-entropy", "autodiff"},
 	{"shard-sequence", "autodiff"},
 	{"insert-loss", "autodiff"},
+	// sum-concats merges the zero pads of slice gradients that autodiff writes.
+	{"autodiff", "sum-concats"},
 	// each rank's weight gradients are partial sums until all-reduced.
 	{"autodiff", "all-reduce-gradients"},
 	// checkpoints recompute forward values the backward reads...
@@ -203,7 +205,7 @@ type pipeline struct {
 
 // Pipeline returns the passes of a compile for target t with options o, in the
 // order they run: match-attention, match-norms, dilate-attention, cleanup, insert-loss,
-// fuse-cross-entropy, shard-sequence, autodiff, all-reduce-gradients, cleanup,
+// fuse-cross-entropy, shard-sequence, autodiff, all-reduce-gradients, sum-concats, cleanup,
 // insert-checkpoints, codegen (each only where the options call for it). It is
 // the one pass list of lcc compile, lcc check (o.Forward) and lcc train.
 func Pipeline(t targets.Target, o Options) ([]passes.Pass, error) {
@@ -259,6 +261,7 @@ func newPipeline(t targets.Target, o Options) (*pipeline, error) {
 	}
 	add(fuse, passes.EliminateDeadCode)
 	p.addGradTail()
+	add(passes.SumConcats)
 	add(passes.Cleanup...)
 	policy := o.Checkpoint
 	if policy == "" {

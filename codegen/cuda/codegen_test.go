@@ -147,7 +147,7 @@ func TestFusion(t *testing.T) {
 		t.Fatalf("%d steps, %d kernels, want 1 and 1", len(p.Plan.Steps), len(p.Kernels))
 	}
 	src := p.Kernels[0].Source
-	for _, want := range []string{"lcc_exp(", "2.0f", "(x0 + x1)", "out0[i] ="} {
+	for _, want := range []string{"lcc_exp(", "2.0f", "(x0 + x1)", "lcc_st16(out0"} {
 		if !strings.Contains(src, want) {
 			t.Errorf("kernel lacks %q:\n%s", want, src)
 		}
@@ -220,6 +220,9 @@ func TestNVRTCCompile(t *testing.T) {
 		graphs[filepath.Base(path)] = drivertest.TrainingGraph(t, path)
 	}
 	graphs["zoo"], _ = cudatest.Zoo(t, 1)
+	for name, c := range drivertest.FlagshipSteps {
+		graphs["flagship_"+name] = drivertest.FlagshipStep(t, c)
+	}
 	var jobs []compileJob
 	seen := map[string]bool{}
 	for _, arch := range sortedKeys(archs) {

@@ -16,13 +16,20 @@
 //   - fused elementwise: a maximal run of ir ops marked OpInfo.Elementwise with one
 //     output shape becomes one kernel with numpy-broadcast index math; values used
 //     only inside the run stay in registers, scalar constants and full values are
-//     inlined as literals;
+//     inlined as literals; each thread computes 8 (bf16) or 4 (f32) consecutive
+//     elements with 16-byte loads and stores where rows allow (elementwise.go);
+//   - views (view.go): slices, splits, transposes and expands read only by
+//     elementwise kernels, and elementwise results (or concats) whose one use is
+//     a concat, get no buffer of their own: kernels index the root buffer in
+//     place, so RoPE, SwiGLU and their gradients move no data around the qkv and
+//     w13 projections;
 //   - reductions (sum, mean, max, min over any axes), softmax, log_softmax,
 //     layer_norm, rms_norm, cumsum: one block per output row, fixed-order tree
 //     reductions in fp32 (int64 for integers); rms_norm_grad and layer_norm_grad:
 //     one kernel over stretches of rows (fp32 statistics recomputed per row) and a
 //     two-stage column reduction for the scale and bias gradients (norm_grad.go);
-//   - data movement (transpose, expand, slice, tile, concat, split, trilu), gather,
+//   - data movement (transpose, expand, slice, tile, concat and split by copies of
+//     the parts nobody reads or writes in place, trilu), gather,
 //     gather_elements, gather_nd, scatter_add, full, range;
 //   - softmax_cross_entropy and nll_loss; fused_linear_cross_entropy (+grad) in
 //     row chunks: per chunk a cuBLASLt GEMM into one [rows, V] scratch, an online

@@ -158,53 +158,91 @@ func (r *fusion) feeds(n *ir.Node) bool {
 	return false
 }
 
+// access is one buffer a fused elementwise kernel reads or writes: a value's
+// view (its own buffer, a read view, or its region of a concat) with strides
+// over the run's (coalesced) dims.
+type access struct {
+	v     *ir.Value
+	param string // the root's kernel parameter
+	dt    tensor.DType
+	off   int64
+	st    []int64
+	mode  vecMode
+}
+
+// vecMode is how an access moves the L lanes of one vector step.
+type vecMode int
+
+const (
+	lanesMode vecMode = iota // L scalar accesses
+	vecAccess                // 16-byte loads or stores
+	bcastMode                // one element for every lane (stride 0 along the row)
+)
+
 // elementwise renders a run as one kernel. Values read outside the run (or
-// returned) are stored; the rest live in registers.
+// returned) are stored; the rest live in registers. Inputs and outputs are
+// accessed through their views (view.go), so slices, splits and transposes
+// feeding the run and concats fed by it move no data of their own. When every
+// buffer is f32 or bf16 and rows allow it, each thread handles L consecutive
+// elements (8 for bf16, else 4) with 16-byte loads and stores where a view is
+// contiguous and aligned, and L scalar accesses where not.
 func (g *gen) elementwise(r *fusion) error {
 	members := map[*ir.Node]bool{}
 	for _, n := range r.nodes {
 		members[n] = true
 	}
 	n := prod(r.shape)
-	it := idxType(n)
-	var params []Param
-	var args []int
-	var body strings.Builder
+	rank := len(r.shape)
+	var ins, outs []*access
 	local := map[*ir.Value]string{}
-	var ops []string
-	// Inputs first (loaded once each), then the nodes in order.
-	inputs := map[*ir.Value]string{}
-	needCoords := false
-	var loads strings.Builder
+	roots := map[*ir.Value]string{}
+	var inRoots, outRoots []*ir.Value
+	root := func(v *ir.Value, out bool) string {
+		if name, ok := roots[v]; ok {
+			return name
+		}
+		var name string
+		if out {
+			name = fmt.Sprintf("out%d", len(outRoots))
+			outRoots = append(outRoots, v)
+		} else {
+			name = fmt.Sprintf("in%d", len(inRoots))
+			inRoots = append(inRoots, v)
+		}
+		roots[v] = name
+		return name
+	}
+	// bcast lays a value's view over the run's dims (numpy broadcasting).
+	bcast := func(v *ir.Value) (view, []int64) {
+		w := g.viewOf(v)
+		st := make([]int64, rank)
+		vs := v.Type.Shape
+		for j := range rank {
+			d := j - (rank - len(vs))
+			if d >= 0 && vs[d] == r.shape[j] {
+				st[j] = w.st[d]
+			}
+		}
+		return w, st
+	}
 	for _, m := range r.nodes {
 		for _, a := range m.Args {
-			if r.produced[a] || inputs[a] != "" || local[a] != "" {
+			if r.produced[a] || local[a] != "" {
 				continue
 			}
 			if v, ok := inlinable(a); ok {
 				local[a] = literal(a.Type.DType, v)
 				continue
 			}
-			name := fmt.Sprintf("in%d", len(inputs))
-			inputs[a] = name
-			params = append(params, g.param(name, a, false))
-			args = append(args, g.ids[a])
-			off := "i"
-			switch {
-			case a.Type.Numel() == 1:
-				off = "0"
-			case !slices.Equal(a.Type.Shape, r.shape):
-				off = offset("c", bcastStrides(a.Type.Shape, r.shape))
-				needCoords = true
-			}
-			x := fmt.Sprintf("x%d", len(inputs)-1)
-			fmt.Fprintf(&loads, "    const %s %s = %s;\n", computeC[a.Type.DType], x,
-				load(g.storageOf(a), fmt.Sprintf("%s[%s]", name, off)))
-			local[a] = x
+			w, st := bcast(a)
+			ins = append(ins, &access{v: a, param: root(w.root, false), dt: g.storageOf(a), off: w.off, st: st})
+			local[a] = fmt.Sprintf("x%d", len(ins)-1)
 		}
 	}
-	var outs strings.Builder
-	nout := 0
+	// The nodes in order; stored results become outputs.
+	var body strings.Builder
+	var ops []string
+	outVar := map[*access]string{}
 	for k, m := range r.nodes {
 		var operands []string
 		for _, a := range m.Args {
@@ -227,35 +265,255 @@ func (g *gen) elementwise(r *fusion) error {
 			stored = stored || !members[u]
 		}
 		if stored {
-			name := fmt.Sprintf("out%d", nout)
-			nout++
-			params = append([]Param{g.param(name, res, true)}, params...)
-			args = append([]int{g.ids[res]}, args...)
-			fmt.Fprintf(&outs, "    %s[i] = %s;\n", name, store(g.storageOf(res), v))
+			w, st := bcast(res)
+			a := &access{v: res, dt: g.storageOf(res), off: w.off, st: st}
+			a.param = root(w.root, true)
+			outs = append(outs, a)
+			outVar[a] = v
 		}
 	}
-	if nout == 0 {
+	if len(outs) == 0 {
 		return nil // nothing escapes: dead code
 	}
-	// Outputs were prepended in reverse; restore their order (out0 first).
-	slices.Reverse(params[:nout])
-	slices.Reverse(args[:nout])
+	all := append(append([]*access{}, ins...), outs...)
+	shape := coalesce(r.shape, all)
+	lanes, flat := ewLanes(shape, all)
+	var params []Param
+	var args []int
+	for _, v := range outRoots {
+		params = append(params, g.param(roots[v], v, true))
+		args = append(args, g.ids[v])
+	}
+	extent := n
+	for _, v := range inRoots {
+		params = append(params, g.param(roots[v], v, false))
+		args = append(args, g.ids[v])
+		extent = max(extent, v.Type.Numel())
+	}
+	for _, v := range outRoots {
+		extent = max(extent, v.Type.Numel())
+	}
+	it := idxType(extent)
 	var src strings.Builder
 	fmt.Fprintf(&src, "// fused elementwise over %s: %s\n", tensor.ShapeString(r.shape), strings.Join(ops, ", "))
 	fmt.Fprintf(&src, "extern \"C\" __global__ void __launch_bounds__(256) @KERNEL@(%s) {\n", signature(params))
-	src.WriteString(gridStride(it, n))
-	if needCoords {
-		src.WriteString(coords("c", "i", it, r.shape))
+	groups := n / lanes
+	if lanes == 1 {
+		src.WriteString(gridStride(it, n))
+		src.WriteString(ewScalar(it, shape, ins, outs, outVar, body.String()))
+		src.WriteString("  }\n")
+	} else {
+		fmt.Fprintf(&src, "  for (%s g = (%s)blockIdx.x * blockDim.x + threadIdx.x; g < (%s)%d; g += (%s)gridDim.x * blockDim.x) {\n",
+			it, it, it, groups, it)
+		fmt.Fprintf(&src, "    const %s i = g * %d;\n", it, lanes)
+		src.WriteString(ewVector(it, lanes, shape, ins, outs, outVar, body.String()))
+		src.WriteString("  }\n")
+		if flat && n%lanes != 0 {
+			// The scalar tail of a flat run.
+			fmt.Fprintf(&src, "  for (%s i = (%s)%d + (%s)blockIdx.x * blockDim.x + threadIdx.x; i < (%s)%d; i += (%s)gridDim.x * blockDim.x) {\n",
+				it, it, groups*lanes, it, it, n, it)
+			src.WriteString(ewScalar(it, shape, ins, outs, outVar, body.String()))
+			src.WriteString("  }\n")
+		}
 	}
-	src.WriteString(loads.String())
-	src.WriteString(body.String())
-	src.WriteString(outs.String())
-	src.WriteString("  }\n}\n")
-	grid, block := flatGrid(n)
+	src.WriteString("}\n")
+	grid, block := flatGrid(max(groups, 1))
 	saved := g.node
 	g.node = r.last
 	g.emit(kernelSpec{op: "elementwise", body: src.String(), grid: grid, block: block,
 		params: params, args: args})
 	g.node = saved
 	return nil
+}
+
+// coalesce merges adjacent dims of shape that every access walks contiguously
+// (st[j] = st[j+1]·shape[j+1]) and drops dims of size 1, rewriting the accesses'
+// strides; fewer dims mean fewer divisions per element.
+func coalesce(shape []int64, as []*access) []int64 {
+	var out []int64
+	sts := make([][]int64, len(as))
+	for j, d := range shape {
+		if d == 1 {
+			continue
+		}
+		if k := len(out) - 1; k >= 0 {
+			merge := true
+			for i, a := range as {
+				merge = merge && sts[i][k] == a.st[j]*d
+			}
+			if merge {
+				out[k] *= d
+				for i, a := range as {
+					sts[i][k] = a.st[j]
+				}
+				continue
+			}
+		}
+		out = append(out, d)
+		for i, a := range as {
+			sts[i] = append(sts[i], a.st[j])
+		}
+	}
+	for i, a := range as {
+		a.st = sts[i]
+	}
+	return out
+}
+
+// ewLanes picks the lanes per thread of a run over shape (coalesced) and each
+// access's mode: 8 when any buffer is bf16, else 4, when every buffer is f32 or
+// bf16 and either the rows (the last dim) are a multiple of the lanes, or the
+// run is flat (one dim, every access contiguous or a scalar), with a scalar tail
+// then. Otherwise 1: a plain scalar kernel. A 16-byte access needs a unit stride
+// along the row and every other stride and the offset a multiple of the lanes
+// (arena buffers are 256-byte aligned, ArenaAlign).
+func ewLanes(shape []int64, as []*access) (lanes int64, flat bool) {
+	lanes = 4
+	for _, a := range as {
+		switch a.dt {
+		case tensor.BF16:
+			lanes = 8
+		case tensor.F32:
+		default:
+			return 1, false
+		}
+	}
+	if len(shape) == 0 {
+		return 1, false
+	}
+	last := len(shape) - 1
+	if shape[last]%lanes != 0 {
+		if last != 0 {
+			return 1, false
+		}
+		for _, a := range as {
+			if a.st[0] > 1 || a.st[0] == 1 && a.off%lanes != 0 {
+				return 1, false
+			}
+		}
+		flat = true
+	}
+	for _, a := range as {
+		aligned := a.off%lanes == 0
+		for _, s := range a.st[:last] {
+			aligned = aligned && s%lanes == 0
+		}
+		switch {
+		case a.st[last] == 0:
+			a.mode = bcastMode
+		case a.st[last] == 1 && aligned:
+			a.mode = vecAccess
+		default:
+			a.mode = lanesMode
+		}
+	}
+	return lanes, flat
+}
+
+// ewOffset renders access a's element offset at coordinates c (or at flat
+// index i when the run has one dim).
+func ewOffset(a *access, shape []int64) string {
+	var terms []string
+	if a.off != 0 {
+		terms = append(terms, fmt.Sprint(a.off))
+	}
+	if len(shape) == 1 {
+		switch s := a.st[0]; s {
+		case 0:
+		case 1:
+			terms = append(terms, "i")
+		default:
+			terms = append(terms, fmt.Sprintf("i * %d", s))
+		}
+	} else if o := offset("c", a.st); o != "0" {
+		terms = append(terms, o)
+	}
+	if len(terms) == 0 {
+		return "0"
+	}
+	return strings.Join(terms, " + ")
+}
+
+// ewCoords splits i into coordinates when the run has more than one dim.
+func ewCoords(it string, shape []int64) string {
+	if len(shape) <= 1 {
+		return ""
+	}
+	return coords("c", "i", it, shape)
+}
+
+// ewScalar is the loop body of one element at index i.
+func ewScalar(it string, shape []int64, ins, outs []*access, outVar map[*access]string, body string) string {
+	var sb strings.Builder
+	sb.WriteString(ewCoords(it, shape))
+	for k, a := range ins {
+		fmt.Fprintf(&sb, "    const %s x%d = %s;\n", computeC[a.v.Type.DType], k,
+			load(a.dt, fmt.Sprintf("%s[%s]", a.param, ewOffset(a, shape))))
+	}
+	sb.WriteString(body)
+	for _, a := range outs {
+		fmt.Fprintf(&sb, "    %s[%s] = %s;\n", a.param, ewOffset(a, shape), store(a.dt, outVar[a]))
+	}
+	return sb.String()
+}
+
+// ewVector is the loop body of L elements from index i (a multiple of L), the
+// computation unrolled over lanes in registers.
+func ewVector(it string, lanes int64, shape []int64, ins, outs []*access, outVar map[*access]string, body string) string {
+	var sb strings.Builder
+	sb.WriteString(ewCoords(it, shape))
+	last := len(shape) - 1
+	for k, a := range ins {
+		off := ewOffset(a, shape)
+		switch a.mode {
+		case bcastMode:
+			fmt.Fprintf(&sb, "    const float a%d = %s;\n", k, load(a.dt, fmt.Sprintf("%s[%s]", a.param, off)))
+		case vecAccess:
+			fmt.Fprintf(&sb, "    float a%d[%d];\n", k, lanes)
+			for q := int64(0); q < lanes; q += 16 / int64(a.dt.Size()) {
+				fmt.Fprintf(&sb, "    lcc_ld16(%s + %s, %s);\n", a.param, plus(off, q), plus(fmt.Sprintf("a%d", k), q))
+			}
+		default:
+			fmt.Fprintf(&sb, "    float a%d[%d];\n", k, lanes)
+			fmt.Fprintf(&sb, "#pragma unroll\n    for (int k = 0; k < %d; ++k) a%d[k] = %s;\n", lanes, k,
+				load(a.dt, fmt.Sprintf("%s[%s + k * %d]", a.param, off, a.st[last])))
+		}
+	}
+	for k := range outs {
+		fmt.Fprintf(&sb, "    float o%d[%d];\n", k, lanes)
+	}
+	fmt.Fprintf(&sb, "#pragma unroll\n    for (int k = 0; k < %d; ++k) {\n", lanes)
+	for k, a := range ins {
+		if a.mode == bcastMode {
+			fmt.Fprintf(&sb, "    const float x%d = a%d;\n", k, k)
+		} else {
+			fmt.Fprintf(&sb, "    const float x%d = a%d[k];\n", k, k)
+		}
+	}
+	sb.WriteString(body)
+	for k, a := range outs {
+		fmt.Fprintf(&sb, "    o%d[k] = %s;\n", k, outVar[a])
+	}
+	sb.WriteString("    }\n")
+	for k, a := range outs {
+		off := ewOffset(a, shape)
+		switch a.mode {
+		case vecAccess:
+			for q := int64(0); q < lanes; q += 16 / int64(a.dt.Size()) {
+				fmt.Fprintf(&sb, "    lcc_st16(%s + %s, %s);\n", a.param, plus(off, q), plus(fmt.Sprintf("o%d", k), q))
+			}
+		default: // an output is never broadcast
+			fmt.Fprintf(&sb, "#pragma unroll\n    for (int k = 0; k < %d; ++k) %s[%s + k * %d] = %s;\n", lanes,
+				a.param, off, a.st[last], store(a.dt, fmt.Sprintf("o%d[k]", k)))
+		}
+	}
+	return sb.String()
+}
+
+// plus renders off + q, leaving out q = 0.
+func plus(off string, q int64) string {
+	if q == 0 {
+		return off
+	}
+	return fmt.Sprintf("%s + %d", off, q)
 }

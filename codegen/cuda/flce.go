@@ -212,7 +212,7 @@ func (g *gen) flceRows(n *ir.Node, mode, dmode int, zID int, zc string, r0, c, v
 	vec := vecLanes(map[string]tensor.DType{"float": tensor.F32, "lcc_bf16": tensor.BF16}[zc], v)
 	nt := pow2(v/vec, 32, 512)
 	ps := append([]Param{{Name: "z", CType: zc, Out: mode == 2}}, params...)
-	body := vecHelpers + fmt.Sprintf(flceRowBody, what, fmt.Sprintf("%s[%d]", zc, v), v,
+	body := fmt.Sprintf(flceRowBody, what, fmt.Sprintf("%s[%d]", zc, v), v,
 		b2i(hasIgnore && ign != nil), ilit(iv), mode, dmode, vec, nt, zc, signature(ps))
 	g.emit(kernelSpec{op: n.Op.String() + "." + what, body: body, grid: [3]uint32{uint32(c), 1, 1},
 		block: [3]uint32{uint32(nt), 1, 1}, params: ps, args: append([]int{zID}, args...),

@@ -2,6 +2,7 @@ package cuda
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/lcc-dev/lcc/ir"
@@ -131,65 +132,96 @@ func lowerTile(g *gen, n *ir.Node) error {
 	return nil
 }
 
-// lowerConcat picks, per output element, the input that holds its coordinate
-// along the axis.
+// lowerConcat copies each operand into its region of the result; operands
+// their producers placed there (view.go) need no copy. A concat that is itself
+// placed in an outer concat writes into its region of that one.
 func lowerConcat(g *gen, n *ir.Node) error {
 	y := n.Result()
 	ax, err := ir.AxisIndex(n.AttrInt("axis"), y.Type.Rank())
 	if err != nil {
 		return err
 	}
-	m, inner := y.Type.Shape[ax], prod(y.Type.Shape[ax+1:])
-	params := []Param{g.param("y", y, true)}
-	args := []int{g.ids[y]}
-	var body strings.Builder
-	fmt.Fprintf(&body, "    const long long o = i / %d, c = (i / %d) %% %d, in = i %% %d;\n", m*inner, inner, m, inner)
+	dst := g.viewOf(y)
 	at := int64(0)
-	for k, a := range n.Args {
-		s := a.Type.Shape[ax]
-		name := fmt.Sprintf("x%d", k)
-		params = append(params, g.param(name, a, false))
-		args = append(args, g.ids[a])
-		if s == 0 {
+	for _, a := range n.Args {
+		region := view{root: dst.root, off: dst.off + at*dst.st[ax], st: dst.st}
+		at += a.Type.Shape[ax]
+		if g.placed[a] {
 			continue
 		}
-		fmt.Fprintf(&body, "    if (c >= %d && c < %d) y[i] = %s[(o * %d + c - %d) * %d + in];\n", at, at+s, name, s, at, inner)
-		at += s
+		g.copyView("concat", fmt.Sprintf("concat on axis %d into %v: operand %v", ax, y.Type, a.Type),
+			a.Type.Shape, region, g.viewOf(a))
 	}
-	g.flatKernel("concat", fmt.Sprintf("concat on axis %d into %v", ax, y.Type), y.Type.Numel(),
-		params, args, body.String())
 	return nil
 }
 
-// lowerSplit reads the input once and writes each element to its output.
+// lowerSplit copies each result that is not a read view out of the input.
 func lowerSplit(g *gen, n *ir.Node) error {
 	x := n.Args[0]
 	ax, err := ir.AxisIndex(n.AttrInt("axis"), x.Type.Rank())
 	if err != nil {
 		return err
 	}
-	m, inner := x.Type.Shape[ax], prod(x.Type.Shape[ax+1:])
-	var params []Param
-	var args []int
-	var body strings.Builder
-	fmt.Fprintf(&body, "    const long long o = i / %d, c = (i / %d) %% %d, in = i %% %d;\n", m*inner, inner, m, inner)
+	src := g.viewOf(x)
 	at := int64(0)
-	for k, r := range n.Results {
-		s := r.Type.Shape[ax]
-		name := fmt.Sprintf("y%d", k)
-		params = append(params, g.param(name, r, true))
-		args = append(args, g.ids[r])
-		if s == 0 {
+	for _, r := range n.Results {
+		region := view{root: src.root, off: src.off + at*src.st[ax], st: src.st}
+		at += r.Type.Shape[ax]
+		if _, ok := g.views[r]; ok {
 			continue
 		}
-		fmt.Fprintf(&body, "    if (c >= %d && c < %d) %s[(o * %d + c - %d) * %d + in] = x[i];\n", at, at+s, name, s, at, inner)
-		at += s
+		g.copyView("split", fmt.Sprintf("split %v on axis %d: result %v", x.Type, ax, r.Type),
+			r.Type.Shape, identity(r), region)
 	}
-	params = append(params, g.param("x", x, false))
-	args = append(args, g.ids[x])
-	g.flatKernel("split", fmt.Sprintf("split %v on axis %d", x.Type, ax), x.Type.Numel(),
-		params, args, body.String())
 	return nil
+}
+
+// copyView copies the elements of shape from src to dst (views of one storage
+// dtype), 16 bytes per thread and step where both sides are contiguous and
+// aligned along their coalesced rows, one element otherwise.
+func (g *gen) copyView(op, comment string, shape []int64, dst, src view) {
+	n := prod(shape)
+	if n == 0 {
+		return
+	}
+	dt := g.storageOf(src.root)
+	d := &access{v: dst.root, param: "y", dt: dt, off: dst.off, st: slices.Clone(dst.st)}
+	s := &access{v: src.root, param: "x", dt: dt, off: src.off, st: slices.Clone(src.st)}
+	cs := coalesce(shape, []*access{d, s})
+	lanes := int64(16 / dt.Size())
+	last := len(cs) - 1
+	vec := last >= 0 && cs[last]%lanes == 0
+	for _, a := range []*access{d, s} {
+		vec = vec && a.st[last] == 1 && a.off%lanes == 0
+		for _, st := range a.st[:max(last, 0)] {
+			vec = vec && st%lanes == 0
+		}
+	}
+	if !vec {
+		lanes = 1
+	}
+	it := idxType(max(n, dst.root.Type.Numel(), src.root.Type.Numel()))
+	groups := n / lanes
+	var body strings.Builder
+	fmt.Fprintf(&body, "    const %s i = g * %d;\n", it, lanes)
+	body.WriteString(ewCoords(it, cs))
+	if vec {
+		fmt.Fprintf(&body, "    *reinterpret_cast<uint4*>(y + %s) = *reinterpret_cast<const uint4*>(x + %s);\n",
+			ewOffset(d, cs), ewOffset(s, cs))
+	} else {
+		fmt.Fprintf(&body, "    y[%s] = x[%s];\n", ewOffset(d, cs), ewOffset(s, cs))
+	}
+	var src2 strings.Builder
+	fmt.Fprintf(&src2, "// %s\n", comment)
+	params := []Param{g.param("y", dst.root, true), g.param("x", src.root, false)}
+	fmt.Fprintf(&src2, "extern \"C\" __global__ void __launch_bounds__(256) @KERNEL@(%s) {\n", signature(params))
+	fmt.Fprintf(&src2, "  for (%s g = (%s)blockIdx.x * blockDim.x + threadIdx.x; g < (%s)%d; g += (%s)gridDim.x * blockDim.x) {\n",
+		it, it, it, groups, it)
+	src2.WriteString(body.String())
+	src2.WriteString("  }\n}\n")
+	grid, block := flatGrid(groups)
+	g.emit(kernelSpec{op: op, body: src2.String(), grid: grid, block: block, params: params,
+		args: []int{g.ids[dst.root], g.ids[src.root]}})
 }
 
 // lowerTrilu keeps j − i ≤ k (lower) or j − i ≥ k (upper) on the last two dims.

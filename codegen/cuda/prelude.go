@@ -134,5 +134,6 @@ var prelude = func() string {
 	}
 	sb.WriteString(ir.HeadOffsetCUDA)
 	sb.WriteString(preludeTail)
+	sb.WriteString(vecHelpers)
 	return sb.String()
 }()

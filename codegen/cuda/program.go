@@ -171,6 +171,7 @@ func Build(f *ir.Func, opts Options) (*Program, error) {
 	if err := g.buffers(); err != nil {
 		return nil, err
 	}
+	g.planViews()
 	if err := g.lower(); err != nil {
 		return nil, err
 	}
@@ -190,6 +191,10 @@ type gen struct {
 	uses   map[*ir.Value][]*ir.Node
 	prog   *Program
 	node   int // the body index being lowered
+	// views holds the values that live in another value's buffer, placed those
+	// of them that a concat's operand producer writes (view.go).
+	views  map[*ir.Value]view
+	placed map[*ir.Value]bool
 }
 
 // storageOf is the device dtype of v: f32 values take Options.Storage, except
@@ -404,6 +409,9 @@ func (g *gen) lower() error {
 		}
 		if n.Op == ir.OpFull && g.prog.Plan.Buffers[g.ids[n.Result()]].Kind == "inline" {
 			continue
+		}
+		if n.Op != ir.OpSplit && g.isView(n) {
+			continue // its readers index its argument in place
 		}
 		lf := lowering[n.Op]
 		if lf == nil {

@@ -198,9 +198,6 @@ func lowerScatterAdd(g *gen, n *ir.Node) error {
 	body := fmt.Sprintf(scatterSumBody, fmt.Sprintf("%v by %v at axis %d into %v", x.Type, idx.Type, ax, y.Type),
 		ni, size, inner, vec, nt, storageC[xdt], storageC[ydt], acc, signature(params),
 		load(xdt, "src[0]"), store(ydt, "acc[0]"))
-	if vec > 1 {
-		body = vecHelpers + body
-	}
 	g.emit(kernelSpec{op: "scatter_add", body: body, grid: [3]uint32{uint32(size), uint32(outer), 1},
 		block: [3]uint32{uint32(nt), 1, 1}, params: params,
 		args: []int{g.ids[y], g.ids[x], val, start, end}})

@@ -3,8 +3,7 @@ package cuda
 import "github.com/lcc-dev/lcc/tensor"
 
 // vecHelpers are 16-byte loads and stores of f32 (4 lanes) and bf16 (8 lanes),
-// converted to and from fp32 registers. Kernels that read rows at bandwidth include
-// them; a caller guarantees 16-byte alignment (arena buffers are 256-aligned, so a
+// converted to and from fp32 registers, part of the prelude; a caller guarantees 16-byte alignment (arena buffers are 256-aligned, so a
 // row length that is a multiple of the lane count suffices).
 const vecHelpers = `#ifndef LCC_VEC16
 #define LCC_VEC16

@@ -7,8 +7,10 @@ import (
 	"testing"
 
 	"github.com/lcc-dev/lcc/driver"
+	"github.com/lcc-dev/lcc/internal/llamagen"
 	"github.com/lcc-dev/lcc/ir"
 	"github.com/lcc-dev/lcc/passes/autodiff"
+	"github.com/lcc-dev/lcc/targets"
 )
 
 // TrainingGraph loads a shared model with seq 16 and batch 2 and appends its
@@ -38,4 +40,36 @@ func TrainingGraph(t testing.TB, path string) *ir.Func {
 		t.Fatalf("%s: autodiff: %v", path, err)
 	}
 	return g
+}
+
+// FlagshipSteps are small configurations of the flagship's architecture
+// (internal/llamagen) for FlagshipStep: flagship.py's layout with head and FFN
+// widths that 16-byte vectors divide, the same with widths they do not (a head
+// of 12, RoPE halves of 6, FFN 50), and llama_mini's layout (RoPE on [B,H,T,D]
+// between transposes).
+var FlagshipSteps = map[string]llamagen.Config{
+	"fused":   {Dim: 64, Layers: 2, Heads: 4, FFN: 96, Vocab: 256, Batch: 1, SeqLen: 32, Fused: true},
+	"ragged":  {Dim: 36, Layers: 1, Heads: 3, FFN: 50, Vocab: 96, Batch: 2, SeqLen: 9, Fused: true},
+	"unfused": {Dim: 64, Layers: 1, Heads: 4, FFN: 96, Vocab: 256, Batch: 1, SeqLen: 32},
+}
+
+// FlagshipStep is the program lcc train compiles for c (cross-entropy loss, no
+// checkpoints, the h200x1 pipeline): the forward and backward of a model whose
+// RoPE, SwiGLU and residual adds are the flagship's. It fails t on an error.
+func FlagshipStep(t testing.TB, c llamagen.Config) *ir.Func {
+	t.Helper()
+	f, err := llamagen.Build(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tg, err := targets.Lookup("h200x1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := driver.Compile(f, driver.CompileOptions{Target: tg,
+		Options: driver.Options{Loss: "cross-entropy", Checkpoint: "none"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res.Func
 }

@@ -1,0 +1,55 @@
+package exec
+
+import (
+	"sort"
+	"testing"
+
+	"github.com/lcc-dev/lcc/driver/drivertest"
+	"github.com/lcc-dev/lcc/ir"
+	"github.com/lcc-dev/lcc/tensor"
+)
+
+// TestGPUFlagshipViews runs small training steps of the flagship's architecture
+// (drivertest.FlagshipSteps: RoPE reading q and k inside the qkv projection and
+// writing into the concat, SwiGLU reading the w13 halves in place, the backward
+// writing the qkv and w13 gradients in place, 16-byte and scalar paths) on the
+// GPU against the CPU interpreter, outputs poisoned first, in f32 and bf16.
+func TestGPUFlagshipViews(t *testing.T) {
+	dev := openGPU(t)
+	var names []string
+	for n := range drivertest.FlagshipSteps {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		f := drivertest.FlagshipStep(t, drivertest.FlagshipSteps[name])
+		in := randomInputs(f, 5)
+		t.Run(name+"/f32", func(t *testing.T) { compare(t, dev, f, in, Options{}, 1e-4) })
+		t.Run(name+"/bf16", func(t *testing.T) { compare(t, dev, f, in, Options{Storage: tensor.BF16}, 5e-2) })
+	}
+}
+
+// TestGPUElementwiseTails runs flat elementwise runs whose length the lanes do not
+// divide (a scalar tail after the 16-byte steps), a broadcast along rows, and a
+// transposed and a sliced input read in place.
+func TestGPUElementwiseTails(t *testing.T) {
+	dev := openGPU(t)
+	b := ir.NewBuilder("tails")
+	x := b.Input("x", ir.T(tensor.F32, 3, 5, 7))
+	y := b.Input("y", ir.T(tensor.F32, 3, 5, 7))
+	s := b.Input("s", ir.T(tensor.F32, 3, 5, 1))
+	w := b.Input("w", ir.T(tensor.F32, 16, 24))
+	b.Output("flat", b.Mul(b.Add(x, y), b.Unary(ir.OpExp, x)))
+	b.Output("bcast", b.Sub(x, s))
+	wt := b.Transpose(w, 1, 0)
+	half := b.Apply1(ir.OpSlice, ir.A("axes", []int64{1}, "starts", []int64{8}, "ends", []int64{16},
+		"steps", []int64{1}), wt)
+	b.Output("views", b.Add(half, b.Unary(ir.OpSigmoid, half)))
+	f, err := b.Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := randomInputs(f, 6)
+	t.Run("f32", func(t *testing.T) { compare(t, dev, f, in, Options{}, 1e-5) })
+	t.Run("bf16", func(t *testing.T) { compare(t, dev, f, in, Options{Storage: tensor.BF16}, 2e-2) })
+}
