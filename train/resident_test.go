@@ -11,14 +11,15 @@ import (
 )
 
 // gpuConfig is c on GPU 0 with its state resident in a fresh session with
-// storage st, and a peak-memory meter started before the session.
-func gpuConfig(t *testing.T, dev *cuda.Device, c Config, st tensor.DType) Config {
+// storage st and kernel cache cache, and a peak-memory meter started before
+// the session.
+func gpuConfig(t *testing.T, dev *cuda.Device, c Config, st tensor.DType, cache string) Config {
 	t.Helper()
 	meter, err := dev.StartPeakMeter(10 * time.Millisecond)
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := exec.NewSession(dev, exec.Options{Storage: st, CacheDir: t.TempDir()})
+	s := exec.NewSession(dev, exec.Options{Storage: st, CacheDir: cache})
 	t.Cleanup(func() {
 		meter.Stop()
 		s.Close()
@@ -38,6 +39,7 @@ func TestGPUResident(t *testing.T) {
 		t.Skipf("skipping: no usable GPU: %v", err)
 	}
 	defer dev.Close()
+	cache := t.TempDir()
 	for _, tc := range []struct {
 		name       string
 		accumulate int
@@ -56,7 +58,7 @@ func TestGPUResident(t *testing.T) {
 			if tc.st == tensor.BF16 {
 				c.Precision = "bf16"
 			}
-			got := run(t, gpuConfig(t, dev, c, tc.st))
+			got := run(t, gpuConfig(t, dev, c, tc.st, cache))
 			if !got.Resident {
 				t.Fatal("the training state did not stay on the GPU")
 			}
@@ -82,11 +84,11 @@ func TestGPUResident(t *testing.T) {
 	// A checkpoint pulls the device state; a resume loads it back: the same
 	// losses as a straight run.
 	c := small(t, 6)
-	straight := run(t, gpuConfig(t, dev, c, tensor.F32))
+	straight := run(t, gpuConfig(t, dev, c, tensor.F32, cache))
 	c.CheckpointDir, c.StopAt = t.TempDir(), 3
-	first := run(t, gpuConfig(t, dev, c, tensor.F32))
+	first := run(t, gpuConfig(t, dev, c, tensor.F32, cache))
 	c.StopAt, c.Resume = 0, true
-	second := run(t, gpuConfig(t, dev, c, tensor.F32))
+	second := run(t, gpuConfig(t, dev, c, tensor.F32, cache))
 	both := append(first.Losses, second.Losses...)
 	for i := range straight.Losses {
 		if e := math.Abs(both[i] - straight.Losses[i]); !(e <= 1e-6*math.Abs(straight.Losses[i])) {

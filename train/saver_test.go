@@ -29,6 +29,7 @@ func TestGPUCheckpointBackground(t *testing.T) {
 		t.Skipf("skipping: no usable GPU: %v", err)
 	}
 	defer dev.Close()
+	cache := t.TempDir()
 	for _, st := range []tensor.DType{tensor.F32, tensor.BF16} {
 		t.Run(st.String(), func(t *testing.T) {
 			c := small(t, 6)
@@ -37,7 +38,7 @@ func TestGPUCheckpointBackground(t *testing.T) {
 			}
 			c.CheckpointDir, c.CheckpointEvery, c.Keep = t.TempDir(), 2, 0
 			c.Metrics = filepath.Join(t.TempDir(), "m.jsonl")
-			straight := run(t, gpuConfig(t, dev, c, st))
+			straight := run(t, gpuConfig(t, dev, c, st, cache))
 			if len(straight.Checkpoints) != 3 {
 				t.Fatalf("checkpoints %v, want steps 2, 4, 6", straight.Checkpoints)
 			}
@@ -57,7 +58,7 @@ func TestGPUCheckpointBackground(t *testing.T) {
 				os.WriteFile(filepath.Join(resumed.CheckpointDir, name), raw, 0o644)
 			}
 			resumed.Resume, resumed.Metrics = true, ""
-			r := run(t, gpuConfig(t, dev, resumed, st))
+			r := run(t, gpuConfig(t, dev, resumed, st, cache))
 			if r.FirstStep != 4 || !slices.Equal(bits(r.Losses), bits(straight.Losses[4:])) {
 				t.Errorf("resumed from step %d: losses %v, straight run %v", r.FirstStep, r.Losses, straight.Losses[4:])
 			}
@@ -67,7 +68,7 @@ func TestGPUCheckpointBackground(t *testing.T) {
 				t.Error("the resumed run's last checkpoint differs from the straight run's")
 			}
 
-			synchronousPull(t, gpuConfig(t, dev, c, st))
+			synchronousPull(t, gpuConfig(t, dev, c, st, cache))
 		})
 	}
 }
