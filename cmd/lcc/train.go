@@ -27,7 +27,7 @@ func trainCmd() *cobra.Command {
 	var cf compileFlags
 	var commTimeout time.Duration
 	var plotPath string
-	var profile bool
+	var profile, sharedGPU bool
 	cmd := &cobra.Command{
 		Use:   "train MODEL --data=SPEC --seq-len N --batch N --steps N --lr X",
 		Short: "train a model (.onnx or .lcc): AdamW, warmup+cosine, checkpoints, bit-identical resume",
@@ -87,6 +87,9 @@ stays silent for --comm-timeout ends every other rank with an error naming it.`,
 			case launched && cfg.Device == "cuda":
 				// One process per GPU: NCCL through the rendezvous, the step on GPU LOCAL_RANK.
 				res, err = runner.ProcessGPU(cfg, env, commTimeout, storage)
+			case cfg.Ranks > 1 && cfg.Device == "cuda" && sharedGPU:
+				// Test and development mode: every rank on GPU 0, devlocal's communicator.
+				res, err = runner.SharedGPU(cfg, commTimeout, storage)
 			case cfg.Ranks > 1 && cfg.Device == "cuda":
 				// One goroutine per GPU, each with its NCCL rank.
 				res, err = runner.LocalGPU(cfg, commTimeout, storage)
@@ -115,6 +118,8 @@ stays silent for --comm-timeout ends every other rank with an error naming it.`,
 	f := cmd.Flags()
 	f.BoolVar(&profile, "profile", false, "with --device=cuda: print the wall-clock step time and the GPU "+
 		"time per kernel family per step (CUDA events)")
+	f.BoolVar(&sharedGPU, "shared-gpu", false, "test and development mode: with --ranks=N --device=cuda, run "+
+		"every rank on GPU 0 with an in-process device communicator instead of NCCL (one GPU per rank)")
 	f.StringVar(&plotPath, "plot", "", "draw the loss of every step of this run to FILE (.png, .svg or .pdf)")
 	f.DurationVar(&commTimeout, "comm-timeout", runner.DefaultTimeout,
 		"with --ranks: a rank that waits this long for a peer (rendezvous or collective) fails, naming it")

@@ -203,15 +203,21 @@ var unshardedOp = map[ir.Op]ir.Op{
 	ir.OpShardedDilatedAttentionGrad: ir.OpDilatedAttentionGrad,
 }
 
-// lowerShardedAttention lowers a sequence-parallel attention op of a program
-// sharded for one rank as the attention it is there (ring attention over one
-// rank's zigzag layout is causal attention in order; the sharded dilated op is
-// dilated attention), so that a one-rank sharded step runs whole on the GPU.
-// The multi-rank forms (ring k/v transfers between block kernels, LongNet's
-// sparse all-gather) are not lowered yet.
+// lowerShardedAttention lowers a sequence-parallel attention op. On more than
+// one rank: ring attention's blocks and k/v transfers (ring.go), LongNet's
+// sparse all-gather and branch kernels (dilated_shard.go). On one rank the op
+// is the attention it is there (ring attention over one rank's zigzag layout is
+// causal attention in order; the sharded dilated op is dilated attention), so
+// a one-rank sharded step runs as the single-GPU step does.
 func lowerShardedAttention(g *gen, n *ir.Node) error {
 	base := unshardedOp[n.Op]
 	if r := ir.Ranks(n); r != 1 {
+		switch n.Op {
+		case ir.OpRingAttention:
+			return lowerRingAttention(g, n)
+		case ir.OpRingAttentionGrad:
+			return lowerRingAttentionGrad(g, n)
+		}
 		return fmt.Errorf("no GPU lowering for op %s on %d ranks yet (on one rank it lowers as %s)",
 			n.Op, r, base)
 	}

@@ -6,14 +6,14 @@ import (
 
 	codegen "github.com/lcc-dev/lcc/codegen/cuda"
 	"github.com/lcc-dev/lcc/ir"
-	"github.com/lcc-dev/lcc/runtime/comm/nccl"
+	"github.com/lcc-dev/lcc/runtime/comm"
 	"github.com/lcc-dev/lcc/runtime/cuda"
 	"github.com/lcc-dev/lcc/tensor"
 )
 
 // checkRanks refuses a program sharded over ranks that the communicator does not
 // have, before anything is allocated.
-func checkRanks(f *ir.Func, c *nccl.Comm) error {
+func checkRanks(f *ir.Func, c comm.Device) error {
 	for _, n := range f.Body {
 		r := ir.Ranks(n)
 		if r <= 1 && n.Op != ir.OpShardPositions {
@@ -96,23 +96,39 @@ func (r *runner) collective(f *ir.Func, s codegen.Step) error {
 	if err != nil {
 		return err
 	}
-	if r.pending == nil {
-		r.pending = map[int]*cuda.Event{}
-	}
-	if old := r.pending[s.Node]; old != nil {
-		old.Destroy()
-	}
-	r.pending[s.Node] = done
+	r.setPending(s, done)
 	return nil
 }
 
-// wait makes the compute stream wait for the collective or copy of s.Node.
+// pendingKey names a queued collective or copy: its node and its result
+// buffer (a node such as ring attention queues several, each into its own
+// buffer).
+type pendingKey struct{ node, out int }
+
+// setPending keeps done, the event after the collective or copy s, for the
+// wait step that joins it.
+func (r *runner) setPending(s codegen.Step, done *cuda.Event) {
+	if r.pending == nil {
+		r.pending = map[pendingKey]*cuda.Event{}
+	}
+	key := pendingKey{s.Node, s.Args[1]}
+	if old := r.pending[key]; old != nil {
+		old.Destroy()
+	}
+	r.pending[key] = done
+}
+
+// wait makes the compute stream wait for the collective or copy that s joins.
 func (r *runner) wait(s codegen.Step) error {
-	done := r.pending[s.Node]
+	if len(s.Args) < 2 {
+		return errors.New("lcc: BUG: a wait step without its operands")
+	}
+	key := pendingKey{s.Node, s.Args[1]}
+	done := r.pending[key]
 	if done == nil {
 		return errors.New("lcc: BUG: a wait step without its collective or copy")
 	}
-	delete(r.pending, s.Node)
+	delete(r.pending, key)
 	defer done.Destroy() // released once the compute stream's wait is satisfied
 	return r.stream.Wait(done)
 }

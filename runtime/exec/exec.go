@@ -34,7 +34,7 @@ import (
 
 	codegen "github.com/lcc-dev/lcc/codegen/cuda"
 	"github.com/lcc-dev/lcc/ir"
-	"github.com/lcc-dev/lcc/runtime/comm/nccl"
+	"github.com/lcc-dev/lcc/runtime/comm"
 	"github.com/lcc-dev/lcc/runtime/cuda"
 	"github.com/lcc-dev/lcc/tensor"
 )
@@ -52,9 +52,10 @@ type Options struct {
 	// Poison fills every computed buffer with NaN before the run, so that an
 	// element no kernel writes shows up in tests.
 	Poison bool
-	// Comm is this rank's NCCL communicator, for programs sharded over ranks:
-	// collectives run on its stream, and the program is built for its rank.
-	Comm *nccl.Comm
+	// Comm is this rank's device communicator (NCCL, or runtime/comm/devlocal's
+	// ranks sharing one GPU), for programs sharded over ranks: collectives run
+	// on its stream, and the program is built for its rank.
+	Comm comm.Device
 	// Profile times every launch with CUDA events, by kernel family
 	// (Session.Profile). It adds an event record per launch.
 	Profile bool
@@ -84,9 +85,9 @@ func RunWith(dev *cuda.Device, f *ir.Func, inputs map[string]*tensor.Tensor, opt
 // runner is the device state of one function in a Session: its plan, loaded
 // kernels and arena, and which parameters and constants the arena already holds.
 type runner struct {
-	// pending holds, by node, the Done event of each collective queued and not
-	// yet joined by its wait step.
-	pending map[int]*cuda.Event
+	// pending holds the Done event of each collective queued and not yet
+	// joined by its wait step.
+	pending map[pendingKey]*cuda.Event
 	dev     *cuda.Device
 	plan    *codegen.Plan
 	offs    []int64 // arena offset per buffer id (-1: not allocated)

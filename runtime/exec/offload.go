@@ -9,7 +9,6 @@ import (
 	"strings"
 
 	codegen "github.com/lcc-dev/lcc/codegen/cuda"
-	"github.com/lcc-dev/lcc/runtime/cuda"
 )
 
 // Activation offload (codegen/cuda/offload.go): a program with "d2h" and "h2d"
@@ -122,12 +121,6 @@ func (r *runner) copyStep(s codegen.Step) error {
 		done.Destroy()
 		return err
 	}
-	if r.pending == nil {
-		r.pending = map[int]*cuda.Event{}
-	}
-	if old := r.pending[s.Node]; old != nil {
-		old.Destroy()
-	}
-	r.pending[s.Node] = done
+	r.setPending(s, done)
 	return nil
 }

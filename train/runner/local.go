@@ -13,6 +13,8 @@
 //     over the TCP mesh, which stays open beside NCCL to name a rank that dies,
 //     and the step runs on the GPU executor with its collectives on NCCL
 //     (runtime/comm/nccl). With WORLD_SIZE=1 this is the one-rank NCCL run.
+//   - SharedGPU: a test and development mode, N goroutine ranks on GPU 0 with
+//     runtime/comm/devlocal's device communicator instead of NCCL.
 //
 // Every rank builds the same sharded step (train.Step: the compile pipeline's
 // program for one rank, with shard-sequence and all-reduced gradients), feeds it its
@@ -182,14 +184,20 @@ func localGPURank(cfg train.Config, r, n int, id cuda.NCCLUniqueID, timeout time
 	}
 	joined(nc)
 	defer nc.Close()
-	step := exec.NewSession(dev, exec.Options{Storage: storage, Comm: nc})
+	*res, err = trainOn(cfg, dev, nc, n, storage)
+	return err
+}
+
+// trainOn trains cfg as one of n ranks on dev, the step on a GPU executor whose
+// collectives run on c, storing f32 values as storage (the optimizer in f32).
+func trainOn(cfg train.Config, dev *cuda.Device, c comm.Device, n int, storage tensor.DType) (*train.Result, error) {
+	step := exec.NewSession(dev, exec.Options{Storage: storage, Comm: c})
 	defer step.Close()
 	opt := step
 	if storage != tensor.F32 {
 		opt = exec.NewSession(dev, exec.Options{Storage: tensor.F32})
 		defer opt.Close()
 	}
-	cfg.Ranks, cfg.Comm, cfg.Run, cfg.RunOptimizer = n, nc, step.Run, opt.Run
-	*res, err = train.Train(cfg)
-	return err
+	cfg.Ranks, cfg.Comm, cfg.Run, cfg.RunOptimizer = n, c, step.Run, opt.Run
+	return train.Train(cfg)
 }

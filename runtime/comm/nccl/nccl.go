@@ -67,7 +67,7 @@ type Comm struct {
 	seq    uint64
 }
 
-var _ comm.Communicator = (*Comm)(nil)
+var _ comm.Device = (*Comm)(nil)
 
 // New joins rank of size ranks of the NCCL communicator id (rank 0 makes it with
 // cuda.NCCLGetUniqueID and sends it through runtime/comm/rendezvous) on dev.

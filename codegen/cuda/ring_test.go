@@ -1,0 +1,160 @@
+package cuda_test
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+
+	codegen "github.com/lcc-dev/lcc/codegen/cuda"
+	"github.com/lcc-dev/lcc/ir"
+	rcuda "github.com/lcc-dev/lcc/runtime/cuda"
+	"github.com/lcc-dev/lcc/tensor"
+)
+
+// ringFunc is one rank's ring attention forward and backward on [B, L, H, D].
+func ringFunc(t *testing.T, ranks int, b, l, h, hkv, d int64, layout string) *ir.Func {
+	t.Helper()
+	bd := ir.NewBuilder("ring")
+	q := bd.Input("q", ir.T(tensor.F32, b, l, h, d))
+	k := bd.Input("k", ir.T(tensor.F32, b, l, hkv, d))
+	v := bd.Input("v", ir.T(tensor.F32, b, l, hkv, d))
+	do := bd.Input("do", ir.T(tensor.F32, b, l, h, d))
+	at := ir.A("causal", true, "scale", 0.125, "ranks", ranks, "layout", layout)
+	r := bd.Apply(ir.OpRingAttention, at, q, k, v)
+	g := bd.Apply(ir.OpRingAttentionGrad, at, q, k, v, r[0], r[1], do)
+	for i, x := range append(r, g...) {
+		bd.Output(fmt.Sprint("y", i), x)
+	}
+	f, err := bd.Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+// planSummary counts a plan's steps by op, and lists its collectives in order.
+func planSummary(p *codegen.Program) (map[string]int, []string) {
+	ops := map[string]int{}
+	var colls []string
+	for _, s := range p.Plan.Steps {
+		ops[s.Op]++
+		if s.Kind == "collective" || s.Kind == "wait" {
+			colls = append(colls, s.Kind+" "+s.Op)
+		}
+	}
+	return ops, colls
+}
+
+// TestRingPlan checks the launches of ring attention on 4 ranks: per rank the
+// forward runs 4 steps with 3 k/v transfers, the zigzag layout gives every rank
+// the same number of visible blocks (2 diagonal, 6 wholly visible: the
+// load balance the layout exists for), the backward sends k/v 3 times and
+// dk/dv 4 times, every transfer is joined by a wait, and the tiers are chosen
+// by storage and head dim.
+func TestRingPlan(t *testing.T) {
+	const ranks = 4
+	f := ringFunc(t, ranks, 1, 64, 2, 2, 64, ir.LayoutZigzag)
+	for rank := range ranks {
+		p, err := codegen.Build(f, codegen.Options{Arch: "compute_80", Storage: tensor.BF16, Rank: rank})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ops, colls := planSummary(p)
+		if ops["attention.flash.fwd"] != 9 || ops["attention.flash.dq"] != 9 || ops["attention.flash.dkdv"] != 9 {
+			t.Errorf("rank %d: fwd %d, dq %d, dkdv %d blocks; want 9 each", rank, ops["attention.flash.fwd"],
+				ops["attention.flash.dq"], ops["attention.flash.dkdv"])
+		}
+		if ops["ring_attention.kv"] != 3+3 || ops["ring_attention_grad.kv"] != 3+3 ||
+			ops["ring_attention_grad.dkv"] != 4+4 {
+			t.Errorf("rank %d: transfers and waits %v", rank, colls)
+		}
+		if ops["ring.merge"] != 0 || ops["ring.fwd"] != 0 {
+			t.Errorf("rank %d: the bf16 D=64 plan uses the scalar tier: %v", rank, ops)
+		}
+		// Every collective is joined before its result is read, in order.
+		pending := map[int]bool{}
+		for i, s := range p.Plan.Steps {
+			switch s.Kind {
+			case "collective":
+				pending[s.Args[1]] = true
+			case "wait":
+				if !pending[s.Args[1]] {
+					t.Fatalf("rank %d: step %d waits for nothing", rank, i)
+				}
+				delete(pending, s.Args[1])
+			default:
+				for _, a := range s.Args {
+					if pending[a] {
+						t.Errorf("rank %d: step %d (%s) reads buffer %d before its transfer is joined", rank, i,
+							s.Op, a)
+					}
+				}
+			}
+		}
+		if len(pending) != 0 {
+			t.Errorf("rank %d: transfers never joined: %v", rank, pending)
+		}
+	}
+	// fp32 storage and an odd head dim take the scalar kernels and the merge.
+	for _, c := range []struct {
+		st tensor.DType
+		d  int64
+	}{{tensor.F32, 64}, {tensor.BF16, 32}} {
+		f := ringFunc(t, 2, 2, 16, 2, 1, c.d, ir.LayoutZigzag)
+		p, err := codegen.Build(f, codegen.Options{Arch: "compute_80", Storage: c.st, Rank: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ops, _ := planSummary(p)
+		// Rank 1 of 2, zigzag: chunks 1 and 2 of 4; step 0 sees (1,1) (2,1) (2,2),
+		// step 1 holds rank 0's chunks 0 and 3: (1,0) (2,0).
+		if ops["ring.fwd"] != 5 || ops["ring.merge"] != 5 || ops["ring.dq"] != 5 || ops["ring.dkdv"] != 5 {
+			t.Errorf("%v D=%d: scalar blocks %v", c.st, c.d, ops)
+		}
+		if ops["attention.flash.fwd"] != 0 {
+			t.Errorf("%v D=%d: uses the tensor-core tier", c.st, c.d)
+		}
+	}
+}
+
+// TestRingKernelsCompile compiles, with NVRTC 11.8, every kernel of ring
+// attention's plans in both tiers (as CI does without a GPU).
+func TestRingKernelsCompile(t *testing.T) {
+	if _, err := rcuda.NVRTCVersion(); err != nil {
+		t.Skipf("skipping: no NVRTC library: %v", err)
+	}
+	seen := map[string]bool{}
+	for _, c := range []struct {
+		st     tensor.DType
+		d      int64
+		b      int64
+		layout string
+	}{{tensor.BF16, 64, 2, ir.LayoutZigzag}, {tensor.F32, 32, 2, ir.LayoutContiguous}, {tensor.BF16, 32, 1, ir.LayoutZigzag}} {
+		f := ringFunc(t, 2, c.b, 32, 2, 1, c.d, c.layout)
+		p, err := codegen.Build(f, codegen.Options{Arch: "compute_80", Storage: c.st, Rank: 0})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, k := range p.Kernels {
+			if seen[k.Name] || !(strings.HasPrefix(k.Op, "ring.") || strings.HasPrefix(k.Op, "attention.flash")) {
+				continue
+			}
+			seen[k.Name] = true
+			if _, log, err := rcuda.Compile(k.Source, k.Name+".cu", "compute_80", nil); err != nil {
+				t.Errorf("%s: %v\n%s", k.Name, err, log)
+			}
+		}
+	}
+	var ops []string
+	for n := range seen {
+		ops = append(ops, n[:strings.LastIndex(n, "_")])
+	}
+	slices.Sort(ops)
+	for _, want := range []string{"ring_merge", "ring_fwd", "ring_dq", "ring_dkdv", "ring_add", "ring_move",
+		"ring_delta", "attention_flash_fwd", "attention_flash_dkdv", "attention_flash_dq"} {
+		if !slices.Contains(ops, want) {
+			t.Errorf("no %s kernel compiled (have %v)", want, ops)
+		}
+	}
+}
