@@ -217,9 +217,10 @@ func lowerShardedAttention(g *gen, n *ir.Node) error {
 			return lowerRingAttention(g, n)
 		case ir.OpRingAttentionGrad:
 			return lowerRingAttentionGrad(g, n)
+		case ir.OpShardedDilatedAttention:
+			return lowerShardedDilated(g, n)
 		}
-		return fmt.Errorf("no GPU lowering for op %s on %d ranks yet (on one rank it lowers as %s)",
-			n.Op, r, base)
+		return lowerShardedDilatedGrad(g, n)
 	}
 	m := *n
 	m.Op = base

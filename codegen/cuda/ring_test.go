@@ -158,3 +158,112 @@ func TestRingKernelsCompile(t *testing.T) {
 		}
 	}
 }
+
+// dilatedFunc is one rank's sharded dilated attention forward and backward.
+func dilatedFunc(t *testing.T, ranks int, b, l, h, hkv, d int64, seg, dil []int64, offsets string) *ir.Func {
+	t.Helper()
+	bd := ir.NewBuilder("dilated")
+	q := bd.Input("q", ir.T(tensor.F32, b, l, h, d))
+	k := bd.Input("k", ir.T(tensor.F32, b, l, hkv, d))
+	v := bd.Input("v", ir.T(tensor.F32, b, l, hkv, d))
+	do := bd.Input("do", ir.T(tensor.F32, b, l, h, d))
+	at := ir.A("causal", true, "scale", 0.125, "ranks", ranks, "segments", seg, "dilations", dil,
+		"offsets", offsets)
+	r := bd.Apply(ir.OpShardedDilatedAttention, at, q, k, v)
+	g := bd.Apply(ir.OpShardedDilatedAttentionGrad, at, q, k, v, r[0], r[1], do)
+	for i, x := range append(r, g...) {
+		bd.Output(fmt.Sprint("y", i), x)
+	}
+	f, err := bd.Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+// TestShardedDilatedPlan checks LongNet's sharding on 4 ranks of 32 positions:
+// the branch of segment 16 is local (no communication), the branches of
+// segments 64 (two ranks a segment) and 256 (the whole sequence) gather their
+// selected k/v once in the forward and once in the backward, and reduce-scatter
+// their dk/dv once; rank r attends to the r mod 2 + 1 and r + 1 ranks' rows
+// before it, so its block count grows with its place in the segment; every
+// gather is joined before its rows are read.
+func TestShardedDilatedPlan(t *testing.T) {
+	f := dilatedFunc(t, 4, 1, 32, 4, 2, 64, []int64{16, 64, 256}, []int64{1, 2, 4}, "paper")
+	for rank := range 4 {
+		p, err := codegen.Build(f, codegen.Options{Arch: "compute_80", Storage: tensor.BF16, Rank: rank})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ops, colls := planSummary(p)
+		gathers, scatters := 0, 0
+		for _, s := range p.Plan.Steps {
+			if s.Kind == "collective" {
+				switch s.Coll.Op {
+				case "all_gather":
+					gathers++
+				case "reduce_scatter":
+					scatters++
+				}
+			}
+		}
+		if gathers != 4 || scatters != 2 {
+			t.Errorf("rank %d: %d gathers, %d reduce-scatters; want 4, 2 (%v)", rank, gathers, scatters, colls)
+		}
+		blocks := (rank%2 + 1) + (rank + 1)
+		// The forward: the local branch's kernel plus one per far block; the
+		// backward as many dQ kernels.
+		if ops["attention.flash.fwd"] != 1+blocks || ops["attention.flash.dq"] != 1+blocks {
+			t.Errorf("rank %d: %d forward and %d dQ kernels; want %d", rank, ops["attention.flash.fwd"],
+				ops["attention.flash.dq"], 1+blocks)
+		}
+		if ops["ring.merge"] != 2 || ops["dilated.scatter"] != 6 {
+			t.Errorf("rank %d: %d merges, %d scatters; want 2, 6", rank, ops["ring.merge"], ops["dilated.scatter"])
+		}
+	}
+	// A branch whose segment is not whole shares is refused, naming it.
+	f = dilatedFunc(t, 4, 1, 32, 4, 2, 64, []int64{48}, []int64{1}, "paper")
+	if _, err := codegen.Build(f, codegen.Options{Arch: "compute_80", Rank: 0}); err == nil ||
+		!strings.Contains(err.Error(), "segment 48") {
+		t.Errorf("segment 48 on shares of 32: %v", err)
+	}
+}
+
+// TestShardedDilatedKernelsCompile compiles, with NVRTC 11.8, every kernel of
+// the sharded dilated plans in both tiers.
+func TestShardedDilatedKernelsCompile(t *testing.T) {
+	if _, err := rcuda.NVRTCVersion(); err != nil {
+		t.Skipf("skipping: no NVRTC library: %v", err)
+	}
+	seen := map[string]bool{}
+	for _, c := range []struct {
+		st      tensor.DType
+		d       int64
+		offsets string
+	}{{tensor.BF16, 64, "paper"}, {tensor.F32, 32, "block"}} {
+		f := dilatedFunc(t, 2, 2, 16, 4, 2, c.d, []int64{8, 64}, []int64{1, 2}, c.offsets)
+		p, err := codegen.Build(f, codegen.Options{Arch: "compute_80", Storage: c.st, Rank: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, k := range p.Kernels {
+			if seen[k.Name] {
+				continue
+			}
+			seen[k.Name] = true
+			if _, log, err := rcuda.Compile(k.Source, k.Name+".cu", "compute_80", nil); err != nil {
+				t.Errorf("%s: %v\n%s", k.Name, err, log)
+			}
+		}
+	}
+	var ops []string
+	for n := range seen {
+		ops = append(ops, n[:strings.LastIndex(n, "_")])
+	}
+	for _, want := range []string{"dilated_select", "dilated_scatter", "dilated_fwd", "dilated_dq", "dilated_dkdv",
+		"ring_merge"} {
+		if !slices.Contains(ops, want) {
+			t.Errorf("no %s kernel compiled (have %v)", want, ops)
+		}
+	}
+}

@@ -215,3 +215,54 @@ func TestGPURingAttention(t *testing.T) {
 		})
 	}
 }
+
+// TestGPUShardedDilated runs LongNet's sharded dilated attention and its exact
+// gradient on 2 and 4 ranks sharing GPU 0: local branches, far branches whose
+// segment spans two ranks or the whole sequence (the sparse all-gather and the
+// reduce-scatter of dk, dv), in both tiers and both head-offset rules, against
+// the CPU interpreter's unsharded dilated attention at each rank's positions.
+func TestGPUShardedDilated(t *testing.T) {
+	openGPU(t)
+	cases := []struct {
+		ringCase
+		seg, dil []int64
+		offsets  string
+	}{
+		{ringCase{2, 1, 64, 4, 2, 64, true, ir.LayoutContiguous, tensor.BF16}, []int64{32, 128}, []int64{1, 2},
+			"paper"},
+		{ringCase{4, 2, 32, 4, 4, 128, true, ir.LayoutContiguous, tensor.BF16}, []int64{16, 64, 128},
+			[]int64{1, 2, 4}, "block"},
+		{ringCase{2, 2, 16, 4, 2, 32, true, ir.LayoutContiguous, tensor.F32}, []int64{8, 64}, []int64{1, 2},
+			"paper"},
+		{ringCase{4, 1, 8, 4, 2, 16, true, ir.LayoutContiguous, tensor.F32}, []int64{4, 16, 32},
+			[]int64{1, 2, 4}, "block"},
+		{ringCase{2, 1, 16, 2, 2, 16, false, ir.LayoutContiguous, tensor.F32}, []int64{8, 32}, []int64{2, 2},
+			"paper"},
+	}
+	for i, c := range cases {
+		t.Run(fmt.Sprintf("%v,w=%v,r=%v,%s", c.ringCase, c.seg, c.dil, c.offsets), func(t *testing.T) {
+			total := c.l * int64(c.ranks)
+			scale := 0.3
+			base := ir.A("causal", c.causal, "scale", scale, "segments", c.seg, "dilations", c.dil,
+				"offsets", c.offsets)
+			full := randomFull(c.b, total, c.h, c.hkv, c.d, uint64(200+i))
+			want := unsharded(t, ir.OpDilatedAttention, ir.OpDilatedAttentionGrad, base, full)
+			f := shardedFunc(t, ir.OpShardedDilatedAttention, ir.OpShardedDilatedAttentionGrad,
+				base.With("ranks", c.ranks), c.b, c.l, c.h, c.hkv, c.d)
+			pos := func(r int) []int64 { return ir.LayoutPositions(c.layout, total, int64(c.ranks), int64(r)) }
+			ins := make([]map[string]*tensor.Tensor, c.ranks)
+			for r := range ins {
+				ins[r] = map[string]*tensor.Tensor{}
+				for name, x := range full {
+					ins[r][name] = takeRows(x, 1, pos(r))
+				}
+			}
+			got := runRanks(t, f, ins, Options{Storage: c.storage})
+			tol := 1e-5
+			if c.storage == tensor.BF16 {
+				tol = 2e-2
+			}
+			checkSharded(t, c.String(), got, want, pos, tol)
+		})
+	}
+}

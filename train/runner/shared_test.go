@@ -14,14 +14,15 @@ import (
 
 // twoRankConfigs are the sequence-sharded steps of the shared-GPU tests on 2 ranks.
 func twoRankConfigs() map[string]train.Config {
-	ring := base(4)
+	ring, dil := base(4), base(4)
 	ring.Attention, ring.ShardMode, ring.Ranks = driver.AttentionOptions{Mode: "dense"}, "ring", 2
-	return map[string]train.Config{"ring": ring}
+	dil.Attention, dil.ShardMode, dil.Ranks = dilated, "dilated", 2
+	return map[string]train.Config{"ring": ring, "dilated": dil}
 }
 
 // TestTwoRankStepLowers: every rank's build of the 2-rank sharded step lowers
-// whole to the GPU (ring attention's blocks and transfers included), in fp32
-// and bf16.
+// whole to the GPU (ring attention's blocks and transfers, LongNet's sparse
+// all-gather included), in fp32 and bf16.
 func TestTwoRankStepLowers(t *testing.T) {
 	for name, c := range twoRankConfigs() {
 		w := comm.NewWorld(2, 0)
@@ -36,21 +37,22 @@ func TestTwoRankStepLowers(t *testing.T) {
 				if err != nil {
 					t.Fatalf("%s, rank %d, %v: %v", name, r, storage, err)
 				}
-				sends := 0
+				moves := 0
 				for _, s := range p.Plan.Steps {
-					if s.Kind == "collective" && s.Coll.Op == "send_recv" {
-						sends++
+					if s.Kind == "collective" && (s.Coll.Op == "send_recv" || s.Coll.Op == "all_gather") {
+						moves++
 					}
 				}
-				if sends == 0 {
-					t.Errorf("%s, rank %d, %v: no ring transfer", name, r, storage)
+				if moves == 0 {
+					t.Errorf("%s, rank %d, %v: no k/v transfer", name, r, storage)
 				}
 			}
 		}
 	}
 }
 
-// TestGPUSharedRanks trains llama_mini sequence-sharded over 2 ranks that share
+// TestGPUSharedRanks trains llama_mini sequence-sharded (ring attention, and
+// LongNet's dilated attention with a far branch) over 2 ranks that share
 // GPU 0 (SharedGPU: devlocal's device communicator) in fp32, and compares every
 // step's loss with the 2-rank CPU run (runner.Local) within 1e-4 relative.
 func TestGPUSharedRanks(t *testing.T) {
