@@ -26,7 +26,7 @@ func runRanks(t *testing.T, f *ir.Func, ins []map[string]*tensor.Tensor, opts Op
 	if err != nil {
 		t.Fatal(err)
 	}
-	w := devlocal.NewWorld(n, time.Minute, cache)
+	w := devlocal.NewWorld(n, 3*time.Minute, cache)
 	got := make([]map[string]*tensor.Tensor, n)
 	errs := make([]error, n)
 	var wg sync.WaitGroup

@@ -196,6 +196,9 @@ type Comm struct {
 	mods    []*cuda.Module
 	scratch cuda.DevicePtr
 	scrLen  int
+	// pulled is this rank's event after its pulls of the last collective, which
+	// peers wait on; it lives until the next collective's drain.
+	pulled *cuda.Event
 }
 
 var _ comm.Device = (*Comm)(nil)
@@ -241,6 +244,9 @@ func (c *Comm) Sync() error { return c.stream.Synchronize() }
 // Close waits for the queued work and releases the stream, kernels and scratch.
 func (c *Comm) Close() error {
 	errs := []error{c.Sync()}
+	if c.pulled != nil {
+		errs = append(errs, c.pulled.Destroy())
+	}
 	for _, m := range c.mods {
 		errs = append(errs, m.Unload())
 	}
@@ -278,10 +284,17 @@ func (c *Comm) run(p *post, pull func(ps []*post) error) error {
 	if err != nil {
 		return errors.Join(perr, err)
 	}
-	defer ev.Destroy()
 	if r, err = c.w.drain(seq, me, p.op, ev); err != nil {
+		ev.Destroy()
 		return errors.Join(perr, err)
 	}
+	// Every rank has now finished the previous collective, waits on the
+	// previous pulled event included, so it may go; this one's stays until
+	// the next collective (or Close), since a peer may not have waited on it yet.
+	if c.pulled != nil {
+		c.pulled.Destroy()
+	}
+	c.pulled = ev
 	for s, e := range r.pulled {
 		if s != me {
 			if err := c.stream.Wait(e); err != nil {
@@ -387,19 +400,23 @@ func (c *Comm) reduce(p *post, off int) error {
 	if err != nil {
 		return err
 	}
-	if p.count > 0 && p.count*es > c.scrLen {
+	// Every rank runs the same program, so all reduce in place or none does.
+	inPlace := p.send == p.recv
+	if inPlace && p.count*es > c.scrLen {
 		if err := c.grow(p.count * es); err != nil {
 			return err
 		}
 	}
-	var inPlace bool
 	err = c.run(p, func(ps []*post) error {
 		args := []any{}
 		for s, q := range ps {
 			if q.count != p.count {
 				return mismatch(p.op, me, s, "count", p.count, q.count)
 			}
-			inPlace = inPlace || q.send == q.recv
+			if (q.send == q.recv) != inPlace {
+				return fmt.Errorf("devlocal: rank %d: %s: rank %d reduces in place, rank %d not (or the "+
+					"reverse)", me, p.op, s, me)
+			}
 		}
 		out := p.recv
 		if inPlace {
