@@ -204,8 +204,8 @@ func lowerFlash(g *gen, n *ir.Node, d flash.Desc) error {
 }
 
 // lowerFlashGrad renders the deterministic backward: delta into an f32 scratch
-// buffer, then dK/dV per key tile with dQ summed in fp32 in a fixed order of key
-// tiles (flash.DQFused: two more scratch buffers, the sum and its counters,
+// buffer, then dK/dV per key tile with dQ summed in 64-bit fixed point
+// (flash.DQFused: one more scratch buffer, the sum and the maxima of its bound,
 // zeroed first, then rounded to bf16), or dQ per query tile (flash.DQSplit).
 func lowerFlashGrad(g *gen, n *ir.Node, d flash.Desc) error {
 	if n.Op == ir.OpDilatedAttentionGrad {
@@ -225,13 +225,20 @@ func lowerFlashGrad(g *gen, n *ir.Node, d flash.Desc) error {
 	id := func(x *ir.Value) int { return g.ids[x] }
 	g.emitFlash(kd, []int{delta, id(o), id(do)})
 	if d.Defaults().Fused() {
-		nq, nsem := d.DQWorkspace()
-		dqa := g.temp(tensor.F32, d.B, d.T, int64(d.Hq), int64(d.D))
-		sem := g.temp(tensor.F32, nsem)
-		g.emitFlash(flash.Fill(nq, 0), []int{dqa})
-		g.emitFlash(flash.Fill(nsem, 0), []int{sem})
-		g.emitFlash(kkv, []int{id(dk), id(dv), id(q), id(k), id(v), id(do), id(lse), delta, dqa, sem})
-		g.emitFlash(flash.Convert(nq), []int{id(dq), dqa})
+		kb, err := flash.DQBound(d)
+		if err != nil {
+			return err
+		}
+		kc, err := flash.ConvertDQ(d)
+		if err != nil {
+			return err
+		}
+		nw := d.DQWorkspace()
+		ws := g.temp(tensor.F32, nw)
+		g.emitFlash(flash.Fill(nw, 0), []int{ws})
+		g.emitFlash(kb, []int{ws, id(do), id(k), id(v), delta})
+		g.emitFlash(kkv, []int{id(dk), id(dv), id(q), id(k), id(v), id(do), id(lse), delta, ws})
+		g.emitFlash(kc, []int{id(dq), ws})
 		return nil
 	}
 	kq, err := flash.DQ(d)

@@ -71,11 +71,11 @@ type Attention struct {
 	Desc                 fk.Desc
 	ld                   loader
 	fwd, delta, dkdv, dq *kernel
-	// A fused backward (Desc.Fused) has no dQ kernel: the dK/dV kernel adds dQ
-	// into dqa in a fixed order (sem orders it), zeroed by the fills, and conv
-	// rounds it to bf16.
-	fillQ, fillSem, conv *kernel
-	dqa, sem             cuda.DevicePtr
+	// A fused backward (Desc.Fused) has no dQ kernel: fill zeroes the
+	// workspace ws, bound writes the maxima at its end, the dK/dV kernel adds
+	// dQ into its fixed-point sum, and conv rounds the sum to bf16.
+	fill, bound, conv *kernel
+	ws                cuda.DevicePtr
 }
 
 // New renders, compiles and loads the kernels of d on dev; cache may be shared.
@@ -99,34 +99,39 @@ func New(dev *cuda.Device, cache *cuda.Cache, d fk.Desc) (*Attention, error) {
 		}
 	}
 	if fused {
-		nq, nsem := a.Desc.DQWorkspace()
-		var err error
+		nw := a.Desc.DQWorkspace()
+		kb, err := fk.DQBound(d)
+		if err != nil {
+			a.Close()
+			return nil, fmt.Errorf("flash: %w", err)
+		}
+		kc, err := fk.ConvertDQ(d)
+		if err != nil {
+			a.Close()
+			return nil, fmt.Errorf("flash: %w", err)
+		}
 		for _, x := range []struct {
 			dst **kernel
 			k   fk.Kernel
-		}{{&a.fillQ, fk.Fill(nq, 0)}, {&a.fillSem, fk.Fill(nsem, 0)}, {&a.conv, fk.Convert(nq)}} {
+		}{{&a.fill, fk.Fill(nw, 0)}, {&a.bound, kb}, {&a.conv, kc}} {
 			if *x.dst, err = a.ld.load(x.k); err != nil {
 				a.Close()
 				return nil, err
 			}
 		}
-		if a.dqa, err = dev.Alloc(int(4 * nq)); err != nil {
+		if a.ws, err = dev.Alloc(int(4 * nw)); err != nil {
 			a.Close()
-			return nil, fmt.Errorf("flash: dQ sum of %d bytes: %w", 4*nq, err)
-		}
-		if a.sem, err = dev.Alloc(int(4 * nsem)); err != nil {
-			a.Close()
-			return nil, fmt.Errorf("flash: dQ counters of %d bytes: %w", 4*nsem, err)
+			return nil, fmt.Errorf("flash: dQ workspace of %d bytes: %w", 4*nw, err)
 		}
 	}
 	return a, nil
 }
 
 // Kernels lists the loaded kernels (forward, delta, dK/dV, then dQ, or the
-// fused backward's fills and conversion).
+// fused backward's fill, bound and conversion).
 func (a *Attention) Kernels() []fk.Kernel {
 	ks := []fk.Kernel{a.fwd.k, a.delta.k, a.dkdv.k}
-	for _, k := range []*kernel{a.dq, a.fillQ, a.fillSem, a.conv} {
+	for _, k := range []*kernel{a.dq, a.fill, a.bound, a.conv} {
 		if k != nil {
 			ks = append(ks, k.k)
 		}
@@ -136,11 +141,9 @@ func (a *Attention) Kernels() []fk.Kernel {
 
 // Close unloads the kernels and frees the fused backward's workspace.
 func (a *Attention) Close() error {
-	for _, p := range []*cuda.DevicePtr{&a.dqa, &a.sem} {
-		if *p != 0 {
-			a.ld.dev.Free(*p)
-			*p = 0
-		}
+	if a.ws != 0 {
+		a.ld.dev.Free(a.ws)
+		a.ws = 0
 	}
 	return a.ld.close()
 }
@@ -168,25 +171,25 @@ func (a *Attention) BackwardWith(s *cuda.Stream, dq, dk, dv, q, k, v, lse, delta
 }
 
 // DKDV queues the dK/dV kernel alone (part of BackwardWith). When the backward
-// is fused, it zeroes the dQ sum and counters and also sums dQ.
+// is fused, it zeroes the dQ sum, writes its bound, and also sums dQ.
 func (a *Attention) DKDV(s *cuda.Stream, dk, dv, q, k, v, lse, delta, do cuda.DevicePtr) error {
 	if a.dq != nil {
 		return a.dkdv.launch(s, dk, dv, q, k, v, do, lse, delta)
 	}
-	if err := a.fillQ.launch(s, a.dqa); err != nil {
+	if err := a.fill.launch(s, a.ws); err != nil {
 		return err
 	}
-	if err := a.fillSem.launch(s, a.sem); err != nil {
+	if err := a.bound.launch(s, a.ws, do, k, v, delta); err != nil {
 		return err
 	}
-	return a.dkdv.launch(s, dk, dv, q, k, v, do, lse, delta, a.dqa, a.sem)
+	return a.dkdv.launch(s, dk, dv, q, k, v, do, lse, delta, a.ws)
 }
 
 // DQ queues the dQ kernel alone (part of BackwardWith); when the backward is
 // fused, the conversion of the dQ sum that DKDV left.
 func (a *Attention) DQ(s *cuda.Stream, dq, q, k, v, lse, delta, do cuda.DevicePtr) error {
 	if a.dq == nil {
-		return a.conv.launch(s, dq, a.dqa)
+		return a.conv.launch(s, dq, a.ws)
 	}
 	return a.dq.launch(s, dq, q, k, v, do, lse, delta)
 }

@@ -6,43 +6,11 @@ package flash
 // see its keys, streaming Q, dO, lse and delta through FA_STAGES buffers. Per
 // tile: Sᵀ = K·Qᵀ, Pᵀ = exp2(Sᵀ·scale·log2e − lse·log2e), dV += Pᵀ·dO,
 // dPᵀ = V·dOᵀ, dSᵀ = Pᵀ∘(dPᵀ − delta), dK += dSᵀ·Q. The dK and dV of a key are
-// summed by one thread in a fixed order: deterministic, no atomics.
-//
-// With FA_FUSEDQ the kernel also computes dQ: dSᵀ goes to shared memory as bf16,
-// the warps compute the tile's dQ part dS·K, and add it into the fp32 sum dqa in
-// a fixed order of key tiles. Key tile j is blockIdx.x = gridDim.x−1−j, and
-// each CTA walks its query tiles from the last down, so for query tile i the key
-// tiles add in the order jmax(i), jmax(i)−1, ..., 0. The counter sem[i] says how
-// many have added; a CTA waits (acquire) until it equals jmax(i) − j, adds with
-// L2-only loads and stores, and increments it (release). The CTA whose turn it
-// is was launched before every CTA waiting for it, so it always runs. (A grid
-// with the heads fastest, so that every head has CTAs in flight, measured
-// slower on the H200: 54.0 instead of 45.8 ms at T=32K, H=8, D=128.)
-const dkdvSrc = `#if FA_FUSEDQ
-__device__ __forceinline__ unsigned fa_ld_acquire(const unsigned* p) {
-  unsigned v;
-  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
-  return v;
-}
-__device__ __forceinline__ void fa_red_release(unsigned* p) {
-  asm volatile("red.release.gpu.global.add.u32 [%0], 1;\n" :: "l"(p) : "memory");
-}
-__device__ __forceinline__ float2 fa_ldcg2(const float* p) {
-  float2 v;
-  asm volatile("ld.global.cg.v2.f32 {%0, %1}, [%2];\n" : "=f"(v.x), "=f"(v.y) : "l"(p) : "memory");
-  return v;
-}
-__device__ __forceinline__ void fa_stcg2(float* p, float2 v) {
-  asm volatile("st.global.cg.v2.f32 [%0], {%1, %2};\n" :: "l"(p), "f"(v.x), "f"(v.y) : "memory");
-}
-#define FA_DSS (FA_BR + 8)
-#endif
-extern "C" __global__ void __launch_bounds__(FA_NT) @KERNEL@(FA_OT* __restrict__ dk, FA_OT* __restrict__ dv,
+// summed by one thread in a fixed order: deterministic, no atomics. (The fused
+// backward, DQFused, runs dkdvqSrc instead.)
+const dkdvSrc = `extern "C" __global__ void __launch_bounds__(FA_NT) @KERNEL@(FA_OT* __restrict__ dk, FA_OT* __restrict__ dv,
     const fa_bf16* __restrict__ q, const fa_bf16* __restrict__ k, const fa_bf16* __restrict__ v,
     const fa_bf16* __restrict__ dout, const float* __restrict__ lse, const float* __restrict__ delta
-#if FA_FUSEDQ
-    , float* __restrict__ dqa, unsigned* __restrict__ sem
-#endif
     ) {
   extern __shared__ __align__(128) unsigned char fa_sh[];
   fa_bf16* sK = (fa_bf16*)fa_sh;
@@ -51,14 +19,8 @@ extern "C" __global__ void __launch_bounds__(FA_NT) @KERNEL@(FA_OT* __restrict__
   fa_bf16* sO = sQ + FA_STAGES * FA_BR * FA_D;
   float* sL = (float*)(sO + FA_STAGES * FA_BR * FA_D);
   float* sDl = sL + FA_STAGES * FA_BR;
-#if FA_FUSEDQ
-  fa_bf16* sDS = (fa_bf16*)(sDl + FA_STAGES * FA_BR);
-  const long long kt = (long long)(gridDim.x - 1 - blockIdx.x);
-  const int hk = blockIdx.y;
-#else
   const long long kt = blockIdx.x;
   const int hk = blockIdx.y;
-#endif
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const long long b = blockIdx.z / FA_NSEG, sg = blockIdx.z % FA_NSEG;
   const int h0 = hk * FA_G + (FA_MEMBER >= 0 ? FA_MEMBER : 0);
@@ -77,9 +39,7 @@ extern "C" __global__ void __launch_bounds__(FA_NT) @KERNEL@(FA_OT* __restrict__
   const long long qtiles = (qn + FA_BR - 1) / FA_BR;
   const int nit = qtiles > it0 ? (int)(qtiles - it0) : 0;
   const int nitems = nh * nit;
-  // qtile(w) is the query tile of work item w: ascending, or descending when
-  // fused (the order the dQ counters need).
-#define qtile(w) (FA_FUSEDQ ? qtiles - 1 - (w) % nit : it0 + (w) % nit)
+#define qtile(w) (it0 + (w) % nit)
   const long long qrs = (long long)FA_HQ * FA_D * FA_R, krs = (long long)FA_HKV * FA_D * FA_R;
   const fa_bf16* kg = k + ((b * FA_S + kp0) * FA_HKV + hk) * FA_D;
   const fa_bf16* vg = v + ((b * FA_S + kp0) * FA_HKV + hk) * FA_D;
@@ -207,13 +167,6 @@ extern "C" __global__ void __launch_bounds__(FA_NT) @KERNEL@(FA_OT* __restrict__
     for (int nt = 0; nt < FA_BR / 8; ++nt)
 #pragma unroll
       for (int e = 0; e < 4; ++e) sT[nt][e] *= dpT[nt][e] - cD[nt * 8 + c2 + (e & 1)];
-#if FA_FUSEDQ
-#pragma unroll
-    for (int nt = 0; nt < FA_BR / 8; ++nt) {
-      *(unsigned*)(sDS + (warp * 16 + g) * FA_DSS + nt * 8 + c2) = fa_pack(sT[nt][0], sT[nt][1]);
-      *(unsigned*)(sDS + (warp * 16 + g + 8) * FA_DSS + nt * 8 + c2) = fa_pack(sT[nt][2], sT[nt][3]);
-    }
-#endif
 #pragma unroll
     for (int kk = 0; kk < FA_BR / 16; ++kk) {
       unsigned a[4];
@@ -229,61 +182,6 @@ extern "C" __global__ void __launch_bounds__(FA_NT) @KERNEL@(FA_OT* __restrict__
         fa_mma(dka[2 * dp + 1], a, bb[2], bb[3]);
       }
     }
-#if FA_FUSEDQ
-    {
-      // dQ part of this tile: dS (FA_BR × FA_BC, stored transposed) · K, in
-      // units of 16 query rows × 16 head-dim columns spread over the warps.
-      const int DC = FA_D / 16, NW = FA_NT / 32, NU = (FA_BR / 16) * DC / NW;
-      __syncthreads();
-      float dqc[NU][2][4];
-#pragma unroll
-      for (int u = 0; u < NU; ++u)
-#pragma unroll
-        for (int i = 0; i < 2; ++i) dqc[u][i][0] = dqc[u][i][1] = dqc[u][i][2] = dqc[u][i][3] = 0.0f;
-#pragma unroll
-      for (int kk = 0; kk < FA_BC / 16; ++kk)
-#pragma unroll
-        for (int u = 0; u < NU; ++u) {
-          const int un = warp + u * NW, mt = un / DC, dc = un % DC;
-          unsigned a[4], bb[4];
-          fa_ldm4t(a, fa_smem(sDS + (kk * 16 + (lane & 7) + (lane >> 4) * 8) * FA_DSS + mt * 16 + ((lane >> 3) & 1) * 8));
-          fa_ldm4t(bb, fa_smem(sK + fa_swz(kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8, dc * 16 + (lane >> 4) * 8)));
-          fa_mma(dqc[u][0], a, bb[0], bb[1]);
-          fa_mma(dqc[u][1], a, bb[2], bb[3]);
-        }
-      const int h = h0 + w / nit;
-      long long lim = kn;
-      if (FA_CAUSAL && FA_QPOS + qq0 + FA_BR - FA_KPOS < lim) lim = FA_QPOS + qq0 + FA_BR - FA_KPOS;
-      const unsigned want = (unsigned)((lim - 1) / FA_BC - kt);
-      unsigned* sp = sem + ((long long)blockIdx.z * FA_HQ + h) * qtiles + qq0 / FA_BR;
-      if (tid == 0) {
-        while (fa_ld_acquire(sp) != want) {
-        }
-      }
-      __syncthreads();
-      float* dg = dqa + ((b * FA_T + qp0) * FA_HQ + h) * FA_D;
-#pragma unroll
-      for (int u = 0; u < NU; ++u) {
-        const int un = warp + u * NW, mt = un / DC, dc = un % DC;
-#pragma unroll
-        for (int r = 0; r < 2; ++r) {
-          const long long row = qq0 + mt * 16 + g + r * 8;
-          if (row >= qn) continue;
-#pragma unroll
-          for (int ni = 0; ni < 2; ++ni) {
-            float* p = dg + row * qrs + dc * 16 + ni * 8 + c2;
-            float2 x = fa_ldcg2(p);
-            x.x += dqc[u][ni][2 * r] * FA_SCALE;
-            x.y += dqc[u][ni][2 * r + 1] * FA_SCALE;
-            fa_stcg2(p, x);
-          }
-        }
-      }
-      __threadfence();
-      __syncthreads();
-      if (tid == 0) fa_red_release(sp);
-    }
-#endif
   }
 #undef qtile
   fa_wait<0>();

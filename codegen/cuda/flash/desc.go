@@ -82,14 +82,15 @@ type Desc struct {
 type DQMode int
 
 const (
-	// DQAuto picks the mode measured faster on the H200: split (BENCHMARKS.md:
-	// fused, the backward at T=32K, H=8, D=128 takes 45.9 ms instead of 32.1;
-	// the CTAs of one query tile wait for each other in turn).
+	// DQAuto picks the mode measured faster on the H200 (BENCHMARKS.md).
 	DQAuto DQMode = iota
 	// DQFused: the dK/dV kernel also computes dS·K for each query tile and adds
-	// it into an fp32 dQ sum in a fixed order of key tiles (a per-tile counter
-	// in global memory orders the CTAs), then Convert rounds the sum to bf16.
-	// Five GEMM-sized products per tile instead of seven.
+	// it into a 64-bit fixed-point dQ sum with integer atomics (red.add.u64),
+	// then ConvertDQ rounds the sum to bf16. Integer addition is associative, so
+	// the sum is bitwise the same in any order: deterministic without ordering
+	// the CTAs. Five GEMM-sized products per tile instead of seven. The fixed
+	// point's unit comes from a bound on |dQ| (DQBound), so the sum cannot
+	// overflow and keeps at least 62 bits below the bound.
 	DQFused
 	// DQSplit: the dQ kernel recomputes S and dP per query tile.
 	DQSplit
@@ -103,17 +104,19 @@ func (d Desc) Fused() bool {
 	case DQSplit:
 		return false
 	}
-	return false
+	return !d.Accumulate && !d.Dilated()
 }
 
-// DQWorkspace is what a fused backward needs besides its outputs: the fp32 dQ
-// sum (elements, [B,T,Hq,D]) and the per-query-tile counters (32-bit words).
-// Both start at zero for every backward.
-func (d Desc) DQWorkspace() (dqa, sem int64) {
-	d = d.Defaults()
-	qtiles := (d.T + int64(d.BwdBr) - 1) / int64(d.BwdBr)
-	return d.B * d.T * int64(d.Hq) * int64(d.D), d.B * int64(d.Hq) * qtiles
+// DQWorkspace is the number of 32-bit words a fused backward needs besides
+// its outputs: the int64 dQ sum ([B,T,Hq,D], two words an element) followed
+// by DQBoundWords words of maxima for its bound. All start at zero.
+func (d Desc) DQWorkspace() int64 {
+	return 2*d.B*d.T*int64(d.Hq)*int64(d.D) + DQBoundWords
 }
+
+// DQBoundWords is the size of the maxima at the end of the fused workspace:
+// max |dO|, max |K|, max |V| (bf16 elements) and max |delta|, as float bits.
+const DQBoundWords = 4
 
 // Defaults fills tile sizes and the optional fields left zero.
 func (d Desc) Defaults() Desc {
@@ -143,6 +146,9 @@ func (d Desc) Defaults() Desc {
 	pick(&d.Bc, 32, 64)
 	pick(&d.WM, 2, 2)
 	pick(&d.Stages, 2, 2)
+	if d.Fused() {
+		pick(&d.BwdBr, 64, 64)
+	}
 	pick(&d.BwdBr, 32, 64)
 	pick(&d.BwdBc, 128, 128)
 	pick(&d.DQBr, 128, 128)
@@ -240,8 +246,8 @@ func (d Desc) Check() error {
 	if d.DQ < DQAuto || d.DQ > DQSplit {
 		return fmt.Errorf("dQ mode %d: want auto, fused or split", d.DQ)
 	}
-	if d.Fused() && (d.BwdBr/16)*(d.D/16)%(d.BwdBc/16) != 0 {
-		return fmt.Errorf("fused dQ: the %d×%d tiles of dS·K do not split evenly over %d warps", d.BwdBr, d.D, d.BwdBc/16)
+	if d.Fused() && (d.BwdBr != 32 && d.BwdBr != 64 || d.BwdBc != 64 && d.BwdBc != 128) {
+		return fmt.Errorf("fused dQ: backward tiles %d×%d: the eight warps take 32 or 64 queries × 64 or 128 keys", d.BwdBr, d.BwdBc)
 	}
 	if d.Offsets != "paper" && d.Offsets != "block" {
 		return fmt.Errorf("offsets %q: want paper or block", d.Offsets)

@@ -30,7 +30,11 @@ func variants() []Desc {
 func kernels(t *testing.T, d Desc) []Kernel {
 	t.Helper()
 	var ks []Kernel
-	for _, f := range []func(Desc) (Kernel, error){Forward, Delta, DKDV, DQ} {
+	gens := []func(Desc) (Kernel, error){Forward, Delta, DKDV, DQ}
+	if d.Defaults().Fused() {
+		gens = append(gens, DQBound, ConvertDQ)
+	}
+	for _, f := range gens {
 		k, err := f(d)
 		if err != nil {
 			t.Fatalf("%+v: %v", d, err)
@@ -72,7 +76,7 @@ func TestRejects(t *testing.T) {
 		{Desc{B: 1, T: 8, S: 9, Hq: 1, Hkv: 1, D: 64, W: 4, R: 2}, "as many keys"},
 		{Desc{B: 1, T: 8, S: 8, Hq: 1, Hkv: 1, D: 64, DType: tensor.F16}, "storage f16"},
 		{Desc{B: 1, T: 8, S: 8, Hq: 1, Hkv: 1, D: 64, Accumulate: true, DQ: DQFused}, "fused dQ"},
-		{Desc{B: 1, T: 8, S: 8, Hq: 1, Hkv: 1, D: 64, BwdBr: 16, BwdBc: 256, DQ: DQFused}, "do not split evenly"},
+		{Desc{B: 1, T: 8, S: 8, Hq: 1, Hkv: 1, D: 64, BwdBr: 16, BwdBc: 256, DQ: DQFused}, "backward tiles 16×256"},
 	} {
 		_, err := Forward(c.d)
 		if err == nil || !strings.Contains(err.Error(), c.want) {

@@ -1,0 +1,316 @@
+package flash
+
+// dkdvqSrc is the fused backward (DQFused), laid out as FlashAttention-2's: one
+// CTA of eight warps per (key tile of FA_BC rows, kv head, batch) keeps K and V
+// in shared memory and walks the query tiles of FA_BR rows that see its keys
+// (for each query head of the group), streaming Q, dO, lse and delta through
+// FA_STAGES buffers. Per tile, with the warps in a different grid for each
+// product so that every warp's operands stay small:
+//
+//	S = Q·Kᵀ, dP = dO·Vᵀ    warps 2 (queries) × 4 (keys)
+//	P = exp2(S·scale·log2e − lse·log2e), dS = P∘(dP − delta), both to shared memory as bf16
+//	dV += Pᵀ·dO, dK += dSᵀ·Q warps 4 (keys) × 2 (head dim), in registers over the walk
+//	dQ part = dS·K          warps 2 (queries) × 4 (head dim), added with fa_red64
+//
+// The dK and dV of a key are summed by one thread in a fixed order; dQ is a
+// 64-bit fixed-point sum of integer atomics, the same bits in any order.
+const dkdvqSrc = `#define FA_PS (FA_BC + 8)
+#define FA_MT (FA_BR / 32)
+#define FA_NS (FA_BC / 32)
+#define FA_KM (FA_BC / 64)
+#define FA_DN (FA_D / 16)
+#define FA_QN (FA_D / 32)
+extern "C" __global__ void __launch_bounds__(256, 1) @KERNEL@(fa_bf16* __restrict__ dk, fa_bf16* __restrict__ dv,
+    const fa_bf16* __restrict__ q, const fa_bf16* __restrict__ k, const fa_bf16* __restrict__ v,
+    const fa_bf16* __restrict__ dout, const float* __restrict__ lse, const float* __restrict__ delta,
+    unsigned* __restrict__ ws) {
+  extern __shared__ __align__(128) unsigned char fa_sh[];
+  fa_bf16* sK = (fa_bf16*)fa_sh;
+  fa_bf16* sV = sK + FA_BC * FA_D;
+  fa_bf16* sQ = sV + FA_BC * FA_D;
+  fa_bf16* sO = sQ + FA_STAGES * FA_BR * FA_D;
+  fa_bf16* sP = sO + FA_STAGES * FA_BR * FA_D;
+  fa_bf16* sS = sP + FA_BR * FA_PS;
+  float* sL = (float*)(sS + FA_BR * FA_PS);
+  float* sDl = sL + FA_STAGES * FA_BR;
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const int g = lane >> 2, c2 = (lane & 3) * 2;
+  const int hk = blockIdx.y, h0 = hk * FA_G;
+  const long long b = blockIdx.z, k0 = (long long)blockIdx.x * FA_BC;
+  const long long kn = FA_S, qn = FA_T;
+  if (k0 >= kn) return;
+  long long first = 0;
+  if (FA_CAUSAL) {
+    first = FA_KPOS + k0 - FA_QPOS;
+    if (first < 0) first = 0;
+  }
+  const long long it0 = first / FA_BR;
+  const long long qtiles = (qn + FA_BR - 1) / FA_BR;
+  const int nit = qtiles > it0 ? (int)(qtiles - it0) : 0;
+  const int nitems = FA_G * nit;
+  const long long qrs = (long long)FA_HQ * FA_D, krs = (long long)FA_HKV * FA_D;
+  // loadq queues work item w (query head h0 + w / nit, query tile it0 + w % nit)
+  // into stage st.
+#define loadq(w, st) do { \
+    const int h_ = h0 + (w) / nit; \
+    const long long qq_ = (it0 + (w) % nit) * FA_BR; \
+    const long long qo_ = (b * FA_T * FA_HQ + h_) * FA_D, lo_ = (b * FA_HQ + h_) * FA_T; \
+    fa_load_tile<FA_BR, 256>(sQ + (st) * FA_BR * FA_D, q + qo_, qrs, qq_, qn, tid); \
+    fa_load_tile<FA_BR, 256>(sO + (st) * FA_BR * FA_D, dout + qo_, qrs, qq_, qn, tid); \
+    if (tid < FA_BR) { \
+      const bool ok_ = qq_ + tid < qn; \
+      fa_cp4(fa_smem(sL + (st) * FA_BR + tid), lse + lo_ + (ok_ ? qq_ + tid : 0), ok_); \
+    } else if (tid < 2 * FA_BR) { \
+      const int t_ = tid - FA_BR; \
+      const bool ok_ = qq_ + t_ < qn; \
+      fa_cp4(fa_smem(sDl + (st) * FA_BR + t_), delta + lo_ + (ok_ ? qq_ + t_ : 0), ok_); \
+    } \
+  } while (0)
+  fa_load_tile<FA_BC, 256>(sK, k + (b * FA_S * FA_HKV + hk) * FA_D, krs, k0, kn, tid);
+  fa_load_tile<FA_BC, 256>(sV, v + (b * FA_S * FA_HKV + hk) * FA_D, krs, k0, kn, tid);
+#pragma unroll
+  for (int s = 0; s < FA_STAGES - 1; ++s) {
+    if (s < nitems) loadq(s, s);
+    fa_commit();
+  }
+  const double dqmul = fa_dq_mul(ws + 2 * FA_NQ);
+  unsigned long long* dqa = (unsigned long long*)ws;
+  const int wm = warp & 1, wn = warp >> 1;  // S, dP: query half, key quarter
+  const int wk = warp & 3, wd = warp >> 2;  // dK, dV: key quarter, head-dim half
+  const int wc = warp >> 1;                 // dQ: query half wm, head-dim quarter wc
+  float dva[FA_KM][FA_DN][4], dka[FA_KM][FA_DN][4];
+#pragma unroll
+  for (int mi = 0; mi < FA_KM; ++mi)
+#pragma unroll
+    for (int i = 0; i < FA_DN; ++i)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) dva[mi][i][e] = dka[mi][i][e] = 0.0f;
+  for (int w = 0; w < nitems; ++w) {
+    fa_wait<FA_STAGES - 2>();
+    __syncthreads();
+    if (w + FA_STAGES - 1 < nitems) loadq(w + FA_STAGES - 1, (w + FA_STAGES - 1) % FA_STAGES);
+    fa_commit();
+    const int st = w % FA_STAGES, h = h0 + w / nit;
+    const long long qq0 = (it0 + w % nit) * FA_BR;
+    const fa_bf16* cQ = sQ + st * FA_BR * FA_D;
+    const fa_bf16* cO = sO + st * FA_BR * FA_D;
+    const float* cL = sL + st * FA_BR;
+    const float* cD = sDl + st * FA_BR;
+    float s[FA_MT][FA_NS][4], dp[FA_MT][FA_NS][4];
+#pragma unroll
+    for (int mi = 0; mi < FA_MT; ++mi)
+#pragma unroll
+      for (int i = 0; i < FA_NS; ++i)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) s[mi][i][e] = dp[mi][i][e] = 0.0f;
+#pragma unroll
+    for (int kk = 0; kk < FA_D / 16; ++kk) {
+      unsigned a[FA_MT][4], c[FA_MT][4];
+#pragma unroll
+      for (int mi = 0; mi < FA_MT; ++mi) {
+        const int r = wm * (FA_BR / 2) + mi * 16 + (lane & 7) + ((lane >> 3) & 1) * 8, col = kk * 16 + (lane >> 4) * 8;
+        fa_ldm4(a[mi], fa_smem(cQ + fa_swz(r, col)));
+        fa_ldm4(c[mi], fa_smem(cO + fa_swz(r, col)));
+      }
+#pragma unroll
+      for (int np = 0; np < FA_NS / 2; ++np) {
+        const int r = wn * (FA_BC / 4) + np * 16 + (lane & 7) + ((lane >> 4) << 3), col = kk * 16 + ((lane >> 3) & 1) * 8;
+        unsigned bb[4];
+        fa_ldm4(bb, fa_smem(sK + fa_swz(r, col)));
+#pragma unroll
+        for (int mi = 0; mi < FA_MT; ++mi) {
+          fa_mma(s[mi][2 * np], a[mi], bb[0], bb[1]);
+          fa_mma(s[mi][2 * np + 1], a[mi], bb[2], bb[3]);
+        }
+        fa_ldm4(bb, fa_smem(sV + fa_swz(r, col)));
+#pragma unroll
+        for (int mi = 0; mi < FA_MT; ++mi) {
+          fa_mma(dp[mi][2 * np], c[mi], bb[0], bb[1]);
+          fa_mma(dp[mi][2 * np + 1], c[mi], bb[2], bb[3]);
+        }
+      }
+    }
+    const bool need = qq0 + FA_BR > qn || k0 + FA_BC > kn || (FA_CAUSAL && FA_QPOS + qq0 < FA_KPOS + k0 + FA_BC - 1);
+#pragma unroll
+    for (int mi = 0; mi < FA_MT; ++mi)
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const int lr = wm * (FA_BR / 2) + mi * 16 + g + r * 8;
+        const float L = cL[lr], dl = cD[lr];
+        const float l2 = L == -FA_INF ? FA_INF : L * FA_LOG2E;
+#pragma unroll
+        for (int nt = 0; nt < FA_NS; ++nt) {
+          const int lc = wn * (FA_BC / 4) + nt * 8 + c2;
+          float p[2];
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            p[e] = fa_exp2(fmaf(s[mi][nt][2 * r + e], FA_SL2, -l2));
+            if (need) {
+              const long long qrow = qq0 + lr, kcol = k0 + lc + e;
+              if (qrow >= qn || kcol >= kn || (FA_CAUSAL && FA_KPOS + kcol > FA_QPOS + qrow)) p[e] = 0.0f;
+            }
+          }
+          *(unsigned*)(sP + lr * FA_PS + lc) = fa_pack(p[0], p[1]);
+          *(unsigned*)(sS + lr * FA_PS + lc) =
+              fa_pack(p[0] * (dp[mi][nt][2 * r] - dl), p[1] * (dp[mi][nt][2 * r + 1] - dl));
+        }
+      }
+    __syncthreads();
+#pragma unroll
+    for (int kk = 0; kk < FA_BR / 16; ++kk) {
+      unsigned pa[FA_KM][4], sa[FA_KM][4];
+#pragma unroll
+      for (int mi = 0; mi < FA_KM; ++mi) {
+        const int off = (kk * 16 + (lane & 7) + (lane >> 4) * 8) * FA_PS + wk * (FA_BC / 4) + mi * 16 + ((lane >> 3) & 1) * 8;
+        fa_ldm4t(pa[mi], fa_smem(sP + off));
+        fa_ldm4t(sa[mi], fa_smem(sS + off));
+      }
+#pragma unroll
+      for (int np = 0; np < FA_DN / 2; ++np) {
+        const int r = kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8, col = wd * (FA_D / 2) + np * 16 + (lane >> 4) * 8;
+        unsigned bb[4];
+        fa_ldm4t(bb, fa_smem(cO + fa_swz(r, col)));
+#pragma unroll
+        for (int mi = 0; mi < FA_KM; ++mi) {
+          fa_mma(dva[mi][2 * np], pa[mi], bb[0], bb[1]);
+          fa_mma(dva[mi][2 * np + 1], pa[mi], bb[2], bb[3]);
+        }
+        fa_ldm4t(bb, fa_smem(cQ + fa_swz(r, col)));
+#pragma unroll
+        for (int mi = 0; mi < FA_KM; ++mi) {
+          fa_mma(dka[mi][2 * np], sa[mi], bb[0], bb[1]);
+          fa_mma(dka[mi][2 * np + 1], sa[mi], bb[2], bb[3]);
+        }
+      }
+    }
+    float dq[FA_MT][FA_QN][4];
+#pragma unroll
+    for (int mi = 0; mi < FA_MT; ++mi)
+#pragma unroll
+      for (int i = 0; i < FA_QN; ++i)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) dq[mi][i][e] = 0.0f;
+#pragma unroll
+    for (int kk = 0; kk < FA_BC / 16; ++kk) {
+      unsigned a[FA_MT][4];
+#pragma unroll
+      for (int mi = 0; mi < FA_MT; ++mi)
+        fa_ldm4(a[mi], fa_smem(sS + (wm * (FA_BR / 2) + mi * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * FA_PS + kk * 16 + (lane >> 4) * 8));
+#pragma unroll
+      for (int np = 0; np < FA_QN / 2; ++np) {
+        unsigned bb[4];
+        fa_ldm4t(bb, fa_smem(sK + fa_swz(kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8, wc * (FA_D / 4) + np * 16 + (lane >> 4) * 8)));
+#pragma unroll
+        for (int mi = 0; mi < FA_MT; ++mi) {
+          fa_mma(dq[mi][2 * np], a[mi], bb[0], bb[1]);
+          fa_mma(dq[mi][2 * np + 1], a[mi], bb[2], bb[3]);
+        }
+      }
+    }
+    unsigned long long* dg = dqa + (b * FA_T * FA_HQ + h) * FA_D;
+#pragma unroll
+    for (int mi = 0; mi < FA_MT; ++mi)
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const long long row = qq0 + wm * (FA_BR / 2) + mi * 16 + g + r * 8;
+        if (row >= qn) continue;
+#pragma unroll
+        for (int nt = 0; nt < FA_QN; ++nt) {
+          unsigned long long* p = dg + row * qrs + wc * (FA_D / 4) + nt * 8 + c2;
+          fa_red64(p, dq[mi][nt][2 * r] * FA_SCALE, dqmul);
+          fa_red64(p + 1, dq[mi][nt][2 * r + 1] * FA_SCALE, dqmul);
+        }
+      }
+  }
+  fa_wait<0>();
+#pragma unroll
+  for (int mi = 0; mi < FA_KM; ++mi)
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const long long row = k0 + wk * (FA_BC / 4) + mi * 16 + g + r * 8;
+      if (row >= kn) continue;
+      const long long off = ((b * FA_S + row) * FA_HKV + hk) * FA_D + wd * (FA_D / 2) + c2;
+#pragma unroll
+      for (int nt = 0; nt < FA_DN; ++nt) {
+        *(unsigned*)(dk + off + nt * 8) = fa_pack(dka[mi][nt][2 * r] * FA_SCALE, dka[mi][nt][2 * r + 1] * FA_SCALE);
+        *(unsigned*)(dv + off + nt * 8) = fa_pack(dva[mi][nt][2 * r], dva[mi][nt][2 * r + 1]);
+      }
+    }
+}
+#undef loadq
+`
+
+// dqFixedSrc is the fixed point of the fused dQ sum. The bound: |dP_ij| ≤
+// D·max|dO|·max|V|, so |dS_ij| ≤ P_ij·(D·max|dO|·max|V| + max|delta|) and
+// |dQ_id| ≤ scale·max|K|·(D·max|dO|·max|V| + max|delta|), as Σ_j P_ij = 1; the
+// factor 2 covers bf16 rounding of P and dS. fa_dq_mul is 2^(62−e) for the
+// least e with bound < 2^e: no partial sum reaches 2^62 units. It is 0 when
+// the bound is not finite (a NaN or Inf input), and dqconvert writes NaN.
+const dqFixedSrc = `__device__ __forceinline__ double fa_dq_mul(const unsigned* mx) {
+  const double mo = __uint_as_float(mx[0]), mk = __uint_as_float(mx[1]), mv = __uint_as_float(mx[2]);
+  const double md = __uint_as_float(mx[3]);
+  const double bnd = 2.0 * (double)FA_SCALE * mk * ((double)FA_D * mo * mv + md);
+  if (!(bnd <= 1e300)) return 0.0;
+  if (bnd == 0.0) return 1.0;
+  int e;
+  frexp(bnd, &e);
+  return ldexp(1.0, 62 - e);
+}
+// fa_red64 adds x in units of 1/mul to *p (an integer atomic: any order, same bits).
+__device__ __forceinline__ void fa_red64(unsigned long long* p, float x, double mul) {
+  const long long v = __double2ll_rn((double)x * mul);
+  asm volatile("red.global.add.u64 [%0], %1;\n" :: "l"(p), "l"(v) : "memory");
+}
+`
+
+// dqBoundSrc writes the maxima the fixed point's bound needs (blockIdx.y picks
+// dO, K, V or delta): max |x| as float bits, reduced with integer max, so NaN
+// (whose bits exceed Inf's) wins and the order does not matter.
+const dqBoundSrc = `__device__ __forceinline__ unsigned fa_hmax(unsigned w, unsigned m) {
+  return max(m, max((w & 0x7fffu) << 16, w & 0x7fff0000u));
+}
+extern "C" __global__ void __launch_bounds__(256) @KERNEL@(unsigned* __restrict__ ws,
+    const fa_bf16* __restrict__ dout, const fa_bf16* __restrict__ k, const fa_bf16* __restrict__ v,
+    const float* __restrict__ delta) {
+  const int which = blockIdx.y;
+  const long long stride = (long long)gridDim.x * 256, i0 = (long long)blockIdx.x * 256 + threadIdx.x;
+  unsigned m = 0;
+  if (which == 3) {
+    for (long long i = i0; i < FA_B * FA_HQ * FA_T; i += stride) m = max(m, __float_as_uint(delta[i]) & 0x7fffffffu);
+  } else {
+    const uint4* x = (const uint4*)(which == 0 ? dout : which == 1 ? k : v);
+    const long long n = (which == 0 ? FA_NQ : FA_B * FA_S * FA_HKV * FA_D) / 8;
+    for (long long i = i0; i < n; i += stride) {
+      const uint4 w = x[i];
+      m = fa_hmax(w.x, fa_hmax(w.y, fa_hmax(w.z, fa_hmax(w.w, m))));
+    }
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) m = max(m, __shfl_xor_sync(0xffffffffu, m, o));
+  __shared__ unsigned sm[8];
+  if ((threadIdx.x & 31) == 0) sm[threadIdx.x >> 5] = m;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+#pragma unroll
+    for (int w = 1; w < 8; ++w) m = max(m, sm[w]);
+    atomicMax(ws + 2 * FA_NQ + which, m);
+  }
+}
+`
+
+// dqConvertSrc rounds the fused fixed-point dQ sum to bf16 (NaN everywhere when
+// the bound was not finite).
+const dqConvertSrc = `extern "C" __global__ void __launch_bounds__(256) @KERNEL@(fa_bf16* __restrict__ dq, const unsigned* __restrict__ ws) {
+  const long long i = ((long long)blockIdx.x * 256 + threadIdx.x) * 2;
+  if (i >= FA_NQ) return;
+  const double mul = fa_dq_mul(ws + 2 * FA_NQ);
+  const long long* x = (const long long*)ws;
+  float a = __int_as_float(0x7fc00000), c = a;
+  if (mul != 0.0) {
+    const double inv = 1.0 / mul;
+    a = (float)((double)x[i] * inv);
+    c = (float)((double)x[i + 1] * inv);
+  }
+  *(unsigned*)(dq + i) = fa_pack(a, c);
+}
+`
