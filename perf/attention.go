@@ -69,6 +69,8 @@ func (t Tiles) String() string {
 		dq = "dq fused"
 	case fk.DQAuto:
 		dq += " auto"
+	case fk.DQSplit:
+		dq += " split"
 	}
 	return fmt.Sprintf("fwd %dx%d/%d bwd %dx%d %s st %d", t.Br, t.Bc, max(t.WM, 1), t.BwdBr, t.BwdBc, dq, t.Stages)
 }

@@ -141,20 +141,23 @@ type denseCase struct {
 	b, t, s, hq, hk int
 	dim             int
 	causal          bool
+	tiles           [4]int // forward Br, Bc, WM, Stages; zero: the defaults
 }
 
 func TestGPUDense(t *testing.T) {
 	d, cache := gpu(t)
 	cases := []denseCase{
-		{"causal-d64", 1, 200, 200, 2, 2, 64, true},
-		{"causal-d128-ragged", 2, 333, 333, 2, 2, 128, true},
-		{"full-d64-ragged-gqa", 1, 150, 271, 4, 2, 64, false},
-		{"causal-d128-gqa", 1, 256, 256, 6, 2, 128, true},
-		{"full-d128", 1, 128, 64, 2, 1, 128, false},
-		// Many key tiles per query tile: the fused backward's counters order
-		// 12 CTAs per query tile (causal) or 9 (full, ragged).
-		{"causal-d128-gqa-long", 1, 1536, 1536, 4, 2, 128, true},
-		{"full-d64-long", 1, 700, 1100, 2, 2, 64, false},
+		{"causal-d64", 1, 200, 200, 2, 2, 64, true, [4]int{}},
+		{"causal-d128-ragged", 2, 333, 333, 2, 2, 128, true, [4]int{}},
+		{"full-d64-ragged-gqa", 1, 150, 271, 4, 2, 64, false, [4]int{}},
+		{"causal-d128-gqa", 1, 256, 256, 6, 2, 128, true, [4]int{}},
+		{"full-d128", 1, 128, 64, 2, 1, 128, false, [4]int{}},
+		// Many key tiles per query tile: 12 CTAs (causal) or 9 (full, ragged)
+		// add into each query tile's fused dQ sum.
+		{"causal-d128-gqa-long", 1, 1536, 1536, 4, 2, 128, true, [4]int{}},
+		{"full-d64-long", 1, 700, 1100, 2, 2, 64, false, [4]int{}},
+		// The forward tiles of long dense D=128 sequences.
+		{"causal-d128-long-tiles", 1, 700, 700, 2, 2, 128, true, [4]int{256, 32, 2, 3}},
 	}
 	for i, cm := range cases {
 		for _, mode := range []fk.DQMode{fk.DQFused, fk.DQSplit} {
@@ -162,7 +165,8 @@ func TestGPUDense(t *testing.T) {
 			t.Run(fmt.Sprintf("%s/dq%d", c.name, mode), func(t *testing.T) {
 				rng := rand.New(rand.NewPCG(uint64(i), 11))
 				dims := attention.Dims{B: c.b, T: c.t, S: c.s, Hq: c.hq, Hkv: c.hk, D: c.dim}
-				desc := fk.Desc{B: int64(c.b), T: int64(c.t), S: int64(c.s), Hq: c.hq, Hkv: c.hk, D: c.dim, Causal: c.causal, DQ: mode}
+				desc := fk.Desc{B: int64(c.b), T: int64(c.t), S: int64(c.s), Hq: c.hq, Hkv: c.hk, D: c.dim, Causal: c.causal, DQ: mode,
+					Br: c.tiles[0], Bc: c.tiles[1], WM: c.tiles[2], Stages: c.tiles[3]}
 				a, err := New(d, cache, desc)
 				if err != nil {
 					t.Fatal(err)

@@ -73,7 +73,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) @KERNEL@(fa_bf16* __restric
     if (s < nitems) loadq(s, s);
     fa_commit();
   }
-  const double dqmul = fa_dq_mul(ws + 2 * FA_NQ);
+  const float dqmul = fa_dq_mul(ws + 2 * FA_NQ);
   unsigned long long* dqa = (unsigned long long*)ws;
   const int wm = warp & 1, wn = warp >> 1;  // S, dP: query half, key quarter
   const int wk = warp & 3, wd = warp >> 2;  // dK, dV: key quarter, head-dim half
@@ -207,18 +207,26 @@ extern "C" __global__ void __launch_bounds__(256, 1) @KERNEL@(fa_bf16* __restric
         }
       }
     }
+    // Each lane holds columns 2q, 2q+1 of an 8-column n-tile (q = lane & 3);
+    // two exchanges in the quad give lane q columns q and 4 + q, so each red
+    // of the warp covers whole 32-byte sectors (eight rows, four words each).
     unsigned long long* dg = dqa + (b * FA_T * FA_HQ + h) * FA_D;
+    const int qd = lane & 3;
 #pragma unroll
     for (int mi = 0; mi < FA_MT; ++mi)
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
         const long long row = qq0 + wm * (FA_BR / 2) + mi * 16 + g + r * 8;
-        if (row >= qn) continue;
 #pragma unroll
         for (int nt = 0; nt < FA_QN; ++nt) {
-          unsigned long long* p = dg + row * qrs + wc * (FA_D / 4) + nt * 8 + c2;
-          fa_red64(p, dq[mi][nt][2 * r] * FA_SCALE, dqmul);
-          fa_red64(p + 1, dq[mi][nt][2 * r + 1] * FA_SCALE, dqmul);
+          const float v0 = dq[mi][nt][2 * r], v1 = dq[mi][nt][2 * r + 1];
+          const float x = __shfl_xor_sync(0xffffffffu, (qd & 1) ? v0 : v1, 1);
+          const float lo = (qd & 1) ? x : v0, hi = (qd & 1) ? v1 : x;
+          const float y = __shfl_xor_sync(0xffffffffu, (qd & 2) ? lo : hi, 2);
+          if (row >= qn) continue;
+          unsigned long long* p = dg + row * qrs + wc * (FA_D / 4) + nt * 8 + qd;
+          fa_red64(p, ((qd & 2) ? y : lo) * FA_SCALE, dqmul);
+          fa_red64(p + 4, ((qd & 2) ? hi : y) * FA_SCALE, dqmul);
         }
       }
   }
@@ -244,21 +252,24 @@ extern "C" __global__ void __launch_bounds__(256, 1) @KERNEL@(fa_bf16* __restric
 // D·max|dO|·max|V|, so |dS_ij| ≤ P_ij·(D·max|dO|·max|V| + max|delta|) and
 // |dQ_id| ≤ scale·max|K|·(D·max|dO|·max|V| + max|delta|), as Σ_j P_ij = 1; the
 // factor 2 covers bf16 rounding of P and dS. fa_dq_mul is 2^(62−e) for the
-// least e with bound < 2^e: no partial sum reaches 2^62 units. It is 0 when
-// the bound is not finite (a NaN or Inf input), and dqconvert writes NaN.
-const dqFixedSrc = `__device__ __forceinline__ double fa_dq_mul(const unsigned* mx) {
+// least e with bound < 2^e (e at least −64, so that it is a normal float): no
+// partial sum reaches 2^62 units. It is 0 when the bound is not finite (a NaN
+// or Inf input) or above 2^188, and dqconvert writes NaN.
+const dqFixedSrc = `__device__ __forceinline__ float fa_dq_mul(const unsigned* mx) {
   const double mo = __uint_as_float(mx[0]), mk = __uint_as_float(mx[1]), mv = __uint_as_float(mx[2]);
   const double md = __uint_as_float(mx[3]);
   const double bnd = 2.0 * (double)FA_SCALE * mk * ((double)FA_D * mo * mv + md);
-  if (!(bnd <= 1e300)) return 0.0;
-  if (bnd == 0.0) return 1.0;
-  int e;
-  frexp(bnd, &e);
-  return ldexp(1.0, 62 - e);
+  if (!(bnd <= 1e300)) return 0.0f;
+  int e = -64;
+  if (bnd != 0.0) frexp(bnd, &e);
+  if (e > 188) return 0.0f;
+  if (e < -64) e = -64;
+  return __int_as_float((127 + 62 - e) << 23);
 }
-// fa_red64 adds x in units of 1/mul to *p (an integer atomic: any order, same bits).
-__device__ __forceinline__ void fa_red64(unsigned long long* p, float x, double mul) {
-  const long long v = __double2ll_rn((double)x * mul);
+// fa_red64 adds x in units of 1/mul to *p (an integer atomic: any order, same
+// bits). x·mul is exact (mul is a power of two) and below 2^62.
+__device__ __forceinline__ void fa_red64(unsigned long long* p, float x, float mul) {
+  const long long v = __float2ll_rn(x * mul);
   asm volatile("red.global.add.u64 [%0], %1;\n" :: "l"(p), "l"(v) : "memory");
 }
 `
@@ -303,11 +314,11 @@ extern "C" __global__ void __launch_bounds__(256) @KERNEL@(unsigned* __restrict_
 const dqConvertSrc = `extern "C" __global__ void __launch_bounds__(256) @KERNEL@(fa_bf16* __restrict__ dq, const unsigned* __restrict__ ws) {
   const long long i = ((long long)blockIdx.x * 256 + threadIdx.x) * 2;
   if (i >= FA_NQ) return;
-  const double mul = fa_dq_mul(ws + 2 * FA_NQ);
+  const float mul = fa_dq_mul(ws + 2 * FA_NQ);
   const long long* x = (const long long*)ws;
   float a = __int_as_float(0x7fc00000), c = a;
-  if (mul != 0.0) {
-    const double inv = 1.0 / mul;
+  if (mul != 0.0f) {
+    const double inv = 1.0 / (double)mul;
     a = (float)((double)x[i] * inv);
     c = (float)((double)x[i + 1] * inv);
   }

@@ -82,7 +82,9 @@ type Desc struct {
 type DQMode int
 
 const (
-	// DQAuto picks the mode measured faster on the H200 (BENCHMARKS.md).
+	// DQAuto fuses dense attention (faster on the H200 at every shape of
+	// BENCHMARKS.md) and splits dilated branches and ring blocks (Accumulate),
+	// whose dQ sums across launches.
 	DQAuto DQMode = iota
 	// DQFused: the dK/dV kernel also computes dS·K for each query tile and adds
 	// it into a 64-bit fixed-point dQ sum with integer atomics (red.add.u64),
@@ -129,11 +131,24 @@ func (d Desc) Defaults() Desc {
 	if d.Scale == 0 {
 		d.Scale = 1 / math.Sqrt(float64(d.D))
 	}
-	// Tiles measured best on an H200 at T=32K, causal (BENCHMARKS.md): D=128
-	// forward 128×32 with two m-tiles per warp, dK/dV 32 queries × 128 keys, dQ
-	// 128×32 with two m-tiles per warp; D=64 forward 256×64, dK/dV 64×128,
-	// dQ 128×64, two m-tiles per warp.
+	// Tiles measured best on an H200, causal (BENCHMARKS.md): D=128 forward
+	// 128×32 with two m-tiles per warp (dilated branches, ring blocks), dense
+	// 256×32 with two m-tiles (three stages when fused) when there are at least 1024
+	// such query tiles (T=32K, 8 heads), else 128×64 with one m-tile per warp
+	// (more CTAs for short sequences); dK/dV 32 queries × 128 keys (fused: 64
+	// × 128), dQ 128×32 with two m-tiles per warp; D=64 forward 256×64, dK/dV
+	// 64×128, dQ 128×64, two m-tiles per warp.
 	wide := d.D > 64
+	if wide && !d.Dilated() && !d.Accumulate && d.Br == 0 && d.Bc == 0 && d.WM == 0 {
+		if (d.T+255)/256*int64(d.Hq)*d.B >= 1024 {
+			d.Br, d.Bc, d.WM = 256, 32, 2
+			if d.Stages == 0 && d.Fused() {
+				d.Stages = 3 // the split backward's dQ kernel is slower with three
+			}
+		} else {
+			d.Br, d.Bc, d.WM = 128, 64, 1
+		}
+	}
 	pick := func(p *int, d128, d64 int) {
 		if *p == 0 {
 			*p = d64

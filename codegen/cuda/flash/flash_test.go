@@ -147,3 +147,23 @@ func TestMembers(t *testing.T) {
 		t.Errorf("dilated without GQA: %d launches, want 1", len(m))
 	}
 }
+
+// TestDefaultTiles: dense D=128 attention picks its forward tiles by the number
+// of query tiles; dilated branches keep the 128×32 forward.
+func TestDefaultTiles(t *testing.T) {
+	for _, c := range []struct {
+		d                  Desc
+		br, bc, wm, stages int
+	}{
+		{Desc{B: 1, T: 32768, S: 32768, Hq: 8, Hkv: 8, D: 128, Causal: true}, 256, 32, 2, 3},
+		{Desc{B: 1, T: 8192, S: 8192, Hq: 8, Hkv: 8, D: 128, Causal: true}, 128, 64, 1, 2},
+		{Desc{B: 1, T: 32768, S: 32768, Hq: 8, Hkv: 8, D: 128, Causal: true, W: 2048, R: 2, Accumulate: true}, 128, 32, 2, 2},
+		{Desc{B: 1, T: 131072, S: 131072, Hq: 16, Hkv: 16, D: 64, Causal: true}, 256, 64, 2, 2},
+	} {
+		d := c.d.Defaults()
+		if d.Br != c.br || d.Bc != c.bc || d.WM != c.wm || d.Stages != c.stages {
+			t.Errorf("T=%d D=%d W=%d: forward %d×%d/%d stages %d, want %d×%d/%d stages %d",
+				c.d.T, c.d.D, c.d.W, d.Br, d.Bc, d.WM, d.Stages, c.br, c.bc, c.wm, c.stages)
+		}
+	}
+}
