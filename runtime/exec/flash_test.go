@@ -85,7 +85,11 @@ func TestFlashLowering(t *testing.T) {
 		return strings.Join(s, " ")
 	}
 	f, _ := attentionGraph(t, 1, 40, 40, 2, 1, 128, true, 1)
-	if got, want := ops(f, tensor.BF16), "attention.flash.fwd attention.flash.delta attention.flash.dkdv attention.flash.dq"; got != want {
+	// The dense backward is the fused one: zero the fixed-point dQ sum, its
+	// bound, dK/dV with dQ, then dQ rounded to bf16.
+	want := "attention.flash.fwd attention.flash.delta attention.flash.fill attention.flash.dqbound " +
+		"attention.flash.dkdvdq attention.flash.dqconvert"
+	if got := ops(f, tensor.BF16); got != want {
 		t.Errorf("bf16 D=128: steps %q, want %q", got, want)
 	}
 	if got := ops(f, tensor.F32); strings.Contains(got, "flash") {
