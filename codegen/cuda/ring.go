@@ -2,6 +2,7 @@ package cuda
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/lcc-dev/lcc/codegen/cuda/flash"
 	"github.com/lcc-dev/lcc/ir"
@@ -294,31 +295,44 @@ func (g *gen) merge(m mergeSpec, acc, lacc, ob, lb at) {
 	params := []Param{{Name: "acc", CType: "float", Out: true}, {Name: "lacc", CType: "float", Out: true},
 		{Name: "ob", CType: storageC[m.ob]}, {Name: "lb", CType: "float"}}
 	rows := m.b * m.hq * m.tb
-	body := fmt.Sprintf(`// merge: B=%[1]d rows %[2]d into %[3]d, Hq=%[4]d, D=%[5]d, r=%[6]d, base %[7]d, block offsets %[8]d
-extern "C" __global__ void __launch_bounds__(256) @KERNEL@(%[9]s) {
+	var hdr strings.Builder
+	fmt.Fprintf(&hdr, "// merge: B=%d, %d block rows into %d, Hq=%d, D=%d, r=%d\n", m.b, m.tb, m.tacc, m.hq, m.d, m.r)
+	for _, d := range []struct {
+		name string
+		v    int64
+	}{{"MG_ROWS", rows}, {"MG_TB", m.tb}, {"MG_TACC", m.tacc}, {"MG_HQ", m.hq}, {"MG_D", m.d}, {"MG_R", m.r},
+		{"MG_BASE", m.base}, {"MG_OFFBLOCK", int64(b2i(m.offsBlock))}} {
+		fmt.Fprintf(&hdr, "#define %s %dLL\n", d.name, d.v)
+	}
+	fmt.Fprintf(&hdr, "typedef %s MG_OT;\n", storageC[m.ob])
+	g.emit(kernelSpec{op: "ring.merge", body: hdr.String() + mergeSrc,
+		grid: [3]uint32{uint32((rows + 255) / 256), 1, 1}, block: [3]uint32{256, 1, 1}, params: params,
+		args: []int{acc.id, lacc.id, ob.id, lb.id}, offs: []int64{acc.off, lacc.off, ob.off, lb.off}})
+}
+
+// mergeSrc is the merge kernel after its MG_ definitions: one thread per block
+// row (b, h, i), accumulator row p = base + o(h) + i·r.
+const mergeSrc = `extern "C" __global__ void __launch_bounds__(256) @KERNEL@(float* acc, float* lacc,
+    const MG_OT* ob, const float* lb) {
   const long long row = (long long)blockIdx.x * 256 + threadIdx.x;
-  if (row >= %[10]dLL) return;
-  const long long i = row %% %[2]dLL, bh = row / %[2]dLL;
-  const int h = (int)(bh %% %[4]d);
-  const long long b = bh / %[4]d;
-  const long long p = %[7]dLL + (%[6]d > 1 ? lcc_head_offset(h, %[4]d, %[6]d, %[8]d) : 0) + i * %[6]dLL;
-  const float l2 = lb[bh * %[2]dLL + i];
+  if (row >= MG_ROWS) return;
+  const long long i = row % MG_TB, bh = row / MG_TB;
+  const int h = (int)(bh % MG_HQ);
+  const long long b = bh / MG_HQ;
+  const long long p = MG_BASE + (MG_R > 1 ? lcc_head_offset(h, (int)MG_HQ, (int)MG_R, MG_OFFBLOCK) : 0) + i * MG_R;
+  const float l2 = lb[bh * MG_TB + i];
   if (l2 == -LCC_INF) return;
-  float* la = lacc + (b * %[4]d + h) * %[3]dLL + p;
-  float* o = acc + ((b * %[3]dLL + p) * %[4]d + h) * %[5]d;
-  const %[11]s* x = ob + ((b * %[2]dLL + i) * %[4]d + h) * %[5]d;
+  float* la = lacc + (b * MG_HQ + h) * MG_TACC + p;
+  float* o = acc + ((b * MG_TACC + p) * MG_HQ + h) * MG_D;
+  const MG_OT* x = ob + ((b * MG_TB + i) * MG_HQ + h) * MG_D;
   const float l1 = *la;
   if (l1 == -LCC_INF) {
-    for (int d = 0; d < %[5]d; ++d) o[d] = lcc_tof(x[d]);
+    for (int d = 0; d < MG_D; ++d) o[d] = lcc_tof(x[d]);
     *la = l2;
     return;
   }
   const float w = 1.0f / (1.0f + expf(l1 - l2));
-  for (int d = 0; d < %[5]d; ++d) o[d] -= w * (o[d] - lcc_tof(x[d]));
+  for (int d = 0; d < MG_D; ++d) o[d] -= w * (o[d] - lcc_tof(x[d]));
   *la = fmaxf(l1, l2) + log1pf(expf(-fabsf(l1 - l2)));
 }
-`, m.b, m.tb, m.tacc, m.hq, m.d, m.r, m.base, b2i(m.offsBlock), signature(params), rows, storageC[m.ob])
-	g.emit(kernelSpec{op: "ring.merge", body: body, grid: [3]uint32{uint32((rows + 255) / 256), 1, 1},
-		block: [3]uint32{256, 1, 1}, params: params, args: []int{acc.id, lacc.id, ob.id, lb.id},
-		offs: []int64{acc.off, lacc.off, ob.off, lb.off}})
-}
+`
