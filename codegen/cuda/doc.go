@@ -23,9 +23,13 @@
 //     a concat, get no buffer of their own: kernels index the root buffer in
 //     place, so RoPE, SwiGLU and their gradients move no data around the qkv and
 //     w13 projections;
+//   - residual adds fused into the norms beside them (residual.go): norm(a + b)
+//     writes the sum and the norm in one kernel, r + norm_grad(...).dx is added
+//     before the backward kernel's store;
 //   - reductions (sum, mean, max, min over any axes), softmax, log_softmax,
 //     layer_norm, rms_norm, cumsum: one block per output row, fixed-order tree
-//     reductions in fp32 (int64 for integers); rms_norm_grad and layer_norm_grad:
+//     reductions in fp32 (int64 for integers), the norms with 16-byte accesses
+//     where rows allow; rms_norm_grad and layer_norm_grad:
 //     one kernel over stretches of rows (fp32 statistics recomputed per row) and a
 //     two-stage column reduction for the scale and bias gradients (norm_grad.go);
 //   - data movement (transpose, expand, slice, tile, concat and split by copies of

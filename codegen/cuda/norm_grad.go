@@ -12,8 +12,8 @@ import (
 // a two-stage column reduction for dscale:
 //
 //   - stage 1: each of P blocks takes a contiguous stretch of rows and handles them
-//     one at a time: it loads the row of x and dy into registers (CPT columns per
-//     thread, coalesced), recomputes r = 1/√(mean(x²) + eps) and mean(g ⊙ x̂) with
+//     one at a time: it loads the row of x and dy into registers (CPV vectors of
+//     L columns per thread, 16-byte loads where rows allow, coalesced), recomputes r = 1/√(mean(x²) + eps) and mean(g ⊙ x̂) with
 //     fp32 tree reductions, writes dx, and adds dy ⊙ x̂ into per-thread column sums
 //     that it stores as row p of a [P, m] fp32 scratch;
 //   - stage 2: one thread per column sums the P partial rows in order.
@@ -21,40 +21,55 @@ import (
 // Both orders are fixed, so dscale is bitwise reproducible; the column sums read
 // contiguous rows (coalesced), unlike a column reduction of the [rows, m] product.
 
-const rmsNormGradBody = `// %[11]s over %[1]d rows of %[2]d (%[3]d blocks of rows)
+const rmsNormGradBody = `// %[11]s over %[1]d rows of %[2]d (%[3]d blocks of rows, %[12]d lanes per access)
 #define ROWS %[1]dLL
 #define M %[2]dLL
 #define P %[3]dLL
 #define NT %[4]d
-#define CPT %[5]d
+#define CPV %[5]d
 #define HAS_SCALE %[6]d
 #define EPS %[7]s
 #define LN %[9]d
 #define HAS_BIAS %[10]d
+#define L %[12]d
+#define RESID %[13]d
+// Thread t holds the vectors t, t + NT, ... of L columns each; COL is the column
+// of its e-th register.
+#define COL(e) (((long long)threadIdx.x + (long long)((e) / L) * NT) * L + (e) %% L)
 extern "C" __global__ void __launch_bounds__(NT) @KERNEL@(%[8]s) {
   __shared__ float sh[NT];
   const long long per = (ROWS + P - 1) / P;
   const long long r0 = blockIdx.x * per, r1 = lcc_min(r0 + per, ROWS);
-  float acc[CPT], accb[CPT];
+  float acc[CPV * L], accb[CPV * L];
 #pragma unroll
-  for (int k = 0; k < CPT; ++k) { acc[k] = 0.0f; accb[k] = 0.0f; }
+  for (int e = 0; e < CPV * L; ++e) { acc[e] = 0.0f; accb[e] = 0.0f; }
   for (long long r = r0; r < r1; ++r) {
-    float xv[CPT], gv[CPT], dv[CPT];
+    float xv[CPV * L], gv[CPV * L], dv[CPV * L];
     float ss = 0.0f;
 #pragma unroll
-    for (int k = 0; k < CPT; ++k) {
-      const long long j = threadIdx.x + (long long)k * NT;
-      xv[k] = 0.0f; gv[k] = 0.0f; dv[k] = 0.0f;
+    for (int k = 0; k < CPV; ++k) {
+      const long long j = COL(k * L);
+#pragma unroll
+      for (int q = 0; q < L; ++q) { xv[k * L + q] = 0.0f; dv[k * L + q] = 0.0f; gv[k * L + q] = 0.0f; }
       if (j < M) {
+#if L > 1
+        lcc_ld16(x + r * M + j, xv + k * L);
+        lcc_ld16(dy + r * M + j, dv + k * L);
+#if HAS_SCALE
+        lcc_ld16(scale + j, gv + k * L);
+#endif
+#else
         xv[k] = lcc_tof(x[r * M + j]);
         dv[k] = lcc_tof(dy[r * M + j]);
 #if HAS_SCALE
-        gv[k] = dv[k] * lcc_tof(scale[j]);
-#else
-        gv[k] = dv[k];
+        gv[k] = lcc_tof(scale[j]);
 #endif
+#endif
+#pragma unroll
+        for (int q = 0; q < L; ++q) gv[k * L + q] = HAS_SCALE ? dv[k * L + q] * gv[k * L + q] : dv[k * L + q];
       }
-      ss += LN ? xv[k] : xv[k] * xv[k];
+#pragma unroll
+      for (int q = 0; q < L; ++q) ss += LN ? xv[k * L + q] : xv[k * L + q] * xv[k * L + q];
     }
     ss = lcc_block_reduce(ss, sh, lcc_op_add());
 #if LN
@@ -62,15 +77,14 @@ extern "C" __global__ void __launch_bounds__(NT) @KERNEL@(%[8]s) {
     const float mu = ss / (float)M;
     float vv = 0.0f;
 #pragma unroll
-    for (int k = 0; k < CPT; ++k) {
-      const long long j = threadIdx.x + (long long)k * NT;
-      if (j < M) { xv[k] -= mu; vv += xv[k] * xv[k]; }
+    for (int e = 0; e < CPV * L; ++e) {
+      if (COL(e) < M) { xv[e] -= mu; vv += xv[e] * xv[e]; }
     }
     vv = lcc_block_reduce(vv, sh, lcc_op_add());
     const float inv = 1.0f / sqrtf(vv / (float)M + EPS);
     float gm = 0.0f;
 #pragma unroll
-    for (int k = 0; k < CPT; ++k) gm += gv[k];
+    for (int e = 0; e < CPV * L; ++e) gm += gv[e];
     gm = lcc_block_reduce(gm, sh, lcc_op_add()) / (float)M;
 #else
     const float inv = 1.0f / sqrtf(ss / (float)M + EPS);
@@ -78,31 +92,48 @@ extern "C" __global__ void __launch_bounds__(NT) @KERNEL@(%[8]s) {
 #endif
     float gx = 0.0f;
 #pragma unroll
-    for (int k = 0; k < CPT; ++k) gx += gv[k] * xv[k] * inv;
+    for (int e = 0; e < CPV * L; ++e) gx += gv[e] * xv[e] * inv;
     gx = lcc_block_reduce(gx, sh, lcc_op_add()) / (float)M;
 #pragma unroll
-    for (int k = 0; k < CPT; ++k) {
-      const long long j = threadIdx.x + (long long)k * NT;
+    for (int k = 0; k < CPV; ++k) {
+      const long long j = COL(k * L);
       if (j < M) {
-        const float xh = xv[k] * inv;
-        lcc_set(&dx[r * M + j], inv * (gv[k] - gm - xh * gx));
-        acc[k] += dv[k] * xh;
-        accb[k] += dv[k];
+        float o[L];
+#pragma unroll
+        for (int q = 0; q < L; ++q) {
+          const int e = k * L + q;
+          const float xh = xv[e] * inv;
+          o[q] = inv * (gv[e] - gm - xh * gx);
+          acc[e] += dv[e] * xh;
+          accb[e] += dv[e];
+        }
+#if L > 1
+#if RESID
+        float rr[L];
+        lcc_ld16(res + r * M + j, rr);
+#pragma unroll
+        for (int q = 0; q < L; ++q) o[q] += rr[q];
+#endif
+        lcc_st16(dx + r * M + j, o);
+#else
+#if RESID
+        o[0] += lcc_tof(res[r * M + j]);
+#endif
+        lcc_set(&dx[r * M + j], o[0]);
+#endif
       }
     }
   }
 #if HAS_SCALE
 #pragma unroll
-  for (int k = 0; k < CPT; ++k) {
-    const long long j = threadIdx.x + (long long)k * NT;
-    if (j < M) part[blockIdx.x * M + j] = acc[k];
+  for (int e = 0; e < CPV * L; ++e) {
+    if (COL(e) < M) part[blockIdx.x * M + COL(e)] = acc[e];
   }
 #endif
 #if HAS_BIAS
 #pragma unroll
-  for (int k = 0; k < CPT; ++k) {
-    const long long j = threadIdx.x + (long long)k * NT;
-    if (j < M) part[(P + blockIdx.x) * M + j] = accb[k];
+  for (int e = 0; e < CPV * L; ++e) {
+    if (COL(e) < M) part[(P + blockIdx.x) * M + COL(e)] = accb[e];
   }
 #endif
 }
@@ -134,12 +165,32 @@ func lowerRMSNormGrad(g *gen, n *ir.Node) error {
 	if m == 0 || rows == 0 {
 		return nil
 	}
-	nt := pow2((m+3)/4, 32, 1024)
-	cpt := (m + nt - 1) / nt
 	p := min(rows, 512)
 	ln := n.Op == ir.OpLayerNormGrad
 	hasScale := len(n.Args) >= 3
 	hasBias := ln && len(n.Args) == 4
+	// A residual add of dx (residual.go) happens before the store: the kernel
+	// writes the add's result, and dx never exists.
+	add, res := g.resid[n], dy
+	if add != nil {
+		dx, res = add.Result(), add.Args[0]
+		if res == n.Results[0] {
+			res = add.Args[1]
+		}
+	}
+	// 16-byte accesses when x, dy, dx (and the scale) share a storage dtype that
+	// has them and rows are whole vectors.
+	lanes := vecLanes(g.storageOf(x), m)
+	for _, v := range []*ir.Value{dy, dx, n.Args[1], res} {
+		if g.storageOf(v) != g.storageOf(x) {
+			lanes = 1
+		}
+	}
+	nt := pow2((m+3)/4, 32, 1024)
+	if lanes > 1 {
+		nt = pow2(m/lanes, 32, 1024)
+	}
+	cpv := (m/lanes + nt - 1) / nt
 	params := []Param{g.param("dx", dx, true), g.param("x", x, false), g.param("dy", dy, false)}
 	args := []int{g.ids[dx], g.ids[x], g.ids[dy]}
 	var part int
@@ -148,8 +199,12 @@ func lowerRMSNormGrad(g *gen, n *ir.Node) error {
 		params = append(params, g.param("scale", n.Args[1], false), Param{Name: "part", CType: "float", Out: true})
 		args = append(args, g.ids[n.Args[1]], part)
 	}
-	body := fmt.Sprintf(rmsNormGradBody, rows, m, p, nt, cpt, b2i(hasScale),
-		clit.Float(n.AttrFloat("eps")), signature(params), b2i(ln), b2i(hasBias), n.Op)
+	if add != nil {
+		params = append(params, g.param("res", res, false))
+		args = append(args, g.ids[res])
+	}
+	body := fmt.Sprintf(rmsNormGradBody, rows, m, p, nt, cpv, b2i(hasScale),
+		clit.Float(n.AttrFloat("eps")), signature(params), b2i(ln), b2i(hasBias), n.Op, lanes, b2i(add != nil))
 	g.emit(kernelSpec{op: n.Op.String(), body: body, grid: [3]uint32{uint32(p), 1, 1},
 		block: [3]uint32{uint32(nt), 1, 1}, params: params, args: args})
 	if !hasScale {

@@ -172,6 +172,7 @@ func Build(f *ir.Func, opts Options) (*Program, error) {
 		return nil, err
 	}
 	g.planViews()
+	g.planResiduals()
 	if err := g.lower(); err != nil {
 		return nil, err
 	}
@@ -195,6 +196,10 @@ type gen struct {
 	// of them that a concat's operand producer writes (view.go).
 	views  map[*ir.Value]view
 	placed map[*ir.Value]bool
+	// resid maps a norm (or norm gradient) to the residual add its kernel
+	// absorbs; absorbed marks those adds (residual.go).
+	resid    map[*ir.Node]*ir.Node
+	absorbed map[*ir.Node]bool
 }
 
 // storageOf is the device dtype of v: f32 values take Options.Storage, except
@@ -391,6 +396,9 @@ func (g *gen) lower() error {
 	}
 	for i, n := range g.f.Body {
 		g.node = i
+		if g.absorbed[n] {
+			continue // its norm's kernel computes it
+		}
 		info := n.Op.Info()
 		if info.Elementwise {
 			if !run.accepts(n) {
@@ -402,7 +410,7 @@ func (g *gen) lower() error {
 			continue
 		}
 		// A node that reads the open run's results must come after its kernel.
-		if run.feeds(n) {
+		if run.feeds(n) || g.resid[n] != nil && run.feeds(g.resid[n]) {
 			if err := flush(); err != nil {
 				return err
 			}

@@ -86,16 +86,32 @@ func lowerReduce(g *gen, n *ir.Node) error {
 			params: params, args: []int{g.ids[y], g.ids[x]}})
 		return nil
 	}
-	bs := pow2(nRed, 32, 256)
+	// Trailing reduced dims are one contiguous run per output: 16-byte loads
+	// when the run is whole vectors of an f32 or bf16 storage.
+	trailing := slices.Equal(redSt, stridesOf(redShape))
+	for d := range x.Type.Shape[:len(keptShape)] {
+		trailing = trailing && !red[d]
+	}
+	l := vecLanes(g.storageOf(x), nRed)
+	if !trailing || acc != "float" {
+		l = 1
+	}
+	bs := pow2(nRed/l, 32, 256)
 	fmt.Fprintf(&src, "extern \"C\" __global__ void __launch_bounds__(%d) @KERNEL@(%s) {\n", bs, signature(params))
 	fmt.Fprintf(&src, "  __shared__ %s sh[%d];\n", acc, bs)
 	fmt.Fprintf(&src, "  const %s o = (%s)blockIdx.x;\n", it, it)
 	src.WriteString(coords("k", "o", it, keptShape))
 	fmt.Fprintf(&src, "  const %s base = %s;\n", it, offset("k", keptSt))
 	fmt.Fprintf(&src, "  %s acc = %s;\n", acc, init)
-	fmt.Fprintf(&src, "  for (%s j = threadIdx.x; j < %d; j += %d) {\n", it, nRed, bs)
-	src.WriteString(indent(coords("r", "j", it, redShape), 1))
-	fmt.Fprintf(&src, "    acc = %s()(acc, (%s)%s);\n", ro.functor, acc, ld("base + "+offset("r", redSt)))
+	if l > 1 {
+		fmt.Fprintf(&src, "  for (%s j = threadIdx.x * %d; j < %d; j += %d) {\n", it, l, nRed, bs*l)
+		fmt.Fprintf(&src, "    float a[%d];\n    lcc_ld16(x + base + j, a);\n", l)
+		fmt.Fprintf(&src, "#pragma unroll\n    for (int k = 0; k < %d; ++k) acc = %s()(acc, a[k]);\n", l, ro.functor)
+	} else {
+		fmt.Fprintf(&src, "  for (%s j = threadIdx.x; j < %d; j += %d) {\n", it, nRed, bs)
+		src.WriteString(indent(coords("r", "j", it, redShape), 1))
+		fmt.Fprintf(&src, "    acc = %s()(acc, (%s)%s);\n", ro.functor, acc, ld("base + "+offset("r", redSt)))
+	}
 	src.WriteString("  }\n")
 	fmt.Fprintf(&src, "  acc = lcc_block_reduce(acc, sh, %s());\n", ro.functor)
 	fmt.Fprintf(&src, "  if (threadIdx.x == 0) y[o] = %s;\n}\n", store(g.storageOf(y), final))
@@ -172,7 +188,7 @@ const normBody = `// %[1]s over the last %[2]d elements of %[3]s: one block per 
 extern "C" __global__ void __launch_bounds__(%[6]d) @KERNEL@(%[7]s) {
   __shared__ float sh[%[6]d];
   const long long base = (long long)blockIdx.x * M;
-  float mean = 0.0f;
+%[9]s  float mean = 0.0f;
   if (!RMS) {
     float s = 0.0f;
     for (long long j = threadIdx.x; j < M; j += blockDim.x) s += lcc_tof(x[base + j]);
@@ -191,6 +207,67 @@ extern "C" __global__ void __launch_bounds__(%[6]d) @KERNEL@(%[7]s) {
 }
 `
 
+// normVecBody is normBody with 16-byte accesses: L lanes per load and store
+// (rows a multiple of L, scale and bias whole rows, x, y, scale and bias of one
+// storage dtype).
+const normVecBody = `// %[1]s over the last %[2]d elements of %[3]s: one block per row, %[9]d lanes per access
+#define M %[2]dLL
+#define L %[9]d
+#define RMS %[4]d
+#define EPS %[5]s
+extern "C" __global__ void __launch_bounds__(%[6]d) @KERNEL@(%[7]s) {
+  __shared__ float sh[%[6]d];
+  const long long base = (long long)blockIdx.x * M;
+  float a[L];
+%[10]s  float mean = 0.0f;
+  if (!RMS) {
+    float s = 0.0f;
+    for (int j = threadIdx.x * L; j < M; j += blockDim.x * L) {
+      lcc_ld16(x + base + j, a);
+#pragma unroll
+      for (int k = 0; k < L; ++k) s += a[k];
+    }
+    mean = lcc_block_reduce(s, sh, lcc_op_add()) / (float)M;
+  }
+  float ss = 0.0f;
+  for (int j = threadIdx.x * L; j < M; j += blockDim.x * L) {
+    lcc_ld16(x + base + j, a);
+#pragma unroll
+    for (int k = 0; k < L; ++k) {
+      const float d = a[k] - mean;
+      ss += d * d;
+    }
+  }
+  const float inv = 1.0f / lcc_sqrt(lcc_block_reduce(ss, sh, lcc_op_add()) / (float)M + EPS);
+  for (int j = threadIdx.x * L; j < M; j += blockDim.x * L) {
+    float v[L];
+    lcc_ld16(x + base + j, a);
+#pragma unroll
+    for (int k = 0; k < L; ++k) v[k] = (a[k] - mean) * inv;
+%[8]s    lcc_st16(y + base + j, v);
+  }
+}
+`
+
+// normLanes is the lanes of normVecBody for n, or 0 when it does not apply.
+func normLanes(g *gen, n *ir.Node, dims []int64) int64 {
+	dt := g.storageOf(n.Args[0])
+	l := vecLanes(dt, prod(dims))
+	if l == 1 || g.storageOf(n.Result()) != dt || prod(dims)/l > 1<<20 {
+		return 0
+	}
+	vals := n.Args[1:]
+	if add := g.resid[n]; add != nil {
+		vals = append(vals, add.Args...)
+	}
+	for _, p := range vals {
+		if !slices.Equal(p.Type.Shape[len(p.Type.Shape)-len(dims):], dims) || g.storageOf(p) != dt {
+			return 0
+		}
+	}
+	return l
+}
+
 // lowerNorm renders layer_norm (x − mean)·r·scale + bias and rms_norm x·r·scale
 // with r = 1/√(var + eps) over dims axis..rank−1; scale and bias broadcast onto
 // those dims.
@@ -203,13 +280,26 @@ func lowerNorm(g *gen, n *ir.Node) error {
 	dims := x.Type.Shape[ax:]
 	m := prod(dims)
 	rows := prod(x.Type.Shape[:ax])
-	params := []Param{g.param("y", y, true), g.param("x", x, false)}
+	// A residual add feeding the norm (residual.go) runs first in the same
+	// kernel: each thread writes x = ra + rb for the columns it reads back.
+	add := g.resid[n]
+	params := []Param{g.param("y", y, true), g.param("x", x, add != nil)}
 	args := []int{g.ids[y], g.ids[x]}
+	pre, preVec := "", ""
+	if add != nil {
+		params = append(params, g.param("ra", add.Args[0], false), g.param("rb", add.Args[1], false))
+		args = append(args, g.ids[add.Args[0]], g.ids[add.Args[1]])
+		pre = "  for (long long j = threadIdx.x; j < M; j += blockDim.x)\n" +
+			"    lcc_set(&x[base + j], lcc_tof(ra[base + j]) + lcc_tof(rb[base + j]));\n"
+		preVec = "  for (int j = threadIdx.x * L; j < M; j += blockDim.x * L) {\n" +
+			"    float b[L];\n    lcc_ld16(ra + base + j, a);\n    lcc_ld16(rb + base + j, b);\n" +
+			"#pragma unroll\n    for (int k = 0; k < L; ++k) a[k] += b[k];\n    lcc_st16(x + base + j, a);\n  }\n"
+	}
 	var apply strings.Builder
 	for i, p := range n.Args[1:] {
 		name := []string{"scale", "bias"}[i]
-		params = append(params, g.param(name, p, false))
-		args = append(args, g.ids[p])
+		params = slices.Insert(params, 2+i, g.param(name, p, false))
+		args = slices.Insert(args, 2+i, g.ids[p])
 		op := []string{"*=", "+="}[i]
 		switch {
 		case slices.Equal(p.Type.Shape, dims):
@@ -226,9 +316,23 @@ func lowerNorm(g *gen, n *ir.Node) error {
 	if n.Op == ir.OpRMSNorm {
 		rms = 1
 	}
+	if l := normLanes(g, n, dims); l > 0 {
+		var apply strings.Builder
+		for i := range n.Args[1:] {
+			name := []string{"scale", "bias"}[i]
+			fmt.Fprintf(&apply, "    lcc_ld16(%s + j, a);\n#pragma unroll\n    for (int k = 0; k < L; ++k) v[k] %s a[k];\n",
+				name, []string{"*=", "+="}[i])
+		}
+		bs := pow2(m/l, 32, 256)
+		body := fmt.Sprintf(normVecBody, n.Op, m, x.Type, rms, clit.Float(n.AttrFloat("eps")), bs,
+			signature(params), apply.String(), l, preVec)
+		g.emit(kernelSpec{op: n.Op.String(), body: body, grid: [3]uint32{uint32(rows), 1, 1},
+			block: [3]uint32{uint32(bs), 1, 1}, params: params, args: args})
+		return nil
+	}
 	bs := pow2(m, 32, 256)
 	body := fmt.Sprintf(normBody, n.Op, m, x.Type, rms, clit.Float(n.AttrFloat("eps")), bs,
-		signature(params), apply.String())
+		signature(params), apply.String(), pre)
 	g.emit(kernelSpec{op: n.Op.String(), body: body, grid: [3]uint32{uint32(rows), 1, 1},
 		block: [3]uint32{uint32(bs), 1, 1}, params: params, args: args})
 	return nil

@@ -1,6 +1,7 @@
 package exec
 
 import (
+	"fmt"
 	"sort"
 	"testing"
 
@@ -52,4 +53,40 @@ func TestGPUElementwiseTails(t *testing.T) {
 	in := randomInputs(f, 6)
 	t.Run("f32", func(t *testing.T) { compare(t, dev, f, in, Options{}, 1e-5) })
 	t.Run("bf16", func(t *testing.T) { compare(t, dev, f, in, Options{Storage: tensor.BF16}, 2e-2) })
+}
+
+// TestGPUResidualNorms runs residual adds fused into the norms beside them:
+// norm(a + b) writing the sum and the norm, and r + norm_grad(...).dx, for
+// RMSNorm and LayerNorm, at widths with and without 16-byte rows.
+func TestGPUResidualNorms(t *testing.T) {
+	dev := openGPU(t)
+	for _, m := range []int64{1000, 100, 36} {
+		for _, op := range []ir.Op{ir.OpRMSNorm, ir.OpLayerNorm} {
+			b := ir.NewBuilder("resid")
+			x := b.Input("x", ir.T(tensor.F32, 7, m))
+			y := b.Input("y", ir.T(tensor.F32, 7, m))
+			r := b.Input("r", ir.T(tensor.F32, 7, m))
+			dy := b.Input("dy", ir.T(tensor.F32, 7, m))
+			scale := b.Input("scale", ir.T(tensor.F32, m))
+			args := []*ir.Value{b.Add(x, y), scale}
+			gop := ir.OpRMSNormGrad
+			if op == ir.OpLayerNorm {
+				args = append(args, b.Input("bias", ir.T(tensor.F32, m)))
+				gop = ir.OpLayerNormGrad
+			}
+			b.Output("h", args[0])
+			b.Output("norm", b.Apply1(op, ir.A("axis", -1, "eps", 1e-6), args...))
+			gs := b.Apply(gop, ir.A("axis", -1, "eps", 1e-6), append(args, dy)...)
+			b.Output("dx", b.Add(r, gs[0]))
+			b.Output("dscale", gs[1])
+			f, err := b.Build()
+			if err != nil {
+				t.Fatal(err)
+			}
+			in := randomInputs(f, uint64(m))
+			name := fmt.Sprintf("%s/%d", op, m)
+			t.Run(name+"/f32", func(t *testing.T) { compare(t, dev, f, in, Options{}, 1e-5) })
+			t.Run(name+"/bf16", func(t *testing.T) { compare(t, dev, f, in, Options{Storage: tensor.BF16}, 2e-2) })
+		}
+	}
 }
