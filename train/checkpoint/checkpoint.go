@@ -138,14 +138,21 @@ func saveFiles(dir string, step int, m Meta, pieces [][]byte) (string, error) {
 	}
 	atomicfile.RemoveTemps(dir) // a killed writer's leftovers; best effort
 	base := Base(dir, step)
-	if err := writeAtomic(base+".safetensors", pieces...); err != nil {
+	// The digest is computed beside the write: for a large checkpoint each
+	// takes seconds.
+	digest := make(chan []byte, 1)
+	go func() {
+		h := sha256.New()
+		for _, p := range pieces {
+			h.Write(p)
+		}
+		digest <- h.Sum(nil)
+	}()
+	err := writeAtomic(base+".safetensors", pieces...)
+	sum := <-digest
+	if err != nil {
 		return "", fmt.Errorf("checkpoint: writing %s.safetensors: %w", base, err)
 	}
-	h := sha256.New()
-	for _, p := range pieces {
-		h.Write(p)
-	}
-	sum := h.Sum(nil)
 	m.Format, m.Step = Format, step
 	m.Tensors, m.TensorsSHA256 = filepath.Base(base)+".safetensors", hex.EncodeToString(sum[:])
 	js, err := json.MarshalIndent(m, "", "  ")
