@@ -28,9 +28,11 @@ package exec
 import (
 	"errors"
 	"fmt"
+	"runtime"
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 
 	codegen "github.com/lcc-dev/lcc/codegen/cuda"
 	"github.com/lcc-dev/lcc/ir"
@@ -150,11 +152,25 @@ func (r *runner) ptr(id int) cuda.DevicePtr {
 }
 
 // load fetches every kernel from the cache (compiling it on a miss) and loads it.
+// Misses compile in parallel, one NVRTC compile per CPU (NVRTC programs are
+// independent and the cache is safe for concurrent use); modules load in order.
 // On error the modules loaded so far stay in r.mods for close.
 func (r *runner) load(ks []codegen.Kernel, cache *cuda.Cache) error {
 	r.fns = map[string]*cuda.Function{}
-	for _, k := range ks {
-		img, err := cache.Get(k.Source, k.Name+".cu", r.dev.Arch(), nil)
+	imgs := make([][]byte, len(ks))
+	errs := make([]error, len(ks))
+	var wg sync.WaitGroup
+	slots := make(chan struct{}, runtime.GOMAXPROCS(0))
+	for i, k := range ks {
+		wg.Go(func() {
+			slots <- struct{}{}
+			defer func() { <-slots }()
+			imgs[i], errs[i] = cache.Get(k.Source, k.Name+".cu", r.dev.Arch(), nil)
+		})
+	}
+	wg.Wait()
+	for i, k := range ks {
+		img, err := imgs[i], errs[i]
 		if err != nil {
 			return fmt.Errorf("exec: kernel %s (%s): %w", k.Name, k.Op, err)
 		}

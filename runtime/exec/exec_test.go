@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"os"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -22,6 +23,22 @@ import (
 	"github.com/lcc-dev/lcc/runtime/cuda"
 	"github.com/lcc-dev/lcc/tensor"
 )
+
+// sharedCache is one kernel cache for every comparison in the test binary, so a
+// kernel several tests generate compiles once; TestMain makes and removes it.
+var sharedCache string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "lcc-exec-test")
+	if err == nil {
+		sharedCache = dir
+	}
+	code := m.Run()
+	if err == nil {
+		os.RemoveAll(dir)
+	}
+	os.Exit(code)
+}
 
 // openGPU opens device 0 or skips the test with the reason.
 func openGPU(t *testing.T) *cuda.Device {
@@ -78,7 +95,10 @@ func compare(t *testing.T, dev *cuda.Device, f *ir.Func, in map[string]*tensor.T
 		t.Fatalf("cpu: %v", err)
 	}
 	opts.Poison = true
-	opts.CacheDir = t.TempDir()
+	opts.CacheDir = sharedCache
+	if sharedCache == "" {
+		opts.CacheDir = t.TempDir()
+	}
 	got, err := RunWith(dev, f, in, opts)
 	if err != nil {
 		t.Fatalf("gpu: %v", err)
