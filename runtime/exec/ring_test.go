@@ -266,3 +266,127 @@ func TestGPUShardedDilated(t *testing.T) {
 		})
 	}
 }
+
+// timingFunc is one rank's attention (op, grad) forward and backward on
+// resident weights q, k, v, do, with the sums of o, dq, dk and dv as outputs, so
+// that a timed run moves nothing between host and device but four scalars.
+func timingFunc(t *testing.T, op, grad ir.Op, attrs ir.Attrs, in map[string]*tensor.Tensor) *ir.Func {
+	t.Helper()
+	bd := ir.NewBuilder("timing")
+	q, k, v, do := bd.Weight("q", in["q"]), bd.Weight("k", in["k"]), bd.Weight("v", in["v"]), bd.Weight("do", in["do"])
+	r := bd.Apply(op, attrs, q, k, v)
+	gr := bd.Apply(grad, attrs, q, k, v, r[0], r[1], do)
+	for i, x := range []*ir.Value{r[0], gr[0], gr[1], gr[2]} {
+		bd.Output(fmt.Sprint("sum", i), bd.ReduceSum(x, false, 0, 1, 2, 3))
+	}
+	f, err := bd.Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+// TestGPURingTiming times ring attention's forward and backward (bf16, T=16K,
+// H=8, D=128, causal, zigzag) on 2 and 4 ranks sharing GPU 0 against the
+// unsharded attention, each after a warm-up run, inputs resident: on one GPU
+// the ranks' blocks add up to the same FLOPs, so the ratio is the cost of the
+// transfers, merges and layout copies (the ranks' kernels share the GPU). It
+// checks nothing but that the runs succeed, and logs the times.
+func TestGPURingTiming(t *testing.T) {
+	openGPU(t)
+	const b, total, h, d, reps = 1, 16384, 8, 128, 3
+	full := randomFull(b, total, h, h, d, 7)
+	timeRanks := func(n int) time.Duration {
+		at := ir.A("causal", true, "scale", 0.088)
+		fs := make([]*ir.Func, n)
+		for r := range fs {
+			pos := ir.LayoutPositions(ir.LayoutZigzag, total, int64(n), int64(r))
+			in := map[string]*tensor.Tensor{}
+			for name, x := range full {
+				in[name] = takeRows(x, 1, pos)
+			}
+			if n == 1 {
+				fs[r] = timingFunc(t, ir.OpAttention, ir.OpAttentionGrad, at, full)
+			} else {
+				fs[r] = timingFunc(t, ir.OpRingAttention, ir.OpRingAttentionGrad,
+					at.With("ranks", n).With("layout", ir.LayoutZigzag), in)
+			}
+		}
+		dir := t.TempDir()
+		cache, err := cuda.OpenCache(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		w := devlocal.NewWorld(n, 3*time.Minute, cache)
+		var ready, start sync.WaitGroup
+		ready.Add(n)
+		start.Add(1)
+		errs := make([]error, n)
+		var wg sync.WaitGroup
+		for r := range n {
+			wg.Go(func() {
+				errs[r] = timedRank(w, r, n, fs[r], dir, reps, &ready, &start)
+				if errs[r] != nil {
+					w.Abort(errs[r])
+				}
+			})
+		}
+		ready.Wait()
+		t0 := time.Now()
+		start.Done()
+		wg.Wait()
+		el := time.Since(t0) / reps
+		for r, err := range errs {
+			if err != nil {
+				t.Fatalf("%d ranks: rank %d: %v", n, r, err)
+			}
+		}
+		return el
+	}
+	one := timeRanks(1)
+	t.Logf("unsharded attention fwd+bwd, T=%d H=%d D=%d bf16 causal: %v a step", total, h, d, one)
+	for _, n := range []int{2, 4} {
+		el := timeRanks(n)
+		t.Logf("ring attention on %d ranks sharing the GPU: %v a step, %.2fx the unsharded", n, el,
+			float64(el)/float64(one))
+	}
+}
+
+// timedRank is rank r of a timing run: a warm-up run, then reps runs once
+// every rank is ready.
+func timedRank(w *devlocal.World, r, n int, f *ir.Func, dir string, reps int, ready, start *sync.WaitGroup) error {
+	warm := false
+	defer func() {
+		if !warm {
+			ready.Done()
+		}
+	}()
+	dev, err := cuda.Open(0)
+	if err != nil {
+		return err
+	}
+	defer dev.Close()
+	c, err := w.Comm(dev, r)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	opts := Options{Storage: tensor.BF16, CacheDir: dir}
+	if n > 1 {
+		opts.Comm = c
+	}
+	s := NewSession(dev, opts)
+	defer s.Close()
+	if _, err := s.Run(f, nil); err != nil {
+		return err
+	}
+	warm = true
+	ready.Done()
+	start.Wait()
+	for range reps {
+		if _, err := s.Run(f, nil); err != nil {
+			return err
+		}
+	}
+	return nil
+}
