@@ -95,6 +95,31 @@ func TestRingPlan(t *testing.T) {
 		if len(pending) != 0 {
 			t.Errorf("rank %d: transfers never joined: %v", rank, pending)
 		}
+		// Double buffering: block kernels run between each transfer and its wait
+		// (all but the last, which brings dk and dv home after the last block).
+		lastBlock := 0
+		for i, s := range p.Plan.Steps {
+			if strings.HasPrefix(s.Op, "attention.flash.") {
+				lastBlock = i
+			}
+		}
+		for i, s := range p.Plan.Steps {
+			if s.Kind != "collective" || i > lastBlock {
+				continue
+			}
+			blocks := 0
+			for _, u := range p.Plan.Steps[i+1:] {
+				if u.Kind == "wait" && u.Args[1] == s.Args[1] {
+					break
+				}
+				if strings.HasPrefix(u.Op, "attention.flash.") {
+					blocks++
+				}
+			}
+			if blocks == 0 {
+				t.Errorf("rank %d: %s at step %d overlaps no block kernel", rank, s.Op, i)
+			}
+		}
 	}
 	// fp32 storage and an odd head dim take the scalar kernels and the merge.
 	for _, c := range []struct {
