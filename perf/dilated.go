@@ -3,6 +3,7 @@ package perf
 import (
 	"fmt"
 
+	fk "github.com/lcc-dev/lcc/codegen/cuda/flash"
 	"github.com/lcc-dev/lcc/runtime/cuda"
 	"github.com/lcc-dev/lcc/runtime/flash"
 )
@@ -32,7 +33,8 @@ func (s DilatedShape) FwdFLOPs() float64 {
 type DilatedRow struct {
 	Fwd, Bwd, FwdBwd Timing
 	// ExtraBytes is the device memory beyond the inputs (q, k, v, do) and the
-	// outputs and gradients (o, dq, dk, dv): lse, delta and fp32 accumulators.
+	// outputs and gradients (o, dq, dk, dv): lse, delta, fp32 accumulators and
+	// the fused backward's dQ workspace.
 	ExtraBytes int64
 }
 
@@ -43,7 +45,10 @@ func (b *Bench) Dilated(s DilatedShape, t Tiles) (DilatedRow, error) {
 	}
 	mark := len(b.frees)
 	defer b.freeFrom(mark)
-	desc := AttentionShape{B: 1, T: s.T, H: s.H, Hkv: s.H, D: s.D, Causal: true}.Desc(t)
+	// Not Desc.Defaults: NewDilated picks the tiles of a branch for those left zero.
+	desc := fk.Desc{B: 1, T: s.T, S: s.T, Hq: s.H, Hkv: s.H, D: s.D, Causal: true,
+		Br: t.Br, Bc: t.Bc, BwdBr: t.BwdBr, BwdBc: t.BwdBc, DQBr: t.DQBr, DQBc: t.DQBc, Stages: t.Stages,
+		WM: t.WM, DQWM: t.DQWM, DQ: fk.DQMode(t.DQ)}
 	var brs []flash.Branch
 	for i, w := range s.Segments {
 		brs = append(brs, flash.Branch{W: w, R: int(s.Dilations[i])})
@@ -63,7 +68,7 @@ func (b *Bench) Dilated(s DilatedShape, t Tiles) (DilatedRow, error) {
 	}
 	q, k, v, do := in[0], in[1], in[2], in[3]
 	fs, bs := a.ScratchBytes()
-	row := DilatedRow{ExtraBytes: 8*nl + max(fs, bs)}
+	row := DilatedRow{ExtraBytes: 8*nl + max(fs, bs) + a.WorkspaceBytes()}
 	var p [8]cuda.DevicePtr // o dq dk dv lse delta accA (also the forward's oAcc) accB
 	sizes := []int64{2 * n, 2 * n, 2 * n, 2 * n, 4 * nl, 4 * nl, 4 * n, 4 * n}
 	for i, sz := range sizes {

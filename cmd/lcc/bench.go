@@ -9,6 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	fk "github.com/lcc-dev/lcc/codegen/cuda/flash"
 	"github.com/lcc-dev/lcc/perf"
 	"github.com/lcc-dev/lcc/runtime/cuda"
 )
@@ -157,6 +158,7 @@ func benchAttentionCmd(bf *benchFlags) *cobra.Command {
 
 func benchDilatedCmd(bf *benchFlags) *cobra.Command {
 	s := perf.DilatedShape{}
+	var dq string
 	cmd := &cobra.Command{
 		Use:   "dilated",
 		Short: "LongNet dilated attention (causal, paper offsets), bf16, forward and forward+backward",
@@ -179,7 +181,17 @@ func benchDilatedCmd(bf *benchFlags) *cobra.Command {
 			defer done()
 			fmt.Fprintf(w, "lcc bench dilated: T=%d H=%d D=%d segments %v dilations %v on %s\n",
 				s.T, s.H, s.D, s.Segments, s.Dilations, b.Dev.Name())
-			row, err := b.Dilated(s, perf.Tiles{})
+			tiles := perf.Tiles{}
+			switch dq {
+			case "auto":
+			case "fused":
+				tiles.DQ = int(fk.DQFused)
+			case "split":
+				tiles.DQ = int(fk.DQSplit)
+			default:
+				return fmt.Errorf("--dq %q: want auto, fused or split", dq)
+			}
+			row, err := b.Dilated(s, tiles)
 			if err != nil {
 				return err
 			}
@@ -206,5 +218,6 @@ func benchDilatedCmd(bf *benchFlags) *cobra.Command {
 	f.IntVar(&s.D, "D", 128, "head dim (64 or 128)")
 	f.Int64SliceVar(&s.Segments, "segments", []int64{2048, 4096, 8192, 16384, 32768}, "segment lengths w")
 	f.Int64SliceVar(&s.Dilations, "dilations", []int64{1, 2, 4, 8, 16}, "dilations r, one per segment")
+	f.StringVar(&dq, "dq", "auto", "backward: auto, fused (dQ in a fixed-point sum inside the dK/dV kernels) or split")
 	return cmd
 }

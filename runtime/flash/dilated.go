@@ -39,16 +39,57 @@ type Dilated struct {
 	fillLSE  *kernel // lse := −Inf
 	convO    *kernel // [B,T,Hq,D] fp32 → bf16
 	convKV   *kernel // [B,T,Hkv,D] fp32 → bf16
+	fused    *fusedBackward
+}
+
+// fusedBackward is the fused backward of every branch (Desc.DQ = DQFused):
+// one kernel per branch adds dK, dV into the fp32 sums and dQ into one 64-bit
+// fixed-point sum shared by all branches (integer addition: the same bits in
+// any order; the bound of codegen/cuda/flash's fixed point holds for the sum
+// over the branches too, as the branches' probabilities under the global lse
+// sum to at most 1). It runs in row chunks of rows rows, each a multiple of
+// every segment, so the workspace ws holds one chunk's dQ sum: two fp32
+// words an element in all would exceed the scratch of the split backward.
+type fusedBackward struct {
+	rows              int64     // rows per chunk
+	dkdvq             []*kernel // one per branch
+	fill, bound, conv *kernel
+	ws                cuda.DevicePtr
+	wsBytes           int64
+}
+
+// dilatedFused reports whether the backward of d fuses dQ into the dK/dV
+// kernels. DQAuto keeps the split backward.
+func dilatedFused(d fk.Desc) bool { return d.DQ == fk.DQFused && d.Hq == d.Hkv }
+
+// fusedChunks is the number of row chunks of the fused backward: 4 (a
+// quarter of the dQ sum at a time, so the workspace is 2 bytes an element of
+// dQ) when the batch is one and T/4 is a multiple of every segment, else 2,
+// else 1. A chunk must hold whole segments of every branch (and more than one
+// segment of a branch without dilation, which would otherwise be dense).
+func fusedChunks(d fk.Desc, branches []Branch) int64 {
+	for _, c := range []int64{4, 2} {
+		ok := d.B == 1 && d.T%c == 0
+		for _, b := range branches {
+			rows := d.T / c
+			ok = ok && rows%b.W == 0 && (b.R > 1 || b.W < rows)
+		}
+		if ok {
+			return c
+		}
+	}
+	return 1
 }
 
 // NewDilated loads the kernels of dilated attention with shape d (S = T) and the
-// given branches; d.Offsets chooses the heads' offsets.
+// given branches; d.Offsets chooses the heads' offsets. Tiles left zero in d
+// take the defaults of a dilated branch (pass d before Desc.Defaults, which
+// would pick the dense tiles of the whole sequence).
 func NewDilated(dev *cuda.Device, cache *cuda.Cache, d fk.Desc, branches []Branch) (*Dilated, error) {
-	d = d.Defaults()
 	if len(branches) == 0 {
 		return nil, fmt.Errorf("flash: dilated attention needs at least one branch")
 	}
-	a := &Dilated{Desc: d, Branches: branches, ld: loader{dev: dev, cache: cache}}
+	a := &Dilated{Desc: d.Defaults(), Branches: branches, ld: loader{dev: dev, cache: cache}}
 	fail := func(err error) (*Dilated, error) {
 		a.Close()
 		return nil, fmt.Errorf("flash: dilated attention: %w", err)
@@ -57,7 +98,16 @@ func NewDilated(dev *cuda.Device, cache *cuda.Cache, d fk.Desc, branches []Branc
 		if b.W <= 0 || b.R <= 0 {
 			return fail(fmt.Errorf("branch (%d, %d): want a positive segment and dilation", b.W, b.R))
 		}
+	}
+	fused := dilatedFused(d)
+	if fused {
+		if err := a.loadFused(d); err != nil {
+			return fail(err)
+		}
+	}
+	for _, b := range branches {
 		bd := d
+		bd.DQ = fk.DQSplit
 		bd.W, bd.R, bd.Accumulate = b.W, b.R, true
 		if b.W >= d.T && b.R == 1 {
 			bd.W = d.T
@@ -69,6 +119,10 @@ func NewDilated(dev *cuda.Device, cache *cuda.Cache, d fk.Desc, branches []Branc
 		}
 		if br.fwd, err = a.ld.load(kf); err != nil {
 			return fail(err)
+		}
+		if fused {
+			a.brs = append(a.brs, br)
+			continue
 		}
 		kq, err := fk.DQ(bd)
 		if err != nil {
@@ -93,7 +147,7 @@ func NewDilated(dev *cuda.Device, cache *cuda.Cache, d fk.Desc, branches []Branc
 	nq := d.B * d.T * int64(d.Hq) * int64(d.D)
 	nk := d.B * d.T * int64(d.Hkv) * int64(d.D)
 	nl := d.B * int64(d.Hq) * d.T
-	kd, err := fk.Delta(d)
+	kd, err := fk.Delta(a.Desc)
 	if err != nil {
 		return fail(err)
 	}
@@ -109,8 +163,70 @@ func NewDilated(dev *cuda.Device, cache *cuda.Cache, d fk.Desc, branches []Branc
 	return a, nil
 }
 
-// Close unloads the kernels.
-func (a *Dilated) Close() error { return a.ld.close() }
+// loadFused loads the fused backward's kernels and allocates its workspace.
+func (a *Dilated) loadFused(d fk.Desc) error {
+	c := fusedChunks(d, a.Branches)
+	cd := d
+	cd.T, cd.S, cd.LT = d.T/c, d.S/c, d.T
+	f := &fusedBackward{rows: cd.T}
+	a.fused = f
+	for _, b := range a.Branches {
+		bd := cd
+		bd.W, bd.R, bd.Accumulate = b.W, b.R, true
+		if b.W >= cd.T && b.R == 1 {
+			bd.W = cd.T
+		}
+		k, err := fk.DKDV(bd)
+		if err != nil {
+			return err
+		}
+		kl, err := a.ld.load(k)
+		if err != nil {
+			return err
+		}
+		f.dkdvq = append(f.dkdvq, kl)
+	}
+	kb, err := fk.DQBound(cd)
+	if err != nil {
+		return err
+	}
+	kc, err := fk.ConvertDQ(cd)
+	if err != nil {
+		return err
+	}
+	nw := cd.DQWorkspace()
+	for _, x := range []struct {
+		dst **kernel
+		k   fk.Kernel
+	}{{&f.fill, fk.Fill(nw, 0)}, {&f.bound, kb}, {&f.conv, kc}} {
+		if *x.dst, err = a.ld.load(x.k); err != nil {
+			return err
+		}
+	}
+	f.wsBytes = 4 * nw
+	if f.ws, err = a.ld.dev.Alloc(int(f.wsBytes)); err != nil {
+		return fmt.Errorf("dQ workspace of %d bytes: %w", f.wsBytes, err)
+	}
+	return nil
+}
+
+// WorkspaceBytes is the device memory Dilated holds itself: the fused
+// backward's dQ workspace (0 for the split backward).
+func (a *Dilated) WorkspaceBytes() int64 {
+	if a.fused == nil {
+		return 0
+	}
+	return a.fused.wsBytes
+}
+
+// Close unloads the kernels and frees the fused backward's workspace.
+func (a *Dilated) Close() error {
+	if a.fused != nil && a.fused.ws != 0 {
+		a.ld.dev.Free(a.fused.ws)
+		a.fused.ws = 0
+	}
+	return a.ld.close()
+}
 
 // ScratchBytes is the fp32 scratch the forward and the backward need, in bytes:
 // Forward's oAcc (4·B·T·Hq·D), and Backward's accA (4·B·T·max(Hq, Hkv)·D) and
@@ -141,25 +257,42 @@ func (a *Dilated) Forward(s *cuda.Stream, o, lse, q, k, v, oAcc cuda.DevicePtr) 
 
 // Backward queues dq, dk, dv (bf16) from the inputs, the merged o and lse of
 // Forward and do. delta ([B,Hq,T] fp32), accA and accB (fp32, ScratchBytes) are
-// scratch: dK and dV of every branch are summed first (in accA and accB) and
-// rounded, then dQ is summed in accA, so the backward's scratch is two fp32
-// tensors, not three.
+// scratch. The split backward sums dK and dV of every branch first (in accA
+// and accB) and rounds them, then sums dQ in accA, so its scratch is two fp32
+// tensors, not three; the fused one sums dK and dV in accA and accB and dQ in
+// its own workspace, one row chunk at a time.
 func (a *Dilated) Backward(s *cuda.Stream, dq, dk, dv, q, k, v, o, lse, do, delta, accA, accB cuda.DevicePtr) error {
 	type launch struct {
 		k    *kernel
 		args []any
 	}
 	ls := []launch{{a.delta, []any{delta, o, do}}, {a.fillKV, []any{accA}}, {a.fillKV, []any{accB}}}
-	for _, br := range a.brs {
-		for _, kk := range br.dkdv {
-			ls = append(ls, launch{kk, []any{accA, accB, q, k, v, do, lse, delta}})
+	if f := a.fused; f != nil {
+		d := a.Desc
+		// Byte offsets of a chunk's first row (the batch is one when rows < T).
+		qb, kb := cuda.DevicePtr(f.rows*int64(d.Hq*d.D)), cuda.DevicePtr(f.rows*int64(d.Hkv*d.D))
+		for c := cuda.DevicePtr(0); int64(c)*f.rows < d.T; c++ {
+			ls = append(ls, launch{f.fill, []any{f.ws}},
+				launch{f.bound, []any{f.ws, do + 2*c*qb, k + 2*c*kb, v + 2*c*kb, delta}})
+			for _, kk := range f.dkdvq {
+				ls = append(ls, launch{kk, []any{accA + 4*c*kb, accB + 4*c*kb, q + 2*c*qb, k + 2*c*kb, v + 2*c*kb,
+					do + 2*c*qb, lse + 4*c*cuda.DevicePtr(f.rows), delta + 4*c*cuda.DevicePtr(f.rows), f.ws}})
+			}
+			ls = append(ls, launch{f.conv, []any{dq + 2*c*qb, f.ws}})
 		}
+		ls = append(ls, launch{a.convKV, []any{dk, accA}}, launch{a.convKV, []any{dv, accB}})
+	} else {
+		for _, br := range a.brs {
+			for _, kk := range br.dkdv {
+				ls = append(ls, launch{kk, []any{accA, accB, q, k, v, do, lse, delta}})
+			}
+		}
+		ls = append(ls, launch{a.convKV, []any{dk, accA}}, launch{a.convKV, []any{dv, accB}}, launch{a.fillO, []any{accA}})
+		for _, br := range a.brs {
+			ls = append(ls, launch{br.dq, []any{accA, q, k, v, do, lse, delta}})
+		}
+		ls = append(ls, launch{a.convO, []any{dq, accA}})
 	}
-	ls = append(ls, launch{a.convKV, []any{dk, accA}}, launch{a.convKV, []any{dv, accB}}, launch{a.fillO, []any{accA}})
-	for _, br := range a.brs {
-		ls = append(ls, launch{br.dq, []any{accA, q, k, v, do, lse, delta}})
-	}
-	ls = append(ls, launch{a.convO, []any{dq, accA}})
 	for _, l := range ls {
 		if err := l.k.launch(s, l.args...); err != nil {
 			return err

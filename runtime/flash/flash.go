@@ -84,6 +84,9 @@ func New(dev *cuda.Device, cache *cuda.Cache, d fk.Desc) (*Attention, error) {
 	gens := []func(fk.Desc) (fk.Kernel, error){fk.Forward, fk.Delta, fk.DKDV, fk.DQ}
 	dsts := []**kernel{&a.fwd, &a.delta, &a.dkdv, &a.dq}
 	fused := a.Desc.Check() == nil && a.Desc.Fused()
+	if fused && a.Desc.Accumulate {
+		return nil, fmt.Errorf("flash: a fused backward writes dq to bf16: Accumulate (ring blocks) needs the split backward")
+	}
 	if fused {
 		gens, dsts = gens[:3], dsts[:3]
 	}

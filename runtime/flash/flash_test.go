@@ -331,8 +331,8 @@ func TestGPURing(t *testing.T) {
 
 // TestGPUDilated compares LongNet dilated attention (ragged last segments, a
 // segment longer than the sequence, grouped-query heads, both offset rules) and
-// its exact backward with the CPU reference, and checks the backward is bitwise
-// reproducible.
+// its exact backward, split and fused (in one row chunk, and in four), with
+// the CPU reference, and checks the backward is bitwise reproducible.
 func TestGPUDilated(t *testing.T) {
 	d, cache := gpu(t)
 	for i, c := range []struct {
@@ -344,74 +344,98 @@ func TestGPUDilated(t *testing.T) {
 	}{
 		{"paper-gqa-d64", 1, 300, 4, 2, 64, []Branch{{64, 1}, {128, 2}, {512, 4}}, "paper"},
 		{"block-d128", 2, 200, 4, 4, 128, []Branch{{48, 1}, {96, 3}}, "block"},
+		{"paper-chunks-d128", 1, 1024, 4, 4, 128, []Branch{{64, 1}, {128, 2}, {256, 4}}, "paper"},
 	} {
-		t.Run(c.name, func(t *testing.T) {
-			rng := rand.New(rand.NewPCG(uint64(i), 17))
-			dims := attention.Dims{B: c.b, T: c.t, S: c.t, Hq: c.hq, Hkv: c.hk, D: c.dim}
-			cfg := attention.DilatedConfig{Causal: true, Offsets: attention.Paper}
-			if c.offsets == "block" {
-				cfg.Offsets = attention.Block
-			}
-			for _, b := range c.brs {
-				cfg.Branches = append(cfg.Branches, attention.Branch{Segment: int(b.W), Dilation: b.R})
-			}
-			desc := fk.Desc{B: int64(c.b), T: int64(c.t), S: int64(c.t), Hq: c.hq, Hkv: c.hk, D: c.dim,
-				Causal: true, Offsets: c.offsets}
-			a, err := NewDilated(d, cache, desc, c.brs)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer a.Close()
-			nq, nk, nl := c.b*c.t*c.hq*c.dim, c.b*c.t*c.hk*c.dim, c.b*c.hq*c.t
-			q, qh := randBF16(t, d, rng, nq, 1)
-			k, kh := randBF16(t, d, rng, nk, 1)
-			v, vh := randBF16(t, d, rng, nk, 1)
-			do, doh := randBF16(t, d, rng, nq, 1)
-			o, lse, oAcc := alloc(t, d, nq, true), alloc(t, d, nl, false), alloc(t, d, nq, false)
-			if err := a.Forward(nil, o.p, lse.p, q.p, k.p, v.p, oAcc.p); err != nil {
-				t.Fatal(err)
-			}
-			if err := d.Synchronize(); err != nil {
-				t.Fatal(err)
-			}
-			scale := 1 / math.Sqrt(float64(c.dim))
-			wo, wl := attention.Dilated(qh, kh, vh, dims, cfg, scale)
-			oh, lh := o.get(t, d), lse.get(t, d)
-			if e := relErr(oh, wo); e > tol {
-				t.Errorf("o: relative error %.3g > %g", e, tol)
-			}
-			if e := relErr(lh, wl); e > 1e-3 {
-				t.Errorf("lse: relative error %.3g", e)
-			}
-			wdq, wdk, wdv := attention.DilatedBackward(qh, kh, vh, oh, lh, doh, dims, cfg, scale)
-			var first [3][]float64
-			for run := 0; run < 2; run++ {
-				dq, dk, dv := alloc(t, d, nq, true), alloc(t, d, nk, true), alloc(t, d, nk, true)
-				delta, accA, accB := alloc(t, d, nl, false), alloc(t, d, max(nq, nk), false), alloc(t, d, nk, false)
-				if err := a.Backward(nil, dq.p, dk.p, dv.p, q.p, k.p, v.p, o.p, lse.p, do.p, delta.p, accA.p, accB.p); err != nil {
+		for _, mode := range []fk.DQMode{fk.DQSplit, fk.DQFused} {
+			t.Run(fmt.Sprintf("%s/%s", c.name, map[fk.DQMode]string{fk.DQSplit: "split", fk.DQFused: "fused"}[mode]), func(t *testing.T) {
+				rng := rand.New(rand.NewPCG(uint64(i), 17))
+				dims := attention.Dims{B: c.b, T: c.t, S: c.t, Hq: c.hq, Hkv: c.hk, D: c.dim}
+				cfg := attention.DilatedConfig{Causal: true, Offsets: attention.Paper}
+				if c.offsets == "block" {
+					cfg.Offsets = attention.Block
+				}
+				for _, b := range c.brs {
+					cfg.Branches = append(cfg.Branches, attention.Branch{Segment: int(b.W), Dilation: b.R})
+				}
+				desc := fk.Desc{B: int64(c.b), T: int64(c.t), S: int64(c.t), Hq: c.hq, Hkv: c.hk, D: c.dim,
+					Causal: true, Offsets: c.offsets, DQ: mode}
+				a, err := NewDilated(d, cache, desc, c.brs)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer a.Close()
+				nq, nk, nl := c.b*c.t*c.hq*c.dim, c.b*c.t*c.hk*c.dim, c.b*c.hq*c.t
+				q, qh := randBF16(t, d, rng, nq, 1)
+				k, kh := randBF16(t, d, rng, nk, 1)
+				v, vh := randBF16(t, d, rng, nk, 1)
+				do, doh := randBF16(t, d, rng, nq, 1)
+				o, lse, oAcc := alloc(t, d, nq, true), alloc(t, d, nl, false), alloc(t, d, nq, false)
+				if err := a.Forward(nil, o.p, lse.p, q.p, k.p, v.p, oAcc.p); err != nil {
 					t.Fatal(err)
 				}
 				if err := d.Synchronize(); err != nil {
 					t.Fatal(err)
 				}
-				got := [3][]float64{dq.get(t, d), dk.get(t, d), dv.get(t, d)}
-				if run == 0 {
-					first = got
-					for j, w := range [][]float64{wdq, wdk, wdv} {
-						if e := relErr(got[j], w); e > tol {
-							t.Errorf("%s: relative error %.3g > %g", []string{"dq", "dk", "dv"}[j], e, tol)
+				scale := 1 / math.Sqrt(float64(c.dim))
+				wo, wl := attention.Dilated(qh, kh, vh, dims, cfg, scale)
+				oh, lh := o.get(t, d), lse.get(t, d)
+				if e := relErr(oh, wo); e > tol {
+					t.Errorf("o: relative error %.3g > %g", e, tol)
+				}
+				if e := relErr(lh, wl); e > 1e-3 {
+					t.Errorf("lse: relative error %.3g", e)
+				}
+				wdq, wdk, wdv := attention.DilatedBackward(qh, kh, vh, oh, lh, doh, dims, cfg, scale)
+				var first [3][]float64
+				for run := 0; run < 2; run++ {
+					dq, dk, dv := alloc(t, d, nq, true), alloc(t, d, nk, true), alloc(t, d, nk, true)
+					delta, accA, accB := alloc(t, d, nl, false), alloc(t, d, max(nq, nk), false), alloc(t, d, nk, false)
+					if err := a.Backward(nil, dq.p, dk.p, dv.p, q.p, k.p, v.p, o.p, lse.p, do.p, delta.p, accA.p, accB.p); err != nil {
+						t.Fatal(err)
+					}
+					if err := d.Synchronize(); err != nil {
+						t.Fatal(err)
+					}
+					got := [3][]float64{dq.get(t, d), dk.get(t, d), dv.get(t, d)}
+					if run == 0 {
+						first = got
+						for j, w := range [][]float64{wdq, wdk, wdv} {
+							if e := relErr(got[j], w); e > tol {
+								t.Errorf("%s: relative error %.3g > %g", []string{"dq", "dk", "dv"}[j], e, tol)
+							}
+						}
+						continue
+					}
+					for j := range got {
+						for x := range got[j] {
+							if math.Float64bits(got[j][x]) != math.Float64bits(first[j][x]) {
+								t.Fatalf("%s differs between two runs at %d", []string{"dq", "dk", "dv"}[j], x)
+							}
 						}
 					}
-					continue
 				}
-				for j := range got {
-					for x := range got[j] {
-						if math.Float64bits(got[j][x]) != math.Float64bits(first[j][x]) {
-							t.Fatalf("%s differs between two runs at %d", []string{"dq", "dk", "dv"}[j], x)
-						}
-					}
-				}
-			}
-		})
+			})
+		}
+	}
+}
+
+// TestFusedChunks: the fused dilated backward runs in four row chunks when
+// each holds whole segments of every branch, else in fewer.
+func TestFusedChunks(t *testing.T) {
+	for _, c := range []struct {
+		d    fk.Desc
+		brs  []Branch
+		want int64
+	}{
+		{fk.Desc{B: 1, T: 1 << 20}, []Branch{{2048, 1}, {4096, 2}, {8192, 4}, {16384, 8}, {32768, 16}}, 4},
+		{fk.Desc{B: 1, T: 1024}, []Branch{{64, 1}, {128, 2}, {256, 4}}, 4},
+		{fk.Desc{B: 1, T: 1024}, []Branch{{256, 1}, {512, 2}}, 2},
+		{fk.Desc{B: 1, T: 1024}, []Branch{{512, 1}}, 1},
+		{fk.Desc{B: 2, T: 1024}, []Branch{{64, 1}}, 1},
+		{fk.Desc{B: 1, T: 300}, []Branch{{64, 1}}, 1},
+	} {
+		if got := fusedChunks(c.d, c.brs); got != c.want {
+			t.Errorf("B=%d T=%d %v: %d chunks, want %d", c.d.B, c.d.T, c.brs, got, c.want)
+		}
 	}
 }

@@ -20,7 +20,7 @@ const dkdvqSrc = `#define FA_PS (FA_BC + 8)
 #define FA_KM (FA_BC / 64)
 #define FA_DN (FA_D / 16)
 #define FA_QN (FA_D / 32)
-extern "C" __global__ void __launch_bounds__(256, 1) @KERNEL@(fa_bf16* __restrict__ dk, fa_bf16* __restrict__ dv,
+extern "C" __global__ void __launch_bounds__(256, 1) @KERNEL@(FA_OT* __restrict__ dk, FA_OT* __restrict__ dv,
     const fa_bf16* __restrict__ q, const fa_bf16* __restrict__ k, const fa_bf16* __restrict__ v,
     const fa_bf16* __restrict__ dout, const float* __restrict__ lse, const float* __restrict__ delta,
     unsigned* __restrict__ ws) {
@@ -36,8 +36,10 @@ extern "C" __global__ void __launch_bounds__(256, 1) @KERNEL@(fa_bf16* __restric
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int g = lane >> 2, c2 = (lane & 3) * 2;
   const int hk = blockIdx.y, h0 = hk * FA_G;
-  const long long b = blockIdx.z, k0 = (long long)blockIdx.x * FA_BC;
-  const long long kn = FA_S, qn = FA_T;
+  const long long b = blockIdx.z / FA_NSEG, sg = blockIdx.z % FA_NSEG, k0 = (long long)blockIdx.x * FA_BC;
+  long long kp0, kn, qp0, qn;  // a dilated branch (FA_G = 1): the rows of segment sg, head hk
+  fa_geom(sg, h0, FA_S, &kp0, &kn);
+  fa_geom(sg, h0, FA_T, &qp0, &qn);
   if (k0 >= kn) return;
   long long first = 0;
   if (FA_CAUSAL) {
@@ -48,26 +50,26 @@ extern "C" __global__ void __launch_bounds__(256, 1) @KERNEL@(fa_bf16* __restric
   const long long qtiles = (qn + FA_BR - 1) / FA_BR;
   const int nit = qtiles > it0 ? (int)(qtiles - it0) : 0;
   const int nitems = FA_G * nit;
-  const long long qrs = (long long)FA_HQ * FA_D, krs = (long long)FA_HKV * FA_D;
+  const long long qrs = (long long)FA_HQ * FA_D * FA_R, krs = (long long)FA_HKV * FA_D * FA_R;
   // loadq queues work item w (query head h0 + w / nit, query tile it0 + w % nit)
   // into stage st.
 #define loadq(w, st) do { \
     const int h_ = h0 + (w) / nit; \
     const long long qq_ = (it0 + (w) % nit) * FA_BR; \
-    const long long qo_ = (b * FA_T * FA_HQ + h_) * FA_D, lo_ = (b * FA_HQ + h_) * FA_T; \
+    const long long qo_ = ((b * FA_T + qp0) * FA_HQ + h_) * FA_D, lo_ = (b * FA_HQ + h_) * FA_LT + qp0; \
     fa_load_tile<FA_BR, 256>(sQ + (st) * FA_BR * FA_D, q + qo_, qrs, qq_, qn, tid); \
     fa_load_tile<FA_BR, 256>(sO + (st) * FA_BR * FA_D, dout + qo_, qrs, qq_, qn, tid); \
     if (tid < FA_BR) { \
       const bool ok_ = qq_ + tid < qn; \
-      fa_cp4(fa_smem(sL + (st) * FA_BR + tid), lse + lo_ + (ok_ ? qq_ + tid : 0), ok_); \
+      fa_cp4(fa_smem(sL + (st) * FA_BR + tid), lse + lo_ + (ok_ ? (qq_ + tid) * FA_R : 0), ok_); \
     } else if (tid < 2 * FA_BR) { \
       const int t_ = tid - FA_BR; \
       const bool ok_ = qq_ + t_ < qn; \
-      fa_cp4(fa_smem(sDl + (st) * FA_BR + t_), delta + lo_ + (ok_ ? qq_ + t_ : 0), ok_); \
+      fa_cp4(fa_smem(sDl + (st) * FA_BR + t_), delta + lo_ + (ok_ ? (qq_ + t_) * FA_R : 0), ok_); \
     } \
   } while (0)
-  fa_load_tile<FA_BC, 256>(sK, k + (b * FA_S * FA_HKV + hk) * FA_D, krs, k0, kn, tid);
-  fa_load_tile<FA_BC, 256>(sV, v + (b * FA_S * FA_HKV + hk) * FA_D, krs, k0, kn, tid);
+  fa_load_tile<FA_BC, 256>(sK, k + ((b * FA_S + kp0) * FA_HKV + hk) * FA_D, krs, k0, kn, tid);
+  fa_load_tile<FA_BC, 256>(sV, v + ((b * FA_S + kp0) * FA_HKV + hk) * FA_D, krs, k0, kn, tid);
 #pragma unroll
   for (int s = 0; s < FA_STAGES - 1; ++s) {
     if (s < nitems) loadq(s, s);
@@ -210,7 +212,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) @KERNEL@(fa_bf16* __restric
     // Each lane holds columns 2q, 2q+1 of an 8-column n-tile (q = lane & 3);
     // two exchanges in the quad give lane q columns q and 4 + q, so each red
     // of the warp covers whole 32-byte sectors (eight rows, four words each).
-    unsigned long long* dg = dqa + (b * FA_T * FA_HQ + h) * FA_D;
+    unsigned long long* dg = dqa + ((b * FA_T + qp0) * FA_HQ + h) * FA_D;
     const int qd = lane & 3;
 #pragma unroll
     for (int mi = 0; mi < FA_MT; ++mi)
@@ -237,11 +239,23 @@ extern "C" __global__ void __launch_bounds__(256, 1) @KERNEL@(fa_bf16* __restric
     for (int r = 0; r < 2; ++r) {
       const long long row = k0 + wk * (FA_BC / 4) + mi * 16 + g + r * 8;
       if (row >= kn) continue;
-      const long long off = ((b * FA_S + row) * FA_HKV + hk) * FA_D + wd * (FA_D / 2) + c2;
+      const long long off = ((b * FA_S + kp0 + row * FA_R) * FA_HKV + hk) * FA_D + wd * (FA_D / 2) + c2;
 #pragma unroll
       for (int nt = 0; nt < FA_DN; ++nt) {
+#if FA_ACC
+        float2* pk = (float2*)(dk + off + nt * 8);
+        float2* pv = (float2*)(dv + off + nt * 8);
+        float2 x = *pk, y = *pv;
+        x.x += dka[mi][nt][2 * r] * FA_SCALE;
+        x.y += dka[mi][nt][2 * r + 1] * FA_SCALE;
+        y.x += dva[mi][nt][2 * r];
+        y.y += dva[mi][nt][2 * r + 1];
+        *pk = x;
+        *pv = y;
+#else
         *(unsigned*)(dk + off + nt * 8) = fa_pack(dka[mi][nt][2 * r] * FA_SCALE, dka[mi][nt][2 * r + 1] * FA_SCALE);
         *(unsigned*)(dv + off + nt * 8) = fa_pack(dva[mi][nt][2 * r], dva[mi][nt][2 * r + 1]);
+#endif
       }
     }
 }
@@ -287,7 +301,7 @@ extern "C" __global__ void __launch_bounds__(256) @KERNEL@(unsigned* __restrict_
   const long long stride = (long long)gridDim.x * 256, i0 = (long long)blockIdx.x * 256 + threadIdx.x;
   unsigned m = 0;
   if (which == 3) {
-    for (long long i = i0; i < FA_B * FA_HQ * FA_T; i += stride) m = max(m, __float_as_uint(delta[i]) & 0x7fffffffu);
+    for (long long i = i0; i < FA_B * FA_HQ * FA_LT; i += stride) m = max(m, __float_as_uint(delta[i]) & 0x7fffffffu);
   } else {
     const uint4* x = (const uint4*)(which == 0 ? dout : which == 1 ? k : v);
     const long long n = (which == 0 ? FA_NQ : FA_B * FA_S * FA_HKV * FA_D) / 8;

@@ -31,6 +31,10 @@ type Desc struct {
 	// DType is the storage of q, k, v, o and their gradients: bf16 (the zero
 	// value means bf16). lse, delta and accumulators are fp32.
 	DType tensor.DType
+	// LT is the length of lse's and delta's time axis (0 means T): a dilated
+	// backward run in row chunks (T rows from q's row 0, lse and delta shifted
+	// by the chunk's start) reads them with the whole sequence's stride.
+	LT int64
 	// B, T, S are the batch, the query length and the key length; Hq and Hkv the
 	// query and key/value heads (Hq = G·Hkv, grouped-query attention reads kv head
 	// h/G without repeating it); D the head dim (64 or 128).
@@ -72,7 +76,10 @@ type Desc struct {
 	PerMember bool
 	Member    int
 	// DQ chooses how the backward computes dQ: DQFused fuses it into the dK/dV
-	// kernel (dense or grouped-query attention without Accumulate only),
+	// kernel (dense or grouped-query attention, or a dilated branch without
+	// grouped-query heads; with Accumulate dK and dV add into fp32 sums and dQ
+	// into the fixed-point workspace, which runtime/flash.Dilated shares across
+	// its branches),
 	// DQSplit runs the separate dQ kernel, which recomputes S and dP; DQAuto
 	// (the zero value) is the faster on the H200 (BENCHMARKS.md).
 	DQ DQMode
@@ -172,6 +179,9 @@ func (d Desc) Defaults() Desc {
 	if d.W == 0 {
 		d.W = d.T
 	}
+	if d.LT == 0 {
+		d.LT = d.T
+	}
 	if d.R == 0 {
 		d.R = 1
 	}
@@ -255,8 +265,11 @@ func (d Desc) Check() error {
 	if d.PerMember && (d.Member < 0 || d.Member >= d.Hq/d.Hkv) {
 		return fmt.Errorf("group member %d: want 0..%d", d.Member, d.Hq/d.Hkv-1)
 	}
-	if d.DQ == DQFused && (d.Accumulate || d.Dilated()) {
-		return fmt.Errorf("fused dQ: dense attention without Accumulate only (dilated branches and ring blocks sum dQ across launches)")
+	if d.DQ == DQFused && d.Dilated() && d.Hq != d.Hkv {
+		return fmt.Errorf("fused dQ: a dilated branch with grouped-query heads (its members select different rows)")
+	}
+	if d.LT < d.T {
+		return fmt.Errorf("lse and delta of %d rows: want at least T=%d", d.LT, d.T)
 	}
 	if d.DQ < DQAuto || d.DQ > DQSplit {
 		return fmt.Errorf("dQ mode %d: want auto, fused or split", d.DQ)

@@ -73,6 +73,7 @@ var header = template.Must(template.New("header").Funcs(funcs).Parse(
 #define FA_B {{.B}}LL
 #define FA_T {{.T}}LL
 #define FA_S {{.S}}LL
+#define FA_LT {{.LT}}LL
 #define FA_HQ {{.Hq}}
 #define FA_HKV {{.Hkv}}
 #define FA_G (FA_HQ / FA_HKV)
@@ -197,17 +198,23 @@ func DKDV(d Desc) (Kernel, error) {
 }
 
 // dkdvq is the fused backward's kernel (d checked, d.Fused()): eight warps
-// per key tile, dK and dV into bf16, dQ into the workspace ws.
+// per key tile, dK and dV into bf16 (or added into fp32 sums with Accumulate),
+// dQ into the workspace ws. A dilated branch runs one CTA per (key tile, head,
+// batch × segment) over the branch's rows.
 func dkdvq(d Desc) Kernel {
-	v := view{Desc: d, Kind: "dkdvq", BR: d.BwdBr, BC: d.BwdBc, NT: 256}
+	v := view{Desc: d, Kind: "dkdvq", BR: d.BwdBr, BC: d.BwdBc, NT: 256, Acc: d.Accumulate}
 	v.WM = 1
 	pad := d.BwdBc + 8
+	rows := d.S
+	if d.Dilated() {
+		rows = (min(d.W, d.T) + int64(d.R) - 1) / int64(d.R)
+	}
 	return Kernel{Op: "attention.flash.dkdvdq", Body: render(v, dqFixedSrc+dkdvqSrc),
-		Grid:   [3]uint32{uint32((d.S + int64(d.BwdBc) - 1) / int64(d.BwdBc)), uint32(d.Hkv), uint32(d.B)},
+		Grid:   [3]uint32{uint32((rows + int64(d.BwdBc) - 1) / int64(d.BwdBc)), uint32(d.Hkv), uint32(d.B * nsegOf(d))},
 		Block:  [3]uint32{256, 1, 1},
 		Shared: uint32(2*d.D*(2*d.BwdBc+2*d.Stages*d.BwdBr) + 8*d.Stages*d.BwdBr + 2*2*d.BwdBr*pad),
 		// ws holds int64 sums and float maxima; "float" is the word type buffers carry.
-		Params: []Param{{"dk", "lcc_bf16", true}, {"dv", "lcc_bf16", true},
+		Params: []Param{{"dk", outType(d.Accumulate), true}, {"dv", outType(d.Accumulate), true},
 			{"q", "lcc_bf16", false}, {"k", "lcc_bf16", false}, {"v", "lcc_bf16", false},
 			{"dout", "lcc_bf16", false}, {"lse", "float", false}, {"delta", "float", false},
 			{"ws", "float", true}},
