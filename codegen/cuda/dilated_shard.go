@@ -23,7 +23,9 @@ import (
 // compact (o, lse) merges into the rank's running fp32 sums at rows o(h) + i·r;
 // the backward reduce-scatters the gathered rows' dk and dv back to their
 // owners and scatters every compact gradient back (dk and dv summed over the
-// query heads of each kv head, in head order).
+// query heads of each kv head, in head order). Every far branch's gather is
+// queued before the local branches' kernels, so the transfers overlap them, and
+// a rank's own rows (which need no transfer) are its first block.
 //
 // A far branch needs r | L, r | w' and L | w' for w' = min(w, T) (every rank
 // then selects the same rows and its block lies inside one segment), as
@@ -152,6 +154,17 @@ func (g *gen) gatherFar(sd shardedDil, n *ir.Node, fb farBranch, k, v int) (sel,
 	return sel, all
 }
 
+// gatherAll queues every far branch's selection and gather, in branch order,
+// and returns each branch's (sel, all) buffers.
+func (g *gen) gatherAll(sd shardedDil, n *ir.Node, k, v int) [][2]int {
+	var out [][2]int
+	for _, fb := range sd.far {
+		sel, all := g.gatherFar(sd, n, fb, k, v)
+		out = append(out, [2]int{sel, all})
+	}
+	return out
+}
+
 // lowerShardedDilated lowers the forward on more than one rank.
 func lowerShardedDilated(g *gen, n *ir.Node) error {
 	sd, err := shardedDilGeometry(g, n)
@@ -165,13 +178,16 @@ func lowerShardedDilated(g *gen, n *ir.Node) error {
 	acc := g.temp(tensor.F32, nq)
 	g.emitFlash(flash.Fill(nq, 0), []int{acc})
 	g.emitFlash(flash.Fill(sd.b*sd.hq*sd.l, 0xff800000), []int{lse})
+	// Every far branch's gather first, so that the transfers run while the
+	// local branches compute.
+	gathered := g.gatherAll(sd, n, k, v)
 	if len(sd.localSeg) > 0 {
 		if err := g.localForward(sd, acc, lse, q, k, v); err != nil {
 			return err
 		}
 	}
-	for _, fb := range sd.far {
-		sel, all := g.gatherFar(sd, n, fb, k, v)
+	for j, fb := range sd.far {
+		sel, all := gathered[j][0], gathered[j][1]
 		bg, n1 := fb.blk, fb.blk.nq()
 		qc := g.temp(sd.st, n1)
 		g.selectRows(sd, fb, at{qc, 0}, at{q, 0}, sd.hq)
@@ -243,13 +259,14 @@ func lowerShardedDilatedGrad(g *gen, n *ir.Node) error {
 	g.emitFlash(flash.Fill(nq, 0), []int{dqa})
 	g.emitFlash(flash.Fill(2*nk, 0), []int{dkva})
 	x := blockBufs{q: at{q, 0}, k: at{k, 0}, v: at{v, 0}, do: at{do, 0}, lse: at{lse, 0}, delta: at{delta, 0}}
+	gathered := g.gatherAll(sd, n, k, v)
 	if len(sd.localSeg) > 0 {
 		if err := g.localBackward(sd, at{dqa, 0}, at{dkva, 0}, at{dkva, nk}, x); err != nil {
 			return err
 		}
 	}
-	for _, fb := range sd.far {
-		sel, all := g.gatherFar(sd, n, fb, k, v)
+	for j, fb := range sd.far {
+		sel, all := gathered[j][0], gathered[j][1]
 		bg, n1 := fb.blk, fb.blk.nq()
 		qc, doc := g.temp(sd.st, n1), g.temp(sd.st, n1)
 		lc, dc := g.temp(tensor.F32, bg.nl()), g.temp(tensor.F32, bg.nl())

@@ -212,7 +212,7 @@ func dilatedFunc(t *testing.T, ranks int, b, l, h, hkv, d int64, seg, dil []int6
 // selected k/v once in the forward and once in the backward, and reduce-scatter
 // their dk/dv once; rank r attends to the r mod 2 + 1 and r + 1 ranks' rows
 // before it, so its block count grows with its place in the segment; every
-// gather is joined before its rows are read.
+// gather is queued before the local branch's kernels, which overlap it.
 func TestShardedDilatedPlan(t *testing.T) {
 	f := dilatedFunc(t, 4, 1, 32, 4, 2, 64, []int64{16, 64, 256}, []int64{1, 2, 4}, "paper")
 	for rank := range 4 {
@@ -244,6 +244,25 @@ func TestShardedDilatedPlan(t *testing.T) {
 		}
 		if ops["ring.merge"] != 2 || ops["dilated.scatter"] != 6 {
 			t.Errorf("rank %d: %d merges, %d scatters; want 2, 6", rank, ops["ring.merge"], ops["dilated.scatter"])
+		}
+		// The gathers are queued before the local branch's kernels, which run
+		// while the rows travel.
+		for i, s := range p.Plan.Steps {
+			if s.Kind != "collective" || s.Coll.Op != "all_gather" {
+				continue
+			}
+			kernels := 0
+			for _, u := range p.Plan.Steps[i+1:] {
+				if u.Kind == "wait" && u.Args[1] == s.Args[1] {
+					break
+				}
+				if strings.HasPrefix(u.Op, "attention.flash.") {
+					kernels++
+				}
+			}
+			if kernels == 0 {
+				t.Errorf("rank %d: %s at step %d overlaps no attention kernel", rank, s.Op, i)
+			}
 		}
 	}
 	// A branch whose segment is not whole shares is refused, naming it.
