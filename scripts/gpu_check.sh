@@ -31,17 +31,19 @@ for prec in fp32 bf16; do
 		model=${m%%:*}; ref=${m##*:}
 		run "check_${model}_${prec}" "$lcc" check "testdata/onnx/$model.onnx" --ref "testdata/ref/$ref.ref.safetensors" --grads --device=cuda --precision=$prec
 	done
-	for m in gpt2 llama_gqa_eager llama_gqa_sdpa bert llama_gqa_eager_long llama_gqa_sdpa_long; do
+	for m in gpt2 llama_gqa_eager llama_gqa_sdpa bert llama_gqa_eager_long llama_gqa_sdpa_long llama_gqa_d128_sdpa; do
 		run "check_hf_${m}_${prec}" "$lcc" check "testdata/hf/hf_$m.onnx" --ref "testdata/hf/hf_$m.ref.safetensors" --grads --device=cuda --precision=$prec
 	done
 	run "check_attn_mha_dilated_${prec}" "$lcc" check testdata/onnx/attn_mha.onnx --ref testdata/ref/attn_mha_dilated_paper.ref.safetensors --grads --device=cuda --precision=$prec --attention=dilated --segments=8,16,32 --dilations=1,2,4
 done
-# Two runs of one check must compute the same bits: every gradient included.
+# Two runs of one check must compute the same bits, every gradient included (in bf16
+# the head-dim-128 model's attention runs on the tensor-core kernels).
+d128=testdata/hf/hf_llama_gqa_d128_sdpa
 for prec in fp32 bf16; do
 	for i in 1 2; do
-		run "repro_llama_mini_${prec}_$i" "$lcc" check testdata/onnx/llama_mini.onnx --ref testdata/ref/llama_mini.ref.safetensors --grads --device=cuda --precision=$prec --outputs "$out/repro_$prec.$i.safetensors"
+		run "repro_d128_${prec}_$i" "$lcc" check $d128.onnx --ref $d128.ref.safetensors --grads --device=cuda --precision=$prec --outputs "$out/repro_$prec.$i.safetensors"
 	done
-	run "repro_llama_mini_${prec}_bitwise" cmp "$out/repro_$prec.1.safetensors" "$out/repro_$prec.2.safetensors"
+	run "repro_d128_${prec}_bitwise" cmp "$out/repro_$prec.1.safetensors" "$out/repro_$prec.2.safetensors"
 done
 run train_gpt_mini_cuda "$lcc" train testdata/onnx/gpt_mini.onnx --device=cuda --data=synthetic:copy --seq-len 64 --batch 8 --steps 300 --lr 3e-3 --seed 1 --progress-every 100
 run train_gpt_mini_cuda_bf16 "$lcc" train testdata/onnx/gpt_mini.onnx --device=cuda --precision=bf16 --data=synthetic:copy --seq-len 64 --batch 8 --steps 300 --lr 3e-3 --seed 1 --progress-every 100
@@ -49,6 +51,9 @@ if command -v compute-sanitizer >/dev/null; then
 	run memcheck_llama_mini compute-sanitizer --tool memcheck "$lcc" check testdata/onnx/llama_mini.onnx --ref testdata/ref/llama_mini.ref.safetensors --grads --device=cuda
 	run racecheck_llama_mini compute-sanitizer --tool racecheck "$lcc" check testdata/onnx/llama_mini.onnx --ref testdata/ref/llama_mini.ref.safetensors --grads --device=cuda
 	run synccheck_llama_mini compute-sanitizer --tool synccheck "$lcc" check testdata/onnx/llama_mini.onnx --ref testdata/ref/llama_mini.ref.safetensors --grads --device=cuda
+	for tool in memcheck racecheck synccheck; do
+		run ${tool}_d128_bf16 compute-sanitizer --tool $tool "$lcc" check $d128.onnx --ref $d128.ref.safetensors --grads --device=cuda --precision=bf16
+	done
 fi
 printf '%s\n' "${summary[@]}" | tee "$out/summary.txt"
 tar czf "$out/../gpu_logs.tgz" -C "$out" . 2>/dev/null && mv "$out/../gpu_logs.tgz" "$out/" || true

@@ -28,6 +28,7 @@ func TestWeightsArePyTorchParameters(t *testing.T) {
 		{"hf/hf_bert.onnx", "hf/hf_bert.ref.safetensors"},
 		{"hf/hf_llama_gqa_eager.onnx", "hf/hf_llama_gqa_eager.ref.safetensors"},
 		{"hf/hf_llama_gqa_sdpa.onnx", "hf/hf_llama_gqa_sdpa.ref.safetensors"},
+		{"hf/hf_llama_gqa_d128_sdpa.onnx", "hf/hf_llama_gqa_d128_sdpa.ref.safetensors"},
 	}
 	// GPT-2 ties its head to the embedding: one PyTorch parameter, which
 	// named_parameters() lists under its first name and the graph reads under its
