@@ -42,8 +42,8 @@ func offloadKept(g *ir.Func, start int) int {
 	for i, n := range g.Body[start:] {
 		for _, a := range n.Args {
 			d := a.Def
-			if d == nil || pos[d] >= start || isConstant(d.Op) || d.Op == ir.OpReshape {
-				continue // parameters, backward values, constants, views of kept values
+			if d == nil || pos[d] >= start || isConstant(d.Op) || d.Op == ir.OpReshape || g.IsOutput(a) {
+				continue // parameters, backward values, constants, views, outputs (live anyway)
 			}
 			if _, ok := first[a]; !ok {
 				first[a] = start + i
