@@ -73,11 +73,17 @@ func TestGPUOffload(t *testing.T) {
 				}
 				s := exec.NewSession(dev, exec.Options{Storage: st, Poison: true, CacheDir: t.TempDir()})
 				c.Device, c.Session, c.Run, c.Memory = "cuda", s, s.Run, meter
-				res[i] = run(t, c)
+				res[i], err = Train(c)
 				meter.Stop()
 				s.Close()
+				if err != nil {
+					t.Errorf("%s (offload %v): %v", c.Checkpoint, offload, err)
+				}
 			}
 			base, off := res[0], res[1]
+			if base == nil || off == nil {
+				return
+			}
 			bitwise := slices.Equal(off.Losses, base.Losses)
 			for i := range base.Losses {
 				if e := math.Abs(off.Losses[i]-base.Losses[i]) / math.Abs(base.Losses[i]); !(e <= 1e-6) {

@@ -313,8 +313,27 @@ func bindParams(f *ir.Func, plan *codegen.Plan, inputs map[string]*tensor.Tensor
 // from an earlier run, and that no step overwrites, is not copied again. With
 // keepParams (a Bound step), parameters not in host hold their resident values
 // and are neither uploaded nor poisoned.
-func (r *runner) upload(host map[int]binding, keepParams bool) error {
+//
+// Poisoning and uploads run on the legacy default stream, which the session's
+// non-blocking streams do not wait for: so work still queued on them (the
+// optimizer's update of the previous step) finishes before anything is
+// poisoned, and the device is synchronised before the launch that reads what
+// was written.
+func (r *runner) upload(host map[int]binding, keepParams bool) (err error) {
+	issued := false
+	defer func() {
+		if issued && err == nil {
+			if err = r.dev.Synchronize(); err != nil {
+				err = fmt.Errorf("exec: after uploading: %w", err)
+			}
+		}
+	}()
 	if r.opts.Poison {
+		if r.stream != nil {
+			if err := r.stream.Synchronize(); err != nil {
+				return fmt.Errorf("exec: before poisoning: %w", err)
+			}
+		}
 		r.poisonHost()
 	}
 	for _, b := range r.plan.Buffers {
@@ -327,6 +346,7 @@ func (r *runner) upload(host map[int]binding, keepParams bool) error {
 				if err := r.poison(b); err != nil {
 					return err
 				}
+				issued = true
 			}
 			continue
 		}
@@ -343,6 +363,7 @@ func (r *runner) upload(host map[int]binding, keepParams bool) error {
 		if err := cuda.CopyHtoD(r.dev, r.ptr(b.ID), raw); err != nil {
 			return fmt.Errorf("exec: uploading buffer %%%d (%s %q): %w", b.ID, b.Kind, b.Name, err)
 		}
+		issued = true
 		if keep {
 			r.resident[b.ID] = h.t
 		}
