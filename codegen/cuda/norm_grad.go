@@ -16,7 +16,8 @@ import (
 //     L columns per thread, 16-byte loads where rows allow, coalesced), recomputes r = 1/√(mean(x²) + eps) and mean(g ⊙ x̂) with
 //     fp32 tree reductions, writes dx, and adds dy ⊙ x̂ into per-thread column sums
 //     that it stores as row p of a [P, m] fp32 scratch;
-//   - stage 2: one thread per column sums the P partial rows in order.
+//   - stage 2: each column's P partial rows are summed in eight interleaved
+//     groups, each in order, then the groups in order (32 columns per block).
 //
 // Both orders are fixed, so dscale is bitwise reproducible; the column sums read
 // contiguous rows (coalesced), unlike a column reduction of the [rows, m] product.
@@ -139,15 +140,27 @@ extern "C" __global__ void __launch_bounds__(NT) @KERNEL@(%[8]s) {
 }
 `
 
-const rmsNormColBody = `// norm backward: dscale or dbias[%[2]d] from %[1]d partial rows, in order
+const rmsNormColBody = `// norm backward: dscale or dbias[%[2]d] from %[1]d partial rows, 32 columns per
+// block, 8 groups of rows each summed in order, then the groups in order
 #define P %[1]dLL
 #define M %[2]dLL
 extern "C" __global__ void __launch_bounds__(256) @KERNEL@(%[3]s) {
-  const long long j = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-  if (j >= M) return;
+  __shared__ float sh[8][33];
+  const int tx = threadIdx.x & 31, ty = threadIdx.x >> 5;
+  const long long j = (long long)blockIdx.x * 32 + tx;
   float s = 0.0f;
-  for (long long p = 0; p < P; ++p) s += part[p * M + j];
-  lcc_set(&ds[j], s);
+  if (j < M) {
+#pragma unroll 8
+    for (long long p = ty; p < P; p += 8) s += part[p * M + j];
+  }
+  sh[ty][tx] = s;
+  __syncthreads();
+  if (ty == 0 && j < M) {
+    float t = 0.0f;
+#pragma unroll
+    for (int k = 0; k < 8; ++k) t += sh[k][tx];
+    lcc_set(&ds[j], t);
+  }
 }
 `
 
@@ -165,7 +178,9 @@ func lowerRMSNormGrad(g *gen, n *ir.Node) error {
 	if m == 0 || rows == 0 {
 		return nil
 	}
-	p := min(rows, 512)
+	// Enough blocks of rows to fill the GPU (a block's rows run one after another),
+	// with the fp32 partials kept to 16 MiB.
+	p := min(rows, max(512, min(2048, (1<<22)/m)))
 	ln := n.Op == ir.OpLayerNormGrad
 	hasScale := len(n.Args) >= 3
 	hasBias := ln && len(n.Args) == 4
@@ -213,7 +228,7 @@ func lowerRMSNormGrad(g *gen, n *ir.Node) error {
 	for i, ds := range n.Results[1:] {
 		params = []Param{g.param("ds", ds, true), {Name: "part", CType: "float"}}
 		g.emit(kernelSpec{op: n.Op.String() + ".scale", body: fmt.Sprintf(rmsNormColBody, p, m, signature(params)),
-			grid: [3]uint32{uint32((m + 255) / 256), 1, 1}, block: [3]uint32{256, 1, 1}, params: params,
+			grid: [3]uint32{uint32((m + 31) / 32), 1, 1}, block: [3]uint32{256, 1, 1}, params: params,
 			args: []int{g.ids[ds], part}, offs: []int64{0, int64(i) * p * m}})
 	}
 	return nil

@@ -14,7 +14,9 @@ import (
 // (drivertest.FlagshipSteps: RoPE reading q and k inside the qkv projection and
 // writing into the concat, SwiGLU reading the w13 halves in place, the backward
 // writing the qkv and w13 gradients in place, 16-byte and scalar paths) on the
-// GPU against the CPU interpreter, outputs poisoned first, in f32 and bf16.
+// GPU against the CPU interpreter, outputs poisoned first, in f32 (the bar of
+// whole training steps) and bf16, where a whole step's rounding allows 10%: a
+// lane or view that reads the wrong elements is off by the values themselves.
 func TestGPUFlagshipViews(t *testing.T) {
 	dev := openGPU(t)
 	var names []string
@@ -26,7 +28,7 @@ func TestGPUFlagshipViews(t *testing.T) {
 		f := drivertest.FlagshipStep(t, drivertest.FlagshipSteps[name])
 		in := randomInputs(f, 5)
 		t.Run(name+"/f32", func(t *testing.T) { compare(t, dev, f, in, Options{}, 1e-4) })
-		t.Run(name+"/bf16", func(t *testing.T) { compare(t, dev, f, in, Options{Storage: tensor.BF16}, 5e-2) })
+		t.Run(name+"/bf16", func(t *testing.T) { compare(t, dev, f, in, Options{Storage: tensor.BF16}, 1e-1) })
 	}
 }
 
@@ -57,16 +59,21 @@ func TestGPUElementwiseTails(t *testing.T) {
 
 // TestGPUResidualNorms runs residual adds fused into the norms beside them:
 // norm(a + b) writing the sum and the norm, and r + norm_grad(...).dx, for
-// RMSNorm and LayerNorm, at widths with and without 16-byte rows.
+// RMSNorm and LayerNorm, at widths with and without 16-byte rows (5000 rows of
+// 36: the backward's blocks take ragged stretches of rows).
 func TestGPUResidualNorms(t *testing.T) {
 	dev := openGPU(t)
 	for _, m := range []int64{1000, 100, 36} {
+		rows := int64(7)
+		if m == 36 {
+			rows = 5000
+		}
 		for _, op := range []ir.Op{ir.OpRMSNorm, ir.OpLayerNorm} {
 			b := ir.NewBuilder("resid")
-			x := b.Input("x", ir.T(tensor.F32, 7, m))
-			y := b.Input("y", ir.T(tensor.F32, 7, m))
-			r := b.Input("r", ir.T(tensor.F32, 7, m))
-			dy := b.Input("dy", ir.T(tensor.F32, 7, m))
+			x := b.Input("x", ir.T(tensor.F32, rows, m))
+			y := b.Input("y", ir.T(tensor.F32, rows, m))
+			r := b.Input("r", ir.T(tensor.F32, rows, m))
+			dy := b.Input("dy", ir.T(tensor.F32, rows, m))
 			scale := b.Input("scale", ir.T(tensor.F32, m))
 			args := []*ir.Value{b.Add(x, y), scale}
 			gop := ir.OpRMSNormGrad
