@@ -158,7 +158,7 @@ func benchAttentionCmd(bf *benchFlags) *cobra.Command {
 
 func benchDilatedCmd(bf *benchFlags) *cobra.Command {
 	s := perf.DilatedShape{}
-	var dq string
+	var dq, tileSpec string
 	cmd := &cobra.Command{
 		Use:   "dilated",
 		Short: "LongNet dilated attention (causal, paper offsets), bf16, forward and forward+backward",
@@ -174,14 +174,14 @@ func benchDilatedCmd(bf *benchFlags) *cobra.Command {
 					return fmt.Errorf("--segments %v --dilations %v: want positive values", s.Segments, s.Dilations)
 				}
 			}
-			b, done, err := bf.open()
-			if err != nil {
-				return err
-			}
-			defer done()
-			fmt.Fprintf(w, "lcc bench dilated: T=%d H=%d D=%d segments %v dilations %v on %s\n",
-				s.T, s.H, s.D, s.Segments, s.Dilations, b.Dev.Name())
 			tiles := perf.Tiles{}
+			if tileSpec != "" {
+				ts, err := perf.ParseTiles(tileSpec)
+				if err != nil || len(ts) != 1 {
+					return fmt.Errorf("--tiles %q: want one configuration (%v)", tileSpec, err)
+				}
+				tiles = ts[0]
+			}
 			switch dq {
 			case "auto":
 			case "fused":
@@ -191,6 +191,13 @@ func benchDilatedCmd(bf *benchFlags) *cobra.Command {
 			default:
 				return fmt.Errorf("--dq %q: want auto, fused or split", dq)
 			}
+			b, done, err := bf.open()
+			if err != nil {
+				return err
+			}
+			defer done()
+			fmt.Fprintf(w, "lcc bench dilated: T=%d H=%d D=%d segments %v dilations %v on %s\n",
+				s.T, s.H, s.D, s.Segments, s.Dilations, b.Dev.Name())
 			row, err := b.Dilated(s, tiles)
 			if err != nil {
 				return err
@@ -219,5 +226,6 @@ func benchDilatedCmd(bf *benchFlags) *cobra.Command {
 	f.Int64SliceVar(&s.Segments, "segments", []int64{2048, 4096, 8192, 16384, 32768}, "segment lengths w")
 	f.Int64SliceVar(&s.Dilations, "dilations", []int64{1, 2, 4, 8, 16}, "dilations r, one per segment")
 	f.StringVar(&dq, "dq", "auto", "backward: auto, fused (dQ in a fixed-point sum inside the dK/dV kernels) or split")
+	f.StringVar(&tileSpec, "tiles", "", "one tile configuration of the branches: Br,Bc,BwdBr,BwdBc,DQBr,DQBc,Stages[,WM,DQWM[,DQ]] (0: default; --dq other than auto overrides DQ)")
 	return cmd
 }
