@@ -26,14 +26,30 @@ type blockGeom struct {
 	scale               float64
 	st                  tensor.DType // storage of q, k, v, do
 	flash               bool
+	why                 error // why not the tensor-core tier (nil when flash)
 }
 
 // newBlockGeom picks the tier: the tensor-core kernels when the storage is bf16
 // and the descriptor checks.
 func newBlockGeom(b, rows, hq, hkv, d int64, scale float64, st tensor.DType) blockGeom {
 	bg := blockGeom{b: b, rows: rows, hq: hq, hkv: hkv, d: d, scale: scale, st: st}
-	bg.flash = st == tensor.BF16 && bg.desc(false).Check() == nil
+	if st != tensor.BF16 {
+		bg.why = fmt.Errorf("storage %v: the tensor-core kernels take bf16", st)
+	} else {
+		bg.why = bg.desc(false).Check()
+	}
+	bg.flash = bg.why == nil
 	return bg
+}
+
+// recordChoice records which kernels sequence-parallel attention node n runs
+// its blocks on (Program.Attention), as chooseAttention does for attention.
+func (g *gen) recordChoice(n *ir.Node, why error) {
+	c := AttentionChoice{Node: g.node, Op: n.Op.String(), Name: n.Name, Kernel: KernelFlash, Tier: 1}
+	if why != nil {
+		c.Kernel, c.Tier, c.Why = KernelScalar, 0, why.Error()
+	}
+	g.prog.Attention = append(g.prog.Attention, c)
 }
 
 // desc is the tensor-core descriptor of a block.

@@ -84,10 +84,22 @@ func shardedDilGeometry(g *gen, n *ir.Node) (shardedDil, error) {
 		}
 		sd.far = append(sd.far, fb)
 	}
-	sd.flash = sd.st == tensor.BF16
-	for i := range sd.localSeg {
-		sd.flash = sd.flash && sd.localDesc(i).Check() == nil
+	var why error
+	if sd.st != tensor.BF16 {
+		why = fmt.Errorf("storage %v: the tensor-core kernels take bf16", sd.st)
 	}
+	for i := range sd.localSeg {
+		if why == nil {
+			why = sd.localDesc(i).Check()
+		}
+	}
+	sd.flash = why == nil
+	for _, fb := range sd.far {
+		if why == nil {
+			why = fb.blk.why
+		}
+	}
+	g.recordChoice(n, why)
 	return sd, nil
 }
 

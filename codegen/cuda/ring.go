@@ -71,6 +71,7 @@ func ringGeometry(g *gen, n *ir.Node) (ringGeom, error) {
 	rg.c = rg.l / rg.nc
 	rg.blk = newBlockGeom(rg.b, rg.c, q.Shape[2], rg.hkv, q.Shape[3], ir.AttentionScale(n),
 		g.storageOf(n.Args[0]))
+	g.recordChoice(n, rg.blk.why)
 	return rg, nil
 }
 

@@ -69,6 +69,10 @@ func TestRingPlan(t *testing.T) {
 			ops["ring_attention_grad.dkv"] != 4+4 {
 			t.Errorf("rank %d: transfers and waits %v", rank, colls)
 		}
+		if len(p.Attention) != 2 || p.Attention[1].Kernel != codegen.KernelFlash ||
+			p.Attention[1].Op != "ring_attention_grad" {
+			t.Errorf("rank %d: attention choices %+v", rank, p.Attention)
+		}
 		if ops["ring.merge"] != 0 || ops["ring.fwd"] != 0 {
 			t.Errorf("rank %d: the bf16 D=64 plan uses the scalar tier: %v", rank, ops)
 		}
@@ -132,6 +136,9 @@ func TestRingPlan(t *testing.T) {
 			t.Fatal(err)
 		}
 		ops, _ := planSummary(p)
+		if len(p.Attention) != 2 || p.Attention[0].Kernel != codegen.KernelScalar || p.Attention[0].Why == "" {
+			t.Errorf("%v D=%d: attention choices %+v; want scalar with a reason, twice", c.st, c.d, p.Attention)
+		}
 		// Rank 1 of 2, zigzag: chunks 1 and 2 of 4; step 0 sees (1,1) (2,1) (2,2),
 		// step 1 holds rank 0's chunks 0 and 3: (1,0) (2,0).
 		if ops["ring.fwd"] != 5 || ops["ring.merge"] != 5 || ops["ring.dq"] != 5 || ops["ring.dkdv"] != 5 {

@@ -117,8 +117,8 @@ func LocalGPU(cfg train.Config, timeout time.Duration, storage tensor.DType) (*t
 		return nil, fmt.Errorf("--device=cuda: %w", err)
 	}
 	if count < n {
-		return nil, fmt.Errorf("--ranks=%d --device=cuda: one GPU per rank, but %d GPU(s) are visible",
-			n, count)
+		return nil, fmt.Errorf("--ranks=%d --device=cuda: one GPU per rank, but %d GPU(s) are visible "+
+			"(--shared-gpu runs every rank on GPU 0, a test and development mode)", n, count)
 	}
 	id, err := cuda.NCCLGetUniqueID()
 	if err != nil {
