@@ -192,6 +192,8 @@ func TestBadInputs(t *testing.T) {
 		{"missing ref input", []string{"check", filepath.Join(td, "onnx", "attn_mha.onnx"), "--ref", filepath.Join(td, "ref", "gpt_mini.ref.safetensors")}, "x"},
 		{"bad ref", []string{"check", filepath.Join(td, "onnx", "gpt_mini.onnx"), "--ref", write("bad.safetensors", junk)}, "bad.safetensors"},
 		{"bad tolerance", []string{"check", filepath.Join(td, "onnx", "gpt_mini.onnx"), "--ref", filepath.Join(td, "ref", "gpt_mini.ref.safetensors"), "--tolerance=-1"}, "--tolerance"},
+		{"bad attention kernels", []string{"check", filepath.Join(td, "onnx", "gpt_mini.onnx"), "--ref", filepath.Join(td, "ref", "gpt_mini.ref.safetensors"), "--device=cuda", "--attention-kernels=fast"}, "--attention-kernels"},
+		{"scalar attention on the cpu", []string{"check", filepath.Join(td, "onnx", "gpt_mini.onnx"), "--ref", filepath.Join(td, "ref", "gpt_mini.ref.safetensors"), "--attention-kernels=scalar"}, "--device=cuda"},
 		{"bad device", []string{"run", filepath.Join(td, "onnx", "gpt_mini.onnx"), "--inputs", filepath.Join(td, "ref", "gpt_mini.ref.safetensors"), "--device=tpu"}, "--device"},
 	}
 	for _, c := range cases {

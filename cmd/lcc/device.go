@@ -17,6 +17,8 @@ import (
 // deviceFlags select where run and check execute.
 type deviceFlags struct {
 	device, precision string
+	// attentionKernels is check's --attention-kernels: "auto" or "scalar".
+	attentionKernels string
 }
 
 func (d *deviceFlags) add(cmd *cobra.Command) {
@@ -52,7 +54,7 @@ func (d *deviceFlags) runner() (driver.Runner, func(), error) {
 		}
 		// One session for the command: a training loop runs the same functions every
 		// step and so builds, loads and allocates each of them once.
-		s := exec.NewSession(dev, exec.Options{Storage: storage})
+		s := exec.NewSession(dev, exec.Options{Storage: storage, ScalarAttention: d.attentionKernels == "scalar"})
 		return s.Run, func() {
 			s.Close()
 			dev.Close()

@@ -122,6 +122,12 @@ func checkCmd() *cobra.Command {
 			if ref == "" {
 				return fmt.Errorf("--ref is required")
 			}
+			switch {
+			case df.attentionKernels != "auto" && df.attentionKernels != "scalar":
+				return fmt.Errorf("--attention-kernels %q: want auto or scalar", df.attentionKernels)
+			case df.attentionKernels == "scalar" && df.device != "cuda":
+				return fmt.Errorf("--attention-kernels=scalar chooses GPU kernels: it needs --device=cuda")
+			}
 			if !cmd.Flags().Changed("tolerance") {
 				tolerance = df.defaultTolerance()
 			}
@@ -194,6 +200,8 @@ func checkCmd() *cobra.Command {
 	cmd.Flags().StringVar(&ref, "ref", "", "reference safetensors: inputs by input name, outputs by output name")
 	df.add(cmd)
 	cmd.Flags().Float64Var(&tolerance, "tolerance", 1e-4, "largest accepted ‖a−ref‖/‖ref‖ (default 2e-2 with --precision=bf16)")
+	cmd.Flags().StringVar(&df.attentionKernels, "attention-kernels", "auto",
+		"cuda attention kernels: auto (the tensor-core tier where it applies) or scalar (CUDA cores everywhere, to compare with)")
 	cmd.Flags().StringVar(&outputs, "outputs", "",
 		"write what lcc computed (outputs; with --grads the loss and every grad.<name>) to this safetensors file")
 	cmd.Flags().BoolVar(&grads, "grads", false,

@@ -38,6 +38,9 @@ type AttentionChoice struct {
 // program.
 func (g *gen) chooseAttention(n *ir.Node) (flash.Desc, error) {
 	d, err := g.flashDesc(n)
+	if err == nil && g.opts.ScalarAttention {
+		err = errors.New("the scalar kernels were asked for (Options.ScalarAttention)")
+	}
 	c := AttentionChoice{Node: g.node, Op: n.Op.String(), Name: n.Name, Kernel: KernelFlash, Tier: d.Tier}
 	if err != nil {
 		c.Kernel, c.Tier, c.Why = KernelScalar, 0, err.Error()

@@ -21,6 +21,10 @@ type Options struct {
 	// Rank is the rank a sharded program is built for (a rank-specific build:
 	// shard_positions becomes this rank's positions).
 	Rank int
+	// ScalarAttention keeps every attention on the CUDA-core kernels, so that
+	// `lcc check --attention-kernels=scalar` can hold the tensor-core tier's
+	// results beside theirs on the same model.
+	ScalarAttention bool
 }
 
 // Param is one kernel parameter: a pointer to a buffer.

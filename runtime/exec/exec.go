@@ -61,6 +61,9 @@ type Options struct {
 	// Profile times every launch with CUDA events, by kernel family
 	// (Session.Profile). It adds an event record per launch.
 	Profile bool
+	// ScalarAttention runs every attention on the CUDA-core kernels instead of
+	// the tensor-core tier (codegen.Options.ScalarAttention).
+	ScalarAttention bool
 }
 
 // arenaAlign is the alignment of every buffer in the arena.

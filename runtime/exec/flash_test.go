@@ -95,6 +95,19 @@ func TestFlashLowering(t *testing.T) {
 	if got := ops(f, tensor.F32); strings.Contains(got, "flash") {
 		t.Errorf("f32 storage: steps %q use the bf16 tensor-core kernels", got)
 	}
+	// Options.ScalarAttention keeps the same nodes on the CUDA-core kernels.
+	p, err := codegen.Build(f, codegen.Options{Arch: "sm_90", Storage: tensor.BF16, ScalarAttention: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, st := range p.Plan.Steps {
+		if strings.Contains(st.Op, "flash") {
+			t.Errorf("ScalarAttention: step %s", st.Op)
+		}
+	}
+	if len(p.Attention) != 2 || p.Attention[0].Kernel != codegen.KernelScalar || p.Attention[0].Why == "" {
+		t.Errorf("ScalarAttention: choices %+v", p.Attention)
+	}
 	f, _ = attentionGraphOf(t, 1, 40, 40, 2, 1, 64, true, 1, ir.A("segments", []int64{16, 64}, "dilations", []int64{1, 2}))
 	if got := ops(f, tensor.BF16); !strings.Contains(got, "attention.flash.fwd") || strings.Contains(got, "dilated_attention") {
 		t.Errorf("dilated bf16 D=64: steps %q, want the tensor-core kernels", got)
