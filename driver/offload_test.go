@@ -3,6 +3,7 @@ package driver
 import (
 	"bytes"
 	"encoding/json"
+	"maps"
 	"strings"
 	"testing"
 
@@ -98,7 +99,8 @@ func TestFlagshipMillion58GiB(t *testing.T) {
 }
 
 // TestOffloadProgram: forced on a small llama, offload is in the program's hash,
-// its host buffers lie outside the arena, and every copy has its wait. (The CPU
+// its host buffers lie outside the arena, every copy has its wait, and the
+// kernels are those of the plan without offload. (The CPU
 // interpreter's bitwise check of the rewrite is passes' TestInsertCheckpointsBitwise.)
 func TestOffloadProgram(t *testing.T) {
 	cfg := llamagen.Config{Dim: 32, Layers: 3, Heads: 2, FFN: 64, Vocab: 64, Batch: 1, SeqLen: 32, Fused: true}
@@ -136,5 +138,19 @@ func TestOffloadProgram(t *testing.T) {
 	}
 	if n := off.Report.Checkpoints.Offloaded; steps["d2h"] != n || steps["h2d"] != n || steps["wait"] < 2*n {
 		t.Errorf("steps %v for %d offloaded values", steps, n)
+	}
+	// Offload adds copies and their waits, and changes no launch: the residual
+	// adds stay fused into the norms that read them.
+	launches := func(pl *cudagen.Plan) map[string]int {
+		m := map[string]int{}
+		for _, s := range pl.Steps {
+			if s.Kind == "kernel" || s.Kind == "gemm" {
+				m[s.Kind+" "+s.Op]++
+			}
+		}
+		return m
+	}
+	if a, b := launches(lay.Program.Plan), launches(pl); !maps.Equal(a, b) {
+		t.Errorf("launches without offload %v, with %v", a, b)
 	}
 }

@@ -11,7 +11,8 @@ import (
 // Checkpoint; ir/ops_offload.go). After a policy has chosen the forward values
 // the backward keeps, each of them (but the one the backward reads first, which
 // would come straight back) is copied to the host right after the node that
-// makes it, and copied back into the backward ahead of its first reader: every
+// first reads it in the forward (or makes it), and copied back into the
+// backward ahead of its first reader: every
 // backward read goes to the copy, so the device slot of the original is free
 // once its forward readers are done and the copy has read it, and the copy's
 // slot lives from the prefetch to its last reader. The values are the same, so
@@ -56,7 +57,19 @@ func offloadKept(g *ir.Func, start int) int {
 	}
 	sort.SliceStable(kept, func(i, j int) bool { return first[kept[i]] < first[kept[j]] })
 	live := plan.LiveBytes(g)
-	// at[i] lists the prefetches to insert after body node i; host[v] the offload of v.
+	// The first forward reader of each kept value: its offload goes after it, so
+	// that a kernel which fuses the value's producer into its reader (a residual
+	// add into the next norm: codegen/cuda/residual.go) still may.
+	reader := map[*ir.Value]*ir.Node{}
+	for _, n := range g.Body[:start] {
+		for _, a := range n.Args {
+			if _, ok := first[a]; ok && reader[a] == nil {
+				reader[a] = n
+			}
+		}
+	}
+	// at[i] lists the prefetches to insert after body node i; after[n] the
+	// offloads to insert after node n.
 	at := map[int][]*ir.Node{}
 	after := map[*ir.Node][]*ir.Node{}
 	pre := map[*ir.Value]*ir.Value{}
@@ -65,7 +78,11 @@ func offloadKept(g *ir.Func, start int) int {
 		off := &ir.Node{Op: ir.OpOffload, Args: []*ir.Value{v}, Name: v.Def.Name + "/offload"}
 		h := &ir.Value{Type: v.Type, Def: off}
 		off.Results = []*ir.Value{h}
-		after[v.Def] = append(after[v.Def], off)
+		if r := reader[v]; r != nil {
+			after[r] = append(after[r], off)
+		} else {
+			after[v.Def] = append(after[v.Def], off)
+		}
 		// The latest peak of the window (first[prev], first[v]).
 		lo, hi := first[kept[k-1]], first[v]
 		p := hi - 1
