@@ -439,3 +439,56 @@ func TestFusedChunks(t *testing.T) {
 		}
 	}
 }
+
+// TestGPUFillConvert runs the fill and the fp32 → bf16 conversion on aligned
+// buffers and at a 4-byte offset (the scalar path), with lengths that leave a
+// tail, against the host.
+func TestGPUFillConvert(t *testing.T) {
+	d, cache := gpu(t)
+	ld := loader{dev: d, cache: cache}
+	defer ld.close()
+	rng := rand.New(rand.NewPCG(5, 6))
+	for _, n := range []int{4096, 1002} {
+		for _, off := range []int{0, 2} { // elements: 0 or 8 bytes of fp32, 4 bytes of bf16
+			xs := make([]float64, n+off)
+			for i := range xs {
+				xs[i] = rng.NormFloat64()
+			}
+			x := upload32(t, d, xs)
+			y := alloc(t, d, n+off, true)
+			conv, err := ld.load(fk.Convert(int64(n)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			fill, err := ld.load(fk.Fill(int64(n-1), 0xff800000))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := conv.launch(nil, y.p+cuda.DevicePtr(2*off), x.p+cuda.DevicePtr(4*off)); err != nil {
+				t.Fatal(err)
+			}
+			if err := fill.launch(nil, x.p+cuda.DevicePtr(4*off)); err != nil {
+				t.Fatal(err)
+			}
+			if err := d.Synchronize(); err != nil {
+				t.Fatal(err)
+			}
+			gy, gx := y.get(t, d), x.get(t, d)
+			for i := off; i < n+off; i++ {
+				if want := float64(tensor.BF16ToFloat32(tensor.Float32ToBF16(float32(xs[i])))); gy[i] != want {
+					t.Fatalf("n=%d off=%d: y[%d] = %g, want %g", n, off, i, gy[i], want)
+				}
+				want := math.Inf(-1)
+				if i == n+off-1 {
+					want = float64(float32(xs[i]))
+				}
+				if gx[i] != want {
+					t.Fatalf("n=%d off=%d: filled x[%d] = %g, want %g", n, off, i, gx[i], want)
+				}
+			}
+			if !math.IsNaN(gy[0]) && off > 0 {
+				t.Fatalf("n=%d off=%d: y[0] written", n, off)
+			}
+		}
+	}
+}

@@ -248,17 +248,38 @@ const deltaSrc = `extern "C" __global__ void __launch_bounds__(256) @KERNEL@(flo
 }
 `
 
-// convertSrc rounds an fp32 buffer (a dilated or ring accumulator) to bf16.
+// convertSrc rounds an fp32 buffer (a dilated or ring accumulator) to bf16,
+// eight elements a thread: two 16-byte loads and one 16-byte store when both
+// buffers are 16-byte aligned, else pairs (a plan's buffer may sit at any
+// 4-byte offset).
 const convertSrc = `extern "C" __global__ void __launch_bounds__(256) @KERNEL@(fa_bf16* __restrict__ y, const float* __restrict__ x) {
-  const long long i = ((long long)blockIdx.x * 256 + threadIdx.x) * 2;
+  const long long i = ((long long)blockIdx.x * 256 + threadIdx.x) * 8;
   if (i >= FA_N) return;
-  *(unsigned*)(y + i) = fa_pack(x[i], x[i + 1]);
+  if (i + 8 <= FA_N && (((unsigned long long)y | (unsigned long long)x) & 15) == 0) {
+    const float4 a = *(const float4*)(x + i), c = *(const float4*)(x + i + 4);
+    uint4 w;
+    w.x = fa_pack(a.x, a.y);
+    w.y = fa_pack(a.z, a.w);
+    w.z = fa_pack(c.x, c.y);
+    w.w = fa_pack(c.z, c.w);
+    *(uint4*)(y + i) = w;
+    return;
+  }
+  for (long long j = i; j < i + 8 && j < FA_N; j += 2) *(unsigned*)(y + j) = fa_pack(x[j], x[j + 1]);
 }
 `
 
-// fillSrc sets FA_N 32-bit words to FA_FILL: zeroed accumulators, lse = −Inf.
+// fillSrc sets FA_N 32-bit words to FA_FILL: zeroed accumulators, lse = −Inf;
+// four words a thread, one 16-byte store when y is 16-byte aligned.
 const fillSrc = `extern "C" __global__ void __launch_bounds__(256) @KERNEL@(unsigned* __restrict__ y) {
-  const long long i = (long long)blockIdx.x * 256 + threadIdx.x;
-  if (i < FA_N) y[i] = FA_FILL;
+  const long long i = ((long long)blockIdx.x * 256 + threadIdx.x) * 4;
+  if (i >= FA_N) return;
+  if (i + 4 <= FA_N && ((unsigned long long)y & 15) == 0) {
+    uint4 w;
+    w.x = w.y = w.z = w.w = FA_FILL;
+    *(uint4*)(y + i) = w;
+    return;
+  }
+  for (long long j = i; j < i + 4 && j < FA_N; ++j) y[j] = FA_FILL;
 }
 `

@@ -286,7 +286,7 @@ func Convert(n int64) Kernel {
 	d := Desc{D: 64, T: 1, S: 1, B: 1, Hq: 1, Hkv: 1}.Defaults()
 	v := view{Desc: d, Kind: "convert", BR: 16, BC: 16, NT: 256, N: n}
 	return Kernel{Op: "attention.flash.convert", Body: render(v, convertSrc),
-		Grid:   [3]uint32{uint32((n/2 + 255) / 256), 1, 1},
+		Grid:   [3]uint32{uint32(((n+7)/8 + 255) / 256), 1, 1},
 		Block:  [3]uint32{256, 1, 1},
 		Params: []Param{{"y", "lcc_bf16", true}, {"x", "float", false}},
 	}
@@ -298,7 +298,7 @@ func Fill(n int64, bits uint32) Kernel {
 	d := Desc{D: 64, T: 1, S: 1, B: 1, Hq: 1, Hkv: 1}.Defaults()
 	v := view{Desc: d, Kind: "fill", BR: 16, BC: 16, NT: 256, N: n, Fill: bits}
 	return Kernel{Op: "attention.flash.fill", Body: render(v, fillSrc),
-		Grid:   [3]uint32{uint32((n + 255) / 256), 1, 1},
+		Grid:   [3]uint32{uint32(((n+3)/4 + 255) / 256), 1, 1},
 		Block:  [3]uint32{256, 1, 1},
 		Params: []Param{{"y", "float", true}},
 	}
