@@ -23,6 +23,10 @@
 //     a concat, get no buffer of their own: kernels index the root buffer in
 //     place, so RoPE, SwiGLU and their gradients move no data around the qkv and
 //     w13 projections;
+//   - recomputation in the consumer (recompute.go): an elementwise value only
+//     elementwise kernels read, a few ops from stored values, is computed again
+//     by its readers instead of stored (SwiGLU's sigmoid and silu in the
+//     backward);
 //   - residual adds fused into the norms beside them (residual.go): norm(a + b)
 //     writes the sum and the norm in one kernel, r + norm_grad(...).dx is added
 //     before the backward kernel's store;

@@ -225,22 +225,50 @@ func (g *gen) elementwise(r *fusion) error {
 		}
 		return w, st
 	}
+	// Values recomputed here (recompute.go) are rendered before the members,
+	// from their own operands.
+	var body strings.Builder
+	var need func(a *ir.Value) error
+	need = func(a *ir.Value) error {
+		if r.produced[a] || local[a] != "" {
+			return nil
+		}
+		if v, ok := inlinable(a); ok {
+			local[a] = literal(a.Type.DType, v)
+			return nil
+		}
+		if g.recompute[a] {
+			var operands []string
+			for _, b := range a.Def.Args {
+				if err := need(b); err != nil {
+					return err
+				}
+				operands = append(operands, local[b])
+			}
+			e, err := exprOf(a.Def, operands)
+			if err != nil {
+				return fmt.Errorf("node %s: %w", a.Def.Where(), err)
+			}
+			if f, ok := resultFmt[a.Type.DType]; ok {
+				e = fmt.Sprintf(f, e)
+			}
+			local[a] = fmt.Sprintf("r%d", len(local))
+			fmt.Fprintf(&body, "    const %s %s = %s;\n", computeC[a.Type.DType], local[a], e)
+			return nil
+		}
+		w, st := bcast(a)
+		ins = append(ins, &access{v: a, param: root(w.root, false), dt: g.storageOf(a), off: w.off, st: st})
+		local[a] = fmt.Sprintf("x%d", len(ins)-1)
+		return nil
+	}
 	for _, m := range r.nodes {
 		for _, a := range m.Args {
-			if r.produced[a] || local[a] != "" {
-				continue
+			if err := need(a); err != nil {
+				return err
 			}
-			if v, ok := inlinable(a); ok {
-				local[a] = literal(a.Type.DType, v)
-				continue
-			}
-			w, st := bcast(a)
-			ins = append(ins, &access{v: a, param: root(w.root, false), dt: g.storageOf(a), off: w.off, st: st})
-			local[a] = fmt.Sprintf("x%d", len(ins)-1)
 		}
 	}
 	// The nodes in order; stored results become outputs.
-	var body strings.Builder
 	var ops []string
 	outVar := map[*access]string{}
 	for k, m := range r.nodes {
@@ -262,7 +290,7 @@ func (g *gen) elementwise(r *fusion) error {
 		ops = append(ops, m.Op.String())
 		stored := g.f.IsOutput(res)
 		for _, u := range g.uses[res] {
-			stored = stored || !members[u]
+			stored = stored || !members[u] && !g.recompute[res]
 		}
 		if stored {
 			w, st := bcast(res)

@@ -177,6 +177,7 @@ func Build(f *ir.Func, opts Options) (*Program, error) {
 	}
 	g.planViews()
 	g.planResiduals()
+	g.planRecompute()
 	if err := g.lower(); err != nil {
 		return nil, err
 	}
@@ -204,6 +205,9 @@ type gen struct {
 	// absorbs; absorbed marks those adds (residual.go).
 	resid    map[*ir.Node]*ir.Node
 	absorbed map[*ir.Node]bool
+	// recompute marks elementwise values their readers compute again
+	// (recompute.go).
+	recompute map[*ir.Value]bool
 }
 
 // storageOf is the device dtype of v: f32 values take Options.Storage, except
