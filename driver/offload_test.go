@@ -51,13 +51,15 @@ func checkHost(t *testing.T, res *Result) {
 }
 
 // TestFlagship2M is issue #14's plan: the flagship at 2M tokens (dilated, bf16)
-// does not fit one H200 with any in-device policy (the smallest peaks at 157
-// GiB), and auto offloads the per-layer checkpoints to pinned host memory.
+// under a 120 GiB budget fits no in-device policy (the smallest, per-layer
+// checkpoints, peaks at 139 GiB since SwiGLU's backward recomputes its
+// activations; it was 157 GiB before), and auto offloads the per-layer
+// checkpoints to pinned host memory.
 func TestFlagship2M(t *testing.T) {
 	if testing.Short() {
 		t.Skip("compiles a 2M-token step several times (5 s)")
 	}
-	res := flagshipDilated(t, 2<<20, "auto", 0)
+	res := flagshipDilated(t, 2<<20, "auto", 120<<30)
 	m, c := res.Report.Memory, res.Report.Checkpoints
 	t.Logf("policy %s, planned %.2f GiB (arena %.2f), host %.2f GiB, %d offloaded; tried %v", c.Policy,
 		gibf(m.PerGPUPeakBytes), gibf(m.ArenaBytes), gibf(m.HostBytes), c.Offloaded, c.Tried)
