@@ -2,6 +2,7 @@ package flash
 
 import (
 	"fmt"
+	"slices"
 
 	fk "github.com/lcc-dev/lcc/codegen/cuda/flash"
 	"github.com/lcc-dev/lcc/runtime/cuda"
@@ -52,7 +53,8 @@ type Dilated struct {
 // words an element in all would exceed the scratch of the split backward.
 type fusedBackward struct {
 	rows              int64     // rows per chunk
-	dkdvq             []*kernel // one per branch
+	dkdvq             []*kernel // one per branch, a branch of dilation 1 first
+	first             bool      // dkdvq[0] stores dK, dV: no zeroing
 	fill, bound, conv *kernel
 	ws                cuda.DevicePtr
 	wsBytes           int64
@@ -170,9 +172,18 @@ func (a *Dilated) loadFused(d fk.Desc) error {
 	cd.T, cd.S, cd.LT = d.T/c, d.S/c, d.T
 	f := &fusedBackward{rows: cd.T}
 	a.fused = f
-	for _, b := range a.Branches {
+	// A branch of dilation 1 selects every row: run first, it stores the
+	// sums. The order of the others stays, so the sums are in a fixed order.
+	order := slices.Clone(a.Branches)
+	if i := slices.IndexFunc(order, func(b Branch) bool { return b.R == 1 }); i >= 0 {
+		b := order[i]
+		copy(order[1:i+1], order[:i])
+		order[0] = b
+		f.first = true
+	}
+	for i, b := range order {
 		bd := cd
-		bd.W, bd.R, bd.Accumulate = b.W, b.R, true
+		bd.W, bd.R, bd.Accumulate, bd.First = b.W, b.R, true, i == 0 && f.first
 		if b.W >= cd.T && b.R == 1 {
 			bd.W = cd.T
 		}
@@ -266,7 +277,10 @@ func (a *Dilated) Backward(s *cuda.Stream, dq, dk, dv, q, k, v, o, lse, do, delt
 		k    *kernel
 		args []any
 	}
-	ls := []launch{{a.delta, []any{delta, o, do}}, {a.fillKV, []any{accA}}, {a.fillKV, []any{accB}}}
+	ls := []launch{{a.delta, []any{delta, o, do}}}
+	if f := a.fused; f == nil || !f.first {
+		ls = append(ls, launch{a.fillKV, []any{accA}}, launch{a.fillKV, []any{accB}})
+	}
 	if f := a.fused; f != nil {
 		d := a.Desc
 		// Byte offsets of a chunk's first row (the batch is one when rows < T).

@@ -245,7 +245,13 @@ extern "C" __global__ void __launch_bounds__(256, 1) @KERNEL@(FA_OT* __restrict_
 #if FA_ACC
         float2* pk = (float2*)(dk + off + nt * 8);
         float2* pv = (float2*)(dv + off + nt * 8);
-        float2 x = *pk, y = *pv;
+        float2 x, y;
+        if (FA_FIRST) {
+          x.x = x.y = y.x = y.y = 0.0f;
+        } else {
+          x = *pk;
+          y = *pv;
+        }
         x.x += dka[mi][nt][2 * r] * FA_SCALE;
         x.y += dka[mi][nt][2 * r + 1] * FA_SCALE;
         y.x += dva[mi][nt][2 * r];

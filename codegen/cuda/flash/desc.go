@@ -70,6 +70,11 @@ type Desc struct {
 	// branches, in a fixed order). The backward always reads an external lse and
 	// delta: the global ones for the exact backward of docs/design.md §3.
 	Accumulate bool
+	// First (with Accumulate and the fused backward) makes the dK/dV kernel
+	// store its fp32 sums instead of adding to them: the first branch of a
+	// dilated backward, when it selects every row (dilation 1), so the sums
+	// need no zeroing.
+	First bool
 	// PerMember restricts the dK/dV kernel to query head Member of each group:
 	// in a dilated branch the q heads of one kv head may select different rows, so
 	// their dK/dV run one launch per member, accumulating in a fixed order.
@@ -267,6 +272,9 @@ func (d Desc) Check() error {
 	}
 	if d.DQ == DQFused && d.Dilated() && d.Hq != d.Hkv {
 		return fmt.Errorf("fused dQ: a dilated branch with grouped-query heads (its members select different rows)")
+	}
+	if d.First && !(d.Accumulate && d.Fused()) {
+		return fmt.Errorf("first: a fused backward with Accumulate only")
 	}
 	if d.LT < d.T {
 		return fmt.Errorf("lse and delta of %d rows: want at least T=%d", d.LT, d.T)

@@ -25,7 +25,7 @@ func variants() []Desc {
 		Desc{B: 1, T: 4096, S: 4096, Hq: 8, Hkv: 4, D: 128, Causal: true, W: 1024, R: 4, Accumulate: true,
 			PerMember: true, Member: 1},
 		Desc{B: 1, T: 4096, S: 4096, LT: 16384, Hq: 8, Hkv: 8, D: 128, Causal: true, W: 1024, R: 4, Accumulate: true,
-			DQ: DQFused},
+			DQ: DQFused, First: true},
 		Desc{B: 1, T: 512, S: 512, Hq: 4, Hkv: 4, D: 64, Causal: true, QPos: 512, KPos: 0, Accumulate: true})
 	return ds
 }
@@ -80,6 +80,7 @@ func TestRejects(t *testing.T) {
 		{Desc{B: 1, T: 8, S: 8, Hq: 1, Hkv: 1, D: 64, DType: tensor.F16}, "storage f16"},
 		{Desc{B: 1, T: 8, S: 8, Hq: 2, Hkv: 1, D: 64, W: 4, R: 2, Accumulate: true, DQ: DQFused}, "fused dQ"},
 		{Desc{B: 1, T: 8, S: 8, LT: 4, Hq: 1, Hkv: 1, D: 64}, "lse and delta of 4 rows"},
+		{Desc{B: 1, T: 8, S: 8, Hq: 1, Hkv: 1, D: 64, W: 4, R: 2, Accumulate: true, First: true}, "first"},
 		{Desc{B: 1, T: 8, S: 8, Hq: 1, Hkv: 1, D: 64, BwdBr: 16, BwdBc: 256, DQ: DQFused}, "backward tiles 16×256"},
 	} {
 		_, err := Forward(c.d)

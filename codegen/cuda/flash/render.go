@@ -94,6 +94,7 @@ var header = template.Must(template.New("header").Funcs(funcs).Parse(
 #define FA_WM {{.WM}}
 #define FA_STAGES {{.Stages}}
 #define FA_ACC {{b .Acc}}
+#define FA_FIRST {{b .First}}
 #define FA_N {{.N}}LL
 #define FA_NQ ({{.B}}LL * {{.T}}LL * {{.Hq}} * {{.D}})
 #define FA_FILL {{.Fill}}u
