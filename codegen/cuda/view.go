@@ -13,8 +13,9 @@ import (
 // element off + Σ c_d·st_d of root's buffer. Two kinds of values get one:
 //
 //   - read views: results of slice, split, transpose and expand (and reshapes of
-//     those) that only elementwise kernels read. The kernels index the root in
-//     place, so RoPE's halves, the qkv split and the w13 chunk cost no copy;
+//     those) that only elementwise kernels, concats and splits read. The kernels
+//     index the root in place, so RoPE's halves, the qkv split and the w13 chunk
+//     cost no copy, and rotate_half's concat copies straight from q;
 //   - placed values: an elementwise result (or a concat, or a reshape of either)
 //     whose one use is an operand of a concat. Its kernel writes straight into
 //     the concat's buffer, so RoPE's concat and the backward's concats of
@@ -199,11 +200,12 @@ func (g *gen) planViews() {
 }
 
 // readInPlace reports whether every use of v reads it through its view: an
-// elementwise kernel, or a view op whose results are all (still) candidates.
+// elementwise kernel, a concat or split (their copies read views), or a view
+// op whose results are all (still) candidates.
 func (g *gen) readInPlace(v *ir.Value, cand map[*ir.Value]bool) bool {
 	for _, u := range g.uses[v] {
 		switch {
-		case u.Op.Info().Elementwise:
+		case u.Op.Info().Elementwise, u.Op == ir.OpConcat, u.Op == ir.OpSplit:
 		case readViewOps[u.Op]:
 			for _, r := range u.Results {
 				if !cand[r] {
