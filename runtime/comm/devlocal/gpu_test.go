@@ -95,7 +95,12 @@ func collectivesRank(w *World, r, n, m int) error {
 		if err := cuda.CopyHtoD(dev, send, all[r]); err != nil {
 			return nil, err
 		}
-		return all, dev.Memset32(recv, 0x7fc00000, n*m)
+		if err := dev.Memset32(recv, 0x7fc00000, n*m); err != nil {
+			return nil, err
+		}
+		// The memset runs on the legacy stream, which the communicator's
+		// non-blocking stream does not wait for.
+		return all, dev.Synchronize()
 	}
 	check := func(what string, want []float32) error {
 		if err := c.Sync(); err != nil {
