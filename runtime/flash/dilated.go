@@ -283,7 +283,7 @@ func (a *Dilated) Backward(s *cuda.Stream, dq, dk, dv, q, k, v, o, lse, do, delt
 	}
 	if f := a.fused; f != nil {
 		d := a.Desc
-		// Byte offsets of a chunk's first row (the batch is one when rows < T).
+		// Elements before a chunk's first row (the batch is one when rows < T).
 		qb, kb := cuda.DevicePtr(f.rows*int64(d.Hq*d.D)), cuda.DevicePtr(f.rows*int64(d.Hkv*d.D))
 		for c := cuda.DevicePtr(0); int64(c)*f.rows < d.T; c++ {
 			ls = append(ls, launch{f.fill, []any{f.ws}},
