@@ -99,6 +99,9 @@ func (t *trainer) pollSave(res *Result) (bool, error) {
 	}
 	did := false
 	if sv.snap != nil {
+		if err := sv.snap.Pump(); err != nil {
+			return true, err
+		}
 		ok, err := sv.snap.Done()
 		if err != nil || ok {
 			err = errors.Join(err, sv.snap.Release())
@@ -123,6 +126,11 @@ func (t *trainer) finishSave(res *Result) error {
 	sv := t.dev.saver
 	if sv == nil || sv.out == nil {
 		return nil
+	}
+	if sv.snap != nil {
+		if err := sv.snap.Flush(); err != nil {
+			return err
+		}
 	}
 	w := <-sv.out
 	sv.out = nil
@@ -153,6 +161,9 @@ func (t *trainer) closeSaver() {
 	sv := t.dev.saver
 	if sv == nil {
 		return
+	}
+	if sv.snap != nil {
+		sv.snap.Flush()
 	}
 	if sv.out != nil {
 		<-sv.out

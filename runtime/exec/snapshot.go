@@ -27,7 +27,25 @@ type Snapshot struct {
 	// start, ready and done are recorded before the staging copy, after it
 	// and after the copy to the host.
 	start, ready, done *cuda.Event
+	// pending holds the pieces of a staged copy not queued yet (Pump queues
+	// them); queued is closed once every piece is queued and done recorded.
+	pending []snapPiece
+	queued  chan struct{}
 }
+
+// snapPiece is one device-to-host copy of a Snapshot: n bytes from src into
+// the host buffer at off.
+type snapPiece struct {
+	off int
+	src cuda.DevicePtr
+	n   int
+}
+
+// SnapshotPumpBytes is how much of a staged Snapshot's copy one Pump queues:
+// about 5 ms of the host link, so that a step's own small downloads (the loss,
+// the norm) at its end find the copy engine idle rather than queue behind the
+// whole state.
+const SnapshotPumpBytes = 256 << 20
 
 // SnapshotBytes is the size of the pinned host buffer a Snapshot fills: the
 // masters, then the first moments, then the second moments, fp32, flat.
@@ -56,7 +74,8 @@ func (o *Optimizer) Snapshot(host *cuda.HostBuffer, stage bool) (*Snapshot, erro
 	}
 	n := int(4 * o.total)
 	src := []cuda.DevicePtr{o.master, o.m, o.v}
-	snap := &Snapshot{o: o, host: host, start: o.copyStart, ready: o.copyReady, done: o.copyDone}
+	snap := &Snapshot{o: o, host: host, start: o.copyStart, ready: o.copyReady, done: o.copyDone,
+		queued: make(chan struct{})}
 	if stage {
 		// An allocation that fails (no room) is no error: the copy then reads
 		// the state itself and the next update waits for it.
@@ -85,15 +104,19 @@ func (o *Optimizer) Snapshot(host *cuda.HostBuffer, stage bool) (*Snapshot, erro
 		err = o.copy.Wait(o.copyReady)
 	}
 	for i, p := range src {
-		// In pieces, so that the steps' own small downloads (the loss, the
-		// norm) need not queue behind a whole state's copy on a copy engine.
-		for off := 0; off < n && err == nil; off += snapshotPiece {
-			k := min(snapshotPiece, n-off)
-			err = o.copy.CopyDtoHAsync(host, i*n+off, p+cuda.DevicePtr(off), k)
+		for off := 0; off < n; off += snapshotPiece {
+			snap.pending = append(snap.pending, snapPiece{i*n + off, p + cuda.DevicePtr(off), min(snapshotPiece, n-off)})
 		}
 	}
+	// A staged copy is queued a SnapshotPumpBytes at a time, now and at each
+	// Pump (after each step); a copy of the live state is queued whole, since
+	// the next update waits for its done event.
 	if err == nil {
-		err = o.copyDone.Record(o.copy)
+		budget := SnapshotPumpBytes
+		if snap.staging == 0 {
+			budget = 3 * n
+		}
+		err = snap.queue(budget)
 	}
 	if err != nil {
 		if snap.staging != 0 {
@@ -107,6 +130,51 @@ func (o *Optimizer) Snapshot(host *cuda.HostBuffer, stage bool) (*Snapshot, erro
 	}
 	o.snap = snap
 	return snap, nil
+}
+
+// queue queues pending pieces up to bytes (at least one), and records done
+// and closes queued after the last. The session's lock is held.
+func (sn *Snapshot) queue(bytes int) error {
+	for q := 0; len(sn.pending) > 0 && q < bytes; {
+		pc := sn.pending[0]
+		if err := sn.o.copy.CopyDtoHAsync(sn.host, pc.off, pc.src, pc.n); err != nil {
+			return err
+		}
+		sn.pending, q = sn.pending[1:], q+pc.n
+	}
+	if len(sn.pending) > 0 {
+		return nil
+	}
+	select {
+	case <-sn.queued:
+		return nil
+	default:
+	}
+	if err := sn.done.Record(sn.o.copy); err != nil {
+		return err
+	}
+	close(sn.queued)
+	return nil
+}
+
+// Pump queues the next SnapshotPumpBytes of a staged copy; call it after each
+// step while the Snapshot is outstanding.
+func (sn *Snapshot) Pump() error { return sn.pump(SnapshotPumpBytes) }
+
+// Flush queues whatever is left of the copy.
+func (sn *Snapshot) Flush() error { return sn.pump(int(^uint(0) >> 1)) }
+
+func (sn *Snapshot) pump(bytes int) error {
+	s := sn.o.b.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return ErrClosed
+	}
+	if err := sn.queue(bytes); err != nil {
+		return fmt.Errorf("exec: optimizer snapshot: %w", err)
+	}
+	return nil
 }
 
 // snapshotPiece is the size of one queued device-to-host copy of a Snapshot.
@@ -135,10 +203,22 @@ func (sn *Snapshot) Staged() bool { return sn.staging != 0 }
 
 // Wait blocks until the state is in host memory; an error of the copy (or of
 // the work before it) is returned.
-func (sn *Snapshot) Wait() error { return sn.done.Synchronize() }
+// Pieces not queued yet are queued by Pump, Flush or Release on the training
+// goroutine: Wait on another goroutine blocks until they are.
+func (sn *Snapshot) Wait() error {
+	<-sn.queued
+	return sn.done.Synchronize()
+}
 
 // Done reports, without blocking, whether the state is in host memory.
-func (sn *Snapshot) Done() (bool, error) { return sn.done.Done() }
+func (sn *Snapshot) Done() (bool, error) {
+	select {
+	case <-sn.queued:
+		return sn.done.Done()
+	default:
+		return false, nil
+	}
+}
 
 // Times returns, once the copy is done, the GPU time of the staging copy on
 // the device (0 without one) and of the copy to the host.
@@ -173,7 +253,10 @@ func (sn *Snapshot) Release() error {
 	if o.snap != sn {
 		return nil
 	}
-	err := sn.Wait()
+	err := sn.Flush()
+	if err == nil {
+		err = sn.Wait()
+	}
 	if sn.staging != 0 {
 		err = errors.Join(err, o.dev.Free(sn.staging))
 	}
