@@ -22,8 +22,9 @@ import (
 //
 // The staging copy on the device, which lets the next update run without
 // waiting for the host link, is taken only when the planned peak plus the
-// staging fits the run's memory budget, and is freed as soon as its copy is
-// done; the pinned buffer is allocated once and reused.
+// staging fits the run's memory budget (the run's planned peak then counts
+// it), and is freed as soon as its copy is done; the pinned buffer is
+// allocated once and reused.
 type saver struct {
 	host  *cuda.HostBuffer
 	stage bool

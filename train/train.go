@@ -779,6 +779,12 @@ func (t *trainer) run() (*Result, error) {
 			how := "the next update waits for the copy (a staging copy would exceed the memory budget)"
 			if t.dev.saver.stage {
 				how = "through a staging copy on the device, freed once copied"
+				// The staging copy lives beside the step while a checkpoint's
+				// copy is in flight: the run's planned peak holds it.
+				t.plannedPeak += int64(t.dev.opt.SnapshotBytes())
+				res.PlannedPeakBytes = t.plannedPeak
+				fmt.Fprintf(cfg.Progress, "memory  planned peak %s with the checkpoints' staging copy (%s)\n",
+					report.Bytes(t.plannedPeak), report.Bytes(int64(t.dev.opt.SnapshotBytes())))
 			}
 			fmt.Fprintf(cfg.Progress, "checkpoints copied in the background on a copy stream into %s of "+
 				"pinned host memory, %s, and written by a goroutine\n",
