@@ -133,3 +133,20 @@ func (e *Event) Destroy() error {
 	e.handle = 0
 	return err
 }
+
+// Mark creates an event and records it after the work queued on s so far: the
+// point another stream Waits on. The caller destroys it.
+func (s *Stream) Mark() (*Event, error) {
+	if s == nil {
+		return nil, errNilStream
+	}
+	ev, err := s.dev.NewEvent()
+	if err != nil {
+		return nil, err
+	}
+	if err := ev.Record(s); err != nil {
+		ev.Destroy()
+		return nil, err
+	}
+	return ev, nil
+}

@@ -224,19 +224,7 @@ func (c *Comm) After(e *cuda.Event) error { return c.stream.Wait(e) }
 
 // Done records an event after the collectives queued so far; the caller
 // destroys it.
-func (c *Comm) Done() (*cuda.Event, error) { return c.record() }
-
-func (c *Comm) record() (*cuda.Event, error) {
-	ev, err := c.dev.NewEvent()
-	if err != nil {
-		return nil, err
-	}
-	if err := ev.Record(c.stream); err != nil {
-		ev.Destroy()
-		return nil, err
-	}
-	return ev, nil
-}
+func (c *Comm) Done() (*cuda.Event, error) { return c.stream.Mark() }
 
 // Sync waits for every collective queued on the rank's stream.
 func (c *Comm) Sync() error { return c.stream.Synchronize() }
@@ -264,7 +252,7 @@ func (c *Comm) run(p *post, pull func(ps []*post) error) error {
 	seq := c.seq
 	me := c.Rank()
 	var err error
-	if p.ev, err = c.record(); err != nil {
+	if p.ev, err = c.stream.Mark(); err != nil {
 		return err
 	}
 	defer p.ev.Destroy() // released once the waits on it are satisfied
@@ -280,7 +268,7 @@ func (c *Comm) run(p *post, pull func(ps []*post) error) error {
 		}
 	}
 	perr := pull(r.posts)
-	ev, err := c.record()
+	ev, err := c.stream.Mark()
 	if err != nil {
 		return errors.Join(perr, err)
 	}

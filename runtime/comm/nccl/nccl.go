@@ -125,17 +125,7 @@ func (c *Comm) After(e *cuda.Event) error { return c.stream.Wait(e) }
 
 // Done records a new event after the collectives queued so far, for a compute
 // stream to Wait on before it reads their outputs; the caller destroys it.
-func (c *Comm) Done() (*cuda.Event, error) {
-	ev, err := c.dev.NewEvent()
-	if err != nil {
-		return nil, err
-	}
-	if err := ev.Record(c.stream); err != nil {
-		ev.Destroy()
-		return nil, err
-	}
-	return ev, nil
-}
+func (c *Comm) Done() (*cuda.Event, error) { return c.stream.Mark() }
 
 // Err returns why the communicator was aborted, or nil.
 func (c *Comm) Err() error { return c.wd.err() }
