@@ -41,7 +41,15 @@ define run-fuzz
 		if ! grep -qs "^func $$fn(" "$$dir"/*_test.go; then \
 			echo "fuzz: skip $$dir: no $$fn"; continue; fi; \
 		echo "fuzz: $$dir $$fn for $(1)"; \
-		$(GO) test -run='^$$' -fuzz="^$$fn\$$" -fuzztime=$(1) -fuzzminimizetime=$(2) "$$dir"; \
+		log=$$(mktemp); rc=0; \
+		$(GO) test -run='^$$' -fuzz="^$$fn\$$" -fuzztime=$(1) -fuzzminimizetime=$(2) "$$dir" >$$log 2>&1 || rc=$$?; \
+		cat $$log; \
+		if [ $$rc -ne 0 ]; then \
+			if grep -q "context deadline exceeded" $$log && ! grep -q "Failing input written" $$log; then \
+				echo "fuzz: $$fn stopped at Go's fuzzing deadline with no failing input; running it once more"; \
+				$(GO) test -run='^$$' -fuzz="^$$fn\$$" -fuzztime=$(1) -fuzzminimizetime=$(2) "$$dir"; \
+			else rm -f $$log; exit $$rc; fi; \
+		fi; rm -f $$log; \
 	done
 endef
 
