@@ -29,12 +29,22 @@ func (s AttentionShape) FwdFLOPs() float64 {
 	return f
 }
 
-// Tiles are the tile sizes of one kernel configuration (zero: the default).
-type Tiles struct{ Br, Bc, BwdBr, BwdBc, DQBr, DQBc, Stages, WM, DQWM, DQ int }
+// Tiles are the tile sizes of one kernel configuration (zero: the default),
+// and the kernel tier (0: tier 1; see TierFor).
+type Tiles struct{ Br, Bc, BwdBr, BwdBc, DQBr, DQBc, Stages, WM, DQWM, DQ, Tier int }
 
-// ParseTiles reads "Br,Bc,BwdBr,BwdBc,DQBr,DQBc,Stages[,WM,DQWM[,DQ]];..." (a
-// sweep list; WM and DQWM are the m-tiles of 16 rows per forward and dQ warp,
-// DQ the backward's dQ mode: 0 auto, 1 fused into dK/dV, 2 its own kernel).
+// TierFor is the flash tier lcc picks for dev: 2 (wgmma) on sm_90, else 1.
+func TierFor(dev *cuda.Device) int {
+	if major, minor := dev.ComputeCapability(); major == 9 && minor == 0 {
+		return 2
+	}
+	return 1
+}
+
+// ParseTiles reads "Br,Bc,BwdBr,BwdBc,DQBr,DQBc,Stages[,WM,DQWM[,DQ[,Tier]]];..."
+// (a sweep list; WM and DQWM are the m-tiles of 16 rows per forward and dQ
+// warp, DQ the backward's dQ mode: 0 auto, 1 fused into dK/dV, 2 its own
+// kernel; Tier the kernel tier, 0 for the device's).
 func ParseTiles(s string) ([]Tiles, error) {
 	var out []Tiles
 	for _, item := range strings.Split(s, ";") {
@@ -43,10 +53,10 @@ func ParseTiles(s string) ([]Tiles, error) {
 			continue
 		}
 		f := strings.Split(item, ",")
-		if len(f) != 7 && len(f) != 9 && len(f) != 10 {
-			return nil, fmt.Errorf("tiles %q: want Br,Bc,BwdBr,BwdBc,DQBr,DQBc,Stages[,WM,DQWM[,DQ]]", item)
+		if len(f) != 7 && len(f) != 9 && len(f) != 10 && len(f) != 11 {
+			return nil, fmt.Errorf("tiles %q: want Br,Bc,BwdBr,BwdBc,DQBr,DQBc,Stages[,WM,DQWM[,DQ[,Tier]]]", item)
 		}
-		var v [10]int
+		var v [11]int
 		for i, x := range f {
 			n, err := strconv.Atoi(strings.TrimSpace(x))
 			if err != nil {
@@ -57,7 +67,10 @@ func ParseTiles(s string) ([]Tiles, error) {
 		if v[9] < 0 || v[9] > 2 {
 			return nil, fmt.Errorf("tiles %q: dQ mode %d: want 0 (auto), 1 (fused) or 2 (split)", item, v[9])
 		}
-		out = append(out, Tiles{v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8], v[9]})
+		if v[10] < 0 || v[10] > 2 {
+			return nil, fmt.Errorf("tiles %q: tier %d: want 0 (the device's), 1 or 2", item, v[10])
+		}
+		out = append(out, Tiles{v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8], v[9], v[10]})
 	}
 	return out, nil
 }
@@ -72,14 +85,14 @@ func (t Tiles) String() string {
 	case fk.DQSplit:
 		dq += " split"
 	}
-	return fmt.Sprintf("fwd %dx%d/%d bwd %dx%d %s st %d", t.Br, t.Bc, max(t.WM, 1), t.BwdBr, t.BwdBc, dq, t.Stages)
+	return fmt.Sprintf("tier %d fwd %dx%d/%d bwd %dx%d %s st %d", max(t.Tier, 1), t.Br, t.Bc, max(t.WM, 1), t.BwdBr, t.BwdBc, dq, t.Stages)
 }
 
 // Desc is the kernel descriptor of shape s with tiles t.
 func (s AttentionShape) Desc(t Tiles) fk.Desc {
 	return fk.Desc{B: s.B, T: s.T, S: s.T, Hq: s.H, Hkv: s.Hkv, D: s.D, Causal: s.Causal,
 		Br: t.Br, Bc: t.Bc, BwdBr: t.BwdBr, BwdBc: t.BwdBc, DQBr: t.DQBr, DQBc: t.DQBc, Stages: t.Stages,
-		WM: t.WM, DQWM: t.DQWM, DQ: fk.DQMode(t.DQ)}.Defaults()
+		WM: t.WM, DQWM: t.DQWM, DQ: fk.DQMode(t.DQ), Tier: t.Tier}.Defaults()
 }
 
 // Bench is the device state shared by the benchmarks of one command.

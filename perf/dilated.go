@@ -48,7 +48,7 @@ func (b *Bench) Dilated(s DilatedShape, t Tiles) (DilatedRow, error) {
 	// Not Desc.Defaults: NewDilated picks the tiles of a branch for those left zero.
 	desc := fk.Desc{B: 1, T: s.T, S: s.T, Hq: s.H, Hkv: s.H, D: s.D, Causal: true,
 		Br: t.Br, Bc: t.Bc, BwdBr: t.BwdBr, BwdBc: t.BwdBc, DQBr: t.DQBr, DQBc: t.DQBc, Stages: t.Stages,
-		WM: t.WM, DQWM: t.DQWM, DQ: fk.DQMode(t.DQ)}
+		WM: t.WM, DQWM: t.DQWM, DQ: fk.DQMode(t.DQ), Tier: t.Tier}
 	var brs []flash.Branch
 	for i, w := range s.Segments {
 		brs = append(brs, flash.Branch{W: w, R: int(s.Dilations[i])})

@@ -18,6 +18,18 @@ import (
 type benchFlags struct {
 	anchors     string
 	warm, iters int
+	tier        int
+}
+
+// tierOf is --tier, or the tier lcc picks for the device when it is 0.
+func (bf *benchFlags) tierOf(b *perf.Bench) (int, error) {
+	switch bf.tier {
+	case 0:
+		return perf.TierFor(b.Dev), nil
+	case 1, 2:
+		return bf.tier, nil
+	}
+	return 0, fmt.Errorf("--tier %d: want 0 (the device's), 1 (mma.sync) or 2 (wgmma, sm_90a)", bf.tier)
 }
 
 // benchCmd is `lcc bench WORKLOAD`: one operation or step timed on GPU 0 with
@@ -37,6 +49,7 @@ same command, at the same shape, and prints the ratio of their time to lcc's
 	cmd.PersistentFlags().StringVar(&bf.anchors, "anchors", "", "folder with the PyTorch anchor scripts (attention.py ...)")
 	cmd.PersistentFlags().IntVar(&bf.warm, "warmup", 2, "untimed runs before timing")
 	cmd.PersistentFlags().IntVar(&bf.iters, "iters", 5, "timed runs (the median is reported)")
+	cmd.PersistentFlags().IntVar(&bf.tier, "tier", 0, "attention kernel tier: 1 (mma.sync), 2 (wgmma, sm_90a); 0: 2 on sm_90, else 1")
 	cmd.AddCommand(benchAttentionCmd(bf), benchDilatedCmd(bf), benchCECmd(bf), benchEmbedCmd(bf), benchStepCmd(bf))
 	return cmd
 }
@@ -108,6 +121,15 @@ func benchAttentionCmd(bf *benchFlags) *cobra.Command {
 				return err
 			}
 			defer done()
+			tier, err := bf.tierOf(b)
+			if err != nil {
+				return err
+			}
+			for i := range ts {
+				if ts[i].Tier == 0 {
+					ts[i].Tier = tier
+				}
+			}
 			fmt.Fprintf(w, "lcc bench attention: B=%d T=%d H=%d Hkv=%d D=%d causal=%v on %s\n",
 				s.B, s.T, s.H, s.Hkv, s.D, s.Causal, b.Dev.Name())
 			rows, err := b.Attention(s, ts)
@@ -152,7 +174,7 @@ func benchAttentionCmd(bf *benchFlags) *cobra.Command {
 	f.IntVar(&s.Hkv, "Hkv", 0, "key/value heads (grouped-query); 0: same as --H")
 	f.IntVar(&s.D, "D", 128, "head dim (64 or 128)")
 	f.BoolVar(&noCausal, "no-causal", false, "attend to every key (the anchors time causal only)")
-	f.StringVar(&tiles, "tiles", "", "tile configurations to sweep: Br,Bc,BwdBr,BwdBc,DQBr,DQBc,Stages[,WM,DQWM[,DQ]];... (0: default; DQ 1 fused, 2 split)")
+	f.StringVar(&tiles, "tiles", "", "tile configurations to sweep: Br,Bc,BwdBr,BwdBc,DQBr,DQBc,Stages[,WM,DQWM[,DQ[,Tier]]];... (0: default; DQ 1 fused, 2 split; Tier 0: --tier)")
 	return cmd
 }
 
@@ -196,6 +218,11 @@ func benchDilatedCmd(bf *benchFlags) *cobra.Command {
 				return err
 			}
 			defer done()
+			if tiles.Tier == 0 {
+				if tiles.Tier, err = bf.tierOf(b); err != nil {
+					return err
+				}
+			}
 			fmt.Fprintf(w, "lcc bench dilated: T=%d H=%d D=%d segments %v dilations %v on %s\n",
 				s.T, s.H, s.D, s.Segments, s.Dilations, b.Dev.Name())
 			row, err := b.Dilated(s, tiles)

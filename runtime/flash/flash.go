@@ -12,6 +12,7 @@ package flash
 import (
 	"errors"
 	"fmt"
+	"strings"
 
 	fk "github.com/lcc-dev/lcc/codegen/cuda/flash"
 	"github.com/lcc-dev/lcc/runtime/cuda"
@@ -35,7 +36,16 @@ type loader struct {
 }
 
 func (l *loader) load(k fk.Kernel) (*kernel, error) {
-	img, err := l.cache.Get(k.Source(), k.Name()+".cu", l.dev.Arch(), nil)
+	arch := l.dev.Arch()
+	if k.Arch != "" {
+		// An architecture-specific kernel (tier 2: sm_90a) runs only on its own
+		// generation.
+		if strings.TrimRight(k.Arch, "af") != arch {
+			return nil, fmt.Errorf("flash: kernel %s needs %s, the device is %s", k.Name(), k.Arch, arch)
+		}
+		arch = k.Arch
+	}
+	img, err := l.cache.Get(k.Source(), k.Name()+".cu", arch, nil)
 	if err != nil {
 		return nil, fmt.Errorf("flash: kernel %s: %w", k.Name(), err)
 	}

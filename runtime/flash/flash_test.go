@@ -36,6 +36,12 @@ func gpu(t *testing.T) (*cuda.Device, *cuda.Cache) {
 	return dev, cache
 }
 
+// hopper reports whether d runs tier 2's kernels (sm_90a).
+func hopper(d *cuda.Device) bool {
+	major, minor := d.ComputeCapability()
+	return major == 9 && minor == 0
+}
+
 // buf is a device buffer with its host copy in float64.
 type buf struct {
 	p    cuda.DevicePtr
@@ -159,14 +165,25 @@ func TestGPUDense(t *testing.T) {
 		// The forward tiles of long dense D=128 sequences.
 		{"causal-d128-long-tiles", 1, 700, 700, 2, 2, 128, true, [4]int{256, 32, 2, 3}},
 	}
+	type variant struct {
+		tier int
+		mode fk.DQMode
+	}
+	variants := []variant{{1, fk.DQFused}, {1, fk.DQSplit}}
+	if hopper(d) {
+		variants = append(variants, variant{2, fk.DQFused})
+	}
 	for i, cm := range cases {
-		for _, mode := range []fk.DQMode{fk.DQFused, fk.DQSplit} {
-			c := cm
-			t.Run(fmt.Sprintf("%s/dq%d", c.name, mode), func(t *testing.T) {
+		for _, vr := range variants {
+			c, mode := cm, vr.mode
+			if vr.tier == 2 && c.tiles != [4]int{} {
+				continue // tier 1's forward tiles
+			}
+			t.Run(fmt.Sprintf("%s/tier%d/dq%d", c.name, vr.tier, mode), func(t *testing.T) {
 				rng := rand.New(rand.NewPCG(uint64(i), 11))
 				dims := attention.Dims{B: c.b, T: c.t, S: c.s, Hq: c.hq, Hkv: c.hk, D: c.dim}
 				desc := fk.Desc{B: int64(c.b), T: int64(c.t), S: int64(c.s), Hq: c.hq, Hkv: c.hk, D: c.dim, Causal: c.causal, DQ: mode,
-					Br: c.tiles[0], Bc: c.tiles[1], WM: c.tiles[2], Stages: c.tiles[3]}
+					Br: c.tiles[0], Bc: c.tiles[1], WM: c.tiles[2], Stages: c.tiles[3], Tier: vr.tier}
 				a, err := New(d, cache, desc)
 				if err != nil {
 					t.Fatal(err)
@@ -232,6 +249,17 @@ func TestGPUDense(t *testing.T) {
 // merges them in fp32: the result is dense causal attention over all keys, and the
 // blocks' backward with the global o and lse sums to the dense gradient.
 func TestGPURing(t *testing.T) {
+	d, _ := gpu(t)
+	tiers := []int{1}
+	if hopper(d) {
+		tiers = append(tiers, 2)
+	}
+	for _, tier := range tiers {
+		t.Run(fmt.Sprintf("tier%d", tier), func(t *testing.T) { testRing(t, tier) })
+	}
+}
+
+func testRing(t *testing.T, tier int) {
 	d, cache := gpu(t)
 	const B, T, H, D = 1, 192, 2, 64
 	rng := rand.New(rand.NewPCG(5, 5))
@@ -251,7 +279,7 @@ func TestGPURing(t *testing.T) {
 	lse := upload32(t, d, lse0)
 	for _, blk := range []struct{ kpos, rows int }{{0, 64}, {64, 128}} {
 		desc := fk.Desc{B: B, T: T2, S: int64(blk.rows), Hq: H, Hkv: H, D: D, Causal: true,
-			QPos: 64, KPos: int64(blk.kpos), Accumulate: true}
+			QPos: 64, KPos: int64(blk.kpos), Accumulate: true, Tier: tier}
 		a, err := New(d, cache, desc)
 		if err != nil {
 			t.Fatal(err)
@@ -347,8 +375,17 @@ func TestGPUDilated(t *testing.T) {
 		{"block-d128", 2, 200, 4, 4, 128, []Branch{{48, 1}, {96, 3}}, "block"},
 		{"paper-chunks-d128", 1, 1024, 4, 4, 128, []Branch{{128, 2}, {64, 1}, {256, 4}}, "paper"},
 	} {
-		for _, mode := range []fk.DQMode{fk.DQSplit, fk.DQFused} {
-			t.Run(fmt.Sprintf("%s/%s", c.name, map[fk.DQMode]string{fk.DQSplit: "split", fk.DQFused: "fused"}[mode]), func(t *testing.T) {
+		type variant struct {
+			tier int
+			mode fk.DQMode
+		}
+		variants := []variant{{1, fk.DQSplit}, {1, fk.DQFused}}
+		if hopper(d) {
+			variants = append(variants, variant{2, fk.DQFused})
+		}
+		for _, vr := range variants {
+			mode := vr.mode
+			t.Run(fmt.Sprintf("%s/tier%d/%s", c.name, vr.tier, map[fk.DQMode]string{fk.DQSplit: "split", fk.DQFused: "fused"}[mode]), func(t *testing.T) {
 				rng := rand.New(rand.NewPCG(uint64(i), 17))
 				dims := attention.Dims{B: c.b, T: c.t, S: c.t, Hq: c.hq, Hkv: c.hk, D: c.dim}
 				cfg := attention.DilatedConfig{Causal: true, Offsets: attention.Paper}
@@ -359,7 +396,7 @@ func TestGPUDilated(t *testing.T) {
 					cfg.Branches = append(cfg.Branches, attention.Branch{Segment: int(b.W), Dilation: b.R})
 				}
 				desc := fk.Desc{B: int64(c.b), T: int64(c.t), S: int64(c.t), Hq: c.hq, Hkv: c.hk, D: c.dim,
-					Causal: true, Offsets: c.offsets, DQ: mode}
+					Causal: true, Offsets: c.offsets, DQ: mode, Tier: vr.tier}
 				a, err := NewDilated(d, cache, desc, c.brs)
 				if err != nil {
 					t.Fatal(err)

@@ -26,7 +26,9 @@ import (
 // Desc describes one attention problem and how to tile it. The zero values of
 // the optional fields mean dense attention over the whole sequence.
 type Desc struct {
-	// Tier is the kernel tier: 1 (mma.sync, sm_80+). 0 means 1.
+	// Tier is the kernel tier: 1 (mma.sync, sm_80 and later) or 2 (wgmma,
+	// sm_90a: Hopper only; its kernels say so in Kernel.Arch). 0 means 1.
+	// Tier 2 renders the forward on wgmma; its backward is tier 1's.
 	Tier int
 	// DType is the storage of q, k, v, o and their gradients: bf16 (the zero
 	// value means bf16). lse, delta and accumulators are fp32.
@@ -151,6 +153,11 @@ func (d Desc) Defaults() Desc {
 	// × 128), dQ 128×32 with two m-tiles per warp; D=64 forward 256×64, dK/dV
 	// 64×128, dQ 128×64, two m-tiles per warp.
 	wide := d.D > 64
+	if d.Tier == 2 && d.Br == 0 && d.Bc == 0 {
+		// Two warpgroups of 64 query rows, 128-key tiles (FlashAttention-3's
+		// forward tile for head dims 64 and 128).
+		d.Br, d.Bc = 128, 128
+	}
 	if wide && !d.Dilated() && !d.Accumulate && d.Br == 0 && d.Bc == 0 && d.WM == 0 {
 		if (d.T+255)/256*int64(d.Hq)*d.B >= 1024 {
 			d.Br, d.Bc, d.WM = 256, 32, 2
@@ -238,8 +245,11 @@ func (d Desc) Check() error {
 	if d.DType != tensor.BF16 {
 		return fmt.Errorf("storage %v: the tensor-core kernels take bf16", d.DType)
 	}
-	if d.Tier != 1 {
-		return fmt.Errorf("tier %d: only tier 1 (mma.sync) is built", d.Tier)
+	if d.Tier != 1 && d.Tier != 2 {
+		return fmt.Errorf("tier %d: want 1 (mma.sync) or 2 (wgmma, sm_90a)", d.Tier)
+	}
+	if d.Tier == 2 && (d.Br != 64 && d.Br != 128 && d.Br != 192 || d.Bc != 64 && d.Bc != 128) {
+		return fmt.Errorf("tier 2 forward tile %d×%d: want 64, 128 or 192 queries (warpgroups of 64) × 64 or 128 keys", d.Br, d.Bc)
 	}
 	if d.B <= 0 || d.T <= 0 || d.S <= 0 {
 		return fmt.Errorf("shape B=%d T=%d S=%d: want positive sizes", d.B, d.T, d.S)

@@ -28,7 +28,14 @@ type Kernel struct {
 	Block  [3]uint32
 	Shared uint32 // dynamic shared memory, bytes
 	Params []Param
+	// Arch is the NVRTC architecture the kernel needs ("sm_90a" for tier 2's
+	// wgmma), or "" when any sm_80 or later compiles it.
+	Arch string
 }
+
+// ArchSM90a is the architecture of tier 2's kernels: wgmma exists only with
+// the architecture-specific features of sm_90.
+const ArchSM90a = "sm_90a"
 
 // Name is the kernel's entry name: its op and a hash of its body.
 func (k Kernel) Name() string {
@@ -126,12 +133,17 @@ func Forward(d Desc) (Kernel, error) {
 		return Kernel{}, err
 	}
 	nt := d.Br / (16 * d.WM) * 32
+	body, arch := fwdSrc, ""
+	if d.Tier == 2 {
+		nt = d.Br / 64 * 128
+		body, arch = common90Src+wgmmaFunc("fa_wg_s", d.Bc, true, 0)+wgmmaFunc("fa_wg_o", d.D, false, 1)+fwd90Src, ArchSM90a
+	}
 	v := view{Desc: d, Kind: "forward", BR: d.Br, BC: d.Bc, NT: nt, Acc: d.Accumulate}
 	rows := d.T
 	if d.Dilated() {
 		rows = (min(d.W, d.T) + int64(d.R) - 1) / int64(d.R)
 	}
-	return Kernel{Op: "attention.flash.fwd", Body: render(v, fwdSrc),
+	return Kernel{Op: "attention.flash.fwd", Body: render(v, body), Arch: arch,
 		Grid:   [3]uint32{uint32((rows + int64(d.Br) - 1) / int64(d.Br)), uint32(d.Hq), uint32(d.B * nsegOf(d))},
 		Block:  [3]uint32{uint32(nt), 1, 1},
 		Shared: uint32(2 * d.D * (d.Br + 2*d.Stages*d.Bc)),

@@ -1,0 +1,175 @@
+package flash
+
+// fwd90Src is tier 2's forward (sm_90a): the tier-1 forward's algorithm and
+// geometry (one CTA per query tile, head, batch × segment; causal CTAs longest
+// first; online softmax in fp32 with exp2), with both products on wgmma. Each
+// of the FA_BR/64 warpgroups owns 64 query rows. S = Q·Kᵀ reads Q and K from
+// shared memory (fa_wg_s); O += P·V takes P from registers, where S's
+// accumulators already sit in the A fragment's layout, and V from shared memory
+// read MN-major (fa_wg_o). K and V tiles stream through FA_STAGES buffers with
+// cp.async, fenced to the async proxy before wgmma reads them.
+const fwd90Src = `extern "C" __global__ void __launch_bounds__(FA_NT, 1) @KERNEL@(FA_OT* __restrict__ o, float* __restrict__ lse,
+    const fa_bf16* __restrict__ q, const fa_bf16* __restrict__ k, const fa_bf16* __restrict__ v) {
+  extern __shared__ __align__(1024) unsigned char fa_sh[];
+  fa_bf16* sQ = (fa_bf16*)fa_sh;
+  fa_bf16* sK = sQ + FA_BR * FA_D;
+  fa_bf16* sV = sK + FA_STAGES * FA_BC * FA_D;
+  if (fa_smem(fa_sh) & 1023) __trap();  // the swizzle atoms need 1024-byte alignment
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, wg = warp >> 2;
+  const int h = blockIdx.y, hk = h / FA_G;
+  const long long b = blockIdx.z / FA_NSEG, sg = blockIdx.z % FA_NSEG;
+  long long qp0, qn, kp0, kn;
+  fa_geom(sg, h, FA_T, &qp0, &qn);
+  fa_geom(sg, h, FA_S, &kp0, &kn);
+  const long long tile = FA_CAUSAL ? (long long)(gridDim.x - 1 - blockIdx.x) : (long long)blockIdx.x;
+  const long long q0 = tile * FA_BR;
+  if (q0 >= qn) return;
+  long long kend = kn;
+  if (FA_CAUSAL) {
+    const long long lim = FA_QPOS + q0 + FA_BR - FA_KPOS;
+    if (lim < kend) kend = lim;
+  }
+  const int nkt = kend > 0 ? (int)((kend + FA_BC - 1) / FA_BC) : 0;
+  const long long qrs = (long long)FA_HQ * FA_D * FA_R, krs = (long long)FA_HKV * FA_D * FA_R;
+  const fa_bf16* qg = q + ((b * FA_T + qp0) * FA_HQ + h) * FA_D;
+  const fa_bf16* kg = k + ((b * FA_S + kp0) * FA_HKV + hk) * FA_D;
+  const fa_bf16* vg = v + ((b * FA_S + kp0) * FA_HKV + hk) * FA_D;
+  fa_load_tile90<FA_BR, FA_NT>(sQ, qg, qrs, q0, qn, tid);
+#pragma unroll
+  for (int s = 0; s < FA_STAGES - 1; ++s) {
+    if (s < nkt) {
+      fa_load_tile90<FA_BC, FA_NT>(sK + s * FA_BC * FA_D, kg, krs, (long long)s * FA_BC, kn, tid);
+      fa_load_tile90<FA_BC, FA_NT>(sV + s * FA_BC * FA_D, vg, krs, (long long)s * FA_BC, kn, tid);
+    }
+    fa_commit();
+  }
+  const int g = lane >> 2, c2 = (lane & 3) * 2;
+  // Warp w of warpgroup wg owns rows q0 + wg·64 + (w mod 4)·16 + g (+8).
+  const int wr = wg * 64 + (warp & 3) * 16;
+  const long long r0 = q0 + wr + g;
+  const unsigned qa = fa_smem(sQ) + wg * 64 * 128;
+  float acc[FA_D / 2];
+#pragma unroll
+  for (int i = 0; i < FA_D / 2; ++i) acc[i] = 0.0f;
+  float m[2] = {-FA_INF, -FA_INF}, l[2] = {0.0f, 0.0f};
+  for (int j = 0; j < nkt; ++j) {
+    fa_wait<FA_STAGES - 2>();
+    fa_fence_async();
+    __syncthreads();
+    {
+      const int jn = j + FA_STAGES - 1;
+      if (jn < nkt) {
+        const int st = jn % FA_STAGES;
+        fa_load_tile90<FA_BC, FA_NT>(sK + st * FA_BC * FA_D, kg, krs, (long long)jn * FA_BC, kn, tid);
+        fa_load_tile90<FA_BC, FA_NT>(sV + st * FA_BC * FA_D, vg, krs, (long long)jn * FA_BC, kn, tid);
+      }
+      fa_commit();
+    }
+    const unsigned ka = fa_smem(sK + (j % FA_STAGES) * FA_BC * FA_D);
+    const unsigned va = fa_smem(sV + (j % FA_STAGES) * FA_BC * FA_D);
+    float s[FA_BC / 2];
+    fa_wg_fence();
+#pragma unroll
+    for (int kk = 0; kk < FA_D / 16; ++kk)
+      fa_wg_s(s, fa_desc(qa + (kk >> 2) * FA_BR * 128 + (kk & 3) * 32, 16, 1024),
+              fa_desc(ka + (kk >> 2) * FA_BC * 128 + (kk & 3) * 32, 16, 1024), kk > 0);
+    fa_wg_commit();
+    fa_wg_wait<0>();
+    const long long k0 = (long long)j * FA_BC;
+    if (k0 + FA_BC > kn || (FA_CAUSAL && FA_KPOS + k0 + FA_BC - 1 > FA_QPOS + q0 + wr)) {
+#pragma unroll
+      for (int nt = 0; nt < FA_BC / 8; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const long long col = k0 + nt * 8 + c2 + (e & 1), row = r0 + (e >> 1) * 8;
+          if (col >= kn || (FA_CAUSAL && FA_KPOS + col > FA_QPOS + row)) s[nt * 4 + e] = -FA_INF;
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      float mx = m[r];
+#pragma unroll
+      for (int nt = 0; nt < FA_BC / 8; ++nt) mx = fmaxf(mx, fmaxf(s[nt * 4 + 2 * r], s[nt * 4 + 2 * r + 1]));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+      const float ms = mx == -FA_INF ? 0.0f : mx * FA_SL2;
+      const float corr = fa_exp2(m[r] * FA_SL2 - ms);
+      m[r] = mx;
+      float ls = 0.0f;
+#pragma unroll
+      for (int nt = 0; nt < FA_BC / 8; ++nt) {
+        const float p0 = fa_exp2(fmaf(s[nt * 4 + 2 * r], FA_SL2, -ms)), p1 = fa_exp2(fmaf(s[nt * 4 + 2 * r + 1], FA_SL2, -ms));
+        s[nt * 4 + 2 * r] = p0;
+        s[nt * 4 + 2 * r + 1] = p1;
+        ls += p0 + p1;
+      }
+      l[r] = l[r] * corr + ls;
+#pragma unroll
+      for (int dt = 0; dt < FA_D / 8; ++dt) {
+        acc[dt * 4 + 2 * r] *= corr;
+        acc[dt * 4 + 2 * r + 1] *= corr;
+      }
+    }
+    unsigned p[FA_BC / 16][4];
+#pragma unroll
+    for (int kk = 0; kk < FA_BC / 16; ++kk) {
+      p[kk][0] = fa_pack(s[8 * kk + 0], s[8 * kk + 1]);
+      p[kk][1] = fa_pack(s[8 * kk + 2], s[8 * kk + 3]);
+      p[kk][2] = fa_pack(s[8 * kk + 4], s[8 * kk + 5]);
+      p[kk][3] = fa_pack(s[8 * kk + 6], s[8 * kk + 7]);
+    }
+    fa_wg_fence();
+#pragma unroll
+    for (int kk = 0; kk < FA_BC / 16; ++kk)
+      fa_wg_o(acc, p[kk], fa_desc(va + kk * 2048, FA_BC * 128, 1024), 1);
+    fa_wg_commit();
+    fa_wg_wait<0>();
+  }
+  fa_wait<0>();
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
+    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
+  }
+#if FA_ACC
+  float la[2], lb[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const long long row = r0 + r * 8;
+    lb[r] = l[r] > 0.0f ? m[r] * FA_SCALE + logf(l[r]) : -FA_INF;
+    la[r] = row < qn ? lse[(b * FA_HQ + h) * FA_T + qp0 + row * FA_R] : -FA_INF;
+  }
+  __syncwarp();
+#endif
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const long long row = r0 + r * 8;
+    if (row >= qn) continue;
+    const long long pos = qp0 + row * FA_R;
+    FA_OT* orow = o + ((b * FA_T + pos) * FA_HQ + h) * FA_D;
+    const float inv = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;
+#if FA_ACC
+    if (lb[r] == -FA_INF) continue;
+    const float mx = fmaxf(la[r], lb[r]);
+    float wa = expf(la[r] - mx), wb = expf(lb[r] - mx);
+    const float sum = wa + wb;
+    wa /= sum;
+    wb = wb / sum * inv;
+#pragma unroll
+    for (int dt = 0; dt < FA_D / 8; ++dt) {
+      float2* pp = (float2*)(orow + dt * 8 + c2);
+      float2 x = *pp;
+      x.x = wa * x.x + wb * acc[dt * 4 + 2 * r];
+      x.y = wa * x.y + wb * acc[dt * 4 + 2 * r + 1];
+      *pp = x;
+    }
+    if ((lane & 3) == 0) lse[(b * FA_HQ + h) * FA_T + pos] = mx + logf(sum);
+#else
+#pragma unroll
+    for (int dt = 0; dt < FA_D / 8; ++dt)
+      *(unsigned*)(orow + dt * 8 + c2) = fa_pack(acc[dt * 4 + 2 * r] * inv, acc[dt * 4 + 2 * r + 1] * inv);
+    if ((lane & 3) == 0) lse[(b * FA_HQ + h) * FA_T + pos] = l[r] > 0.0f ? m[r] * FA_SCALE + logf(l[r]) : -FA_INF;
+#endif
+  }
+}
+`
