@@ -28,7 +28,8 @@ import (
 type Desc struct {
 	// Tier is the kernel tier: 1 (mma.sync, sm_80 and later) or 2 (wgmma,
 	// sm_90a: Hopper only; its kernels say so in Kernel.Arch). 0 means 1.
-	// Tier 2 renders the forward on wgmma; its backward is tier 1's.
+	// Tier 2 renders the forward and the fused backward (DQFused) on wgmma;
+	// the split backward (ring blocks) stays tier 1's.
 	Tier int
 	// DType is the storage of q, k, v, o and their gradients: bf16 (the zero
 	// value means bf16). lse, delta and accumulators are fp32.
@@ -291,6 +292,9 @@ func (d Desc) Check() error {
 	}
 	if d.DQ < DQAuto || d.DQ > DQSplit {
 		return fmt.Errorf("dQ mode %d: want auto, fused or split", d.DQ)
+	}
+	if d.Tier == 2 && d.Fused() && (d.BwdBr != 64 || d.BwdBc != 128) {
+		return fmt.Errorf("tier 2 fused backward tiles %d×%d: the two warpgroups take 64 queries × 128 keys", d.BwdBr, d.BwdBc)
 	}
 	if d.Fused() && (d.BwdBr != 32 && d.BwdBr != 64 || d.BwdBc != 64 && d.BwdBc != 128) {
 		return fmt.Errorf("fused dQ: backward tiles %d×%d: the eight warps take 32 or 64 queries × 64 or 128 keys", d.BwdBr, d.BwdBc)

@@ -136,7 +136,7 @@ func Forward(d Desc) (Kernel, error) {
 	body, arch := fwdSrc, ""
 	if d.Tier == 2 {
 		nt = d.Br / 64 * 128
-		body, arch = common90Src+wgmmaFunc("fa_wg_s", d.Bc, true, 0)+wgmmaFunc("fa_wg_o", d.D, false, 1)+fwd90Src, ArchSM90a
+		body, arch = common90Src+wgmmaFunc("fa_wg_s", d.Bc, true, 0, 0)+wgmmaFunc("fa_wg_o", d.D, false, 0, 1)+fwd90Src, ArchSM90a
 	}
 	v := view{Desc: d, Kind: "forward", BR: d.Br, BC: d.Bc, NT: nt, Acc: d.Accumulate}
 	rows := d.T
@@ -222,10 +222,19 @@ func dkdvq(d Desc) Kernel {
 	if d.Dilated() {
 		rows = (min(d.W, d.T) + int64(d.R) - 1) / int64(d.R)
 	}
-	return Kernel{Op: "attention.flash.dkdvdq", Body: render(v, dqFixedSrc+dkdvqSrc),
+	body, arch := dqFixedSrc+dkdvqSrc, ""
+	shared := 2*d.D*(2*d.BwdBc+2*d.Stages*d.BwdBr) + 8*d.Stages*d.BwdBr + 2*2*d.BwdBr*pad
+	if d.Tier == 2 {
+		body, arch = common90Src+dqFixedSrc+
+			wgmmaFunc("fa_wg_st", d.BwdBr, true, 0, 0)+
+			wgmmaFunc("fa_wg_dv", d.D, false, 0, 1)+
+			wgmmaFunc("fa_wg_dq", d.D/2, true, 1, 1)+dkdvq90Src, ArchSM90a
+		shared = 2*d.D*(2*d.BwdBc+2*d.Stages*d.BwdBr) + 2*d.BwdBc*d.BwdBr + 8*d.Stages*d.BwdBr
+	}
+	return Kernel{Op: "attention.flash.dkdvdq", Body: render(v, body), Arch: arch,
 		Grid:   [3]uint32{uint32((rows + int64(d.BwdBc) - 1) / int64(d.BwdBc)), uint32(d.Hkv), uint32(d.B * nsegOf(d))},
 		Block:  [3]uint32{256, 1, 1},
-		Shared: uint32(2*d.D*(2*d.BwdBc+2*d.Stages*d.BwdBr) + 8*d.Stages*d.BwdBr + 2*2*d.BwdBr*pad),
+		Shared: uint32(shared),
 		// ws holds int64 sums and float maxima; "float" is the word type buffers carry.
 		Params: []Param{{"dk", outType(d.Accumulate), true}, {"dv", outType(d.Accumulate), true},
 			{"q", "lcc_bf16", false}, {"k", "lcc_bf16", false}, {"v", "lcc_bf16", false},

@@ -52,9 +52,10 @@ template <int N> __device__ __forceinline__ void fa_wg_wait() { asm volatile("wg
 // wgmmaFunc renders a wrapper for one wgmma.mma_async shape, bf16 inputs and
 // fp32 accumulators d[n/2] (this thread's part of the 64×n tile): with ssA the
 // A operand comes from a shared-memory descriptor, else from four registers of
-// bf16 pairs (a 16×16 fragment of the warp's rows, as mma.sync's A). transB
-// reads B MN-major. acc = 0 overwrites d, 1 adds to it.
-func wgmmaFunc(name string, n int, ssA bool, transB int) string {
+// bf16 pairs (a 16×16 fragment of the warp's rows, as mma.sync's A). transA
+// (shared A only) and transB read the operand MN-major. acc = 0 overwrites d,
+// 1 adds to it.
+func wgmmaFunc(name string, n int, ssA bool, transA, transB int) string {
 	nd := n / 2
 	var b strings.Builder
 	fmt.Fprintf(&b, "__device__ __forceinline__ void %s(float* d, ", name)
@@ -84,7 +85,7 @@ func wgmmaFunc(name string, n int, ssA bool, transB int) string {
 	}
 	fmt.Fprintf(&b, "}, %s, %%%d, p, 1, 1", aop, bop)
 	if ssA {
-		b.WriteString(", 0")
+		fmt.Fprintf(&b, ", %d", transA)
 	}
 	fmt.Fprintf(&b, ", %d;\\n}\\n\"\n    : ", transB)
 	for i := 0; i < nd; i++ {

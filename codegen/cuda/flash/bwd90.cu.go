@@ -1,0 +1,196 @@
+package flash
+
+// dkdvq90Src is tier 2's fused backward (sm_90a): tier 1's work split
+// (dkdvqSrc: one CTA per key tile of FA_BC rows, kv head and batch × segment,
+// walking the query tiles of FA_BR rows of each query head of the group; dK
+// and dV in registers over the walk; dQ into the fixed-point sum) with every
+// product on wgmma. Each of the two warpgroups owns 64 keys, so the products
+// that reduce over the head dim come out transposed, keys × queries, and feed
+// the next products from registers:
+//
+//	Sᵀ = K·Qᵀ, dPᵀ = V·dOᵀ      K, V, Q, dO from shared memory (K-major)
+//	Pᵀ = exp2(Sᵀ·scale·log2e − lse·log2e), dSᵀ = Pᵀ∘(dPᵀ − delta) in registers
+//	dV += Pᵀ·dO, dK += dSᵀ·Q    A from registers, dO and Q read MN-major
+//	dQ part = dS·K              dSᵀ through shared memory (A read MN-major), K
+//	                            MN-major; warpgroup w takes half the head dim
+//
+// and dQ is added with fa_red64 as in tier 1: the same bits in any order.
+const dkdvq90Src = `extern "C" __global__ void __launch_bounds__(256, 1) @KERNEL@(FA_OT* __restrict__ dk, FA_OT* __restrict__ dv,
+    const fa_bf16* __restrict__ q, const fa_bf16* __restrict__ k, const fa_bf16* __restrict__ v,
+    const fa_bf16* __restrict__ dout, const float* __restrict__ lse, const float* __restrict__ delta,
+    unsigned* __restrict__ ws) {
+  extern __shared__ __align__(1024) unsigned char fa_sh[];
+  fa_bf16* sK = (fa_bf16*)fa_sh;
+  fa_bf16* sV = sK + FA_BC * FA_D;
+  fa_bf16* sQ = sV + FA_BC * FA_D;
+  fa_bf16* sO = sQ + FA_STAGES * FA_BR * FA_D;
+  fa_bf16* sS = sO + FA_STAGES * FA_BR * FA_D;
+  float* sL = (float*)(sS + FA_BC * FA_BR);
+  float* sDl = sL + FA_STAGES * FA_BR;
+  if (fa_smem(fa_sh) & 1023) __trap();  // the swizzle atoms need 1024-byte alignment
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, wg = warp >> 2;
+  const int g = lane >> 2, c2 = (lane & 3) * 2;
+  const int hk = blockIdx.y, h0 = hk * FA_G;
+  const long long b = blockIdx.z / FA_NSEG, sg = blockIdx.z % FA_NSEG, k0 = (long long)blockIdx.x * FA_BC;
+  long long kp0, kn, qp0, qn;  // a dilated branch (FA_G = 1): the rows of segment sg, head hk
+  fa_geom(sg, h0, FA_S, &kp0, &kn);
+  fa_geom(sg, h0, FA_T, &qp0, &qn);
+  if (k0 >= kn) return;
+  long long first = 0;
+  if (FA_CAUSAL) {
+    first = FA_KPOS + k0 - FA_QPOS;
+    if (first < 0) first = 0;
+  }
+  const long long it0 = first / FA_BR;
+  const long long qtiles = (qn + FA_BR - 1) / FA_BR;
+  const int nit = qtiles > it0 ? (int)(qtiles - it0) : 0;
+  const int nitems = FA_G * nit;
+  const long long qrs = (long long)FA_HQ * FA_D * FA_R, krs = (long long)FA_HKV * FA_D * FA_R;
+#define loadq(w, st) do { \
+    const int h_ = h0 + (w) / nit; \
+    const long long qq_ = (it0 + (w) % nit) * FA_BR; \
+    const long long qo_ = ((b * FA_T + qp0) * FA_HQ + h_) * FA_D, lo_ = (b * FA_HQ + h_) * FA_LT + qp0; \
+    fa_load_tile90<FA_BR, 256>(sQ + (st) * FA_BR * FA_D, q + qo_, qrs, qq_, qn, tid); \
+    fa_load_tile90<FA_BR, 256>(sO + (st) * FA_BR * FA_D, dout + qo_, qrs, qq_, qn, tid); \
+    if (tid < FA_BR) { \
+      const bool ok_ = qq_ + tid < qn; \
+      fa_cp4(fa_smem(sL + (st) * FA_BR + tid), lse + lo_ + (ok_ ? (qq_ + tid) * FA_R : 0), ok_); \
+    } else if (tid < 2 * FA_BR) { \
+      const int t_ = tid - FA_BR; \
+      const bool ok_ = qq_ + t_ < qn; \
+      fa_cp4(fa_smem(sDl + (st) * FA_BR + t_), delta + lo_ + (ok_ ? (qq_ + t_) * FA_R : 0), ok_); \
+    } \
+  } while (0)
+  fa_load_tile90<FA_BC, 256>(sK, k + ((b * FA_S + kp0) * FA_HKV + hk) * FA_D, krs, k0, kn, tid);
+  fa_load_tile90<FA_BC, 256>(sV, v + ((b * FA_S + kp0) * FA_HKV + hk) * FA_D, krs, k0, kn, tid);
+#pragma unroll
+  for (int s = 0; s < FA_STAGES - 1; ++s) {
+    if (s < nitems) loadq(s, s);
+    fa_commit();
+  }
+  const float dqmul = fa_dq_mul(ws + 2 * FA_NQ);
+  unsigned long long* dqa = (unsigned long long*)ws;
+  // This warpgroup's 64 keys in K's and V's column blocks; its half of the head
+  // dim in K's blocks for dQ (MN-major: block (wg·D/2)/64, byte offset within).
+  const unsigned ka = fa_smem(sK) + wg * 64 * 128, va = fa_smem(sV) + wg * 64 * 128;
+  const unsigned kq = fa_smem(sK) + ((wg * (FA_D / 2)) >> 6) * FA_BC * 128 + ((wg * (FA_D / 2)) & 63) * 2;
+  const unsigned sa = fa_smem(sS);
+  const int kr = wg * 64 + (warp & 3) * 16 + g;  // this thread's key rows kr, kr + 8 of the tile
+  float dva[FA_D / 2], dka[FA_D / 2];
+#pragma unroll
+  for (int i = 0; i < FA_D / 2; ++i) dva[i] = dka[i] = 0.0f;
+  for (int w = 0; w < nitems; ++w) {
+    fa_wait<FA_STAGES - 2>();
+    fa_fence_async();
+    __syncthreads();
+    if (w + FA_STAGES - 1 < nitems) loadq(w + FA_STAGES - 1, (w + FA_STAGES - 1) % FA_STAGES);
+    fa_commit();
+    const int st = w % FA_STAGES, h = h0 + w / nit;
+    const long long qq0 = (it0 + w % nit) * FA_BR;
+    const unsigned qa = fa_smem(sQ + st * FA_BR * FA_D), oa = fa_smem(sO + st * FA_BR * FA_D);
+    const float* cL = sL + st * FA_BR;
+    const float* cD = sDl + st * FA_BR;
+    float s[FA_BR / 2], dp[FA_BR / 2];
+    fa_wg_fence();
+#pragma unroll
+    for (int kk = 0; kk < FA_D / 16; ++kk) {
+      const unsigned kb = (kk >> 2) * FA_BC * 128 + (kk & 3) * 32, qb = (kk >> 2) * FA_BR * 128 + (kk & 3) * 32;
+      fa_wg_st(s, fa_desc(ka + kb, 16, 1024), fa_desc(qa + qb, 16, 1024), kk > 0);
+      fa_wg_st(dp, fa_desc(va + kb, 16, 1024), fa_desc(oa + qb, 16, 1024), kk > 0);
+    }
+    fa_wg_commit();
+    fa_wg_wait<0>();
+    const bool need = qq0 + FA_BR > qn || k0 + FA_BC > kn || (FA_CAUSAL && FA_QPOS + qq0 < FA_KPOS + k0 + FA_BC - 1);
+    unsigned pa[FA_BR / 16][4], da[FA_BR / 16][4];
+#pragma unroll
+    for (int nt = 0; nt < FA_BR / 8; ++nt) {
+      float p[4], d[4];
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int lq = nt * 8 + c2 + (e & 1), lk = kr + (e >> 1) * 8;
+        const float L = cL[lq];
+        p[e] = fa_exp2(fmaf(s[nt * 4 + e], FA_SL2, L == -FA_INF ? -FA_INF : -L * FA_LOG2E));
+        if (need) {
+          const long long qrow = qq0 + lq, kcol = k0 + lk;
+          if (qrow >= qn || kcol >= kn || (FA_CAUSAL && FA_KPOS + kcol > FA_QPOS + qrow)) p[e] = 0.0f;
+        }
+        d[e] = p[e] * (dp[nt * 4 + e] - cD[lq]);
+      }
+      pa[nt >> 1][(nt & 1) * 2] = fa_pack(p[0], p[1]);
+      pa[nt >> 1][(nt & 1) * 2 + 1] = fa_pack(p[2], p[3]);
+      da[nt >> 1][(nt & 1) * 2] = fa_pack(d[0], d[1]);
+      da[nt >> 1][(nt & 1) * 2 + 1] = fa_pack(d[2], d[3]);
+      // dSᵀ to shared memory for dQ: keys are rows, the FA_BR queries one
+      // swizzled 128-byte row (FA_BR = 64).
+      *(unsigned*)(sS + fa_swz90(FA_BC, kr, nt * 8 + c2)) = da[nt >> 1][(nt & 1) * 2];
+      *(unsigned*)(sS + fa_swz90(FA_BC, kr + 8, nt * 8 + c2)) = da[nt >> 1][(nt & 1) * 2 + 1];
+    }
+    fa_fence_async();
+    fa_wg_fence();
+#pragma unroll
+    for (int kk = 0; kk < FA_BR / 16; ++kk) {
+      fa_wg_dv(dva, pa[kk], fa_desc(oa + kk * 2048, FA_BR * 128, 1024), 1);
+      fa_wg_dv(dka, da[kk], fa_desc(qa + kk * 2048, FA_BR * 128, 1024), 1);
+    }
+    fa_wg_commit();
+    __syncthreads();  // both warpgroups' dSᵀ are in shared memory
+    float dq[FA_D / 4];
+    fa_wg_fence();
+#pragma unroll
+    for (int kk = 0; kk < FA_BC / 16; ++kk)
+      fa_wg_dq(dq, fa_desc(sa + kk * 2048, FA_BC * 128, 1024), fa_desc(kq + kk * 2048, FA_BC * 128, 1024), kk > 0);
+    fa_wg_commit();
+    fa_wg_wait<0>();
+    // As tier 1: quad exchanges give lane q columns q and 4 + q of each 8-column
+    // n-tile, so each red of the warp covers whole 32-byte sectors.
+    unsigned long long* dg = dqa + ((b * FA_T + qp0) * FA_HQ + h) * FA_D + wg * (FA_D / 2);
+    const int qd = lane & 3;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const long long row = qq0 + (warp & 3) * 16 + g + r * 8;
+#pragma unroll
+      for (int nt = 0; nt < FA_D / 16; ++nt) {
+        const float v0 = dq[nt * 4 + 2 * r], v1 = dq[nt * 4 + 2 * r + 1];
+        const float x = __shfl_xor_sync(0xffffffffu, (qd & 1) ? v0 : v1, 1);
+        const float lo = (qd & 1) ? x : v0, hi = (qd & 1) ? v1 : x;
+        const float y = __shfl_xor_sync(0xffffffffu, (qd & 2) ? lo : hi, 2);
+        if (row >= qn) continue;
+        unsigned long long* p = dg + row * qrs + nt * 8 + qd;
+        fa_red64(p, ((qd & 2) ? y : lo) * FA_SCALE, dqmul);
+        fa_red64(p + 4, ((qd & 2) ? hi : y) * FA_SCALE, dqmul);
+      }
+    }
+  }
+  fa_wait<0>();
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const long long row = k0 + kr + r * 8;
+    if (row >= kn) continue;
+    const long long off = ((b * FA_S + kp0 + row * FA_R) * FA_HKV + hk) * FA_D + c2;
+#pragma unroll
+    for (int nt = 0; nt < FA_D / 8; ++nt) {
+#if FA_ACC
+      float2* pk = (float2*)(dk + off + nt * 8);
+      float2* pv = (float2*)(dv + off + nt * 8);
+      float2 x, y;
+      if (FA_FIRST) {
+        x.x = x.y = y.x = y.y = 0.0f;
+      } else {
+        x = *pk;
+        y = *pv;
+      }
+      x.x += dka[nt * 4 + 2 * r] * FA_SCALE;
+      x.y += dka[nt * 4 + 2 * r + 1] * FA_SCALE;
+      y.x += dva[nt * 4 + 2 * r];
+      y.y += dva[nt * 4 + 2 * r + 1];
+      *pk = x;
+      *pv = y;
+#else
+      *(unsigned*)(dk + off + nt * 8) = fa_pack(dka[nt * 4 + 2 * r] * FA_SCALE, dka[nt * 4 + 2 * r + 1] * FA_SCALE);
+      *(unsigned*)(dv + off + nt * 8) = fa_pack(dva[nt * 4 + 2 * r], dva[nt * 4 + 2 * r + 1]);
+#endif
+    }
+  }
+}
+#undef loadq
+`
