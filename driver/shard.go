@@ -278,7 +278,7 @@ func CheckSharded(f *ir.Func, ref *safetensors.File, refPath string, so ShardOpt
 	}
 	grad := func(p *ir.Param) *tensor.Tensor { return sp.Gather(outs, autodiff.GradPrefix+p.Name) }
 	record := func(c Comparison) { res.Comparisons = append(res.Comparisons, c) }
-	if err := compareGrads(sp.Func, ref, refPath, opts.Out, grad, record); err != nil {
+	if err := compareGrads(sp.Func, ref, refPath, opts.Out, grad, nil, tensor.F32, record); err != nil {
 		return nil, err
 	}
 	return res, res.Print(opts)

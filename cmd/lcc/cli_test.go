@@ -474,3 +474,24 @@ func TestAttentionKernelsD128(t *testing.T) {
 		t.Errorf("text report:\n%s", out)
 	}
 }
+
+// TestCheckBF16OnCPU: `check --device=cpu --precision=bf16` runs the interpreter
+// storing in bf16 what the GPU would, compares with itself (what a GPU run is
+// held to) and prints each tensor's error against the reference beside it;
+// sharded checks and CPU training stay f32 and say so.
+func TestCheckBF16OnCPU(t *testing.T) {
+	model, ref := filepath.Join(td, "hf", "hf_gpt2.onnx"), filepath.Join(td, "hf", "hf_gpt2.ref.safetensors")
+	out, stderr, code := lcc(t, "check", model, "--ref", ref, "--grads", "--precision=bf16")
+	if code != 0 || !strings.Contains(out, "ref_rel_err=") || !strings.Contains(out, "max_ref_rel_err=") ||
+		!strings.Contains(out, "max_rel_err=0.000e+00") {
+		t.Errorf("exit %d:\n%s\n%s", code, out, stderr)
+	}
+	_, stderr, code = lcc(t, "check", model, "--ref", ref, "--precision=bf16", "--ranks=2", "--attention=ring")
+	if code != 1 || !strings.Contains(stderr, "--precision=fp32") {
+		t.Errorf("sharded bf16 check: exit %d: %s", code, stderr)
+	}
+	_, stderr, code = lcc(t, "train", model, "--data=synthetic:copy", "--seq-len=16", "--steps=1", "--precision=bf16")
+	if code != 1 || !strings.Contains(stderr, "training on the CPU runs f32") {
+		t.Errorf("CPU bf16 training: exit %d: %s", code, stderr)
+	}
+}

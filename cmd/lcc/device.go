@@ -8,7 +8,6 @@ import (
 
 	"github.com/lcc-dev/lcc/driver"
 	"github.com/lcc-dev/lcc/ir"
-	"github.com/lcc-dev/lcc/runtime/cpu"
 	"github.com/lcc-dev/lcc/runtime/cuda"
 	"github.com/lcc-dev/lcc/runtime/exec"
 	"github.com/lcc-dev/lcc/tensor"
@@ -24,28 +23,22 @@ type deviceFlags struct {
 func (d *deviceFlags) add(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&d.device, "device", "cpu", "where to run: cpu (reference interpreter) or cuda (GPU 0)")
 	cmd.Flags().StringVar(&d.precision, "precision", "fp32",
-		"cuda storage precision: fp32, or bf16 (bf16 storage, fp32 math and accumulation)")
+		"storage precision: fp32, or bf16 (bf16 storage, fp32 math and accumulation; on the CPU, emulated)")
 }
 
 // runner returns the driver.Runner for the flags and a function that releases the
 // device (for cuda, the runner's exec.Session and then the device). A missing GPU
 // or driver is an error, not a panic.
 func (d *deviceFlags) runner() (driver.Runner, func(), error) {
-	storage := tensor.F32
-	switch d.precision {
-	case "fp32":
-	case "bf16":
-		storage = tensor.BF16
-	default:
-		return nil, nil, fmt.Errorf("--precision %q: want fp32 or bf16", d.precision)
+	storage, err := d.storage()
+	if err != nil {
+		return nil, nil, err
 	}
 	switch d.device {
 	case "cpu":
-		if storage != tensor.F32 {
-			return nil, nil, fmt.Errorf("--precision=%s needs --device=cuda (the CPU reference runs f32)", d.precision)
-		}
+		// --precision=bf16 on the CPU rounds what the GPU stores in bf16.
 		return func(f *ir.Func, in map[string]*tensor.Tensor) (map[string]*tensor.Tensor, error) {
-			return cpu.Run(f, in, cpu.Options{Precision: tensor.F32})
+			return driver.RunCPU(f, in, storage)
 		}, func() {}, nil
 	case "cuda":
 		dev, err := cuda.Open(0)
@@ -66,13 +59,9 @@ func (d *deviceFlags) runner() (driver.Runner, func(), error) {
 // session opens GPU 0 and starts a peak-memory meter there, then a session with
 // the flags' storage (timing launches by family with profile); release closes them in reverse order.
 func (d *deviceFlags) session(profile bool) (*exec.Session, *cuda.PeakMeter, func(), error) {
-	storage := tensor.F32
-	switch d.precision {
-	case "fp32":
-	case "bf16":
-		storage = tensor.BF16
-	default:
-		return nil, nil, nil, fmt.Errorf("--precision %q: want fp32 or bf16", d.precision)
+	storage, err := d.storage()
+	if err != nil {
+		return nil, nil, nil, err
 	}
 	dev, err := cuda.Open(0)
 	if err != nil {
@@ -89,6 +78,17 @@ func (d *deviceFlags) session(profile bool) (*exec.Session, *cuda.PeakMeter, fun
 		s.Close()
 		dev.Close()
 	}, nil
+}
+
+// storage is the storage dtype of f32 values that --precision asks for.
+func (d *deviceFlags) storage() (tensor.DType, error) {
+	switch d.precision {
+	case "fp32":
+		return tensor.F32, nil
+	case "bf16":
+		return tensor.BF16, nil
+	}
+	return tensor.Invalid, fmt.Errorf("--precision %q: want fp32 or bf16", d.precision)
 }
 
 // defaultTolerance is 1e-4 for fp32 and 2e-2 for bf16 storage (docs/design.md §8).

@@ -168,12 +168,20 @@ func checkCmd() *cobra.Command {
 				return err
 			}
 			defer release()
-			copts := driver.CheckOptions{Tolerance: tolerance, Out: cmd.OutOrStdout(), Run: run}
+			storage, err := df.storage()
+			if err != nil {
+				return err
+			}
+			copts := driver.CheckOptions{Tolerance: tolerance, Out: cmd.OutOrStdout(), Run: run, Storage: storage}
+			if df.device == "cpu" {
+				copts.Run = nil // the driver's own CPU run (it emulates a narrower storage)
+			}
 			var res *driver.CheckResult
 			switch {
 			case af.ranks > 1:
-				if df.device != "cpu" {
-					return fmt.Errorf("--ranks=%d: sharded checks run on the CPU with N simulated ranks; use --device=cpu", af.ranks)
+				if df.device != "cpu" || storage != tensor.F32 {
+					return fmt.Errorf("--ranks=%d: sharded checks run on the CPU in f32 with N simulated ranks; "+
+						"use --device=cpu --precision=fp32", af.ranks)
 				}
 				if outputs != "" {
 					return fmt.Errorf("--outputs: not with --ranks=%d (the ranks' results are compared, not kept)", af.ranks)

@@ -179,6 +179,10 @@ func trainHere(cfg train.Config, precision string, env runner.Env, launched bool
 		}
 		return runner.Local(cfg, timeout)
 	}
+	if cfg.Device == "cpu" && precision != "fp32" {
+		return nil, fmt.Errorf("--precision=%s: training on the CPU runs f32; bf16 needs --device=cuda "+
+			"(lcc check and lcc run emulate bf16 storage on the CPU)", precision)
+	}
 	run, release, err := df.runner()
 	if err != nil {
 		return nil, err

@@ -18,6 +18,12 @@ type Options struct {
 	// f32, bf16 or f16. tensor.F64 keeps full float64 precision for every float
 	// value whatever its dtype, for finite-difference gradient checks.
 	Precision tensor.DType
+	// Store emulates a device's narrower storage (codegen/cuda's bf16 storage of
+	// f32 values): where it gives a float dtype narrower than a value's own, the
+	// value (a parameter or a node's result) is rounded further to it after the
+	// usual rounding, as if stored so and read back. Math is unchanged. nil, or a
+	// value's own dtype, stores it as itself; Precision = tensor.F64 ignores it.
+	Store func(v *ir.Value) tensor.DType
 	// Comm connects this run to the other ranks of a sharded (SPMD) program; the
 	// kernels of collective ops use it (collective.go). nil runs one rank alone.
 	Comm Communicator
@@ -25,6 +31,18 @@ type Options struct {
 
 // exact reports whether float results keep full float64 precision.
 func (o Options) exact() bool { return o.Precision == tensor.F64 }
+
+// stores returns the narrower dtype Store gives v, or v's own dtype.
+func (o Options) stores(v *ir.Value) tensor.DType {
+	dt := v.Type.DType
+	if o.Store == nil || o.exact() || !dt.IsFloat() {
+		return dt
+	}
+	if s := o.Store(v); s.IsFloat() && s.Size() < dt.Size() {
+		return s
+	}
+	return dt
+}
 
 // Kernel computes one node: given its arguments (in n.Args order, with the types
 // of n.Args) it returns one tensor per result, of the types of n.Results. Kernels
@@ -203,7 +221,11 @@ func bindParams(f *ir.Func, inputs map[string]*tensor.Tensor, opts Options,
 				want.DType, tensor.ShapeString(want.Shape), t.DType, tensor.ShapeString(t.Shape)))
 			continue
 		}
-		vals[p.Value] = roundedInput(t, opts)
+		t = roundedInput(t, opts)
+		if dt := opts.stores(p.Value); dt != t.DType {
+			t = roundedCopy(t, dt)
+		}
+		vals[p.Value] = t
 	}
 	slices.Sort(unknown)
 	var msgs []string
@@ -239,10 +261,16 @@ func roundedInput(t *tensor.Tensor, opts Options) *tensor.Tensor {
 	if opts.exact() || !t.DType.IsFloat() || t.DType == tensor.F64 {
 		return t
 	}
+	return roundedCopy(t, t.DType)
+}
+
+// roundedCopy returns t, or a copy of it rounded to dt (keeping t's dtype) when
+// that changes an element; t is never modified.
+func roundedCopy(t *tensor.Tensor, dt tensor.DType) *tensor.Tensor {
 	for _, v := range t.F {
-		if roundScalar(v, t.DType) != v && v == v {
+		if roundScalar(v, dt) != v && v == v {
 			c := t.Clone()
-			roundFloats(c.F, c.DType)
+			roundFloats(c.F, dt)
 			return c
 		}
 	}
@@ -287,6 +315,15 @@ func exec(n *ir.Node, args []*tensor.Tensor, opts Options) (res []*tensor.Tensor
 				roundFloats(t.F, t.DType)
 			} else {
 				roundFresh(t.F, t.DType)
+			}
+		}
+		// Narrower storage. A result that shares storage (a move's, a constant's,
+		// whose data belongs to its node) is rounded in a copy, if at all.
+		if dt := opts.stores(r); dt != t.DType {
+			if noRound[n.Op] || sharesStorage(t, args) || sharesStorage(t, res[:i]) {
+				res[i] = roundedCopy(t, dt)
+			} else {
+				roundFresh(t.F, dt)
 			}
 		}
 	}

@@ -217,6 +217,51 @@ func TestPrecision(t *testing.T) {
 	}
 }
 
+// TestStore: Options.Store rounds the values it names to the narrower dtype, as
+// if stored so (parameters and results; a constant in a copy), and leaves the
+// rest, and the caller's tensors and the constant's data, as they are.
+func TestStore(t *testing.T) {
+	bf := func(v float64) float64 { return roundScalar(v, tensor.BF16) }
+	b := ir.NewBuilder("s")
+	x := b.Input("x", ir.T(tensor.F32, 1))
+	c := b.Const(f32(sh(1), 1.0/3))
+	inner := b.Add(x, c)                       // not stored: a fused kernel's register
+	y := b.Mul(inner, b.Scalar(tensor.F32, 3)) // stored in bf16
+	b.Output("y", y)
+	b.Output("c", b.Reshape(c, 1)) // a move of the stored constant
+	f, _ := b.Build()
+	stored := map[*ir.Value]bool{x: true, c: true, y: true}
+	store := func(v *ir.Value) tensor.DType {
+		if stored[v] {
+			return tensor.BF16
+		}
+		return v.Type.DType
+	}
+	in := f32(sh(1), 1.0/7)
+	out, err := Run(f, map[string]*tensor.Tensor{"x": in}, Options{Store: store})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := bf(float64(float32(float64(float32(bf(1.0/7)+bf(1.0/3))) * 3)))
+	if got := out["y"].F[0]; got != want {
+		t.Errorf("y = %v, want %v (x and c in bf16, x+c in f32, y in bf16)", got, want)
+	}
+	if got := out["c"].F[0]; got != bf(1.0/3) {
+		t.Errorf("c = %v, want %v", got, bf(1.0/3))
+	}
+	if in.F[0] != float64(float32(1.0/7)) || c.Def.AttrTensor("value").F[0] != float64(float32(1.0/3)) {
+		t.Error("Store rounded the caller's input or the constant's data in place")
+	}
+	// F64 ignores it.
+	out, err = Run(f, map[string]*tensor.Tensor{"x": in}, Options{Precision: tensor.F64, Store: store})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := out["y"].F[0], (float64(float32(1.0/7))+float64(float32(1.0/3)))*3; got != want {
+		t.Errorf("F64 with Store: y = %v, want %v", got, want)
+	}
+}
+
 // TestLiveness checks that Run drops intermediates: only outputs survive in the
 // values map it builds.
 func TestLiveness(t *testing.T) {

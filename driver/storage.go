@@ -1,0 +1,69 @@
+package driver
+
+import (
+	"fmt"
+
+	cudagen "github.com/lcc-dev/lcc/codegen/cuda"
+	"github.com/lcc-dev/lcc/ir"
+	"github.com/lcc-dev/lcc/tensor"
+)
+
+// storedAs returns, for f built by codegen/cuda with storage dt (tensor.BF16),
+// the dtype in which the device stores each value of f: the buffer's dtype for
+// every value a launch of the plan reads or writes and every output, f32
+// otherwise (values that live only in the registers of a fused kernel: an
+// elementwise run's inner values, recomputed values, inlined literals). It is
+// runtime/cpu's Options.Store, so that the CPU interpreter rounds exactly what
+// the device stores and a bf16 check compares the device with it (CheckOptions).
+// Math and accumulation are fp32 on the device and float64 on the CPU, so the
+// two differ by the kernels' own error, which docs/design.md §8 bounds (2e-2).
+// nil (every value as itself) for f32 storage.
+func storedAs(f *ir.Func, dt tensor.DType) (func(*ir.Value) tensor.DType, error) {
+	if dt == tensor.F32 || dt == tensor.Invalid {
+		return nil, nil
+	}
+	prog, err := cudagen.Build(f, cudagen.Options{Arch: "compute_80", Storage: dt})
+	if err != nil {
+		return nil, fmt.Errorf("%v storage as on the GPU: %w", dt, err)
+	}
+	pl := prog.Plan
+	touched := map[int]bool{}
+	for _, s := range pl.Steps {
+		for _, a := range s.Args {
+			touched[a] = true
+		}
+	}
+	for _, o := range pl.Outputs {
+		touched[o.ID] = true
+	}
+	// Buffer ids number f's parameters, then its nodes' results in body order
+	// (ir.Print's numbering); scratch buffers come after them.
+	var values []*ir.Value
+	for _, p := range f.Params {
+		values = append(values, p.Value)
+	}
+	for _, n := range f.Body {
+		values = append(values, n.Results...)
+	}
+	stored := make(map[*ir.Value]tensor.DType, len(values))
+	for id, v := range values {
+		b := pl.Buffers[id]
+		if b.ID != id {
+			return nil, fmt.Errorf("lcc: BUG: codegen buffer %d has id %d", id, b.ID)
+		}
+		if b.Kind == "inline" || !touched[id] && !(b.Kind == "alias" && touched[b.AliasOf]) {
+			continue
+		}
+		bdt, err := tensor.ParseDType(b.DType)
+		if err != nil {
+			return nil, fmt.Errorf("lcc: BUG: codegen buffer %d: %w", id, err)
+		}
+		stored[v] = bdt
+	}
+	return func(v *ir.Value) tensor.DType {
+		if dt, ok := stored[v]; ok {
+			return dt
+		}
+		return v.Type.DType
+	}, nil
+}
