@@ -118,7 +118,7 @@ func OpenCache(dir string) (*Cache, error) {
 		dir:      dir,
 		mem:      map[Key][]byte{},
 		inflight: map[Key]*inflight{},
-		compile:  compile,
+		compile:  defaultNVRTC.compile,
 		version:  NVRTCVersion,
 	}, nil
 }

@@ -21,9 +21,20 @@
 // current for the duration of the call.
 //
 // Kernel arguments are packed with their true C sizes (int32 and float32 as four
-// bytes, pointers and 64-bit integers as eight); Go's int is refused because its
-// size differs from C's int. Where the driver can report a kernel's parameter sizes
-// (cuFuncGetParamInfo, CUDA 12.4+), a mismatch is an error before launch.
+// bytes, pointers and 64-bit integers as eight, a [TensorMap] as 128 bytes on a
+// 64-byte boundary); Go's int is refused because its size differs from C's int.
+// Where the driver can report a kernel's parameter sizes (cuFuncGetParamInfo, CUDA
+// 12.4+), a mismatch is an error before launch.
+//
+// # NVRTC
+//
+// One NVRTC is the default (LCC_NVRTC, else the newest found) and compiles
+// everything the package-level Compile is given. An architecture that needs a newer
+// NVRTC than the default (sm_90a needs 12.0) gets a second library from
+// [NVRTCFor], which loads the one LCC_NVRTC12 names beside the default: CI checks
+// tier-1 kernels with Debian bookworm's NVRTC 11.8 and sm_90a kernels with trixie's
+// 12.4 in one test process. An NVRTC opened by path finds its libnvrtc-builtins in
+// its own folder, without LD_LIBRARY_PATH.
 //
 // # Kernel cache
 //

@@ -7,6 +7,10 @@ import "os"
 const (
 	// EnvNVRTC names the NVRTC library to load instead of searching for one.
 	EnvNVRTC = "LCC_NVRTC"
+	// EnvNVRTC12 names a second NVRTC, 12.0 or newer, that NVRTCFor loads beside the
+	// default one for architectures the default is too old for (sm_90a). CI sets it
+	// to Debian trixie's NVRTC 12.4, since bookworm's 11.8 cannot compile sm_90a.
+	EnvNVRTC12 = "LCC_NVRTC12"
 	// EnvCUDALib names the CUDA driver library (libcuda.so.1) to load.
 	EnvCUDALib = "LCC_CUDA_LIB"
 	// EnvCublasLt names the cuBLASLt library to load.
@@ -22,6 +26,7 @@ const (
 // config is a snapshot of the environment switches.
 type config struct {
 	nvrtc, cudaLib, cublasLt, nccl string // library overrides, "" to search
+	nvrtc12                        string // the second NVRTC, "" for none
 	cacheDir                       string // kernel cache directory, "" for the default
 	cudaHome                       string // extra toolkit root to search, "" for none
 }
@@ -31,6 +36,7 @@ type config struct {
 func readConfig() config {
 	return config{
 		nvrtc:    os.Getenv(EnvNVRTC),
+		nvrtc12:  os.Getenv(EnvNVRTC12),
 		cudaLib:  os.Getenv(EnvCUDALib),
 		cublasLt: os.Getenv(EnvCublasLt),
 		nccl:     os.Getenv(EnvNCCL),

@@ -127,6 +127,8 @@ func (f *Function) SetMaxDynamicSharedMem(bytes int) error {
 //	int32, uint32, float32     4 bytes
 //	int64, uint64, float64     8 bytes
 //	DevicePtr, uintptr         8 bytes
+//	TensorMap                  128 bytes, 64-byte aligned (a const __grid_constant__
+//	                           CUtensorMap parameter; see Device.EncodeTiled)
 //
 // Go's int and uint are refused: C's int is 4 bytes, so say int32 or int64. When the
 // driver reports the kernel's parameter sizes, the count and each size are checked.
@@ -182,7 +184,8 @@ func (f *Function) checkArgs(args []any) error {
 	return nil
 }
 
-// argSize returns the C size of a kernel argument and its bits, little-endian.
+// argSize returns the C size of a kernel argument and, for one of at most 8 bytes,
+// its bits, little-endian. It returns 0 for a type that is not a kernel argument.
 func argSize(a any) (int, uint64) {
 	switch v := a.(type) {
 	case int8:
@@ -214,30 +217,51 @@ func argSize(a any) (int, uint64) {
 		return 8, uint64(v)
 	case uintptr:
 		return 8, uint64(v)
+	case TensorMap:
+		return TensorMapSize, 0
 	}
 	return 0, 0
 }
 
 // packArgs lays the arguments out for cuLaunchKernel's kernelParams: one Go
-// allocation holding the array of pointers followed by one 8-byte slot per value,
-// each value written with its own size at the start of its slot. The driver reads
-// from each pointer exactly the size of the kernel's parameter, so a value is never
-// widened or read past. Keeping pointers and values in one []uint64 means the
-// pointers point into the same allocation, which the GC never moves.
+// allocation holding the array of pointers followed by the values, each in its own
+// slot of whole 8-byte words, written with its own size at the start of the slot.
+// The driver reads from each pointer exactly the size of the kernel's parameter, so
+// a value is never widened or read past. A TensorMap's slot starts on a 64-byte
+// boundary, the alignment of CUtensorMap. Keeping pointers and values in one
+// []uint64 means the pointers point into the same allocation, which the GC never
+// moves.
 func packArgs(args []any) ([]uint64, error) {
 	n := len(args)
-	buf := make([]uint64, 2*n)
+	words := n
 	for i, a := range args {
-		size, bits := argSize(a)
+		size, _ := argSize(a)
 		if size == 0 {
 			hint := ""
 			switch a.(type) {
 			case int, uint:
 				hint = " (Go's int is 8 bytes, C's int 4: use int32 or int64)"
+			case *TensorMap:
+				hint = " (pass the TensorMap by value)"
 			}
 			return nil, fmt.Errorf("argument %d: unsupported type %T%s", i, a, hint)
 		}
-		slot := unsafe.Pointer(&buf[n+i])
+		words += (size + 7) / 8
+		if size == TensorMapSize {
+			words += tensorMapAlign/8 - 1 // room to align the slot
+		}
+	}
+	buf := make([]uint64, words)
+	next := n // the next free word
+	for i, a := range args {
+		size, bits := argSize(a)
+		if m, ok := a.(TensorMap); ok {
+			for uintptr(unsafe.Pointer(&buf[next]))%tensorMapAlign != 0 {
+				next++
+			}
+			*(*TensorMap)(unsafe.Pointer(&buf[next])) = m
+		}
+		slot := unsafe.Pointer(&buf[next])
 		switch size {
 		case 1:
 			*(*uint8)(slot) = uint8(bits)
@@ -245,10 +269,11 @@ func packArgs(args []any) ([]uint64, error) {
 			*(*uint16)(slot) = uint16(bits)
 		case 4:
 			*(*uint32)(slot) = uint32(bits)
-		default:
+		case 8:
 			*(*uint64)(slot) = bits
 		}
 		buf[i] = uint64(uintptr(slot))
+		next += (size + 7) / 8
 	}
 	return buf, nil
 }

@@ -34,7 +34,7 @@ func needNVRTC(t *testing.T) string {
 // TestNVRTCSymbols resolves every NVRTC entry point, so a misspelt name fails here.
 func TestNVRTCSymbols(t *testing.T) {
 	needNVRTC(t)
-	for _, s := range nvrtcSymbols {
+	for _, s := range defaultNVRTC.symbols() {
 		if _, err := s.resolve(); err != nil {
 			t.Errorf("%s: %v", s.name, err)
 		}
