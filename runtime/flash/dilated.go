@@ -61,8 +61,12 @@ type fusedBackward struct {
 }
 
 // dilatedFused reports whether the backward of d fuses dQ into the dK/dV
-// kernels. DQAuto keeps the split backward.
-func dilatedFused(d fk.Desc) bool { return d.DQ == fk.DQFused && d.Hq == d.Hkv }
+// kernels: DQAuto and DQFused do when every query head has its own kv head
+// (grouped-query heads of one kv head select different rows, so their dK/dV
+// run per member, which the fused sum does not cover). The fused backward is
+// faster on the H200 (BENCHMARKS.md: 1M tokens, 175.4 ms against 209.9 split,
+// tier 1).
+func dilatedFused(d fk.Desc) bool { return d.DQ != fk.DQSplit && d.Hq == d.Hkv }
 
 // fusedChunks is the number of row chunks of the fused backward: 4 (a
 // quarter of the dQ sum at a time, so the workspace is 2 bytes an element of
@@ -170,6 +174,7 @@ func (a *Dilated) loadFused(d fk.Desc) error {
 	c := fusedChunks(d, a.Branches)
 	cd := d
 	cd.T, cd.S, cd.LT = d.T/c, d.S/c, d.T
+	cd.DQ = fk.DQFused // the branches accumulate: DQAuto would split them
 	f := &fusedBackward{rows: cd.T}
 	a.fused = f
 	// A branch of dilation 1 selects every row: run first, it stores the

@@ -93,28 +93,39 @@ const dkdvq90Src = `extern "C" __global__ void __launch_bounds__(256, 1) @KERNEL
     float s[FA_BR / 2], dp[FA_BR / 2];
     fa_wg_fence();
 #pragma unroll
-    for (int kk = 0; kk < FA_D / 16; ++kk) {
-      const unsigned kb = (kk >> 2) * FA_BC * 128 + (kk & 3) * 32, qb = (kk >> 2) * FA_BR * 128 + (kk & 3) * 32;
-      fa_wg_st(s, fa_desc(ka + kb, 16, 1024), fa_desc(qa + qb, 16, 1024), kk > 0);
-      fa_wg_st(dp, fa_desc(va + kb, 16, 1024), fa_desc(oa + qb, 16, 1024), kk > 0);
-    }
+    for (int kk = 0; kk < FA_D / 16; ++kk)
+      fa_wg_st(s, fa_desc(ka + (kk >> 2) * FA_BC * 128 + (kk & 3) * 32, 16, 1024),
+               fa_desc(qa + (kk >> 2) * FA_BR * 128 + (kk & 3) * 32, 16, 1024), kk > 0);
     fa_wg_commit();
-    fa_wg_wait<0>();
+#pragma unroll
+    for (int kk = 0; kk < FA_D / 16; ++kk)
+      fa_wg_st(dp, fa_desc(va + (kk >> 2) * FA_BC * 128 + (kk & 3) * 32, 16, 1024),
+               fa_desc(oa + (kk >> 2) * FA_BR * 128 + (kk & 3) * 32, 16, 1024), kk > 0);
+    fa_wg_commit();
+    fa_wg_wait<1>();  // Sᵀ; dPᵀ runs on while P is computed
     const bool need = qq0 + FA_BR > qn || k0 + FA_BC > kn || (FA_CAUSAL && FA_QPOS + qq0 < FA_KPOS + k0 + FA_BC - 1);
     unsigned pa[FA_BR / 16][4], da[FA_BR / 16][4];
+#pragma unroll
+    for (int nt = 0; nt < FA_BR / 8; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int lq = nt * 8 + c2 + (e & 1), lk = kr + (e >> 1) * 8;
+        const float L = cL[lq];
+        float p = fa_exp2(fmaf(s[nt * 4 + e], FA_SL2, L == -FA_INF ? -FA_INF : -L * FA_LOG2E));
+        if (need) {
+          const long long qrow = qq0 + lq, kcol = k0 + lk;
+          if (qrow >= qn || kcol >= kn || (FA_CAUSAL && FA_KPOS + kcol > FA_QPOS + qrow)) p = 0.0f;
+        }
+        s[nt * 4 + e] = p;
+      }
+    fa_wg_wait<0>();
 #pragma unroll
     for (int nt = 0; nt < FA_BR / 8; ++nt) {
       float p[4], d[4];
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        const int lq = nt * 8 + c2 + (e & 1), lk = kr + (e >> 1) * 8;
-        const float L = cL[lq];
-        p[e] = fa_exp2(fmaf(s[nt * 4 + e], FA_SL2, L == -FA_INF ? -FA_INF : -L * FA_LOG2E));
-        if (need) {
-          const long long qrow = qq0 + lq, kcol = k0 + lk;
-          if (qrow >= qn || kcol >= kn || (FA_CAUSAL && FA_KPOS + kcol > FA_QPOS + qrow)) p[e] = 0.0f;
-        }
-        d[e] = p[e] * (dp[nt * 4 + e] - cD[lq]);
+        p[e] = s[nt * 4 + e];
+        d[e] = p[e] * (dp[nt * 4 + e] - cD[nt * 8 + c2 + (e & 1)]);
       }
       pa[nt >> 1][(nt & 1) * 2] = fa_pack(p[0], p[1]);
       pa[nt >> 1][(nt & 1) * 2 + 1] = fa_pack(p[2], p[3]);

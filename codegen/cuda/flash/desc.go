@@ -155,9 +155,17 @@ func (d Desc) Defaults() Desc {
 	// 64×128, dQ 128×64, two m-tiles per warp.
 	wide := d.D > 64
 	if d.Tier == 2 && d.Br == 0 && d.Bc == 0 {
-		// Two warpgroups of 64 query rows, 128-key tiles (FlashAttention-3's
-		// forward tile for head dims 64 and 128).
-		d.Br, d.Bc = 128, 128
+		// Three warpgroups of 64 query rows over 64-key tiles (D=128) or
+		// 128-key tiles (D=64), measured best on an H200 (BENCHMARKS.md: 32K
+		// causal, 4.64 ms against 5.28 for 128×128), and three K/V stages: the
+		// forward's P·V keeps reading one while the next loads land.
+		d.Br, d.Bc = 192, 128
+		if wide {
+			d.Bc = 64
+		}
+	}
+	if d.Tier == 2 && d.Stages == 0 {
+		d.Stages = 3
 	}
 	if wide && !d.Dilated() && !d.Accumulate && d.Br == 0 && d.Bc == 0 && d.WM == 0 {
 		if (d.T+255)/256*int64(d.Hq)*d.B >= 1024 {
@@ -248,6 +256,9 @@ func (d Desc) Check() error {
 	}
 	if d.Tier != 1 && d.Tier != 2 {
 		return fmt.Errorf("tier %d: want 1 (mma.sync) or 2 (wgmma, sm_90a)", d.Tier)
+	}
+	if d.Tier == 2 && d.Stages < 3 {
+		return fmt.Errorf("tier 2: %d stages: the forward needs at least 3", d.Stages)
 	}
 	if d.Tier == 2 && (d.Br != 64 && d.Br != 128 && d.Br != 192 || d.Bc != 64 && d.Bc != 128) {
 		return fmt.Errorf("tier 2 forward tile %d×%d: want 64, 128 or 192 queries (warpgroups of 64) × 64 or 128 keys", d.Br, d.Bc)

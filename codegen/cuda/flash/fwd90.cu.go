@@ -7,7 +7,8 @@ package flash
 // shared memory (fa_wg_s); O += P·V takes P from registers, where S's
 // accumulators already sit in the A fragment's layout, and V from shared memory
 // read MN-major (fa_wg_o). K and V tiles stream through FA_STAGES buffers with
-// cp.async, fenced to the async proxy before wgmma reads them.
+// cp.async, fenced to the async proxy before wgmma reads them. P·V runs on
+// while the next iteration syncs, queues its loads and starts its S.
 const fwd90Src = `extern "C" __global__ void __launch_bounds__(FA_NT, 1) @KERNEL@(FA_OT* __restrict__ o, float* __restrict__ lse,
     const fa_bf16* __restrict__ q, const fa_bf16* __restrict__ k, const fa_bf16* __restrict__ v) {
   extern __shared__ __align__(1024) unsigned char fa_sh[];
@@ -35,8 +36,11 @@ const fwd90Src = `extern "C" __global__ void __launch_bounds__(FA_NT, 1) @KERNEL
   const fa_bf16* kg = k + ((b * FA_S + kp0) * FA_HKV + hk) * FA_D;
   const fa_bf16* vg = v + ((b * FA_S + kp0) * FA_HKV + hk) * FA_D;
   fa_load_tile90<FA_BR, FA_NT>(sQ, qg, qrs, q0, qn, tid);
+  // Tiles run FA_STAGES − 2 ahead: P·V of tile j is still reading its stage
+  // while tile j + 1's S is computed, so the loads issued then must not land in
+  // it.
 #pragma unroll
-  for (int s = 0; s < FA_STAGES - 1; ++s) {
+  for (int s = 0; s < FA_STAGES - 2; ++s) {
     if (s < nkt) {
       fa_load_tile90<FA_BC, FA_NT>(sK + s * FA_BC * FA_D, kg, krs, (long long)s * FA_BC, kn, tid);
       fa_load_tile90<FA_BC, FA_NT>(sV + s * FA_BC * FA_D, vg, krs, (long long)s * FA_BC, kn, tid);
@@ -53,11 +57,11 @@ const fwd90Src = `extern "C" __global__ void __launch_bounds__(FA_NT, 1) @KERNEL
   for (int i = 0; i < FA_D / 2; ++i) acc[i] = 0.0f;
   float m[2] = {-FA_INF, -FA_INF}, l[2] = {0.0f, 0.0f};
   for (int j = 0; j < nkt; ++j) {
-    fa_wait<FA_STAGES - 2>();
+    fa_wait<FA_STAGES - 3>();
     fa_fence_async();
     __syncthreads();
     {
-      const int jn = j + FA_STAGES - 1;
+      const int jn = j + FA_STAGES - 2;
       if (jn < nkt) {
         const int st = jn % FA_STAGES;
         fa_load_tile90<FA_BC, FA_NT>(sK + st * FA_BC * FA_D, kg, krs, (long long)jn * FA_BC, kn, tid);
@@ -74,7 +78,7 @@ const fwd90Src = `extern "C" __global__ void __launch_bounds__(FA_NT, 1) @KERNEL
       fa_wg_s(s, fa_desc(qa + (kk >> 2) * FA_BR * 128 + (kk & 3) * 32, 16, 1024),
               fa_desc(ka + (kk >> 2) * FA_BC * 128 + (kk & 3) * 32, 16, 1024), kk > 0);
     fa_wg_commit();
-    fa_wg_wait<0>();
+    fa_wg_wait<0>();  // S, and the previous tile's P·V (acc is rescaled next)
     const long long k0 = (long long)j * FA_BC;
     if (k0 + FA_BC > kn || (FA_CAUSAL && FA_KPOS + k0 + FA_BC - 1 > FA_QPOS + q0 + wr)) {
 #pragma unroll
@@ -123,8 +127,8 @@ const fwd90Src = `extern "C" __global__ void __launch_bounds__(FA_NT, 1) @KERNEL
     for (int kk = 0; kk < FA_BC / 16; ++kk)
       fa_wg_o(acc, p[kk], fa_desc(va + kk * 2048, FA_BC * 128, 1024), 1);
     fa_wg_commit();
-    fa_wg_wait<0>();
   }
+  fa_wg_wait<0>();
   fa_wait<0>();
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
