@@ -28,6 +28,7 @@ var levels = map[string]int{
 	"safetensors": 2,
 	// Test fixtures that build IR (only tests import them).
 	"internal/llamagen": 2,
+	"internal/attntest": 2,
 
 	"plan":    3,
 	"codegen": 3,

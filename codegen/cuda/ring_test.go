@@ -1,36 +1,56 @@
 package cuda_test
 
 import (
-	"fmt"
 	"slices"
 	"strings"
 	"testing"
 
 	codegen "github.com/lcc-dev/lcc/codegen/cuda"
+	"github.com/lcc-dev/lcc/internal/attntest"
 	"github.com/lcc-dev/lcc/ir"
 	rcuda "github.com/lcc-dev/lcc/runtime/cuda"
 	"github.com/lcc-dev/lcc/tensor"
 )
 
-// ringFunc is one rank's ring attention forward and backward on [B, L, H, D].
+// ringFunc is one rank's causal ring attention forward and backward on [B, L, H, D].
 func ringFunc(t *testing.T, ranks int, b, l, h, hkv, d int64, layout string) *ir.Func {
 	t.Helper()
-	bd := ir.NewBuilder("ring")
-	q := bd.Input("q", ir.T(tensor.F32, b, l, h, d))
-	k := bd.Input("k", ir.T(tensor.F32, b, l, hkv, d))
-	v := bd.Input("v", ir.T(tensor.F32, b, l, hkv, d))
-	do := bd.Input("do", ir.T(tensor.F32, b, l, h, d))
-	at := ir.A("causal", true, "scale", 0.125, "ranks", ranks, "layout", layout)
-	r := bd.Apply(ir.OpRingAttention, at, q, k, v)
-	g := bd.Apply(ir.OpRingAttentionGrad, at, q, k, v, r[0], r[1], do)
-	for i, x := range append(r, g...) {
-		bd.Output(fmt.Sprint("y", i), x)
+	c := attntest.Ring{Ranks: ranks, B: b, L: l, H: h, Hkv: hkv, D: d, Causal: true, Layout: layout}
+	return c.RankFunc(t, 0.125)
+}
+
+// compileCases compiles with NVRTC 11.8, as CI does without a GPU, every kernel
+// of the first and the last rank's plans of each case (runtime/exec runs the
+// same cases on the GPU; a middle rank's kernels differ from theirs only in
+// baked-in positions) whose op keep accepts, and returns the compiled kernels'
+// families.
+func compileCases(t *testing.T, cases []attntest.Ring, funcs func(i int) *ir.Func, keep func(op string) bool) []string {
+	t.Helper()
+	seen := map[string]bool{}
+	for i, c := range cases {
+		f := funcs(i)
+		for _, rank := range []int{0, c.Ranks - 1} {
+			p, err := codegen.Build(f, codegen.Options{Arch: "compute_80", Storage: c.Storage, Rank: rank})
+			if err != nil {
+				t.Fatalf("%v rank %d: %v", c, rank, err)
+			}
+			for _, k := range p.Kernels {
+				if seen[k.Name] || !keep(k.Op) {
+					continue
+				}
+				seen[k.Name] = true
+				if _, log, err := rcuda.Compile(k.Source, k.Name+".cu", "compute_80", nil); err != nil {
+					t.Errorf("%v: %s: %v\n%s", c, k.Name, err, log)
+				}
+			}
+		}
 	}
-	f, err := bd.Build()
-	if err != nil {
-		t.Fatal(err)
+	var ops []string
+	for n := range seen {
+		ops = append(ops, n[:strings.LastIndex(n, "_")])
 	}
-	return f
+	slices.Sort(ops)
+	return slices.Compact(ops)
 }
 
 // planSummary counts a plan's steps by op, and lists its collectives in order.
@@ -151,38 +171,15 @@ func TestRingPlan(t *testing.T) {
 }
 
 // TestRingKernelsCompile compiles, with NVRTC 11.8, every kernel of ring
-// attention's plans in both tiers (as CI does without a GPU).
+// attention's plans in both tiers, for every case runtime/exec runs on the GPU.
 func TestRingKernelsCompile(t *testing.T) {
 	if _, err := rcuda.NVRTCVersion(); err != nil {
 		t.Skipf("skipping: no NVRTC library: %v", err)
 	}
-	seen := map[string]bool{}
-	for _, c := range []struct {
-		st     tensor.DType
-		d      int64
-		b      int64
-		layout string
-	}{{tensor.BF16, 64, 2, ir.LayoutZigzag}, {tensor.F32, 32, 2, ir.LayoutContiguous}, {tensor.BF16, 32, 1, ir.LayoutZigzag}} {
-		f := ringFunc(t, 2, c.b, 32, 2, 1, c.d, c.layout)
-		p, err := codegen.Build(f, codegen.Options{Arch: "compute_80", Storage: c.st, Rank: 0})
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, k := range p.Kernels {
-			if seen[k.Name] || !(strings.HasPrefix(k.Op, "ring.") || strings.HasPrefix(k.Op, "attention.flash")) {
-				continue
-			}
-			seen[k.Name] = true
-			if _, log, err := rcuda.Compile(k.Source, k.Name+".cu", "compute_80", nil); err != nil {
-				t.Errorf("%s: %v\n%s", k.Name, err, log)
-			}
-		}
-	}
-	var ops []string
-	for n := range seen {
-		ops = append(ops, n[:strings.LastIndex(n, "_")])
-	}
-	slices.Sort(ops)
+	ops := compileCases(t, attntest.RingCases, func(i int) *ir.Func { return attntest.RingCases[i].RankFunc(t, 0.3) },
+		func(op string) bool {
+			return strings.HasPrefix(op, "ring.") || strings.HasPrefix(op, "attention.flash")
+		})
 	for _, want := range []string{"ring_merge", "ring_fwd", "ring_dq", "ring_dkdv", "ring_add", "ring_move",
 		"ring_delta", "attention_flash_fwd", "attention_flash_dkdv", "attention_flash_dq"} {
 		if !slices.Contains(ops, want) {
@@ -191,26 +188,12 @@ func TestRingKernelsCompile(t *testing.T) {
 	}
 }
 
-// dilatedFunc is one rank's sharded dilated attention forward and backward.
+// dilatedFunc is one rank's causal sharded dilated attention forward and backward.
 func dilatedFunc(t *testing.T, ranks int, b, l, h, hkv, d int64, seg, dil []int64, offsets string) *ir.Func {
 	t.Helper()
-	bd := ir.NewBuilder("dilated")
-	q := bd.Input("q", ir.T(tensor.F32, b, l, h, d))
-	k := bd.Input("k", ir.T(tensor.F32, b, l, hkv, d))
-	v := bd.Input("v", ir.T(tensor.F32, b, l, hkv, d))
-	do := bd.Input("do", ir.T(tensor.F32, b, l, h, d))
-	at := ir.A("causal", true, "scale", 0.125, "ranks", ranks, "segments", seg, "dilations", dil,
-		"offsets", offsets)
-	r := bd.Apply(ir.OpShardedDilatedAttention, at, q, k, v)
-	g := bd.Apply(ir.OpShardedDilatedAttentionGrad, at, q, k, v, r[0], r[1], do)
-	for i, x := range append(r, g...) {
-		bd.Output(fmt.Sprint("y", i), x)
-	}
-	f, err := bd.Build()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return f
+	c := attntest.Dilated{Ring: attntest.Ring{Ranks: ranks, B: b, L: l, H: h, Hkv: hkv, D: d, Causal: true,
+		Layout: ir.LayoutContiguous}, Segments: seg, Dilations: dil, Offsets: offsets}
+	return c.RankFunc(t, 0.125)
 }
 
 // TestShardedDilatedPlan checks LongNet's sharding on 4 ranks of 32 positions:
@@ -281,36 +264,18 @@ func TestShardedDilatedPlan(t *testing.T) {
 }
 
 // TestShardedDilatedKernelsCompile compiles, with NVRTC 11.8, every kernel of
-// the sharded dilated plans in both tiers.
+// the sharded dilated plans in both tiers, for every case runtime/exec runs on
+// the GPU.
 func TestShardedDilatedKernelsCompile(t *testing.T) {
 	if _, err := rcuda.NVRTCVersion(); err != nil {
 		t.Skipf("skipping: no NVRTC library: %v", err)
 	}
-	seen := map[string]bool{}
-	for _, c := range []struct {
-		st      tensor.DType
-		d       int64
-		offsets string
-	}{{tensor.BF16, 64, "paper"}, {tensor.F32, 32, "block"}} {
-		f := dilatedFunc(t, 2, 2, 16, 4, 2, c.d, []int64{8, 64}, []int64{1, 2}, c.offsets)
-		p, err := codegen.Build(f, codegen.Options{Arch: "compute_80", Storage: c.st, Rank: 1})
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, k := range p.Kernels {
-			if seen[k.Name] {
-				continue
-			}
-			seen[k.Name] = true
-			if _, log, err := rcuda.Compile(k.Source, k.Name+".cu", "compute_80", nil); err != nil {
-				t.Errorf("%s: %v\n%s", k.Name, err, log)
-			}
-		}
+	var rings []attntest.Ring
+	for _, c := range attntest.DilatedCases {
+		rings = append(rings, c.Ring)
 	}
-	var ops []string
-	for n := range seen {
-		ops = append(ops, n[:strings.LastIndex(n, "_")])
-	}
+	ops := compileCases(t, rings, func(i int) *ir.Func { return attntest.DilatedCases[i].RankFunc(t, 0.3) },
+		func(string) bool { return true })
 	for _, want := range []string{"dilated_select", "dilated_scatter", "dilated_fwd", "dilated_dq", "dilated_dkdv",
 		"ring_merge"} {
 		if !slices.Contains(ops, want) {

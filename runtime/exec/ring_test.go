@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lcc-dev/lcc/internal/attntest"
 	"github.com/lcc-dev/lcc/ir"
 	"github.com/lcc-dev/lcc/runtime/comm/devlocal"
 	"github.com/lcc-dev/lcc/runtime/cpu"
@@ -61,62 +62,18 @@ func runRanks(t *testing.T, f *ir.Func, ins []map[string]*tensor.Tensor, opts Op
 	return got
 }
 
-// ringCase is one shape of the sharded attention tests.
-type ringCase struct {
-	ranks           int
-	b, l, h, hkv, d int64
-	causal          bool
-	layout          string
-	storage         tensor.DType
-}
-
-func (c ringCase) String() string {
-	return fmt.Sprintf("ranks=%d/B=%d,L=%d,H=%d/%d,D=%d,causal=%v,%s,%v", c.ranks, c.b, c.l, c.h, c.hkv, c.d,
-		c.causal, c.layout, c.storage)
-}
-
 // unsharded runs attention and its gradient over the whole sequence on the
 // CPU: the reference of a sharded op. attrs are the forward's attributes
 // (op decides which).
 func unsharded(t *testing.T, op, grad ir.Op, attrs ir.Attrs, full map[string]*tensor.Tensor) map[string]*tensor.Tensor {
 	t.Helper()
-	b := ir.NewBuilder("unsharded")
-	in := func(name string) *ir.Value { return b.Input(name, ir.T(tensor.F32, full[name].Shape...)) }
-	q, k, v, do := in("q"), in("k"), in("v"), in("do")
-	r := b.Apply(op, attrs, q, k, v)
-	gr := b.Apply(grad, attrs, q, k, v, r[0], r[1], do)
-	for i, name := range []string{"o", "lse", "dq", "dk", "dv"} {
-		b.Output(name, append(r, gr...)[i])
-	}
-	f, err := b.Build()
-	if err != nil {
-		t.Fatal(err)
-	}
+	sq, skv := full["q"].Shape, full["k"].Shape
+	f := attntest.Func(t, op, grad, attrs, sq[0], sq[1], sq[2], skv[2], sq[3])
 	out, err := cpu.Run(f, full, cpu.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	return out
-}
-
-// shardedFunc is one rank's program: the sharded op and its gradient.
-func shardedFunc(t *testing.T, op, grad ir.Op, attrs ir.Attrs, b, l, h, hkv, d int64) *ir.Func {
-	t.Helper()
-	bd := ir.NewBuilder("sharded")
-	q := bd.Input("q", ir.T(tensor.F32, b, l, h, d))
-	k := bd.Input("k", ir.T(tensor.F32, b, l, hkv, d))
-	v := bd.Input("v", ir.T(tensor.F32, b, l, hkv, d))
-	do := bd.Input("do", ir.T(tensor.F32, b, l, h, d))
-	r := bd.Apply(op, attrs, q, k, v)
-	gr := bd.Apply(grad, attrs, q, k, v, r[0], r[1], do)
-	for i, name := range []string{"o", "lse", "dq", "dk", "dv"} {
-		bd.Output(name, append(r, gr...)[i])
-	}
-	f, err := bd.Build()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return f
 }
 
 // randomFull is random q, k, v, do of the whole sequence [B, T, H, D].
@@ -153,6 +110,28 @@ func takeRows(x *tensor.Tensor, seqAxis int, pos []int64) *tensor.Tensor {
 	return y
 }
 
+// runSharded runs f, one rank's program of case c, on every rank with its rows of
+// the whole sequence's inputs full, and compares each rank's outputs with want,
+// the unsharded ones, at its positions (1e-5 in f32, 2e-2 in bf16).
+func runSharded(t *testing.T, c attntest.Ring, f *ir.Func, full, want map[string]*tensor.Tensor) {
+	t.Helper()
+	total := c.L * int64(c.Ranks)
+	pos := func(r int) []int64 { return ir.LayoutPositions(c.Layout, total, int64(c.Ranks), int64(r)) }
+	ins := make([]map[string]*tensor.Tensor, c.Ranks)
+	for r := range ins {
+		ins[r] = map[string]*tensor.Tensor{}
+		for name, x := range full {
+			ins[r][name] = takeRows(x, 1, pos(r))
+		}
+	}
+	got := runRanks(t, f, ins, Options{Storage: c.Storage})
+	tol := 1e-5
+	if c.Storage == tensor.BF16 {
+		tol = 2e-2
+	}
+	checkSharded(t, c.String(), got, want, pos, tol)
+}
+
 // checkSharded compares every rank's outputs with the unsharded reference at
 // the rank's positions.
 func checkSharded(t *testing.T, name string, got []map[string]*tensor.Tensor, want map[string]*tensor.Tensor,
@@ -181,37 +160,12 @@ func checkSharded(t *testing.T, name string, got []map[string]*tensor.Tensor, wa
 // attention at each rank's positions.
 func TestGPURingAttention(t *testing.T) {
 	openGPU(t)
-	cases := []ringCase{
-		{2, 1, 64, 2, 2, 64, true, ir.LayoutZigzag, tensor.BF16},
-		{4, 2, 64, 4, 2, 128, true, ir.LayoutZigzag, tensor.BF16},
-		{2, 2, 48, 2, 1, 64, false, ir.LayoutContiguous, tensor.BF16},
-		{2, 2, 24, 2, 1, 32, true, ir.LayoutZigzag, tensor.F32},
-		{4, 1, 16, 4, 2, 16, true, ir.LayoutZigzag, tensor.F32},
-		{4, 2, 12, 2, 2, 24, true, ir.LayoutContiguous, tensor.F32},
-		{2, 1, 32, 2, 2, 32, true, ir.LayoutZigzag, tensor.BF16},
-	}
-	for i, c := range cases {
+	for i, c := range attntest.RingCases {
 		t.Run(c.String(), func(t *testing.T) {
-			total := c.l * int64(c.ranks)
 			scale := 0.3
-			attrs := ir.A("causal", c.causal, "scale", scale, "ranks", c.ranks, "layout", c.layout)
-			full := randomFull(c.b, total, c.h, c.hkv, c.d, uint64(100+i))
-			want := unsharded(t, ir.OpAttention, ir.OpAttentionGrad, ir.A("causal", c.causal, "scale", scale), full)
-			f := shardedFunc(t, ir.OpRingAttention, ir.OpRingAttentionGrad, attrs, c.b, c.l, c.h, c.hkv, c.d)
-			pos := func(r int) []int64 { return ir.LayoutPositions(c.layout, total, int64(c.ranks), int64(r)) }
-			ins := make([]map[string]*tensor.Tensor, c.ranks)
-			for r := range ins {
-				ins[r] = map[string]*tensor.Tensor{}
-				for name, x := range full {
-					ins[r][name] = takeRows(x, 1, pos(r))
-				}
-			}
-			got := runRanks(t, f, ins, Options{Storage: c.storage})
-			tol := 1e-5
-			if c.storage == tensor.BF16 {
-				tol = 2e-2
-			}
-			checkSharded(t, c.String(), got, want, pos, tol)
+			full := randomFull(c.B, c.L*int64(c.Ranks), c.H, c.Hkv, c.D, uint64(100+i))
+			want := unsharded(t, ir.OpAttention, ir.OpAttentionGrad, ir.A("causal", c.Causal, "scale", scale), full)
+			runSharded(t, c, c.RankFunc(t, scale), full, want)
 		})
 	}
 }
@@ -223,46 +177,12 @@ func TestGPURingAttention(t *testing.T) {
 // the CPU interpreter's unsharded dilated attention at each rank's positions.
 func TestGPUShardedDilated(t *testing.T) {
 	openGPU(t)
-	cases := []struct {
-		ringCase
-		seg, dil []int64
-		offsets  string
-	}{
-		{ringCase{2, 1, 64, 4, 2, 64, true, ir.LayoutContiguous, tensor.BF16}, []int64{32, 128}, []int64{1, 2},
-			"paper"},
-		{ringCase{4, 2, 32, 4, 4, 128, true, ir.LayoutContiguous, tensor.BF16}, []int64{16, 64, 128},
-			[]int64{1, 2, 4}, "block"},
-		{ringCase{2, 2, 16, 4, 2, 32, true, ir.LayoutContiguous, tensor.F32}, []int64{8, 64}, []int64{1, 2},
-			"paper"},
-		{ringCase{4, 1, 8, 4, 2, 16, true, ir.LayoutContiguous, tensor.F32}, []int64{4, 16, 32},
-			[]int64{1, 2, 4}, "block"},
-		{ringCase{2, 1, 16, 2, 2, 16, false, ir.LayoutContiguous, tensor.F32}, []int64{8, 32}, []int64{2, 2},
-			"paper"},
-	}
-	for i, c := range cases {
-		t.Run(fmt.Sprintf("%v,w=%v,r=%v,%s", c.ringCase, c.seg, c.dil, c.offsets), func(t *testing.T) {
-			total := c.l * int64(c.ranks)
+	for i, c := range attntest.DilatedCases {
+		t.Run(c.String(), func(t *testing.T) {
 			scale := 0.3
-			base := ir.A("causal", c.causal, "scale", scale, "segments", c.seg, "dilations", c.dil,
-				"offsets", c.offsets)
-			full := randomFull(c.b, total, c.h, c.hkv, c.d, uint64(200+i))
-			want := unsharded(t, ir.OpDilatedAttention, ir.OpDilatedAttentionGrad, base, full)
-			f := shardedFunc(t, ir.OpShardedDilatedAttention, ir.OpShardedDilatedAttentionGrad,
-				base.With("ranks", c.ranks), c.b, c.l, c.h, c.hkv, c.d)
-			pos := func(r int) []int64 { return ir.LayoutPositions(c.layout, total, int64(c.ranks), int64(r)) }
-			ins := make([]map[string]*tensor.Tensor, c.ranks)
-			for r := range ins {
-				ins[r] = map[string]*tensor.Tensor{}
-				for name, x := range full {
-					ins[r][name] = takeRows(x, 1, pos(r))
-				}
-			}
-			got := runRanks(t, f, ins, Options{Storage: c.storage})
-			tol := 1e-5
-			if c.storage == tensor.BF16 {
-				tol = 2e-2
-			}
-			checkSharded(t, c.String(), got, want, pos, tol)
+			full := randomFull(c.B, c.L*int64(c.Ranks), c.H, c.Hkv, c.D, uint64(200+i))
+			want := unsharded(t, ir.OpDilatedAttention, ir.OpDilatedAttentionGrad, c.Attrs(scale), full)
+			runSharded(t, c.Ring, c.RankFunc(t, scale), full, want)
 		})
 	}
 }

@@ -1,6 +1,7 @@
 // Package commtest is the conformance script of runtime/comm's Communicator
 // interface: every transport (in-process, TCP, NCCL) runs it on every rank, and
-// its results must be the in-process communicator's, bit for bit.
+// its results must be the in-process communicator's, bit for bit. DeviceScript
+// is the same for the device collectives of comm.Device (NCCL, devlocal).
 package commtest
 
 import (
@@ -10,9 +11,9 @@ import (
 	"github.com/lcc-dev/lcc/runtime/comm"
 )
 
-// values returns n numbers of mixed signs and magnitudes (so that the order of a
+// Values returns n numbers of mixed signs and magnitudes (so that the order of a
 // sum shows in its bits), different for each rank and call.
-func values(rank, call, n int) []float64 {
+func Values(rank, call, n int) []float64 {
 	out := make([]float64, n)
 	x := uint64(rank*7919+call*104729) | 1
 	for i := range out {
@@ -32,7 +33,7 @@ func Script(c comm.Communicator) ([][]float64, error) {
 	n, r := c.Size(), c.Rank()
 	var out [][]float64
 	call := 0
-	next := func(m int) []float64 { call++; return values(r, call, m) }
+	next := func(m int) []float64 { call++; return Values(r, call, m) }
 	add := func(xs ...[]float64) { out = append(out, xs...) }
 
 	all, err := c.AllGather("commtest/all_gather", []int64{2, 3}, next(6))

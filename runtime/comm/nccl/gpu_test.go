@@ -56,6 +56,24 @@ func TestGPUOneRankConformance(t *testing.T) {
 	}
 }
 
+// TestGPUOneRankDeviceConformance runs commtest's device script (every device
+// collective against the host, bit for bit), as runtime/comm/devlocal runs it,
+// through NCCL on one rank.
+func TestGPUOneRankDeviceConformance(t *testing.T) {
+	c := oneRank(t, Options{Timeout: 30 * time.Second})
+	dev, err := cuda.Open(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dev.Close()
+	if err := commtest.DeviceScript(dev, c, 1000); err != nil {
+		t.Error(err)
+	}
+	if err := c.Close(); err != nil {
+		t.Error(err)
+	}
+}
+
 // TestGPUDeviceOverlap queues a device-level all-reduce behind a compute event
 // and a compute-side wait on Done, then checks the result.
 func TestGPUDeviceOverlap(t *testing.T) {
