@@ -1,7 +1,8 @@
 // Package cudatest holds the graph that the GPU code generator and executor are
-// tested on: a zoo that uses every kernel family once. The shared models'
-// training steps need the driver and live in driver/drivertest, above this
-// package's level (docs/design.md §1).
+// tested on: a zoo that uses every kernel family once; and golden files for
+// rendered kernels (Golden, with the -update flag). The shared models' training
+// steps need the driver and live in driver/drivertest, above this package's level
+// (docs/design.md §1); so does the NVRTC for sm_90a kernels (runtime/cuda/nvrtctest).
 package cudatest
 
 import (
