@@ -89,7 +89,7 @@ cse
 dce
 insert-checkpoints policy=layers
 dce
-codegen arch=sm_90 storage=bf16
+codegen arch=sm_90a storage=bf16
 `
 	if d != want {
 		t.Errorf("Describe:\n%s\nwant\n%s", d, want)

@@ -229,12 +229,12 @@ type AttentionKernel struct {
 }
 
 // attentionKernelLines groups ks by op, kernel and reason, in order of first
-// appearance: "attention ×2: flash tier 1 (tensor cores)".
+// appearance: "attention ×2: flash tier 1 (tensor cores, mma.sync)".
 func attentionKernelLines(ks []AttentionKernel) []string {
 	var order []string
 	count := map[string]int{}
 	for _, k := range ks {
-		how := fmt.Sprintf("%s tier %d (tensor cores)", k.Kernel, k.Tier)
+		how := fmt.Sprintf("%s tier %d (tensor cores, %s)", k.Kernel, k.Tier, map[int]string{1: "mma.sync", 2: "wgmma"}[k.Tier])
 		if k.Why != "" {
 			how = fmt.Sprintf("%s (CUDA cores): %s", k.Kernel, k.Why)
 		}

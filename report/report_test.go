@@ -173,7 +173,7 @@ func TestBuildInference(t *testing.T) {
 	var sb strings.Builder
 	r.WriteText(&sb)
 	want := `model      mlp.lcc (inference)
-target     h200x1: 1× GPU sm_90, ` + report.Bytes(tg.MemoryBytes) + ` each
+target     h200x1: 1× GPU sm_90a, ` + report.Bytes(tg.MemoryBytes) + ` each
 dims       batch=2 seq=4
 input      x f32[2 4 8]
 output     y f32[8 16]
@@ -257,9 +257,9 @@ func TestAttentionKernelLines(t *testing.T) {
 	}}
 	var b strings.Builder
 	r.WriteText(&b)
-	want := "attn kern  attention ×2: flash tier 1 (tensor cores)\n" +
+	want := "attn kern  attention ×2: flash tier 1 (tensor cores, mma.sync)\n" +
 		"attn kern  attention_grad ×1: scalar (CUDA cores): an explicit mask\n" +
-		"attn kern  attention_grad ×1: flash tier 1 (tensor cores)\n"
+		"attn kern  attention_grad ×1: flash tier 1 (tensor cores, mma.sync)\n"
 	if !strings.Contains(b.String(), want) {
 		t.Errorf("text report:\n%s\nwant the lines\n%s", b.String(), want)
 	}

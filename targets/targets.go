@@ -33,7 +33,8 @@ type Target struct {
 	Name string `json:"name"`
 	// GPUs is the number of devices, the default sharding degree.
 	GPUs int `json:"gpus"`
-	// Arch is the codegen architecture, "sm_80" or "sm_90" (or "cpu").
+	// Arch is the codegen architecture, "sm_80", "sm_90" or "sm_90a" (Hopper's
+	// architecture-specific code: the h100 and h200 targets) (or "cpu").
 	Arch string `json:"arch"`
 	// ComputeCapability is Arch as a number (80, 90; 0 for the CPU).
 	ComputeCapability int `json:"compute_capability"`
@@ -73,7 +74,10 @@ var archs = map[string]int{
 	"sm_80": 80, // A100
 	"sm_86": 86, // A10, RTX 30xx
 	"sm_89": 89, // L4, L40S, RTX 40xx
-	"sm_90": 90, // H100, H200
+	"sm_90": 90, // H100, H200 (without the architecture-specific features)
+	// sm_90a: H100 and H200 with wgmma and setmaxnreg, which exist only in code
+	// built for that one generation (flash attention tier 2).
+	"sm_90a": 90,
 }
 
 // Units for the table below.
@@ -91,10 +95,10 @@ var (
 	a100g40 = Target{GPU: "NVIDIA A100-SXM4-40GB", Arch: "sm_80", ComputeCapability: 80,
 		MemoryBytes: 40960 * mib, InterconnectBytesPerSec: 600 * giga,
 		PeakBF16FLOPs: 312 * tera, PeakFP32FLOPs: 19.5 * tera, HBMBytesPerSec: 1555 * giga}
-	h100 = Target{GPU: "NVIDIA H100 80GB HBM3", Arch: "sm_90", ComputeCapability: 90,
+	h100 = Target{GPU: "NVIDIA H100 80GB HBM3", Arch: "sm_90a", ComputeCapability: 90,
 		MemoryBytes: 81559 * mib, InterconnectBytesPerSec: 900 * giga,
 		PeakBF16FLOPs: 989 * tera, PeakFP32FLOPs: 67 * tera, HBMBytesPerSec: 3350 * giga}
-	h200 = Target{GPU: "NVIDIA H200", Arch: "sm_90", ComputeCapability: 90,
+	h200 = Target{GPU: "NVIDIA H200", Arch: "sm_90a", ComputeCapability: 90,
 		MemoryBytes: 143771 * mib, InterconnectBytesPerSec: 900 * giga,
 		PeakBF16FLOPs: 989 * tera, PeakFP32FLOPs: 67 * tera, HBMBytesPerSec: 4800 * giga}
 	// cpu is nominal: it lets --device=cpu plan with the same code. Its rates only

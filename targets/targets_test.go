@@ -36,10 +36,10 @@ func TestBuiltinTable(t *testing.T) {
 		{"a100x1", 1, "sm_80", 80, 81920, 312, 2039, 600},
 		{"a100x8", 8, "sm_80", 80, 81920, 312, 2039, 600},
 		{"a100-40gx8", 8, "sm_80", 80, 40960, 312, 1555, 600},
-		{"h100x8", 8, "sm_90", 90, 81559, 989, 3350, 900},
-		{"h200x1", 1, "sm_90", 90, 143771, 989, 4800, 900},
-		{"h200x2", 2, "sm_90", 90, 143771, 989, 4800, 900},
-		{"h200x8", 8, "sm_90", 90, 143771, 989, 4800, 900},
+		{"h100x8", 8, "sm_90a", 90, 81559, 989, 3350, 900},
+		{"h200x1", 1, "sm_90a", 90, 143771, 989, 4800, 900},
+		{"h200x2", 2, "sm_90a", 90, 143771, 989, 4800, 900},
+		{"h200x8", 8, "sm_90a", 90, 143771, 989, 4800, 900},
 	}
 	for _, w := range want {
 		tg, err := Lookup(w.name)
@@ -91,7 +91,7 @@ func TestLookupUnknown(t *testing.T) {
 
 func TestString(t *testing.T) {
 	tg, _ := Lookup("h200x8")
-	want := "h200x8 (8× NVIDIA H200, sm_90, 140.4 GiB, 989 TFLOP/s bf16)"
+	want := "h200x8 (8× NVIDIA H200, sm_90a, 140.4 GiB, 989 TFLOP/s bf16)"
 	if got := tg.String(); got != want {
 		t.Errorf("String() = %q, want %q", got, want)
 	}
@@ -166,7 +166,7 @@ func TestLoadFileErrors(t *testing.T) {
 		{"unknown arch", strings.Replace(fullTarget, "sm_89", "sm_100a", 1),
 			`target "l40sx4": field arch: unknown arch "sm_100a"`},
 		{"cc mismatch", `{"base": "h200x8", "name": "a", "compute_capability": 80}`,
-			"field compute_capability: is 80 but arch sm_90 means 90"},
+			"field compute_capability: is 80 but arch sm_90a means 90"},
 		{"zero gpus", `{"base": "h200x8", "name": "a", "gpus": 0}`,
 			"field gpus: must be positive, got 0"},
 		{"fractional gpus", `{"base": "h200x8", "name": "a", "gpus": 1.5}`, "gpus"},

@@ -449,20 +449,25 @@ func TestCheckOutputs(t *testing.T) {
 }
 
 // TestAttentionKernelsD128: the head-dim-128 grouped-query Llama takes the
-// tensor-core kernels (flash tier 1) in bf16, forward and backward of both
-// layers, and the report says so; in fp32 every node says why it does not.
+// tensor-core kernels in bf16, forward and backward of both layers, tier 2
+// (wgmma) for an H200 and tier 1 for an A100, and the report says so; in fp32
+// every node says why it does not.
 func TestAttentionKernelsD128(t *testing.T) {
 	model := filepath.Join(td, "hf", "hf_llama_gqa_d128_sdpa.onnx")
-	for _, prec := range []string{"bf16", "fp32"} {
-		rep := compileJSON(t, model, "--target=h200x1", "--seq-len=320", "--batch=2", "--precision="+prec)
+	for _, c := range []struct {
+		prec, target string
+		tier         float64
+	}{{"bf16", "h200x1", 2}, {"bf16", "a100x1", 1}, {"fp32", "h200x1", 0}} {
+		prec := c.prec
+		rep := compileJSON(t, model, "--target="+c.target, "--seq-len=320", "--batch=2", "--precision="+prec)
 		ks, _ := rep["attention_kernels"].([]any)
 		ops := map[string]int{}
 		for _, k := range ks {
 			k := k.(map[string]any)
 			ops[k["op"].(string)]++
-			flash := k["kernel"] == "flash" && k["tier"] == 1.0 && k["why"] == nil
+			flash := k["kernel"] == "flash" && k["tier"] == c.tier && k["why"] == nil
 			if want := prec == "bf16"; flash != want {
-				t.Errorf("%s: %v, want flash tier 1: %v", prec, k, want)
+				t.Errorf("%s %s: %v, want flash tier %v: %v", prec, c.target, k, c.tier, want)
 			}
 		}
 		if ops["attention"] != 2 || ops["attention_grad"] != 2 {
@@ -470,7 +475,7 @@ func TestAttentionKernelsD128(t *testing.T) {
 		}
 	}
 	out, _, code := lcc(t, "compile", model, "--target=h200x1", "--seq-len=320", "--precision=bf16")
-	if code != 0 || !strings.Contains(out, "attn kern  attention ×2: flash tier 1 (tensor cores)") {
+	if code != 0 || !strings.Contains(out, "attn kern  attention ×2: flash tier 2 (tensor cores, wgmma)") {
 		t.Errorf("text report:\n%s", out)
 	}
 }

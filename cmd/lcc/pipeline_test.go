@@ -15,7 +15,7 @@ func TestPassesPipeline(t *testing.T) {
 	}
 	for _, want := range []string{"match-attention\nmatch-norms\ndilate-attention segments=8,16 dilations=1,2",
 		"\ninsert-loss loss=cross-entropy\n", "\nshard-sequence ranks=2 mode=dilated\nautodiff\n",
-		"\nall-reduce-gradients ranks=2\n", "\ncodegen arch=sm_90 storage=bf16\n"} {
+		"\nall-reduce-gradients ranks=2\n", "\ncodegen arch=sm_90a storage=bf16\n"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("lcc passes --pipeline lacks %q:\n%s", want, out)
 		}

@@ -11,8 +11,8 @@ import (
 
 // The kernels an attention node can run on (AttentionChoice.Kernel).
 const (
-	// KernelFlash is tier 1: FlashAttention-2 on tensor cores (mma.sync, package
-	// flash).
+	// KernelFlash is package flash's tensor-core kernels: tier 1
+	// (FlashAttention-2's algorithm on mma.sync) or tier 2 (wgmma, sm_90a).
 	KernelFlash = "flash"
 	// KernelScalar is the fallback: the CUDA-core kernels of attention.go (fp32
 	// math, any head dim, explicit masks).
@@ -31,6 +31,16 @@ type AttentionChoice struct {
 	Tier   int    `json:"tier,omitempty"`
 	// Why says why the tensor-core tier did not take the node ("" when it did).
 	Why string `json:"why,omitempty"`
+}
+
+// FlashTier is the flash attention tier for arch: 2 (wgmma, FlashAttention-3's
+// tensor-core instructions) for Hopper's architecture-specific sm_90a, else 1
+// (mma.sync, sm_80 and later).
+func FlashTier(arch string) int {
+	if arch == flash.ArchSM90a {
+		return 2
+	}
+	return 1
 }
 
 // chooseAttention returns the tensor-core kernel descriptor of attention node n,
@@ -81,7 +91,7 @@ func (g *gen) flashDesc(n *ir.Node) (flash.Desc, error) {
 	q, k := n.Args[0].Type, n.Args[1].Type
 	d := flash.Desc{B: q.Shape[0], T: q.Shape[1], S: k.Shape[1], Hq: int(q.Shape[2]), Hkv: int(k.Shape[2]),
 		D: int(q.Shape[3]), Causal: n.AttrBool("causal"),
-		Scale: ir.AttentionScale(n)}
+		Scale: ir.AttentionScale(n), Tier: FlashTier(g.opts.Arch)}
 	if dilated {
 		d.Offsets = n.AttrString("offsets")
 	}
@@ -189,7 +199,7 @@ func (g *gen) emitFlash(k flash.Kernel, args []int) {
 		params[i] = Param{Name: p.Name, CType: p.CType, Out: p.Out}
 	}
 	g.emit(kernelSpec{op: k.Op, body: k.Body, grid: k.Grid, block: k.Block, shared: k.Shared,
-		params: params, args: args})
+		params: params, args: args, arch: k.Arch})
 }
 
 // lowerFlash renders attention on the tensor-core kernels.

@@ -51,6 +51,9 @@ type Kernel struct {
 	// Params lists the kernel's pointer parameters in order; a launch passes one
 	// buffer id per parameter.
 	Params []Param
+	// Arch is the architecture the kernel must be compiled for ("sm_90a":
+	// flash tier 2's wgmma), or "" for the device's own.
+	Arch string
 }
 
 // Body is the kernel's source after the prelude every kernel shares: what golden
@@ -451,6 +454,7 @@ type kernelSpec struct {
 	params      []Param
 	args        []int
 	offs        []int64 // element offsets per arg (nil: none)
+	arch        string  // Kernel.Arch
 }
 
 // emit adds the kernel (deduplicated by source) and a step launching it.
@@ -464,7 +468,7 @@ func (g *gen) emit(s kernelSpec) {
 		src := prelude + strings.ReplaceAll(s.body, "@KERNEL@", name)
 		g.byName[name] = len(g.prog.Kernels)
 		g.prog.Kernels = append(g.prog.Kernels, Kernel{Name: name, Op: s.op, Source: src, Entry: name,
-			Grid: s.grid, Block: s.block, Shared: s.shared, Params: s.params})
+			Grid: s.grid, Block: s.block, Shared: s.shared, Params: s.params, Arch: s.arch})
 	}
 	g.prog.Plan.Steps = append(g.prog.Plan.Steps, Step{Kind: "kernel", Node: g.node, Op: s.op,
 		Kernel: name, Grid: s.grid, Block: s.block, Shared: s.shared, Args: s.args, Offs: s.offs})

@@ -29,6 +29,7 @@ type kernelMeta struct {
 	Block  [3]uint32 `json:"block"`
 	Shared uint32    `json:"shared,omitempty"`
 	Params []Param   `json:"params"`
+	Arch   string    `json:"arch,omitempty"` // Kernel.Arch
 }
 
 // PlanJSON renders the plan and the kernels' metadata as indented JSON; equal
@@ -37,7 +38,7 @@ func PlanJSON(ks []Kernel, plan *Plan) ([]byte, error) {
 	pf := planFile{Plan: plan}
 	for _, k := range ks {
 		pf.Kernels = append(pf.Kernels, kernelMeta{Name: k.Name, Op: k.Op, File: "kernels/" + k.Name + ".cu",
-			Entry: k.Entry, Grid: k.Grid, Block: k.Block, Shared: k.Shared, Params: k.Params})
+			Entry: k.Entry, Grid: k.Grid, Block: k.Block, Shared: k.Shared, Params: k.Params, Arch: k.Arch})
 	}
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)

@@ -31,9 +31,10 @@ type Cache struct {
 
 	hits, misses, rebuilds atomic.Int64
 
-	// compile and version stand in for NVRTC; tests replace them to run without it.
+	// compile and version stand in for NVRTC (the one NVRTCFor picks for the
+	// architecture); tests replace them to run without it.
 	compile func(src, name, arch string, opts []string, cubin bool) ([]byte, string, error)
-	version func() (string, error)
+	version func(arch string) (string, error)
 }
 
 // inflight is a compile other goroutines wait for.
@@ -118,9 +119,29 @@ func OpenCache(dir string) (*Cache, error) {
 		dir:      dir,
 		mem:      map[Key][]byte{},
 		inflight: map[Key]*inflight{},
-		compile:  defaultNVRTC.compile,
-		version:  NVRTCVersion,
+		compile:  compileFor,
+		version:  versionFor,
 	}, nil
+}
+
+// compileFor compiles with the NVRTC that NVRTCFor picks for arch: the default
+// one, or LCC_NVRTC12's for sm_90a when the default is older than 12.0.
+func compileFor(src, name, arch string, opts []string, cubin bool) ([]byte, string, error) {
+	n, err := NVRTCFor(arch)
+	if err != nil {
+		return nil, "", err
+	}
+	return n.compile(src, name, arch, opts, cubin)
+}
+
+// versionFor is the version of the NVRTC that compiles arch, part of every
+// cache key.
+func versionFor(arch string) (string, error) {
+	n, err := NVRTCFor(arch)
+	if err != nil {
+		return "", err
+	}
+	return n.Version()
 }
 
 // checkCacheDir enforces the ownership and mode invariants on dir.
@@ -156,7 +177,7 @@ func (c *Cache) Stats() CacheStats {
 // cubin, which loads without the driver's JIT. Either goes to Device.LoadModule.
 // A compile error is a *CompileError whose source is saved in the cache directory.
 func (c *Cache) Get(src, name, arch string, opts []string) ([]byte, error) {
-	ver, err := c.version()
+	ver, err := c.version(arch)
 	if err != nil {
 		return nil, fmt.Errorf("cuda: kernel cache: compile %q: %w", name, err)
 	}

@@ -39,7 +39,7 @@ func newFakeCache(t *testing.T, dir string) (*Cache, *fakeCompiler) {
 	}
 	f := &fakeCompiler{}
 	c.compile = f.compile
-	c.version = func() (string, error) { return "99.9", nil }
+	c.version = func(string) (string, error) { return "99.9", nil }
 	return c, f
 }
 

@@ -168,7 +168,12 @@ func (r *runner) load(ks []codegen.Kernel, cache *cuda.Cache) error {
 		wg.Go(func() {
 			slots <- struct{}{}
 			defer func() { <-slots }()
-			imgs[i], errs[i] = cache.Get(k.Source, k.Name+".cu", r.dev.Arch(), nil)
+			arch, err := kernelArch(r.dev, k)
+			if err != nil {
+				errs[i] = err
+				return
+			}
+			imgs[i], errs[i] = cache.Get(k.Source, k.Name+".cu", arch, nil)
 		})
 	}
 	wg.Wait()

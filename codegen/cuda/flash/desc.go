@@ -162,6 +162,10 @@ func (d Desc) Defaults() Desc {
 		d.Br, d.Bc = 192, 128
 		if wide {
 			d.Bc = 64
+		} else if d.Accumulate {
+			// The fp32 merge's registers on top of 192×128 spill under the
+			// 168 registers of three warpgroups: two warpgroups instead.
+			d.Br = 128
 		}
 	}
 	if d.Tier == 2 && d.Stages == 0 {
