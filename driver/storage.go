@@ -15,8 +15,12 @@ import (
 // elementwise run's inner values, recomputed values, inlined literals). It is
 // runtime/cpu's Options.Store, so that the CPU interpreter rounds exactly what
 // the device stores and a bf16 check compares the device with it (CheckOptions).
-// Math and accumulation are fp32 on the device and float64 on the CPU, so the
-// two differ by the kernels' own error, which docs/design.md §8 bounds (2e-2).
+// A value codegen places in another's buffer (a concat's operand written in
+// place, a slice read in place: view.go) is rounded where that buffer is, at the
+// concat or at the slice's source. Math and accumulation are fp32 on the device
+// and float64 on the CPU, and the tensor-core kernels round their P and dS tiles
+// to bf16 inside, so the two differ by the kernels' own error, which
+// docs/design.md §8 bounds (2e-2).
 // nil (every value as itself) for f32 storage.
 func storedAs(f *ir.Func, dt tensor.DType) (func(*ir.Value) tensor.DType, error) {
 	if dt == tensor.F32 || dt == tensor.Invalid {
