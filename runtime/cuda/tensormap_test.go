@@ -92,6 +92,11 @@ func TestCompileTMA(t *testing.T) {
 	n := needSM90aNVRTC(t)
 	v, _ := n.Version()
 	t.Logf("NVRTC %s from %s", v, n.Path())
+	for _, s := range n.symbols() {
+		if _, err := s.resolve(); err != nil {
+			t.Errorf("%s: %v", s.name, err)
+		}
+	}
 	ptx, log, err := n.Compile(tmaBoxSrc, "tma_box.cu", "sm_90a", nil)
 	if err != nil {
 		t.Fatalf("Compile: %v\nlog:\n%s", err, log)
