@@ -229,7 +229,7 @@ func dkdvq(d Desc) Kernel {
 			wgmmaFunc("fa_wg_st", d.BwdBr, true, 0, 0)+
 			wgmmaFunc("fa_wg_dv", d.D, false, 0, 1)+
 			wgmmaFunc("fa_wg_dq", d.D/2, true, 1, 1)+dkdvq90Src, ArchSM90a
-		shared = 2*d.D*(2*d.BwdBc+2*d.Stages*d.BwdBr) + 2*d.BwdBc*d.BwdBr + 8*d.Stages*d.BwdBr
+		shared = 2*d.D*(2*d.BwdBc+2*d.Stages*d.BwdBr) + 2*2*d.BwdBc*d.BwdBr + 8*d.Stages*d.BwdBr
 	}
 	return Kernel{Op: "attention.flash.dkdvdq", Body: render(v, body), Arch: arch,
 		Grid:   [3]uint32{uint32((rows + int64(d.BwdBc) - 1) / int64(d.BwdBc)), uint32(d.Hkv), uint32(d.B * nsegOf(d))},

@@ -179,7 +179,7 @@ __device__ __forceinline__ void fa_wg_dq(float* d, unsigned long long da, unsign
     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
     : "l"(da), "l"(db), "r"(acc) : "memory");
 }
-extern "C" __global__ void __launch_bounds__(256, 1) attention_flash_dkdvdq_1a5f150ba5f13785(FA_OT* __restrict__ dk, FA_OT* __restrict__ dv,
+extern "C" __global__ void __launch_bounds__(256, 1) attention_flash_dkdvdq_b5b749a32bdef61f(FA_OT* __restrict__ dk, FA_OT* __restrict__ dv,
     const fa_bf16* __restrict__ q, const fa_bf16* __restrict__ k, const fa_bf16* __restrict__ v,
     const fa_bf16* __restrict__ dout, const float* __restrict__ lse, const float* __restrict__ delta,
     unsigned* __restrict__ ws) {
@@ -189,7 +189,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) attention_flash_dkdvdq_1a5f
   fa_bf16* sQ = sV + FA_BC * FA_D;
   fa_bf16* sO = sQ + FA_STAGES * FA_BR * FA_D;
   fa_bf16* sS = sO + FA_STAGES * FA_BR * FA_D;
-  float* sL = (float*)(sS + FA_BC * FA_BR);
+  float* sL = (float*)(sS + 2 * FA_BC * FA_BR);  // sS: two buffers, by the item's parity
   float* sDl = sL + FA_STAGES * FA_BR;
   if (fa_smem(fa_sh) & 1023) __trap();  // the swizzle atoms need 1024-byte alignment
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, wg = warp >> 2;
@@ -232,6 +232,9 @@ extern "C" __global__ void __launch_bounds__(256, 1) attention_flash_dkdvdq_1a5f
     if (s < nitems) loadq(s, s);
     fa_commit();
   }
+  fa_wait<FA_STAGES - 2>();
+  fa_fence_async();
+  __syncthreads();
   const float dqmul = fa_dq_mul(ws + 2 * FA_NQ);
   unsigned long long* dqa = (unsigned long long*)ws;
   // This warpgroup's 64 keys in K's and V's column blocks; its half of the head
@@ -244,11 +247,6 @@ extern "C" __global__ void __launch_bounds__(256, 1) attention_flash_dkdvdq_1a5f
 #pragma unroll
   for (int i = 0; i < FA_D / 2; ++i) dva[i] = dka[i] = 0.0f;
   for (int w = 0; w < nitems; ++w) {
-    fa_wait<FA_STAGES - 2>();
-    fa_fence_async();
-    __syncthreads();
-    if (w + FA_STAGES - 1 < nitems) loadq(w + FA_STAGES - 1, (w + FA_STAGES - 1) % FA_STAGES);
-    fa_commit();
     const int st = w % FA_STAGES, h = h0 + w / nit;
     const long long qq0 = (it0 + w % nit) * FA_BR;
     const unsigned qa = fa_smem(sQ + st * FA_BR * FA_D), oa = fa_smem(sO + st * FA_BR * FA_D);
@@ -269,6 +267,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) attention_flash_dkdvdq_1a5f
     fa_wg_wait<1>();  // Sᵀ; dPᵀ runs on while P is computed
     const bool need = qq0 + FA_BR > qn || k0 + FA_BC > kn || (FA_CAUSAL && FA_QPOS + qq0 < FA_KPOS + k0 + FA_BC - 1);
     unsigned pa[FA_BR / 16][4], da[FA_BR / 16][4];
+    fa_bf16* sSw = sS + (w & 1) * FA_BC * FA_BR;
 #pragma unroll
     for (int nt = 0; nt < FA_BR / 8; ++nt)
 #pragma unroll
@@ -297,8 +296,8 @@ extern "C" __global__ void __launch_bounds__(256, 1) attention_flash_dkdvdq_1a5f
       da[nt >> 1][(nt & 1) * 2 + 1] = fa_pack(d[2], d[3]);
       // dSᵀ to shared memory for dQ: keys are rows, the FA_BR queries one
       // swizzled 128-byte row (FA_BR = 64).
-      *(unsigned*)(sS + fa_swz90(FA_BC, kr, nt * 8 + c2)) = da[nt >> 1][(nt & 1) * 2];
-      *(unsigned*)(sS + fa_swz90(FA_BC, kr + 8, nt * 8 + c2)) = da[nt >> 1][(nt & 1) * 2 + 1];
+      *(unsigned*)(sSw + fa_swz90(FA_BC, kr, nt * 8 + c2)) = da[nt >> 1][(nt & 1) * 2];
+      *(unsigned*)(sSw + fa_swz90(FA_BC, kr + 8, nt * 8 + c2)) = da[nt >> 1][(nt & 1) * 2 + 1];
     }
     fa_fence_async();
     fa_wg_fence();
@@ -308,12 +307,21 @@ extern "C" __global__ void __launch_bounds__(256, 1) attention_flash_dkdvdq_1a5f
       fa_wg_dv(dka, da[kk], fa_desc(qa + kk * 2048, FA_BR * 128, 1024), 1);
     }
     fa_wg_commit();
-    __syncthreads();  // both warpgroups' dSᵀ are in shared memory
+    // The one barrier of the item: both warpgroups' dSᵀ are in shared memory,
+    // and so are item w + 1's tiles. Item w + FA_STAGES − 1 then loads into
+    // item w − 1's stage, which both warpgroups are done with; the other
+    // buffer of sS lets one warpgroup write item w + 1's dSᵀ while the other
+    // still reads item w's.
+    fa_wait<FA_STAGES - 3>();
+    fa_fence_async();
+    __syncthreads();
+    if (w + FA_STAGES - 1 < nitems) loadq(w + FA_STAGES - 1, (w + FA_STAGES - 1) % FA_STAGES);
+    fa_commit();
     float dq[FA_D / 4];
     fa_wg_fence();
 #pragma unroll
     for (int kk = 0; kk < FA_BC / 16; ++kk)
-      fa_wg_dq(dq, fa_desc(sa + kk * 2048, FA_BC * 128, 1024), fa_desc(kq + kk * 2048, FA_BC * 128, 1024), kk > 0);
+      fa_wg_dq(dq, fa_desc(sa + (w & 1) * FA_BC * FA_BR * 2 + kk * 2048, FA_BC * 128, 1024), fa_desc(kq + kk * 2048, FA_BC * 128, 1024), kk > 0);
     fa_wg_commit();
     fa_wg_wait<0>();
     // As tier 1: quad exchanges give lane q columns q and 4 + q of each 8-column
