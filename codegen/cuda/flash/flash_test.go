@@ -82,11 +82,51 @@ func TestRejects(t *testing.T) {
 		{Desc{B: 1, T: 8, S: 8, LT: 4, Hq: 1, Hkv: 1, D: 64}, "lse and delta of 4 rows"},
 		{Desc{B: 1, T: 8, S: 8, Hq: 1, Hkv: 1, D: 64, W: 4, R: 2, Accumulate: true, First: true}, "first"},
 		{Desc{B: 1, T: 8, S: 8, Hq: 1, Hkv: 1, D: 64, BwdBr: 16, BwdBc: 256, DQ: DQFused}, "backward tiles 16×256"},
+		{Desc{B: 1, T: 8, S: 8, Hq: 1, Hkv: 1, D: 64, Tier: 3}, "tier 3"},
+		{Desc{B: 1, T: 8, S: 8, Hq: 1, Hkv: 1, D: 64, Tier: 2, Stages: 2}, "the forward needs at least 3"},
+		{Desc{B: 1, T: 8, S: 8, Hq: 1, Hkv: 1, D: 64, Tier: 2, Br: 96, Bc: 64}, "tier 2 forward tile 96×64"},
+		{Desc{B: 1, T: 8, S: 8, Hq: 1, Hkv: 1, D: 64, Tier: 2, BwdBr: 32, BwdBc: 128, DQ: DQFused},
+			"tier 2 fused backward tiles 32×128"},
 	} {
 		_, err := Forward(c.d)
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%+v: got %v, want an error with %q", c.d, err, c.want)
 		}
+	}
+}
+
+// TestTierDefaults: tier 2 takes its own forward tiles (three warpgroups; two
+// for a D=64 accumulating forward, whose 192-row tile spills) and stages, and its
+// kernels say they need sm_90a; tier 1's kernels need no particular arch.
+func TestTierDefaults(t *testing.T) {
+	for _, c := range []struct {
+		d              Desc
+		br, bc, stages int
+	}{
+		{Desc{B: 1, T: 64, S: 64, Hq: 1, Hkv: 1, D: 128, Tier: 2}, 192, 64, 3},
+		{Desc{B: 1, T: 64, S: 64, Hq: 1, Hkv: 1, D: 64, Tier: 2}, 192, 128, 3},
+		{Desc{B: 1, T: 64, S: 64, Hq: 1, Hkv: 1, D: 64, Tier: 2, Accumulate: true}, 128, 128, 3},
+	} {
+		d := c.d.Defaults()
+		if d.Br != c.br || d.Bc != c.bc || d.Stages != c.stages {
+			t.Errorf("%+v: tiles %d×%d, %d stages; want %d×%d, %d", c.d, d.Br, d.Bc, d.Stages, c.br, c.bc, c.stages)
+		}
+		k, err := Forward(c.d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if k.Arch != ArchSM90a || k.Block[0] != uint32(d.Br/64*128) {
+			t.Errorf("%+v: arch %q, %d threads", c.d, k.Arch, k.Block[0])
+		}
+	}
+	k, err := Forward(Desc{B: 1, T: 64, S: 64, Hq: 1, Hkv: 1, D: 128})
+	if err != nil || k.Arch != "" {
+		t.Errorf("tier 1 forward: arch %q, %v", k.Arch, err)
+	}
+	// The split backward of a tier-2 descriptor (ring blocks) is tier 1's.
+	k, err = DKDV(Desc{B: 1, T: 64, S: 64, Hq: 1, Hkv: 1, D: 64, Tier: 2, Accumulate: true, DQ: DQSplit})
+	if err != nil || k.Arch != "" {
+		t.Errorf("tier 2 split dK/dV: arch %q, %v", k.Arch, err)
 	}
 }
 
