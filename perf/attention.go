@@ -33,10 +33,13 @@ func (s AttentionShape) FwdFLOPs() float64 {
 // and the kernel tier (0: tier 1; see TierFor).
 type Tiles struct{ Br, Bc, BwdBr, BwdBc, DQBr, DQBc, Stages, WM, DQWM, DQ, Tier int }
 
-// TierFor is the flash tier lcc picks for dev: 2 (wgmma) on sm_90, else 1.
+// TierFor is the flash tier lcc picks for dev, as the executor does: 2 (wgmma)
+// on sm_90 when an NVRTC that compiles sm_90a loads, else 1.
 func TierFor(dev *cuda.Device) int {
 	if major, minor := dev.ComputeCapability(); major == 9 && minor == 0 {
-		return 2
+		if _, err := cuda.NVRTCFor(fk.ArchSM90a); err == nil {
+			return 2
+		}
 	}
 	return 1
 }
