@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 
@@ -41,8 +42,10 @@ type Result struct {
 	// forward alone for inference.
 	Func   *ir.Func
 	Report *report.Report
-	// Program is the CUDA kernels and launch plan of Func; nil for a CPU target
-	// or when an op has no GPU lowering (Report.KernelError says which).
+	// Program is the CUDA kernels and launch plan of the step one GPU runs: of
+	// Func or, for a sharded plan, of rank Sharded.Rank's program Sharded.Func
+	// (what lcc train --ranks runs on that rank); nil for a CPU target or when an
+	// op has no GPU lowering (Report.KernelError says which).
 	Program *cudagen.Program
 	// Loss is the output the step differentiates ("" for inference).
 	Loss string
@@ -53,7 +56,8 @@ type Result struct {
 	// Rank is the program of one rank and its layout, from CompileStep with
 	// Ranks > 1 (Func is then that program); nil otherwise.
 	Rank *ShardedProgram
-	// Hash identifies the program: see ProgramHash.
+	// Hash identifies Program and the IR it was built from (Func, or the rank's
+	// program Sharded.Func): see ProgramHash.
 	Hash string
 }
 
@@ -147,8 +151,11 @@ func (p *pipeline) attention() (report.Attention, error) {
 // and returns the final program, its kernels and launch plan, the report and the
 // program hash. With Ranks > 1, or DefaultShard on a multi-GPU target whose one
 // GPU cannot hold the step, it also plans the sequence-sharded step: the report
-// then gives that step's memory, FLOPs, checkpoints and communication, beside the
-// single-GPU program's kernels.
+// then gives that step's memory, FLOPs, checkpoints and communication, and the
+// ops, kernels, launch plan (Result.Program) and program hash are those of rank
+// opts.Rank's program (0 from lcc compile), the program lcc train --ranks with
+// the same flags builds on that rank (CompileStep); Result.Func stays the
+// single-GPU step (graph.lcc), the rank's program is Result.Sharded.Func.
 //
 // A function that is already a training step (lcc compile -o DIR wrote it to
 // DIR/graph.lcc) is not compiled again: only codegen runs, so the program and
@@ -241,23 +248,26 @@ func (res *Result) attachReplicated(opts CompileOptions) {
 	rep.DataParallel = &report.DataParallel{GPUs: gpus, Reason: why}
 }
 
-// attachSharded puts the sharded step's plan into the report.
+// attachSharded puts the sharded step's plan into the report, and makes its
+// rank's program the one the result holds (Program, Hash) and the report lists.
 func (res *Result) attachSharded() {
 	sh, rep := res.Sharded, res.Report
 	rep.Memory = sh.Memory
 	rep.Sharding = &report.Sharding{Ranks: sh.Ranks, Mode: sh.Mode, Layout: sh.Layout,
-		SeqLen: sh.SeqLen, LocalSeqLen: sh.LocalSeqLen, Program: "rank.lcc"}
+		SeqLen: sh.SeqLen, LocalSeqLen: sh.LocalSeqLen, Program: "rank.lcc", Rank: sh.Rank,
+		Pipeline: sh.Report.Pipeline}
 	rep.Communication = &report.Communication{BytesPerStepPerGPU: sh.Communication.BytesPerStepPerGPU,
 		ByOp: sh.Communication.ByOp}
-	if sr := sh.Report; sr != nil {
-		// The step that runs is the sharded one: its FLOPs and checkpoints.
-		rep.FLOPs = sr.FLOPs
-		rep.Checkpoints = sr.Checkpoints
+	// The step that runs on each GPU is the rank's: its FLOPs, checkpoints, ops,
+	// kernels and program.
+	sr := sh.Report
+	rep.FLOPs, rep.Checkpoints, rep.Ops = sr.FLOPs, sr.Checkpoints, sr.Ops
+	rep.Kernels, rep.AttentionKernels = sr.Kernels, sr.AttentionKernels
+	rep.KernelError = ""
+	if sr.KernelError != "" {
+		rep.KernelError = "sharded step: " + sr.KernelError
 	}
-	if sr := sh.Report; sr != nil && sr.KernelError != "" {
-		rep.KernelError = "sharded step: " + sr.KernelError +
-			" (the kernels listed are those of the single-GPU step)"
-	}
+	res.Program, res.Hash, rep.ProgramHash = sh.Program, sh.Hash, sh.Hash
 }
 
 // compileOne compiles f for one GPU, or for one of opts.Ranks ranks.
@@ -336,16 +346,30 @@ func compileOne(f *ir.Func, opts CompileOptions) (*Result, *pipeline, error) {
 			rep.AttentionKernels = append(rep.AttentionKernels, report.AttentionKernel{Node: a.Node, Op: a.Op,
 				Name: a.Name, Kernel: a.Kernel, Tier: a.Tier, Why: a.Why})
 		}
-		for _, st := range p.prog.Plan.Steps {
-			if st.Kind == "gemm" {
-				rep.Kernels = append(rep.Kernels, report.Kernel{Name: "cublaslt_gemm", Op: "matmul"})
-				break
-			}
-		}
+		rep.Kernels = append(rep.Kernels, libraryKernels(p.prog.Plan)...)
 	}
 	res.Hash = ProgramHash(f, res.Program)
 	rep.ProgramHash = res.Hash
 	return res, p, nil
+}
+
+// libraryKernels lists what plan launches besides its generated kernels: a
+// "cublaslt_gemm" entry when it has GEMMs, then one "nccl_<op>" entry per NCCL
+// collective it calls (send_recv for ring attention's k/v blocks, all_reduce for
+// gradients, ...), in the order the plan first calls each.
+func libraryKernels(pl *cudagen.Plan) []report.Kernel {
+	var ks []report.Kernel
+	if slices.ContainsFunc(pl.Steps, func(st cudagen.Step) bool { return st.Kind == "gemm" }) {
+		ks = append(ks, report.Kernel{Name: "cublaslt_gemm", Op: "matmul"})
+	}
+	seen := map[string]bool{}
+	for _, st := range pl.Steps {
+		if st.Kind == "collective" && st.Coll != nil && !seen[st.Coll.Op] {
+			seen[st.Coll.Op] = true
+			ks = append(ks, report.Kernel{Name: "nccl_" + st.Coll.Op, Op: st.Coll.Op})
+		}
+	}
+	return ks
 }
 
 // batchOf is the bound batch dim of a report (1 when the model has none).
@@ -388,7 +412,8 @@ func trainable(f *ir.Func) int64 {
 
 // WriteOutputs writes DIR/graph.lcc, DIR/weights.safetensors and
 // DIR/report.json; with a program, DIR/kernels, DIR/launch_plan.json and
-// DIR/constants.safetensors; for a sharded plan, one rank's program DIR/rank.lcc;
+// DIR/constants.safetensors (for a sharded plan, those of the rank the report
+// names, whose program is DIR/rank.lcc);
 // and what emit asks for: "onnx" (DIR/graph.onnx) and "dot" (DIR/graph.dot).
 // Every file is written to a temporary name and renamed, so a failure leaves no
 // half-written file; the main files written before a failure are removed.

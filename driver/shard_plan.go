@@ -3,6 +3,7 @@ package driver
 import (
 	"sort"
 
+	cudagen "github.com/lcc-dev/lcc/codegen/cuda"
 	"github.com/lcc-dev/lcc/ir"
 	"github.com/lcc-dev/lcc/report"
 	"github.com/lcc-dev/lcc/targets"
@@ -29,10 +30,17 @@ type ShardPlan struct {
 	// Memory is the per-GPU memory of the sharded step (same model as the report's).
 	Memory        report.Memory `json:"memory"`
 	Communication Communication `json:"communication"`
+	// Rank is the rank whose program Func, Program and Hash are (kernels are
+	// rank-specific: ring blocks and layout chunks bake in the rank's positions).
+	Rank int `json:"rank"`
 	// Report is the whole compile report of one rank's program.
 	Report *report.Report `json:"-"`
 	// Func is one rank's program (forward, backward, all-reduced gradients).
 	Func *ir.Func `json:"-"`
+	// Program is Func's kernels and launch plan (nil as for Result.Program), and
+	// Hash their program hash: what lcc train --ranks builds on rank Rank.
+	Program *cudagen.Program `json:"-"`
+	Hash    string           `json:"-"`
 }
 
 // DefaultShard says whether a compile for t should be sharded by default: on a
@@ -52,7 +60,8 @@ func DefaultShard(unsharded *report.Report, t targets.Target, attention string) 
 
 // PlanSharded compiles a copy of f as Compile does, with shard-sequence for
 // so.Ranks ranks before autodiff and the gradients all-reduced after it, and
-// returns the per-GPU memory and communication of one step. f is not modified.
+// returns the per-GPU memory and communication of one step, and the program of
+// rank opts.Rank (the one CompileStep builds for that rank). f is not modified.
 func PlanSharded(f *ir.Func, opts CompileOptions, so ShardOptions) (*ShardPlan, error) {
 	opts.Ranks, opts.ShardMode = so.Ranks, so.Mode
 	res, p, err := compileOne(f.Clone(), opts)
@@ -62,7 +71,8 @@ func PlanSharded(f *ir.Func, opts CompileOptions, so ShardOptions) (*ShardPlan, 
 	sres := p.shard
 	return &ShardPlan{Ranks: so.Ranks, Mode: sres.Mode, Layout: sres.Layout, SeqLen: sres.SeqLen,
 		LocalSeqLen: sres.SeqLen / int64(so.Ranks), Memory: res.Report.Memory,
-		Communication: CommunicationOf(res.Func), Report: res.Report, Func: res.Func}, nil
+		Communication: CommunicationOf(res.Func), Rank: opts.Rank, Report: res.Report, Func: res.Func,
+		Program: res.Program, Hash: res.Hash}, nil
 }
 
 // CommunicationOf sums the bytes each GPU sends in one run of a sharded program.

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"math"
 	"math/rand/v2"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -310,5 +311,88 @@ func TestPlanShardedMillionTokens(t *testing.T) {
 			p.Memory.PerGPUPeakBytes <= 0 {
 			t.Errorf("%s: implausible plan %+v", c.mode, p)
 		}
+	}
+}
+
+// TestCompileShardedIsRankZero: a sharded compile reports, writes and hashes
+// rank 0's program, the one CompileStep builds for rank 0 of the same ranks (as
+// lcc train --ranks does): its ring attention kernels and NCCL collectives are
+// in the kernel list, DIR/kernels and DIR/launch_plan.json are its own, and
+// rank 1's build is another program.
+func TestCompileShardedIsRankZero(t *testing.T) {
+	tg := mustTarget(t, "a100x8")
+	model := filepath.Join(td, "onnx", "llama_mini.onnx")
+	load := func() *ir.Func {
+		f, err := Load(model, Bindings{SeqLen: 16, Batch: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return f
+	}
+	o := Options{Ranks: 2, ShardMode: passes.ShardRing}
+	res, err := Compile(load(), CompileOptions{Target: tg, Model: model, Options: o})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep := res.Report
+	if rep.Sharding == nil || rep.Sharding.Rank != 0 || res.Program == nil || rep.KernelError != "" {
+		t.Fatalf("sharding %+v, program %v, kernel error %q", rep.Sharding, res.Program != nil, rep.KernelError)
+	}
+	var names []string
+	for _, k := range rep.Kernels {
+		names = append(names, k.Name)
+	}
+	for _, prefix := range []string{"ring_fwd_", "ring_merge_", "ring_dq_", "ring_dkdv_", "shard_positions_",
+		"cublaslt_gemm", "nccl_send_recv", "nccl_all_reduce"} {
+		if !slices.ContainsFunc(names, func(n string) bool { return strings.HasPrefix(n, prefix) }) {
+			t.Errorf("no %s* in the kernel list %v", prefix, names)
+		}
+	}
+	if slices.ContainsFunc(names, func(n string) bool { return strings.HasPrefix(n, "attention_grad_dq_") }) {
+		t.Errorf("the single-GPU step's attention kernels are listed: %v", names)
+	}
+	for _, a := range rep.AttentionKernels {
+		if a.Op != "ring_attention" && a.Op != "ring_attention_grad" {
+			t.Errorf("attention kernel of %s, want the ring's", a.Op)
+		}
+	}
+	if rep.Ops["ring_attention"] != 2 || rep.Ops["all_reduce"] == 0 || rep.Ops["attention"] != 0 {
+		t.Errorf("ops %v are not rank 0's program's", rep.Ops)
+	}
+	if h := ProgramHash(res.Sharded.Func, res.Program); res.Hash != h || rep.ProgramHash != h {
+		t.Errorf("hash %s, report %s, rank 0's program %s", res.Hash, rep.ProgramHash, h)
+	}
+	// The step lcc train --ranks=2 builds on each rank (train.Config.compileOptions).
+	step := func(rank int) *Result {
+		so := o
+		so.SPMD, so.Rank = true, rank
+		st, err := CompileStep(load(), CompileOptions{Target: tg, Model: model, Options: so})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st
+	}
+	if r0 := step(0); r0.Hash != res.Hash {
+		t.Errorf("compile reports %s, rank 0 of the training step is %s", res.Hash, r0.Hash)
+	}
+	if r1 := step(1); r1.Hash == res.Hash {
+		t.Errorf("rank 1 builds the same program as rank 0 (%s)", r1.Hash)
+	}
+	dir := t.TempDir()
+	if err := WriteOutputs(dir, res); err != nil {
+		t.Fatal(err)
+	}
+	written, _ := filepath.Glob(filepath.Join(dir, "kernels", "*.cu"))
+	var want []string
+	for _, k := range res.Program.Kernels {
+		want = append(want, filepath.Join(dir, "kernels", k.Name+".cu"))
+	}
+	slices.Sort(want)
+	if !slices.Equal(written, slices.Compact(want)) {
+		t.Errorf("DIR/kernels holds %d files, rank 0's program %d kernels", len(written), len(want))
+	}
+	plan, err := os.ReadFile(filepath.Join(dir, "launch_plan.json"))
+	if err != nil || !bytes.Contains(plan, []byte(`"send_recv"`)) {
+		t.Errorf("launch_plan.json has no send_recv collective (%v)", err)
 	}
 }

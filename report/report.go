@@ -77,10 +77,13 @@ type Report struct {
 	KernelError string        `json:"kernel_error,omitempty"`
 	Passes      []passes.Stat `json:"passes"`
 	// Pipeline lists the passes with their configuration, as `lcc passes
-	// --pipeline` prints them.
+	// --pipeline` prints them. Passes and Pipeline are those that made the
+	// step of graph.lcc, the one-GPU step of a sharded plan (whose rank's
+	// passes Sharding.Pipeline lists): lcc train DIR/graph.lcc checks them.
 	Pipeline []string `json:"pipeline,omitempty"`
 	// ProgramHash identifies the program (driver.ProgramHash): lcc train prints
-	// the same hash when it runs this program.
+	// the same hash when it runs this program (for a sharded plan, rank
+	// Sharding.Rank's program, which lcc train --ranks runs on that rank).
 	ProgramHash string `json:"program_hash,omitempty"`
 	// Sharding and Communication describe a sequence-parallel plan (nil when the
 	// step runs on one GPU).
@@ -194,6 +197,14 @@ type Sharding struct {
 	LocalSeqLen int64  `json:"local_seq_len"`
 	// Program names the file (in -o DIR) holding one rank's program.
 	Program string `json:"program,omitempty"`
+	// Rank is that rank: the report's ops, kernels, attention kernels and
+	// program hash, and DIR/kernels and DIR/launch_plan.json, are its program's
+	// (the one lcc train --ranks builds on this rank; other ranks' kernels differ
+	// in the sequence positions they bake in).
+	Rank int `json:"rank"`
+	// Pipeline lists the passes that made the rank's program (the report's
+	// Pipeline is graph.lcc's: the one-GPU step).
+	Pipeline []string `json:"pipeline,omitempty"`
 }
 
 // DataParallel says that each of GPUs GPUs runs the whole step on its own
@@ -442,6 +453,9 @@ func (r *Report) WriteText(w io.Writer) {
 	if sh := r.Sharding; sh != nil {
 		fmt.Fprintf(w, "sharding   %d ranks, %s (%s layout), %d of %d tokens per GPU\n", sh.Ranks, sh.Mode,
 			sh.Layout, sh.LocalSeqLen, sh.SeqLen)
+		fmt.Fprintf(w, "rank       %d of %d: ops, kernels and program below are this rank's (lcc train "+
+			"--ranks=%d runs it there; other ranks' kernels differ in their positions)\n", sh.Rank, sh.Ranks,
+			sh.Ranks)
 	}
 	if dp := r.DataParallel; dp != nil {
 		fmt.Fprintf(w, "parallel   data-parallel: the step is replicated on each of %d GPUs (%s)\n",

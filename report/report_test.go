@@ -218,6 +218,7 @@ func TestWriteTextOptionalParts(t *testing.T) {
 		"           unmatched: softmax_3\n",
 		"dilated    segments 2048, dilations 1, block offsets (LongNet's defaults: --segments and --dilations not given)\n",
 		"sharding   4 ranks, ring (zigzag layout), 262144 of 1048576 tokens per GPU\n",
+		"rank       0 of 4: ops, kernels and program below are this rank's (lcc train --ranks=4 runs it there",
 		"parallel   data-parallel: the step is replicated on each of 8 GPUs (batch 8 covers the GPUs)\n",
 		"comm       3.00 GiB per step per GPU (all_reduce 1.00 GiB, ring_attention 2.00 GiB)\n",
 		"memory     peak 200.00 GiB per GPU",

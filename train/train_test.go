@@ -9,8 +9,12 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/lcc-dev/lcc/driver"
 	"github.com/lcc-dev/lcc/ir"
+	"github.com/lcc-dev/lcc/passes"
+	"github.com/lcc-dev/lcc/runtime/comm"
 	"github.com/lcc-dev/lcc/safetensors"
 )
 
@@ -342,5 +346,32 @@ func TestUntiedScalesDiffer(t *testing.T) {
 				t.Errorf("%s and %s are equal after 20 steps: still tied", a, b)
 			}
 		}
+	}
+}
+
+// TestStepRankZeroIsCompiled: rank 0 of a sharded run trains the program whose
+// hash lcc compile reports for the same flags (driver.Compile with --ranks):
+// the rank-specific build, ring kernels and collectives included.
+func TestStepRankZeroIsCompiled(t *testing.T) {
+	c := small(t, 1)
+	c.Model = "../testdata/onnx/llama_mini.onnx"
+	c.Ranks, c.ShardMode = 2, passes.ShardRing
+	c.Comm = comm.NewWorld(2, time.Second).Endpoint(0)
+	st, err := Step(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := driver.Load(c.Model, driver.Bindings{SeqLen: int64(c.SeqLen), Batch: int64(c.Batch)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := driver.Compile(f, driver.CompileOptions{Target: c.Target, Model: c.Model,
+		Options: driver.Options{Loss: c.Loss, Ranks: 2, ShardMode: passes.ShardRing}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Report.Sharding == nil || st.Hash != res.Hash || res.Report.ProgramHash != st.Hash {
+		t.Errorf("rank 0 trains %s; lcc compile --ranks=2 reports %s (sharded %v)", st.Hash,
+			res.Report.ProgramHash, res.Report.Sharding != nil)
 	}
 }

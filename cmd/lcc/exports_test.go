@@ -252,8 +252,8 @@ func TestParseBytes(t *testing.T) {
 }
 
 // The report says its FLOPs are per GPU, which dilated configuration the layers
-// use (and whether it was defaulted), and when the sharded step's kernels are
-// incomplete.
+// use (and whether it was defaulted), whose kernels it lists (rank 0's of a
+// sharded step), and when the sharded step's kernels are incomplete.
 func TestReportSaysWhatItCounts(t *testing.T) {
 	model := filepath.Join(td, "hf", "hf_llama_gqa_sdpa.onnx")
 	out, stderr, code := lcc(t, "compile", model, "--seq-len=1048576", "--target=a100x8", "--attention=dilated")
@@ -269,8 +269,13 @@ func TestReportSaysWhatItCounts(t *testing.T) {
 			t.Errorf("text report lacks %q:\n%s", want, out)
 		}
 	}
-	// A sharded step whose ops lack a GPU lowering says so in the report.
-	if strings.Contains(out, "shard_positions") && !strings.Contains(out, "kernels    incomplete: sharded step: ") {
+	// The kernels listed are rank 0's sharded program's; a sharded step whose ops
+	// lack a GPU lowering says so in the report.
+	if !strings.Contains(out, "rank       0 of 8: ") ||
+		!strings.Contains(out, "attn kern  sharded_dilated_attention ×2") {
+		t.Errorf("text report does not list rank 0's kernels:\n%s", out)
+	}
+	if strings.Contains(out, "kernels    incomplete: ") && !strings.Contains(out, "kernels    incomplete: sharded step: ") {
 		t.Errorf("text report does not say the sharded step's kernels are incomplete:\n%s", out)
 	}
 	rep := compileJSON(t, model, "--seq-len=65536", "--attention=dilated", "--segments=4096,8192",

@@ -130,3 +130,30 @@ func TestTrainTwoProcesses(t *testing.T) {
 		t.Errorf("RANK=2 of 2: exit %d: %s", c.ProcessState.ExitCode(), out)
 	}
 }
+
+// TestCompileRanksProgram: a sharded lcc compile names rank 0's program, whose
+// ring kernels and collectives it lists, and lcc train --ranks with the same
+// flags prints the same program hash (rank 0 prints).
+func TestCompileRanksProgram(t *testing.T) {
+	flags := []string{"--seq-len=16", "--batch=2", "--attention=ring", "--ranks=2"}
+	model := filepath.Join(td, "onnx", "llama_mini.onnx")
+	rep, stderr, code := lcc(t, append([]string{"compile", model}, flags...)...)
+	if code != 0 {
+		t.Fatalf("compile: exit %d: %s", code, stderr)
+	}
+	for _, want := range []string{"rank       0 of 2:", " ring_fwd_", " nccl_send_recv", " nccl_all_reduce",
+		"attn kern  ring_attention ×2"} {
+		if !strings.Contains(rep, want) {
+			t.Errorf("the compile report lacks %q:\n%s", want, rep)
+		}
+	}
+	out, stderr, code := lcc(t, append([]string{"train", model, "--device=cpu", "--data=synthetic:copy",
+		"--steps=1"}, flags...)...)
+	if code != 0 {
+		t.Fatalf("train: exit %d: %s", code, stderr)
+	}
+	h0, h1 := programLine.FindStringSubmatch(rep), programLine.FindStringSubmatch(out)
+	if h0 == nil || h1 == nil || h0[1] != h1[1] {
+		t.Errorf("program hashes differ or are missing: compile %v, train --ranks=2 %v", h0, h1)
+	}
+}
