@@ -153,27 +153,37 @@ func (p *pipeline) attention() (report.Attention, error) {
 // GPU cannot hold the step, it also plans the sequence-sharded step: the report
 // then gives that step's memory, FLOPs, checkpoints and communication, and the
 // ops, kernels, launch plan (Result.Program) and program hash are those of rank
-// opts.Rank's program (0 from lcc compile), the program lcc train --ranks with
-// the same flags builds on that rank (CompileStep); Result.Func stays the
-// single-GPU step (graph.lcc), the rank's program is Result.Sharded.Func.
+// opts.Rank's program (lcc compile --rank, 0 by default), the program lcc train
+// --ranks with the same flags builds on that rank (CompileStep); Result.Func
+// stays the single-GPU step (graph.lcc), the rank's program is
+// Result.Sharded.Func. A Rank other than 0 needs a sharded plan of more ranks.
 //
 // A function that is already a training step (lcc compile -o DIR wrote it to
 // DIR/graph.lcc) is not compiled again: only codegen runs, so the program and
 // its hash are those of the compile that wrote it (see CompiledStep).
 func Compile(f *ir.Func, opts CompileOptions) (*Result, error) {
+	if err := opts.validate(); err != nil {
+		return nil, err
+	}
 	var model *ir.Func
 	if opts.Ranks > 1 || opts.Ranks == 0 && opts.DefaultShard && opts.Target.GPUs > 1 {
 		model = f.Clone()
 	}
 	single := opts
-	single.Ranks = 0
+	single.Ranks, single.Rank = 0, 0
 	res, _, err := compileOne(f, single)
 	if err != nil {
 		return res, err
 	}
-	if model == nil {
+	unsharded := func() (*Result, error) {
+		if opts.Rank != 0 {
+			return nil, fmt.Errorf("--rank %d: the plan is not sharded: every GPU runs the one program", opts.Rank)
+		}
 		res.attachReplicated(opts)
 		return res, nil
+	}
+	if model == nil {
+		return unsharded()
 	}
 	so := ShardOptions{Ranks: opts.Ranks, Mode: opts.ShardMode}
 	if opts.Ranks == 0 {
@@ -186,8 +196,10 @@ func Compile(f *ir.Func, opts CompileOptions) (*Result, error) {
 			so, ok = ShardOptions{Ranks: opts.Target.GPUs, Mode: defaultShardMode(opts.Attention.Mode)}, true
 		}
 		if !ok {
-			res.attachReplicated(opts)
-			return res, nil
+			return unsharded()
+		}
+		if opts.Rank >= so.Ranks {
+			return nil, fmt.Errorf("--rank %d: the plan has %d ranks", opts.Rank, so.Ranks)
 		}
 		if res.Sharded, err = PlanSharded(model, opts.withoutPrint(), so); err != nil {
 			return nil, fmt.Errorf("%w (the step does not fit one GPU; pass --ranks=1 to plan it unsharded)", err)

@@ -89,6 +89,12 @@ func (o Options) validate() error {
 	if o.Ranks < 0 {
 		return fmt.Errorf("--ranks %d: want a positive number", o.Ranks)
 	}
+	if o.Rank < 0 {
+		return fmt.Errorf("--rank %d: want a rank from 0", o.Rank)
+	}
+	if o.Ranks > 0 && o.Rank >= o.Ranks {
+		return fmt.Errorf("--rank %d: want 0 to %d (--ranks=%d)", o.Rank, o.Ranks-1, o.Ranks)
+	}
 	return nil
 }
 

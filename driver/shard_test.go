@@ -314,12 +314,12 @@ func TestPlanShardedMillionTokens(t *testing.T) {
 	}
 }
 
-// TestCompileShardedIsRankZero: a sharded compile reports, writes and hashes
+// TestCompileShardedRankProgram: a sharded compile reports, writes and hashes
 // rank 0's program, the one CompileStep builds for rank 0 of the same ranks (as
 // lcc train --ranks does): its ring attention kernels and NCCL collectives are
 // in the kernel list, DIR/kernels and DIR/launch_plan.json are its own, and
-// rank 1's build is another program.
-func TestCompileShardedIsRankZero(t *testing.T) {
+// rank 1's build is another program, which Rank 1 (lcc compile --rank=1) reports.
+func TestCompileShardedRankProgram(t *testing.T) {
 	tg := mustTarget(t, "a100x8")
 	model := filepath.Join(td, "onnx", "llama_mini.onnx")
 	load := func() *ir.Func {
@@ -375,8 +375,24 @@ func TestCompileShardedIsRankZero(t *testing.T) {
 	if r0 := step(0); r0.Hash != res.Hash {
 		t.Errorf("compile reports %s, rank 0 of the training step is %s", res.Hash, r0.Hash)
 	}
-	if r1 := step(1); r1.Hash == res.Hash {
+	r1 := step(1)
+	if r1.Hash == res.Hash {
 		t.Errorf("rank 1 builds the same program as rank 0 (%s)", r1.Hash)
+	}
+	// lcc compile --rank=1 is rank 1's program; a rank the plan lacks is an error.
+	o1 := o
+	o1.Rank = 1
+	c1, err := Compile(load(), CompileOptions{Target: tg, Model: model, Options: o1})
+	if err != nil || c1.Hash != r1.Hash || c1.Report.Sharding.Rank != 1 {
+		t.Errorf("--rank=1: %v: hash %s, rank 1's step %s", err, c1.Hash, r1.Hash)
+	}
+	for _, bad := range []CompileOptions{
+		{Target: tg, Options: Options{Ranks: 2, ShardMode: passes.ShardRing, Rank: 2}},
+		{Target: mustTarget(t, "h200x1"), Options: Options{Rank: 1}, DefaultShard: true},
+	} {
+		if _, err := Compile(load(), bad); err == nil || !strings.Contains(err.Error(), "--rank") {
+			t.Errorf("%s, ranks %d, rank %d: %v", bad.Target.Name, bad.Ranks, bad.Rank, err)
+		}
 	}
 	dir := t.TempDir()
 	if err := WriteOutputs(dir, res); err != nil {

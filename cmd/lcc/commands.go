@@ -166,6 +166,7 @@ func compileCmd() *cobra.Command {
 		emit                  []string
 		timePasses            bool
 		measured              string
+		rank                  int
 	)
 	cmd := &cobra.Command{
 		Use:   "compile MODEL",
@@ -200,6 +201,7 @@ func compileCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			o.Rank = rank
 			b, err := sf.bindings()
 			if err != nil {
 				return err
@@ -244,6 +246,8 @@ func compileCmd() *cobra.Command {
 	}
 	sf.add(cmd)
 	cf.add(cmd)
+	cmd.Flags().IntVar(&rank, "rank", 0, "with a sharded plan: the rank whose program the report lists and "+
+		"-o writes (ops, kernels, launch plan, program hash; rank.lcc)")
 	cmd.Flags().BoolVar(&timePasses, "time-passes", false, "include pass timings in the report (then it differs run to run)")
 	cmd.Flags().StringSliceVar(&emit, "emit", nil, "also write the rewritten graph: onnx (DIR/graph.onnx, lcc ops in domain ai.lcc), dot (DIR/graph.dot); or memory (DIR/memory.png: planned memory over the step's schedule)")
 	cmd.Flags().StringVar(&measured, "measured", "", "with --emit=memory: a --metrics JSONL of lcc train whose measured peak (measured_peak_bytes) is drawn as a line")

@@ -133,7 +133,7 @@ func TestTrainTwoProcesses(t *testing.T) {
 
 // TestCompileRanksProgram: a sharded lcc compile names rank 0's program, whose
 // ring kernels and collectives it lists, and lcc train --ranks with the same
-// flags prints the same program hash (rank 0 prints).
+// flags prints the same program hash (rank 0 prints); --rank=1 names rank 1's.
 func TestCompileRanksProgram(t *testing.T) {
 	flags := []string{"--seq-len=16", "--batch=2", "--attention=ring", "--ranks=2"}
 	model := filepath.Join(td, "onnx", "llama_mini.onnx")
@@ -155,5 +155,11 @@ func TestCompileRanksProgram(t *testing.T) {
 	h0, h1 := programLine.FindStringSubmatch(rep), programLine.FindStringSubmatch(out)
 	if h0 == nil || h1 == nil || h0[1] != h1[1] {
 		t.Errorf("program hashes differ or are missing: compile %v, train --ranks=2 %v", h0, h1)
+	}
+	// --rank=1 names rank 1's program, another one.
+	rep1, stderr, code := lcc(t, append([]string{"compile", model, "--rank=1"}, flags...)...)
+	h2 := programLine.FindStringSubmatch(rep1)
+	if code != 0 || !strings.Contains(rep1, "rank       1 of 2:") || h2 == nil || h0 == nil || h2[1] == h0[1] {
+		t.Errorf("--rank=1: exit %d, hash %v (rank 0's %v): %s%s", code, h2, h0, rep1, stderr)
 	}
 }
