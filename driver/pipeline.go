@@ -105,6 +105,10 @@ func (o Options) validate() error {
 var passOrder = [...]struct{ a, b string }{
 	// the backward of one rms_norm or layer_norm op replaces the decomposition's.
 	{"match-norms", "autodiff"},
+	// cancel-transposes removes the transposes match-attention puts around the
+	// attention op, and the backward is to lose them too.
+	{"match-attention", "cancel-transposes"},
+	{"cancel-transposes", "autodiff"},
 	// dilate-attention rewrites the attention ops match-attention makes.
 	{"match-attention", "dilate-attention"},
 	// sequence sharding rewrites attention ops: matched, dilated or not.
@@ -210,10 +214,11 @@ type pipeline struct {
 }
 
 // Pipeline returns the passes of a compile for target t with options o, in the
-// order they run: match-attention, match-norms, dilate-attention, cleanup, insert-loss,
-// fuse-cross-entropy, shard-sequence, autodiff, all-reduce-gradients, sum-concats, cleanup,
-// insert-checkpoints, codegen (each only where the options call for it). It is
-// the one pass list of lcc compile, lcc check (o.Forward) and lcc train.
+// order they run: match-attention, match-norms, dilate-attention, cancel-transposes,
+// cleanup, insert-loss, fuse-cross-entropy, shard-sequence, autodiff,
+// all-reduce-gradients, sum-concats, cleanup, insert-checkpoints, codegen (each only
+// where the options call for it). It is the one pass list of lcc compile, lcc check
+// (o.Forward) and lcc train.
 func Pipeline(t targets.Target, o Options) ([]passes.Pass, error) {
 	p, err := newPipeline(t, o)
 	if err != nil {
@@ -250,6 +255,7 @@ func newPipeline(t targets.Target, o Options) (*pipeline, error) {
 			joinInts(cfg.Dilations), cfg.Offsets)
 		add(d)
 	}
+	add(passes.CancelTransposes)
 	add(passes.Cleanup...)
 	if o.Forward || o.Loss == loss.None {
 		return p, p.finish()

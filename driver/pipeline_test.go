@@ -48,17 +48,17 @@ func TestPipelineLists(t *testing.T) {
 		o    Options
 		want string
 	}{
-		{"step", h200, Options{}, "match-attention match-norms cse dce insert-loss fuse-cross-entropy dce autodiff " +
+		{"step", h200, Options{}, "match-attention match-norms cancel-transposes cse dce insert-loss fuse-cross-entropy dce autodiff " +
 			"sum-concats cse dce insert-checkpoints dce codegen"},
-		{"cpu step", cpu, Options{Loss: "cross-entropy"}, "match-attention match-norms cse dce insert-loss " +
+		{"cpu step", cpu, Options{Loss: "cross-entropy"}, "match-attention match-norms cancel-transposes cse dce insert-loss " +
 			"fuse-cross-entropy dce autodiff sum-concats cse dce insert-checkpoints dce"},
-		{"inference", h200, Options{Loss: "none"}, "match-attention match-norms cse dce codegen"},
-		{"check", h200, Options{Forward: true, Attention: dil}, "match-attention match-norms dilate-attention cse dce"},
+		{"inference", h200, Options{Loss: "none"}, "match-attention match-norms cancel-transposes cse dce codegen"},
+		{"check", h200, Options{Forward: true, Attention: dil}, "match-attention match-norms dilate-attention cancel-transposes cse dce"},
 		{"check grads", h200, Options{Objective: &Objective{Loss: "loss"}}, "autodiff"},
 		{"check grads sharded", h200, Options{Objective: &Objective{Loss: "loss"}, Ranks: 2,
 			ShardMode: passes.ShardRing}, "shard-sequence autodiff all-reduce-gradients"},
 		{"sharded dilated", h200, Options{Attention: dil, Ranks: 4, ShardMode: passes.ShardDilated},
-			"match-attention match-norms dilate-attention cse dce insert-loss fuse-cross-entropy dce shard-sequence " +
+			"match-attention match-norms dilate-attention cancel-transposes cse dce insert-loss fuse-cross-entropy dce shard-sequence " +
 				"autodiff all-reduce-gradients sum-concats cse dce insert-checkpoints dce codegen"},
 	} {
 		ps, err := Pipeline(tc.t, tc.o)
@@ -76,6 +76,7 @@ func TestPipelineLists(t *testing.T) {
 	want := `match-attention
 match-norms
 dilate-attention segments=8,16 dilations=1,2 offsets=paper
+cancel-transposes
 cse
 dce
 insert-loss loss=auto keep-outputs=true
@@ -157,7 +158,8 @@ func TestCheckOrder(t *testing.T) {
 		{"shard-sequence", "autodiff", "shard-sequence must run before autodiff"},
 		{"autodiff", "all-reduce-gradients", "autodiff must run before all-reduce-gradients"},
 		{"insert-checkpoints", "codegen", "insert-checkpoints must run before codegen"},
-		{"match-attention", "insert-loss", ""}, // no constraint between them
+		{"cancel-transposes", "autodiff", "cancel-transposes must run before autodiff"},
+		{"match-norms", "insert-loss", ""}, // no constraint between them
 	} {
 		bad := append([]passes.Pass(nil), ps...)
 		i, j := index(bad, tc.a, false), index(bad, tc.b, false)

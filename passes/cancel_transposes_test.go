@@ -1,0 +1,131 @@
+package passes
+
+import (
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/lcc-dev/lcc/frontends/onnx"
+	"github.com/lcc-dev/lcc/ir"
+	"github.com/lcc-dev/lcc/passes/autodiff"
+	"github.com/lcc-dev/lcc/runtime/cpu"
+	"github.com/lcc-dev/lcc/tensor"
+)
+
+// TestCancelTransposesModels runs cancel-transposes after the forward rewrites of
+// every test model (what the driver's pipeline does before autodiff) and checks on
+// the CPU interpreter, in f64 and in f32, that the outputs and, after autodiff
+// seeded on every float output, all gradients are unchanged. The models whose
+// attention is rotated by RoPE in the [B,H,T,D] layout lose every transpose.
+func TestCancelTransposesModels(t *testing.T) {
+	var paths []string
+	for _, dir := range []string{"hf", "onnx"} {
+		ps, err := filepath.Glob(filepath.Join("..", "testdata", dir, "*.onnx"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		paths = append(paths, ps...)
+	}
+	// transposes left after the pass (before it: the count in the comment).
+	want := map[string]int{
+		"hf_llama_gqa_d128_sdpa":  0, // 8
+		"hf_llama_gqa_eager":      0, // 8
+		"hf_llama_gqa_sdpa":       0, // 8
+		"hf_llama_gqa_eager_long": 0, // 8
+		"hf_llama_gqa_sdpa_long":  0, // 8
+		"llama_mini":              0, // 8
+		"llama_mini_extdata":      0, // 8
+		"llama_mini_op23":         0, // 16
+	}
+	rewritten := 0
+	for _, path := range paths {
+		name := strings.TrimSuffix(filepath.Base(path), ".onnx")
+		t.Run(name, func(t *testing.T) {
+			f := forwardModel(t, path)
+			g := f.Clone()
+			runPasses(t, g, CancelTransposes, EliminateDeadCode)
+			before, after := countOps(f, ir.OpTranspose), countOps(g, ir.OpTranspose)
+			t.Logf("transposes: %d before, %d after", before, after)
+			if w, ok := want[name]; ok && after != w {
+				t.Errorf("%d transposes left (of %d), want %d", after, before, w)
+			}
+			if after > before {
+				t.Fatalf("the pass added transposes")
+			}
+			if after == before {
+				return // nothing to compare: the pass left the function alone
+			}
+			rewritten++
+			seeds := map[string]string{}
+			for _, o := range f.Outputs {
+				if o.Value.Type.DType.IsFloat() {
+					seeds[o.Name] = "d." + o.Name
+				}
+			}
+			gf, err := autodiff.Grad(f, autodiff.Options{Seeds: seeds, KeepOutputs: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			gg, err := autodiff.Grad(g, autodiff.Options{Seeds: seeds, KeepOutputs: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n := countOps(gg, ir.OpTranspose); n > 2*after {
+				t.Errorf("the backward holds %d transposes", n)
+			}
+			in := formInputs(gf, 32)
+			for _, prec := range []tensor.DType{tensor.F64, tensor.F32} {
+				sameOutputs(t, gf, gg, in, prec, 1e-6)
+			}
+		})
+	}
+	if rewritten < len(want) {
+		t.Errorf("%d models rewritten, want at least %d", rewritten, len(want))
+	}
+}
+
+// forwardModel imports a test model at batch 2 and 16 tokens and runs the forward
+// rewrites that precede cancel-transposes in the driver's pipeline.
+func forwardModel(t *testing.T, path string) *ir.Func {
+	t.Helper()
+	m, err := onnx.Load(path, onnx.LoadOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := onnx.Import(m, onnx.ImportOptions{Dims: map[string]int64{"batch": 2, "seq": 16,
+		"batch_size": 2, "sequence_length": 16}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runPasses(t, f, append([]Pass{MatchAttention(MatchConfig{}), MatchNorms}, Cleanup...)...)
+	return f
+}
+
+// sameOutputs runs both functions at precision prec and compares every output by
+// relative L2 error.
+func sameOutputs(t *testing.T, before, after *ir.Func, in map[string]*tensor.Tensor,
+	prec tensor.DType, tol float64) {
+	t.Helper()
+	want, err := cpu.Run(before, in, cpu.Options{Precision: prec})
+	if err != nil {
+		t.Fatalf("before: %v", err)
+	}
+	got, err := cpu.Run(after, in, cpu.Options{Precision: prec})
+	if err != nil {
+		t.Fatalf("after: %v", err)
+	}
+	names := make([]string, 0, len(want))
+	for name := range want {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	for _, name := range names {
+		if e := relErr(got[name], want[name]); !(e <= tol) {
+			t.Errorf("%s output %s: relative error %.3g > %g", prec, name, e, tol)
+		}
+	}
+	if len(names) == 0 {
+		t.Fatal("no outputs")
+	}
+}
