@@ -5,6 +5,7 @@ import (
 	"slices"
 
 	"github.com/lcc-dev/lcc/ir"
+	"github.com/lcc-dev/lcc/runtime/cpu"
 	"github.com/lcc-dev/lcc/tensor"
 )
 
@@ -266,33 +267,14 @@ func padShape(shape []int64, rank int) []int64 {
 }
 
 // permuteTensor returns t, left-padded with unit dims to len(perm), transposed by
-// perm: result axis i is axis perm[i] of the padded t.
+// perm (result axis i is axis perm[i] of the padded t), with the CPU
+// interpreter's transpose: the fold of the constant the rewrite permutes.
 func permuteTensor(t *tensor.Tensor, perm []int64) *tensor.Tensor {
-	rank := len(perm)
-	in := padShape(t.Shape, rank)
-	out := make([]int64, rank)
-	for i, p := range perm {
-		out[i] = in[p]
+	padded := &tensor.Tensor{DType: t.DType, Shape: padShape(t.Shape, len(perm)), F: t.F, I: t.I}
+	res, err := cpu.EvalNode(&ir.Node{Op: ir.OpTranspose, Attrs: ir.A("perm", perm)},
+		[]*tensor.Tensor{padded}, cpu.Options{Precision: tensor.F64})
+	if err != nil {
+		panic("lcc: BUG: cancel-transposes: folding a transpose: " + err.Error()) // perm is a permutation of padded's axes
 	}
-	res := tensor.New(t.DType, out...)
-	strides := tensor.Strides[int](in)
-	idx := make([]int64, rank)
-	for o := range res.Numel() {
-		src := 0
-		for i, x := range idx {
-			src += int(x) * strides[perm[i]]
-		}
-		if res.F != nil {
-			res.F[o] = t.F[src]
-		} else {
-			res.I[o] = t.I[src]
-		}
-		for i := rank - 1; i >= 0; i-- {
-			if idx[i]++; idx[i] < out[i] {
-				break
-			}
-			idx[i] = 0
-		}
-	}
-	return res
+	return res[0]
 }

@@ -33,16 +33,8 @@ func (s AttentionShape) FwdFLOPs() float64 {
 // and the kernel tier (0: tier 1; see TierFor).
 type Tiles struct{ Br, Bc, BwdBr, BwdBc, DQBr, DQBc, Stages, WM, DQWM, DQ, Tier int }
 
-// TierFor is the flash tier lcc picks for dev, as the executor does: 2 (wgmma)
-// on sm_90 when an NVRTC that compiles sm_90a loads, else 1.
-func TierFor(dev *cuda.Device) int {
-	if major, minor := dev.ComputeCapability(); major == 9 && minor == 0 {
-		if _, err := cuda.NVRTCFor(fk.ArchSM90a); err == nil {
-			return 2
-		}
-	}
-	return 1
-}
+// TierFor is the flash tier lcc picks for dev, as the executor does.
+func TierFor(dev *cuda.Device) int { return fk.TierFor(dev.CodegenArch()) }
 
 // ParseTiles reads "Br,Bc,BwdBr,BwdBc,DQBr,DQBc,Stages[,WM,DQWM[,DQ[,Tier]]];..."
 // (a sweep list; WM and DQWM are the m-tiles of 16 rows per forward and dQ

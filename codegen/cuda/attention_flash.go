@@ -33,16 +33,6 @@ type AttentionChoice struct {
 	Why string `json:"why,omitempty"`
 }
 
-// FlashTier is the flash attention tier for arch: 2 (wgmma, FlashAttention-3's
-// tensor-core instructions) for Hopper's architecture-specific sm_90a, else 1
-// (mma.sync, sm_80 and later).
-func FlashTier(arch string) int {
-	if arch == flash.ArchSM90a {
-		return 2
-	}
-	return 1
-}
-
 // chooseAttention returns the tensor-core kernel descriptor of attention node n,
 // or why the tensor-core tier does not take it, and records the choice in the
 // program.
@@ -91,7 +81,7 @@ func (g *gen) flashDesc(n *ir.Node) (flash.Desc, error) {
 	q, k := n.Args[0].Type, n.Args[1].Type
 	d := flash.Desc{B: q.Shape[0], T: q.Shape[1], S: k.Shape[1], Hq: int(q.Shape[2]), Hkv: int(k.Shape[2]),
 		D: int(q.Shape[3]), Causal: n.AttrBool("causal"),
-		Scale: ir.AttentionScale(n), Tier: FlashTier(g.opts.Arch)}
+		Scale: ir.AttentionScale(n), Tier: flash.TierFor(g.opts.Arch)}
 	if dilated {
 		d.Offsets = n.AttrString("offsets")
 	}

@@ -3,6 +3,7 @@ package cuda
 import (
 	"fmt"
 	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"unsafe"
@@ -301,6 +302,41 @@ func (d *Device) ComputeCapability() (major, minor int) { return d.ccMajor, d.cc
 
 // Arch returns the NVRTC architecture for the device's own code, e.g. "sm_90".
 func (d *Device) Arch() string { return fmt.Sprintf("sm_%d%d", d.ccMajor, d.ccMinor) }
+
+// CodegenArch is the architecture programs built for d target: sm_90a on a
+// Hopper GPU when an NVRTC that compiles it loads (architecture-specific code:
+// flash attention's tier 2), else Arch.
+func (d *Device) CodegenArch() string {
+	a := d.Arch()
+	if a == "sm_90" {
+		if _, err := NVRTCFor("sm_90a"); err == nil {
+			return "sm_90a"
+		}
+	}
+	return a
+}
+
+// KernelArch is the architecture code built for arch compiles for on d: arch
+// itself when it is architecture-specific (sm_90a), d's own when arch is "",
+// and an error when d cannot run it (code for sm_90a on an sm_80 GPU).
+func (d *Device) KernelArch(arch string) (string, error) {
+	a, err := kernelArch(d.Arch(), arch)
+	if err != nil {
+		return "", fmt.Errorf("%w on %s", err, d.Name())
+	}
+	return a, nil
+}
+
+// kernelArch is KernelArch for a device of architecture dev.
+func kernelArch(dev, arch string) (string, error) {
+	if arch == "" {
+		return dev, nil
+	}
+	if strings.TrimRight(arch, "af") != dev {
+		return "", fmt.Errorf("cuda: code built for %s does not run on %s", arch, dev)
+	}
+	return arch, nil
+}
 
 // Multiprocessors returns the number of streaming multiprocessors.
 func (d *Device) Multiprocessors() int { return d.sms }

@@ -168,9 +168,9 @@ func (r *runner) load(ks []codegen.Kernel, cache *cuda.Cache) error {
 		wg.Go(func() {
 			slots <- struct{}{}
 			defer func() { <-slots }()
-			arch, err := kernelArch(r.dev, k)
+			arch, err := r.dev.KernelArch(k.Arch)
 			if err != nil {
-				errs[i] = err
+				errs[i] = err // the load loop names the kernel
 				return
 			}
 			imgs[i], errs[i] = cache.Get(k.Source, k.Name+".cu", arch, nil)

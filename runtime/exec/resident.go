@@ -45,7 +45,7 @@ func (s *Session) Bind(f *ir.Func, inputs map[string]*tensor.Tensor) (*Bound, er
 		return nil, err
 	}
 	if r == nil {
-		copts := codegen.Options{Arch: codegenArch(s.dev), Storage: s.opts.Storage, ScalarAttention: s.opts.ScalarAttention}
+		copts := codegen.Options{Arch: s.dev.CodegenArch(), Storage: s.opts.Storage, ScalarAttention: s.opts.ScalarAttention}
 		if s.opts.Comm != nil {
 			copts.Rank = s.opts.Comm.Rank()
 		}

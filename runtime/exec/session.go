@@ -89,7 +89,7 @@ func (s *Session) Run(f *ir.Func,
 		// First run of f: bind before building anything on the device, so that bad
 		// inputs are reported first and cost no allocation.
 		var prog *codegen.Program
-		copts := codegen.Options{Arch: codegenArch(s.dev), Storage: s.opts.Storage, ScalarAttention: s.opts.ScalarAttention}
+		copts := codegen.Options{Arch: s.dev.CodegenArch(), Storage: s.opts.Storage, ScalarAttention: s.opts.ScalarAttention}
 		if s.opts.Comm != nil {
 			copts.Rank = s.opts.Comm.Rank() // this rank's build of a sharded program
 		}

@@ -12,7 +12,6 @@ package flash
 import (
 	"errors"
 	"fmt"
-	"strings"
 
 	fk "github.com/lcc-dev/lcc/codegen/cuda/flash"
 	"github.com/lcc-dev/lcc/runtime/cuda"
@@ -36,14 +35,9 @@ type loader struct {
 }
 
 func (l *loader) load(k fk.Kernel) (*kernel, error) {
-	arch := l.dev.Arch()
-	if k.Arch != "" {
-		// An architecture-specific kernel (tier 2: sm_90a) runs only on its own
-		// generation.
-		if strings.TrimRight(k.Arch, "af") != arch {
-			return nil, fmt.Errorf("flash: kernel %s needs %s, the device is %s", k.Name(), k.Arch, arch)
-		}
-		arch = k.Arch
+	arch, err := l.dev.KernelArch(k.Arch)
+	if err != nil {
+		return nil, fmt.Errorf("flash: kernel %s: %w", k.Name(), err)
 	}
 	img, err := l.cache.Get(k.Source(), k.Name()+".cu", arch, nil)
 	if err != nil {

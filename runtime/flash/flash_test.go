@@ -36,10 +36,23 @@ func gpu(t *testing.T) (*cuda.Device, *cuda.Cache) {
 	return dev, cache
 }
 
-// hopper reports whether d runs tier 2's kernels (sm_90a).
-func hopper(d *cuda.Device) bool {
-	major, minor := d.ComputeCapability()
-	return major == 9 && minor == 0
+// tierVariant is one kernel tier and backward mode a GPU test runs.
+type tierVariant struct {
+	tier int
+	mode fk.DQMode
+}
+
+// tierVariants is tier 1 with each of modes, then tier 2 with the fused
+// backward where d runs it (an sm_90 GPU with an NVRTC for sm_90a).
+func tierVariants(d *cuda.Device, modes ...fk.DQMode) []tierVariant {
+	var vs []tierVariant
+	for _, m := range modes {
+		vs = append(vs, tierVariant{1, m})
+	}
+	if fk.TierFor(d.CodegenArch()) == 2 {
+		vs = append(vs, tierVariant{2, fk.DQFused})
+	}
+	return vs
 }
 
 // buf is a device buffer with its host copy in float64.
@@ -165,16 +178,8 @@ func TestGPUDense(t *testing.T) {
 		// The forward tiles of long dense D=128 sequences.
 		{"causal-d128-long-tiles", 1, 700, 700, 2, 2, 128, true, [4]int{256, 32, 2, 3}},
 	}
-	type variant struct {
-		tier int
-		mode fk.DQMode
-	}
-	variants := []variant{{1, fk.DQFused}, {1, fk.DQSplit}}
-	if hopper(d) {
-		variants = append(variants, variant{2, fk.DQFused})
-	}
 	for i, cm := range cases {
-		for _, vr := range variants {
+		for _, vr := range tierVariants(d, fk.DQFused, fk.DQSplit) {
 			c, mode := cm, vr.mode
 			if vr.tier == 2 && c.tiles != [4]int{} {
 				continue // tier 1's forward tiles
@@ -250,12 +255,8 @@ func TestGPUDense(t *testing.T) {
 // blocks' backward with the global o and lse sums to the dense gradient.
 func TestGPURing(t *testing.T) {
 	d, _ := gpu(t)
-	tiers := []int{1}
-	if hopper(d) {
-		tiers = append(tiers, 2)
-	}
-	for _, tier := range tiers {
-		t.Run(fmt.Sprintf("tier%d", tier), func(t *testing.T) { testRing(t, tier) })
+	for _, vr := range tierVariants(d, fk.DQSplit) {
+		t.Run(fmt.Sprintf("tier%d", vr.tier), func(t *testing.T) { testRing(t, vr.tier) })
 	}
 }
 
@@ -375,15 +376,7 @@ func TestGPUDilated(t *testing.T) {
 		{"block-d128", 2, 200, 4, 4, 128, []Branch{{48, 1}, {96, 3}}, "block"},
 		{"paper-chunks-d128", 1, 1024, 4, 4, 128, []Branch{{128, 2}, {64, 1}, {256, 4}}, "paper"},
 	} {
-		type variant struct {
-			tier int
-			mode fk.DQMode
-		}
-		variants := []variant{{1, fk.DQSplit}, {1, fk.DQFused}}
-		if hopper(d) {
-			variants = append(variants, variant{2, fk.DQFused})
-		}
-		for _, vr := range variants {
+		for _, vr := range tierVariants(d, fk.DQSplit, fk.DQFused) {
 			mode := vr.mode
 			t.Run(fmt.Sprintf("%s/tier%d/%s", c.name, vr.tier, map[fk.DQMode]string{fk.DQSplit: "split", fk.DQFused: "fused"}[mode]), func(t *testing.T) {
 				rng := rand.New(rand.NewPCG(uint64(i), 17))

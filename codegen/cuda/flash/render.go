@@ -37,6 +37,15 @@ type Kernel struct {
 // the architecture-specific features of sm_90.
 const ArchSM90a = "sm_90a"
 
+// TierFor is the tier for code built for arch: 2 (wgmma) for Hopper's
+// architecture-specific sm_90a, else 1 (mma.sync, sm_80 and later).
+func TierFor(arch string) int {
+	if arch == ArchSM90a {
+		return 2
+	}
+	return 1
+}
+
 // Name is the kernel's entry name: its op and a hash of its body.
 func (k Kernel) Name() string {
 	sum := sha256.Sum256([]byte(k.Op + "\x00" + k.Body))
