@@ -1,6 +1,7 @@
 package cuda_test
 
 import (
+	"encoding/json"
 	"math"
 	"testing"
 
@@ -55,5 +56,59 @@ func TestFlashProgramCompiles(t *testing.T) {
 	}
 	if n < 8 {
 		t.Errorf("only %d tensor-core kernels in the program", n)
+	}
+}
+
+// TestFlashTierFromArch: a program built for sm_90a renders its attention on
+// tier 2, says so per node, and its flash kernels carry their arch into the
+// launch plan; built for sm_90 the same graph takes tier 1 and no kernel asks
+// for an arch.
+func TestFlashTierFromArch(t *testing.T) {
+	b := ir.NewBuilder("tier")
+	in := func(name string) *ir.Value { return b.Input(name, ir.T(tensor.F32, 1, 256, 2, 128)) }
+	r := b.Apply(ir.OpAttention, ir.A("causal", true, "scale", 1/math.Sqrt(128)), in("q"), in("k"), in("v"))
+	b.Output("o", r[0])
+	f, err := b.Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		arch, kernelArch string
+		tier             int
+	}{{"sm_90a", "sm_90a", 2}, {"sm_90", "", 1}} {
+		p, err := codegen.Build(f, codegen.Options{Arch: c.arch, Storage: tensor.BF16})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(p.Attention) != 1 || p.Attention[0].Tier != c.tier {
+			t.Errorf("%s: attention choices %+v, want tier %d", c.arch, p.Attention, c.tier)
+		}
+		found := false
+		for _, k := range p.Kernels {
+			if k.Op == "attention.flash.fwd" {
+				found = true
+				if k.Arch != c.kernelArch {
+					t.Errorf("%s: forward kernel arch %q, want %q", c.arch, k.Arch, c.kernelArch)
+				}
+			}
+		}
+		if !found {
+			t.Fatalf("%s: no flash forward kernel", c.arch)
+		}
+		js, err := codegen.PlanJSON(p.Kernels, p.Plan)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var plan struct {
+			Kernels []struct{ Op, Arch string }
+		}
+		if err := json.Unmarshal(js, &plan); err != nil {
+			t.Fatal(err)
+		}
+		for _, k := range plan.Kernels {
+			if k.Op == "attention.flash.fwd" && k.Arch != c.kernelArch {
+				t.Errorf("%s: launch_plan.json gives the forward arch %q, want %q", c.arch, k.Arch, c.kernelArch)
+			}
+		}
 	}
 }
