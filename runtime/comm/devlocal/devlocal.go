@@ -15,7 +15,10 @@
 // ranks' inputs; it posts a second event after them and, once every rank has,
 // waits for all of those, so no rank's stream passes the collective while
 // another rank still reads its inputs. In-place reductions (send = recv) go
-// through a scratch buffer.
+// through a scratch buffer. A rank's pulled event lives until every rank has
+// queued its wait on it: until the next collective's drain, or in Close, until
+// every rank has finished the last one (a rank that finishes its program first
+// must not destroy the event a slower peer is about to wait on).
 //
 // Invariants:
 //   - Results are exact and the same on every rank: reductions add the ranks'
@@ -100,6 +103,18 @@ type round struct {
 	n1, n2  int
 	all     chan struct{} // every rank posted
 	drained chan struct{} // every rank posted its pulled event
+	n3      int
+	waited  chan struct{} // every rank queued its waits on the others' pulled events
+}
+
+// finish records that a rank is done with r: it queued (or gave up) its waits
+// on the others' pulled events, so they may be destroyed once every rank is.
+func (w *World) finish(r *round) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if r.n3++; r.n3 == w.n {
+		close(r.waited)
+	}
 }
 
 // meet registers rank's post for collective seq and waits for every rank's.
@@ -108,7 +123,7 @@ func (w *World) meet(seq uint64, rank int, p *post) (*round, error) {
 	r := w.rounds[seq]
 	if r == nil {
 		r = &round{posts: make([]*post, w.n), pulled: make([]*cuda.Event, w.n),
-			all: make(chan struct{}), drained: make(chan struct{})}
+			all: make(chan struct{}), drained: make(chan struct{}), waited: make(chan struct{})}
 		w.rounds[seq] = r
 	}
 	r.posts[rank] = p
@@ -197,8 +212,10 @@ type Comm struct {
 	scratch cuda.DevicePtr
 	scrLen  int
 	// pulled is this rank's event after its pulls of the last collective, which
-	// peers wait on; it lives until the next collective's drain.
+	// peers wait on; it lives until the next collective's drain, or until
+	// every rank of last, that collective, has queued its waits (Close).
 	pulled *cuda.Event
+	last   *round
 }
 
 var _ comm.Device = (*Comm)(nil)
@@ -233,6 +250,14 @@ func (c *Comm) Sync() error { return c.stream.Synchronize() }
 func (c *Comm) Close() error {
 	errs := []error{c.Sync()}
 	if c.pulled != nil {
+		// A peer may be between the last collective's drain and its wait on
+		// this event; destroying it first fails that wait (invalid handle).
+		// Every rank that passed the drain finishes the round without waiting
+		// on this one, so this wait is short and cannot deadlock.
+		if err := c.w.wait(c.last.waited, c.Rank(), "close", func() []*post { return nil }); err != nil &&
+			!errors.Is(err, comm.ErrAborted) {
+			errs = append(errs, err)
+		}
 		errs = append(errs, c.pulled.Destroy())
 	}
 	for _, m := range c.mods {
@@ -276,13 +301,14 @@ func (c *Comm) run(p *post, pull func(ps []*post) error) error {
 		ev.Destroy()
 		return errors.Join(perr, err)
 	}
+	defer c.w.finish(r)
 	// Every rank has now finished the previous collective, waits on the
 	// previous pulled event included, so it may go; this one's stays until
 	// the next collective (or Close), since a peer may not have waited on it yet.
 	if c.pulled != nil {
 		c.pulled.Destroy()
 	}
-	c.pulled = ev
+	c.pulled, c.last = ev, r
 	for s, e := range r.pulled {
 		if s != me {
 			if err := c.stream.Wait(e); err != nil {
