@@ -46,9 +46,12 @@ const dkdvq90Src = `extern "C" __global__ void __launch_bounds__(256, 1) @KERNEL
   const int nit = qtiles > it0 ? (int)(qtiles - it0) : 0;
   const int nitems = FA_G * nit;
   const long long qrs = (long long)FA_HQ * FA_D * FA_R, krs = (long long)FA_HKV * FA_D * FA_R;
-#define loadq(w, st) do { \
-    const int h_ = h0 + (w) / nit; \
-    const long long qq_ = (it0 + (w) % nit) * FA_BR; \
+  // loadq(h, i, st): query tile i of head h into stage st. Items run head-major
+  // (item w is tile it0 + w mod nit of head h0 + w / nit); the walk below steps
+  // (h, i) pairs instead of dividing by nit.
+#define loadq(hh, ii, st) do { \
+    const int h_ = (hh); \
+    const long long qq_ = (ii) * FA_BR; \
     const long long qo_ = ((b * FA_T + qp0) * FA_HQ + h_) * FA_D, lo_ = (b * FA_HQ + h_) * FA_LT + qp0; \
     fa_load_tile90<FA_BR, 256>(sQ + (st) * FA_BR * FA_D, q + qo_, qrs, qq_, qn, tid); \
     fa_load_tile90<FA_BR, 256>(sO + (st) * FA_BR * FA_D, dout + qo_, qrs, qq_, qn, tid); \
@@ -63,42 +66,53 @@ const dkdvq90Src = `extern "C" __global__ void __launch_bounds__(256, 1) @KERNEL
   } while (0)
   fa_load_tile90<FA_BC, 256>(sK, k + ((b * FA_S + kp0) * FA_HKV + hk) * FA_D, krs, k0, kn, tid);
   fa_load_tile90<FA_BC, 256>(sV, v + ((b * FA_S + kp0) * FA_HKV + hk) * FA_D, krs, k0, kn, tid);
+  int lh = h0;  // the next load's head and query tile
+  long long li = it0;
 #pragma unroll
   for (int s = 0; s < FA_STAGES - 1; ++s) {
-    if (s < nitems) loadq(s, s);
+    if (s < nitems) {
+      loadq(lh, li, s);
+      if (++li == it0 + nit) li = it0, ++lh;
+    }
     fa_commit();
   }
   fa_wait<FA_STAGES - 2>();
   fa_fence_async();
   __syncthreads();
-  const float dqmul = fa_dq_mul(ws + 2 * FA_NQ);
+  const float dqmul = fa_dq_mul(ws + 2 * FA_NQ) * FA_SCALE;  // a power of two times the scale: the same bits
   unsigned long long* dqa = (unsigned long long*)ws;
   // This warpgroup's 64 keys in K's and V's column blocks; its half of the head
   // dim in K's blocks for dQ (MN-major: block (wg·D/2)/64, byte offset within).
   const unsigned ka = fa_smem(sK) + wg * 64 * 128, va = fa_smem(sV) + wg * 64 * 128;
   const unsigned kq = fa_smem(sK) + ((wg * (FA_D / 2)) >> 6) * FA_BC * 128 + ((wg * (FA_D / 2)) & 63) * 2;
   const unsigned sa = fa_smem(sS);
+  // Descriptors are made once; the loop steps their start addresses (fa_dadd).
+  const unsigned long long kd = fa_desc(ka, 16, 1024), vd = fa_desc(va, 16, 1024);
+  const unsigned long long qd0 = fa_desc(fa_smem(sQ), 16, 1024), od0 = fa_desc(fa_smem(sO), 16, 1024);
+  const unsigned long long qm0 = fa_desc(fa_smem(sQ), FA_BR * 128, 1024), om0 = fa_desc(fa_smem(sO), FA_BR * 128, 1024);
+  const unsigned long long sd0 = fa_desc(sa, FA_BC * 128, 1024), kqd = fa_desc(kq, FA_BC * 128, 1024);
   const int kr = wg * 64 + (warp & 3) * 16 + g;  // this thread's key rows kr, kr + 8 of the tile
   float dva[FA_D / 2], dka[FA_D / 2];
 #pragma unroll
   for (int i = 0; i < FA_D / 2; ++i) dva[i] = dka[i] = 0.0f;
+  int h = h0, st = 0;  // this item's head and stage
+  long long qi = it0;     // and query tile
   for (int w = 0; w < nitems; ++w) {
-    const int st = w % FA_STAGES, h = h0 + w / nit;
-    const long long qq0 = (it0 + w % nit) * FA_BR;
-    const unsigned qa = fa_smem(sQ + st * FA_BR * FA_D), oa = fa_smem(sO + st * FA_BR * FA_D);
+    const long long qq0 = qi * FA_BR;
+    const unsigned so = st * FA_BR * FA_D * 2;  // the stage's byte offset in sQ and sO
     const float* cL = sL + st * FA_BR;
     const float* cD = sDl + st * FA_BR;
     float s[FA_BR / 2], dp[FA_BR / 2];
     fa_wg_fence();
 #pragma unroll
     for (int kk = 0; kk < FA_D / 16; ++kk)
-      fa_wg_st(s, fa_desc(ka + (kk >> 2) * FA_BC * 128 + (kk & 3) * 32, 16, 1024),
-               fa_desc(qa + (kk >> 2) * FA_BR * 128 + (kk & 3) * 32, 16, 1024), kk > 0);
+      fa_wg_st(s, fa_dadd(kd, (kk >> 2) * FA_BC * 128 + (kk & 3) * 32),
+               fa_dadd(qd0, so + (kk >> 2) * FA_BR * 128 + (kk & 3) * 32), kk > 0);
     fa_wg_commit();
 #pragma unroll
     for (int kk = 0; kk < FA_D / 16; ++kk)
-      fa_wg_st(dp, fa_desc(va + (kk >> 2) * FA_BC * 128 + (kk & 3) * 32, 16, 1024),
-               fa_desc(oa + (kk >> 2) * FA_BR * 128 + (kk & 3) * 32, 16, 1024), kk > 0);
+      fa_wg_st(dp, fa_dadd(vd, (kk >> 2) * FA_BC * 128 + (kk & 3) * 32),
+               fa_dadd(od0, so + (kk >> 2) * FA_BR * 128 + (kk & 3) * 32), kk > 0);
     fa_wg_commit();
     fa_wg_wait<1>();  // Sᵀ; dPᵀ runs on while P is computed
     const bool need = qq0 + FA_BR > qn || k0 + FA_BC > kn || (FA_CAUSAL && FA_QPOS + qq0 < FA_KPOS + k0 + FA_BC - 1);
@@ -139,8 +153,8 @@ const dkdvq90Src = `extern "C" __global__ void __launch_bounds__(256, 1) @KERNEL
     fa_wg_fence();
 #pragma unroll
     for (int kk = 0; kk < FA_BR / 16; ++kk) {
-      fa_wg_dv(dva, pa[kk], fa_desc(oa + kk * 2048, FA_BR * 128, 1024), 1);
-      fa_wg_dv(dka, da[kk], fa_desc(qa + kk * 2048, FA_BR * 128, 1024), 1);
+      fa_wg_dv(dva, pa[kk], fa_dadd(om0, so + kk * 2048), 1);
+      fa_wg_dv(dka, da[kk], fa_dadd(qm0, so + kk * 2048), 1);
     }
     fa_wg_commit();
     // The one barrier of the item: both warpgroups' dSᵀ are in shared memory,
@@ -151,13 +165,17 @@ const dkdvq90Src = `extern "C" __global__ void __launch_bounds__(256, 1) @KERNEL
     fa_wait<FA_STAGES - 3>();
     fa_fence_async();
     __syncthreads();
-    if (w + FA_STAGES - 1 < nitems) loadq(w + FA_STAGES - 1, (w + FA_STAGES - 1) % FA_STAGES);
+    if (w + FA_STAGES - 1 < nitems) {
+      const int ls = st == 0 ? FA_STAGES - 1 : st - 1;  // (w + FA_STAGES − 1) mod FA_STAGES
+      loadq(lh, li, ls);
+      if (++li == it0 + nit) li = it0, ++lh;
+    }
     fa_commit();
     float dq[FA_D / 4];
     fa_wg_fence();
 #pragma unroll
     for (int kk = 0; kk < FA_BC / 16; ++kk)
-      fa_wg_dq(dq, fa_desc(sa + (w & 1) * FA_BC * FA_BR * 2 + kk * 2048, FA_BC * 128, 1024), fa_desc(kq + kk * 2048, FA_BC * 128, 1024), kk > 0);
+      fa_wg_dq(dq, fa_dadd(sd0, (w & 1) * FA_BC * FA_BR * 2 + kk * 2048), fa_dadd(kqd, kk * 2048), kk > 0);
     fa_wg_commit();
     fa_wg_wait<0>();
     // As tier 1: quad exchanges give lane q columns q and 4 + q of each 8-column
@@ -165,20 +183,27 @@ const dkdvq90Src = `extern "C" __global__ void __launch_bounds__(256, 1) @KERNEL
     unsigned long long* dg = dqa + ((b * FA_T + qp0) * FA_HQ + h) * FA_D + wg * (FA_D / 2);
     const int qd = lane & 3;
 #pragma unroll
+    for (int i = 0; i < FA_D / 8; ++i) {  // i = nt·2 + r
+      const float v0 = dq[i * 2], v1 = dq[i * 2 + 1];
+      const float x = __shfl_xor_sync(0xffffffffu, (qd & 1) ? v0 : v1, 1);
+      const float lo = (qd & 1) ? x : v0, hi = (qd & 1) ? v1 : x;
+      const float y = __shfl_xor_sync(0xffffffffu, (qd & 2) ? lo : hi, 2);
+      dq[i * 2] = (qd & 2) ? y : lo;
+      dq[i * 2 + 1] = (qd & 2) ? hi : y;
+    }
+#pragma unroll
     for (int r = 0; r < 2; ++r) {
       const long long row = qq0 + (warp & 3) * 16 + g + r * 8;
+      if (row >= qn) continue;
+      unsigned long long* p = dg + row * qrs + qd;
 #pragma unroll
       for (int nt = 0; nt < FA_D / 16; ++nt) {
-        const float v0 = dq[nt * 4 + 2 * r], v1 = dq[nt * 4 + 2 * r + 1];
-        const float x = __shfl_xor_sync(0xffffffffu, (qd & 1) ? v0 : v1, 1);
-        const float lo = (qd & 1) ? x : v0, hi = (qd & 1) ? v1 : x;
-        const float y = __shfl_xor_sync(0xffffffffu, (qd & 2) ? lo : hi, 2);
-        if (row >= qn) continue;
-        unsigned long long* p = dg + row * qrs + nt * 8 + qd;
-        fa_red64(p, ((qd & 2) ? y : lo) * FA_SCALE, dqmul);
-        fa_red64(p + 4, ((qd & 2) ? hi : y) * FA_SCALE, dqmul);
+        fa_red64(p + nt * 8, dq[nt * 4 + 2 * r], dqmul);
+        fa_red64(p + nt * 8 + 4, dq[nt * 4 + 2 * r + 1], dqmul);
       }
     }
+    if (++qi == it0 + nit) qi = it0, ++h;
+    if (++st == FA_STAGES) st = 0;
   }
   fa_wait<0>();
 #pragma unroll

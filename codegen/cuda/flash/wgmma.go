@@ -22,19 +22,37 @@ const common90Src = `
 __device__ __forceinline__ int fa_swz90(int rows, int row, int col) {
   return (col >> 6) * rows * 64 + row * 64 + ((((col >> 3) & 7) ^ (row & 7)) << 3) + (col & 7);
 }
+// fa_load_tile90 queues rows [r0, r0+ROWS) of a row-strided bf16 matrix (rows
+// >= n read as zeros) into a swizzled shared tile. NT is a multiple of 8·FA_D/8
+// threads, so each thread keeps its 16-byte column and its rows' swizzle phase
+// at every step: a tile with all its rows in range is a base address plus
+// constants (no bounds check, no per-chunk 64-bit multiply).
 template <int ROWS, int NT>
 __device__ __forceinline__ void fa_load_tile90(fa_bf16* s, const fa_bf16* g, long long rs, long long r0, long long n, int tid) {
-  const int CH = FA_D / 8;
+  const int CH = FA_D / 8, STEP = NT / CH;
+  static_assert(STEP % 8 == 0, "fa_load_tile90: NT must be a multiple of 8 rows of chunks");
+  const int rt = tid / CH, ch = tid % CH;
+  const unsigned sa = fa_smem(s + fa_swz90(ROWS, rt, ch * 8));
+  if (r0 + ROWS <= n) {
+    const fa_bf16* gt = g + (r0 + rt) * rs + ch * 8;
+#pragma unroll
+    for (int it = 0; it < (ROWS * CH + NT - 1) / NT; ++it) {
+      if ((ROWS * CH) % NT != 0 && tid + it * NT >= ROWS * CH) break;
+      fa_cp16(sa + it * STEP * 128, gt + it * STEP * rs, true);
+    }
+    return;
+  }
 #pragma unroll
   for (int it = 0; it < (ROWS * CH + NT - 1) / NT; ++it) {
-    const int c = tid + it * NT;
-    if (c >= ROWS * CH) break;
-    const int r = c / CH, ch = c % CH;
-    const bool ok = r0 + r < n;
-    const fa_bf16* src = ok ? g + (r0 + r) * rs + ch * 8 : g;
-    fa_cp16(fa_smem(s + fa_swz90(ROWS, r, ch * 8)), src, ok);
+    if ((ROWS * CH) % NT != 0 && tid + it * NT >= ROWS * CH) break;
+    const long long r = r0 + rt + it * STEP;
+    const bool ok = r < n;
+    fa_cp16(sa + it * STEP * 128, ok ? g + r * rs + ch * 8 : g, ok);
   }
 }
+// fa_dadd steps a descriptor's start address by bytes (a multiple of 16 that
+// keeps it inside shared memory, so the 14-bit field does not carry).
+__device__ __forceinline__ unsigned long long fa_dadd(unsigned long long d, unsigned bytes) { return d + (bytes >> 4); }
 // fa_desc is a wgmma shared-memory matrix descriptor with the 128-byte swizzle:
 // start address, leading and stride byte offsets (all in 16-byte units).
 __device__ __forceinline__ unsigned long long fa_desc(unsigned addr, unsigned lbo, unsigned sbo) {

@@ -119,19 +119,37 @@ __device__ __forceinline__ void fa_load_tile(fa_bf16* s, const fa_bf16* g, long 
 __device__ __forceinline__ int fa_swz90(int rows, int row, int col) {
   return (col >> 6) * rows * 64 + row * 64 + ((((col >> 3) & 7) ^ (row & 7)) << 3) + (col & 7);
 }
+// fa_load_tile90 queues rows [r0, r0+ROWS) of a row-strided bf16 matrix (rows
+// >= n read as zeros) into a swizzled shared tile. NT is a multiple of 8·FA_D/8
+// threads, so each thread keeps its 16-byte column and its rows' swizzle phase
+// at every step: a tile with all its rows in range is a base address plus
+// constants (no bounds check, no per-chunk 64-bit multiply).
 template <int ROWS, int NT>
 __device__ __forceinline__ void fa_load_tile90(fa_bf16* s, const fa_bf16* g, long long rs, long long r0, long long n, int tid) {
-  const int CH = FA_D / 8;
+  const int CH = FA_D / 8, STEP = NT / CH;
+  static_assert(STEP % 8 == 0, "fa_load_tile90: NT must be a multiple of 8 rows of chunks");
+  const int rt = tid / CH, ch = tid % CH;
+  const unsigned sa = fa_smem(s + fa_swz90(ROWS, rt, ch * 8));
+  if (r0 + ROWS <= n) {
+    const fa_bf16* gt = g + (r0 + rt) * rs + ch * 8;
+#pragma unroll
+    for (int it = 0; it < (ROWS * CH + NT - 1) / NT; ++it) {
+      if ((ROWS * CH) % NT != 0 && tid + it * NT >= ROWS * CH) break;
+      fa_cp16(sa + it * STEP * 128, gt + it * STEP * rs, true);
+    }
+    return;
+  }
 #pragma unroll
   for (int it = 0; it < (ROWS * CH + NT - 1) / NT; ++it) {
-    const int c = tid + it * NT;
-    if (c >= ROWS * CH) break;
-    const int r = c / CH, ch = c % CH;
-    const bool ok = r0 + r < n;
-    const fa_bf16* src = ok ? g + (r0 + r) * rs + ch * 8 : g;
-    fa_cp16(fa_smem(s + fa_swz90(ROWS, r, ch * 8)), src, ok);
+    if ((ROWS * CH) % NT != 0 && tid + it * NT >= ROWS * CH) break;
+    const long long r = r0 + rt + it * STEP;
+    const bool ok = r < n;
+    fa_cp16(sa + it * STEP * 128, ok ? g + r * rs + ch * 8 : g, ok);
   }
 }
+// fa_dadd steps a descriptor's start address by bytes (a multiple of 16 that
+// keeps it inside shared memory, so the 14-bit field does not carry).
+__device__ __forceinline__ unsigned long long fa_dadd(unsigned long long d, unsigned bytes) { return d + (bytes >> 4); }
 // fa_desc is a wgmma shared-memory matrix descriptor with the 128-byte swizzle:
 // start address, leading and stride byte offsets (all in 16-byte units).
 __device__ __forceinline__ unsigned long long fa_desc(unsigned addr, unsigned lbo, unsigned sbo) {
@@ -179,7 +197,7 @@ __device__ __forceinline__ void fa_wg_dq(float* d, unsigned long long da, unsign
     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
     : "l"(da), "l"(db), "r"(acc) : "memory");
 }
-extern "C" __global__ void __launch_bounds__(256, 1) attention_flash_dkdvdq_71c6abb1b4d5beff(FA_OT* __restrict__ dk, FA_OT* __restrict__ dv,
+extern "C" __global__ void __launch_bounds__(256, 1) attention_flash_dkdvdq_1a09042aeb3d9e22(FA_OT* __restrict__ dk, FA_OT* __restrict__ dv,
     const fa_bf16* __restrict__ q, const fa_bf16* __restrict__ k, const fa_bf16* __restrict__ v,
     const fa_bf16* __restrict__ dout, const float* __restrict__ lse, const float* __restrict__ delta,
     unsigned* __restrict__ ws) {
@@ -210,9 +228,12 @@ extern "C" __global__ void __launch_bounds__(256, 1) attention_flash_dkdvdq_71c6
   const int nit = qtiles > it0 ? (int)(qtiles - it0) : 0;
   const int nitems = FA_G * nit;
   const long long qrs = (long long)FA_HQ * FA_D * FA_R, krs = (long long)FA_HKV * FA_D * FA_R;
-#define loadq(w, st) do { \
-    const int h_ = h0 + (w) / nit; \
-    const long long qq_ = (it0 + (w) % nit) * FA_BR; \
+  // loadq(h, i, st): query tile i of head h into stage st. Items run head-major
+  // (item w is tile it0 + w mod nit of head h0 + w / nit); the walk below steps
+  // (h, i) pairs instead of dividing by nit.
+#define loadq(hh, ii, st) do { \
+    const int h_ = (hh); \
+    const long long qq_ = (ii) * FA_BR; \
     const long long qo_ = ((b * FA_T + qp0) * FA_HQ + h_) * FA_D, lo_ = (b * FA_HQ + h_) * FA_LT + qp0; \
     fa_load_tile90<FA_BR, 256>(sQ + (st) * FA_BR * FA_D, q + qo_, qrs, qq_, qn, tid); \
     fa_load_tile90<FA_BR, 256>(sO + (st) * FA_BR * FA_D, dout + qo_, qrs, qq_, qn, tid); \
@@ -227,42 +248,53 @@ extern "C" __global__ void __launch_bounds__(256, 1) attention_flash_dkdvdq_71c6
   } while (0)
   fa_load_tile90<FA_BC, 256>(sK, k + ((b * FA_S + kp0) * FA_HKV + hk) * FA_D, krs, k0, kn, tid);
   fa_load_tile90<FA_BC, 256>(sV, v + ((b * FA_S + kp0) * FA_HKV + hk) * FA_D, krs, k0, kn, tid);
+  int lh = h0;  // the next load's head and query tile
+  long long li = it0;
 #pragma unroll
   for (int s = 0; s < FA_STAGES - 1; ++s) {
-    if (s < nitems) loadq(s, s);
+    if (s < nitems) {
+      loadq(lh, li, s);
+      if (++li == it0 + nit) li = it0, ++lh;
+    }
     fa_commit();
   }
   fa_wait<FA_STAGES - 2>();
   fa_fence_async();
   __syncthreads();
-  const float dqmul = fa_dq_mul(ws + 2 * FA_NQ);
+  const float dqmul = fa_dq_mul(ws + 2 * FA_NQ) * FA_SCALE;  // a power of two times the scale: the same bits
   unsigned long long* dqa = (unsigned long long*)ws;
   // This warpgroup's 64 keys in K's and V's column blocks; its half of the head
   // dim in K's blocks for dQ (MN-major: block (wg·D/2)/64, byte offset within).
   const unsigned ka = fa_smem(sK) + wg * 64 * 128, va = fa_smem(sV) + wg * 64 * 128;
   const unsigned kq = fa_smem(sK) + ((wg * (FA_D / 2)) >> 6) * FA_BC * 128 + ((wg * (FA_D / 2)) & 63) * 2;
   const unsigned sa = fa_smem(sS);
+  // Descriptors are made once; the loop steps their start addresses (fa_dadd).
+  const unsigned long long kd = fa_desc(ka, 16, 1024), vd = fa_desc(va, 16, 1024);
+  const unsigned long long qd0 = fa_desc(fa_smem(sQ), 16, 1024), od0 = fa_desc(fa_smem(sO), 16, 1024);
+  const unsigned long long qm0 = fa_desc(fa_smem(sQ), FA_BR * 128, 1024), om0 = fa_desc(fa_smem(sO), FA_BR * 128, 1024);
+  const unsigned long long sd0 = fa_desc(sa, FA_BC * 128, 1024), kqd = fa_desc(kq, FA_BC * 128, 1024);
   const int kr = wg * 64 + (warp & 3) * 16 + g;  // this thread's key rows kr, kr + 8 of the tile
   float dva[FA_D / 2], dka[FA_D / 2];
 #pragma unroll
   for (int i = 0; i < FA_D / 2; ++i) dva[i] = dka[i] = 0.0f;
+  int h = h0, st = 0;  // this item's head and stage
+  long long qi = it0;     // and query tile
   for (int w = 0; w < nitems; ++w) {
-    const int st = w % FA_STAGES, h = h0 + w / nit;
-    const long long qq0 = (it0 + w % nit) * FA_BR;
-    const unsigned qa = fa_smem(sQ + st * FA_BR * FA_D), oa = fa_smem(sO + st * FA_BR * FA_D);
+    const long long qq0 = qi * FA_BR;
+    const unsigned so = st * FA_BR * FA_D * 2;  // the stage's byte offset in sQ and sO
     const float* cL = sL + st * FA_BR;
     const float* cD = sDl + st * FA_BR;
     float s[FA_BR / 2], dp[FA_BR / 2];
     fa_wg_fence();
 #pragma unroll
     for (int kk = 0; kk < FA_D / 16; ++kk)
-      fa_wg_st(s, fa_desc(ka + (kk >> 2) * FA_BC * 128 + (kk & 3) * 32, 16, 1024),
-               fa_desc(qa + (kk >> 2) * FA_BR * 128 + (kk & 3) * 32, 16, 1024), kk > 0);
+      fa_wg_st(s, fa_dadd(kd, (kk >> 2) * FA_BC * 128 + (kk & 3) * 32),
+               fa_dadd(qd0, so + (kk >> 2) * FA_BR * 128 + (kk & 3) * 32), kk > 0);
     fa_wg_commit();
 #pragma unroll
     for (int kk = 0; kk < FA_D / 16; ++kk)
-      fa_wg_st(dp, fa_desc(va + (kk >> 2) * FA_BC * 128 + (kk & 3) * 32, 16, 1024),
-               fa_desc(oa + (kk >> 2) * FA_BR * 128 + (kk & 3) * 32, 16, 1024), kk > 0);
+      fa_wg_st(dp, fa_dadd(vd, (kk >> 2) * FA_BC * 128 + (kk & 3) * 32),
+               fa_dadd(od0, so + (kk >> 2) * FA_BR * 128 + (kk & 3) * 32), kk > 0);
     fa_wg_commit();
     fa_wg_wait<1>();  // Sᵀ; dPᵀ runs on while P is computed
     const bool need = qq0 + FA_BR > qn || k0 + FA_BC > kn || (FA_CAUSAL && FA_QPOS + qq0 < FA_KPOS + k0 + FA_BC - 1);
@@ -303,8 +335,8 @@ extern "C" __global__ void __launch_bounds__(256, 1) attention_flash_dkdvdq_71c6
     fa_wg_fence();
 #pragma unroll
     for (int kk = 0; kk < FA_BR / 16; ++kk) {
-      fa_wg_dv(dva, pa[kk], fa_desc(oa + kk * 2048, FA_BR * 128, 1024), 1);
-      fa_wg_dv(dka, da[kk], fa_desc(qa + kk * 2048, FA_BR * 128, 1024), 1);
+      fa_wg_dv(dva, pa[kk], fa_dadd(om0, so + kk * 2048), 1);
+      fa_wg_dv(dka, da[kk], fa_dadd(qm0, so + kk * 2048), 1);
     }
     fa_wg_commit();
     // The one barrier of the item: both warpgroups' dSᵀ are in shared memory,
@@ -315,13 +347,17 @@ extern "C" __global__ void __launch_bounds__(256, 1) attention_flash_dkdvdq_71c6
     fa_wait<FA_STAGES - 3>();
     fa_fence_async();
     __syncthreads();
-    if (w + FA_STAGES - 1 < nitems) loadq(w + FA_STAGES - 1, (w + FA_STAGES - 1) % FA_STAGES);
+    if (w + FA_STAGES - 1 < nitems) {
+      const int ls = st == 0 ? FA_STAGES - 1 : st - 1;  // (w + FA_STAGES − 1) mod FA_STAGES
+      loadq(lh, li, ls);
+      if (++li == it0 + nit) li = it0, ++lh;
+    }
     fa_commit();
     float dq[FA_D / 4];
     fa_wg_fence();
 #pragma unroll
     for (int kk = 0; kk < FA_BC / 16; ++kk)
-      fa_wg_dq(dq, fa_desc(sa + (w & 1) * FA_BC * FA_BR * 2 + kk * 2048, FA_BC * 128, 1024), fa_desc(kq + kk * 2048, FA_BC * 128, 1024), kk > 0);
+      fa_wg_dq(dq, fa_dadd(sd0, (w & 1) * FA_BC * FA_BR * 2 + kk * 2048), fa_dadd(kqd, kk * 2048), kk > 0);
     fa_wg_commit();
     fa_wg_wait<0>();
     // As tier 1: quad exchanges give lane q columns q and 4 + q of each 8-column
@@ -329,20 +365,27 @@ extern "C" __global__ void __launch_bounds__(256, 1) attention_flash_dkdvdq_71c6
     unsigned long long* dg = dqa + ((b * FA_T + qp0) * FA_HQ + h) * FA_D + wg * (FA_D / 2);
     const int qd = lane & 3;
 #pragma unroll
+    for (int i = 0; i < FA_D / 8; ++i) {  // i = nt·2 + r
+      const float v0 = dq[i * 2], v1 = dq[i * 2 + 1];
+      const float x = __shfl_xor_sync(0xffffffffu, (qd & 1) ? v0 : v1, 1);
+      const float lo = (qd & 1) ? x : v0, hi = (qd & 1) ? v1 : x;
+      const float y = __shfl_xor_sync(0xffffffffu, (qd & 2) ? lo : hi, 2);
+      dq[i * 2] = (qd & 2) ? y : lo;
+      dq[i * 2 + 1] = (qd & 2) ? hi : y;
+    }
+#pragma unroll
     for (int r = 0; r < 2; ++r) {
       const long long row = qq0 + (warp & 3) * 16 + g + r * 8;
+      if (row >= qn) continue;
+      unsigned long long* p = dg + row * qrs + qd;
 #pragma unroll
       for (int nt = 0; nt < FA_D / 16; ++nt) {
-        const float v0 = dq[nt * 4 + 2 * r], v1 = dq[nt * 4 + 2 * r + 1];
-        const float x = __shfl_xor_sync(0xffffffffu, (qd & 1) ? v0 : v1, 1);
-        const float lo = (qd & 1) ? x : v0, hi = (qd & 1) ? v1 : x;
-        const float y = __shfl_xor_sync(0xffffffffu, (qd & 2) ? lo : hi, 2);
-        if (row >= qn) continue;
-        unsigned long long* p = dg + row * qrs + nt * 8 + qd;
-        fa_red64(p, ((qd & 2) ? y : lo) * FA_SCALE, dqmul);
-        fa_red64(p + 4, ((qd & 2) ? hi : y) * FA_SCALE, dqmul);
+        fa_red64(p + nt * 8, dq[nt * 4 + 2 * r], dqmul);
+        fa_red64(p + nt * 8 + 4, dq[nt * 4 + 2 * r + 1], dqmul);
       }
     }
+    if (++qi == it0 + nit) qi = it0, ++h;
+    if (++st == FA_STAGES) st = 0;
   }
   fa_wait<0>();
 #pragma unroll

@@ -119,19 +119,37 @@ __device__ __forceinline__ void fa_load_tile(fa_bf16* s, const fa_bf16* g, long 
 __device__ __forceinline__ int fa_swz90(int rows, int row, int col) {
   return (col >> 6) * rows * 64 + row * 64 + ((((col >> 3) & 7) ^ (row & 7)) << 3) + (col & 7);
 }
+// fa_load_tile90 queues rows [r0, r0+ROWS) of a row-strided bf16 matrix (rows
+// >= n read as zeros) into a swizzled shared tile. NT is a multiple of 8·FA_D/8
+// threads, so each thread keeps its 16-byte column and its rows' swizzle phase
+// at every step: a tile with all its rows in range is a base address plus
+// constants (no bounds check, no per-chunk 64-bit multiply).
 template <int ROWS, int NT>
 __device__ __forceinline__ void fa_load_tile90(fa_bf16* s, const fa_bf16* g, long long rs, long long r0, long long n, int tid) {
-  const int CH = FA_D / 8;
+  const int CH = FA_D / 8, STEP = NT / CH;
+  static_assert(STEP % 8 == 0, "fa_load_tile90: NT must be a multiple of 8 rows of chunks");
+  const int rt = tid / CH, ch = tid % CH;
+  const unsigned sa = fa_smem(s + fa_swz90(ROWS, rt, ch * 8));
+  if (r0 + ROWS <= n) {
+    const fa_bf16* gt = g + (r0 + rt) * rs + ch * 8;
+#pragma unroll
+    for (int it = 0; it < (ROWS * CH + NT - 1) / NT; ++it) {
+      if ((ROWS * CH) % NT != 0 && tid + it * NT >= ROWS * CH) break;
+      fa_cp16(sa + it * STEP * 128, gt + it * STEP * rs, true);
+    }
+    return;
+  }
 #pragma unroll
   for (int it = 0; it < (ROWS * CH + NT - 1) / NT; ++it) {
-    const int c = tid + it * NT;
-    if (c >= ROWS * CH) break;
-    const int r = c / CH, ch = c % CH;
-    const bool ok = r0 + r < n;
-    const fa_bf16* src = ok ? g + (r0 + r) * rs + ch * 8 : g;
-    fa_cp16(fa_smem(s + fa_swz90(ROWS, r, ch * 8)), src, ok);
+    if ((ROWS * CH) % NT != 0 && tid + it * NT >= ROWS * CH) break;
+    const long long r = r0 + rt + it * STEP;
+    const bool ok = r < n;
+    fa_cp16(sa + it * STEP * 128, ok ? g + r * rs + ch * 8 : g, ok);
   }
 }
+// fa_dadd steps a descriptor's start address by bytes (a multiple of 16 that
+// keeps it inside shared memory, so the 14-bit field does not carry).
+__device__ __forceinline__ unsigned long long fa_dadd(unsigned long long d, unsigned bytes) { return d + (bytes >> 4); }
 // fa_desc is a wgmma shared-memory matrix descriptor with the 128-byte swizzle:
 // start address, leading and stride byte offsets (all in 16-byte units).
 __device__ __forceinline__ unsigned long long fa_desc(unsigned addr, unsigned lbo, unsigned sbo) {
@@ -156,7 +174,7 @@ __device__ __forceinline__ void fa_wg_o(float* d, const unsigned* a, unsigned lo
     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(acc) : "memory");
 }
-extern "C" __global__ void __launch_bounds__(FA_NT, 1) attention_flash_fwd_3e167640195b6aff(FA_OT* __restrict__ o, float* __restrict__ lse,
+extern "C" __global__ void __launch_bounds__(FA_NT, 1) attention_flash_fwd_2752ca18478303d8(FA_OT* __restrict__ o, float* __restrict__ lse,
     const fa_bf16* __restrict__ q, const fa_bf16* __restrict__ k, const fa_bf16* __restrict__ v) {
   extern __shared__ __align__(1024) unsigned char fa_sh[];
   fa_bf16* sQ = (fa_bf16*)fa_sh;
