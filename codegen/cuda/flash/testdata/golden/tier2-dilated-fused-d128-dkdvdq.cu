@@ -197,7 +197,7 @@ __device__ __forceinline__ void fa_wg_dq(float* d, unsigned long long da, unsign
     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
     : "l"(da), "l"(db), "r"(acc) : "memory");
 }
-extern "C" __global__ void __launch_bounds__(256, 1) attention_flash_dkdvdq_4156f17a5fea8250(FA_OT* __restrict__ dk, FA_OT* __restrict__ dv,
+extern "C" __global__ void __launch_bounds__(256, 1) attention_flash_dkdvdq_31bd93837b978413(FA_OT* __restrict__ dk, FA_OT* __restrict__ dv,
     const fa_bf16* __restrict__ q, const fa_bf16* __restrict__ k, const fa_bf16* __restrict__ v,
     const fa_bf16* __restrict__ dout, const float* __restrict__ lse, const float* __restrict__ delta,
     unsigned* __restrict__ ws) {
@@ -277,6 +277,37 @@ extern "C" __global__ void __launch_bounds__(256, 1) attention_flash_dkdvdq_4156
   float dva[FA_D / 2], dka[FA_D / 2];
 #pragma unroll
   for (int i = 0; i < FA_D / 2; ++i) dva[i] = dka[i] = 0.0f;
+  // dSᵀ's swizzled store address of this thread's rows kr, kr + 8 (one 128-byte
+  // row of FA_BR = 64 queries each, the 16-byte chunk nt at nt XOR kr mod 8).
+  const unsigned sw = fa_smem(sS) + (kr * 64 + c2) * 2, sx = (kr & 7) << 4;
+  // reds adds this warpgroup's dQ part, dq, of the item whose first query row is
+  // q00, head hh. As tier 1: quad exchanges give lane q columns q and 4 + q of
+  // each 8-column n-tile, so each red of the warp covers whole 32-byte sectors.
+  float dq[FA_D / 4];
+  const int qd = lane & 3;
+  auto reds = [&](int hh, long long q00) {
+    unsigned long long* dg = dqa + ((b * FA_T + qp0) * FA_HQ + hh) * FA_D + wg * (FA_D / 2);
+#pragma unroll
+    for (int i = 0; i < FA_D / 8; ++i) {  // i = nt·2 + r
+      const float v0 = dq[i * 2], v1 = dq[i * 2 + 1];
+      const float x = __shfl_xor_sync(0xffffffffu, (qd & 1) ? v0 : v1, 1);
+      const float lo = (qd & 1) ? x : v0, hi = (qd & 1) ? v1 : x;
+      const float y = __shfl_xor_sync(0xffffffffu, (qd & 2) ? lo : hi, 2);
+      dq[i * 2] = (qd & 2) ? y : lo;
+      dq[i * 2 + 1] = (qd & 2) ? hi : y;
+    }
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const long long row = q00 + (warp & 3) * 16 + g + r * 8;
+      if (row >= qn) continue;
+      unsigned long long* p = dg + row * qrs + qd;
+#pragma unroll
+      for (int nt = 0; nt < FA_D / 16; ++nt) {
+        fa_red64(p + nt * 8, dq[nt * 4 + 2 * r], dqmul);
+        fa_red64(p + nt * 8 + 4, dq[nt * 4 + 2 * r + 1], dqmul);
+      }
+    }
+  };
   int h = h0, st = 0;  // this item's head and stage
   long long qi = it0;     // and query tile
   for (int w = 0; w < nitems; ++w) {
@@ -299,7 +330,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) attention_flash_dkdvdq_4156
     fa_wg_wait<1>();  // Sᵀ; dPᵀ runs on while P is computed
     const bool need = qq0 + FA_BR > qn || k0 + FA_BC > kn || (FA_CAUSAL && FA_QPOS + qq0 < FA_KPOS + k0 + FA_BC - 1);
     unsigned pa[FA_BR / 16][4], da[FA_BR / 16][4];
-    fa_bf16* sSw = sS + (w & 1) * FA_BC * FA_BR;
+    const unsigned swb = sw + (w & 1) * FA_BC * FA_BR * 2;
 #pragma unroll
     for (int nt = 0; nt < FA_BR / 8; ++nt)
 #pragma unroll
@@ -327,9 +358,10 @@ extern "C" __global__ void __launch_bounds__(256, 1) attention_flash_dkdvdq_4156
       da[nt >> 1][(nt & 1) * 2] = fa_pack(d[0], d[1]);
       da[nt >> 1][(nt & 1) * 2 + 1] = fa_pack(d[2], d[3]);
       // dSᵀ to shared memory for dQ: keys are rows, the FA_BR queries one
-      // swizzled 128-byte row (FA_BR = 64).
-      *(unsigned*)(sSw + fa_swz90(FA_BC, kr, nt * 8 + c2)) = da[nt >> 1][(nt & 1) * 2];
-      *(unsigned*)(sSw + fa_swz90(FA_BC, kr + 8, nt * 8 + c2)) = da[nt >> 1][(nt & 1) * 2 + 1];
+      // swizzled 128-byte row (FA_BR = 64); row kr + 8 is 1024 bytes on.
+      const unsigned a = swb + ((nt << 4) ^ sx);
+      asm volatile("st.shared.b32 [%0], %1;\n" :: "r"(a), "r"(da[nt >> 1][(nt & 1) * 2]) : "memory");
+      asm volatile("st.shared.b32 [%0+1024], %1;\n" :: "r"(a), "r"(da[nt >> 1][(nt & 1) * 2 + 1]) : "memory");
     }
     fa_fence_async();
     fa_wg_fence();
@@ -353,37 +385,13 @@ extern "C" __global__ void __launch_bounds__(256, 1) attention_flash_dkdvdq_4156
       if (++li == it0 + nit) li = it0, ++lh;
     }
     fa_commit();
-    float dq[FA_D / 4];
     fa_wg_fence();
 #pragma unroll
     for (int kk = 0; kk < FA_BC / 16; ++kk)
       fa_wg_dq(dq, fa_dadd(sd0, (w & 1) * FA_BC * FA_BR * 2 + kk * 2048), fa_dadd(kqd, kk * 2048), kk > 0);
     fa_wg_commit();
     fa_wg_wait<0>();
-    // As tier 1: quad exchanges give lane q columns q and 4 + q of each 8-column
-    // n-tile, so each red of the warp covers whole 32-byte sectors.
-    unsigned long long* dg = dqa + ((b * FA_T + qp0) * FA_HQ + h) * FA_D + wg * (FA_D / 2);
-    const int qd = lane & 3;
-#pragma unroll
-    for (int i = 0; i < FA_D / 8; ++i) {  // i = nt·2 + r
-      const float v0 = dq[i * 2], v1 = dq[i * 2 + 1];
-      const float x = __shfl_xor_sync(0xffffffffu, (qd & 1) ? v0 : v1, 1);
-      const float lo = (qd & 1) ? x : v0, hi = (qd & 1) ? v1 : x;
-      const float y = __shfl_xor_sync(0xffffffffu, (qd & 2) ? lo : hi, 2);
-      dq[i * 2] = (qd & 2) ? y : lo;
-      dq[i * 2 + 1] = (qd & 2) ? hi : y;
-    }
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const long long row = qq0 + (warp & 3) * 16 + g + r * 8;
-      if (row >= qn) continue;
-      unsigned long long* p = dg + row * qrs + qd;
-#pragma unroll
-      for (int nt = 0; nt < FA_D / 16; ++nt) {
-        fa_red64(p + nt * 8, dq[nt * 4 + 2 * r], dqmul);
-        fa_red64(p + nt * 8 + 4, dq[nt * 4 + 2 * r + 1], dqmul);
-      }
-    }
+    reds(h, qq0);
     if (++qi == it0 + nit) qi = it0, ++h;
     if (++st == FA_STAGES) st = 0;
   }
