@@ -46,9 +46,20 @@ const dkdvq90Src = `extern "C" __global__ void __launch_bounds__(256, 1) @KERNEL
   const int nit = qtiles > it0 ? (int)(qtiles - it0) : 0;
   const int nitems = FA_G * nit;
   const long long qrs = (long long)FA_HQ * FA_D * FA_R, krs = (long long)FA_HKV * FA_D * FA_R;
-  // loadq(h, i, st): query tile i of head h into stage st. Items run head-major
-  // (item w is tile it0 + w mod nit of head h0 + w / nit); the walk below steps
-  // (h, i) pairs instead of dividing by nit.
+  // The items: query tiles it0..qtiles − 1 of each head of the group. With one
+  // head the walk goes forward from the diagonal. With a group it goes
+  // query-major from the last tile down, so that the CTAs of a wave read the
+  // same Q and dO tiles and add to the same dQ rows at about the same time, in
+  // L2; walked head-major, the CTAs drift into different heads (their walks
+  // differ in length) and the group's Q, dO and fixed-point dQ do not fit L2.
+#if FA_G > 1
+#define fa_next(hh, ii) do { if (++(hh) == h0 + FA_G) (hh) = h0, --(ii); } while (0)
+  const long long ifirst = qtiles - 1;
+#else
+#define fa_next(hh, ii) (++(ii))
+  const long long ifirst = it0;
+#endif
+  // loadq(h, i, st): query tile i of head h into stage st.
 #define loadq(hh, ii, st) do { \
     const int h_ = (hh); \
     const long long qq_ = (ii) * FA_BR; \
@@ -67,12 +78,12 @@ const dkdvq90Src = `extern "C" __global__ void __launch_bounds__(256, 1) @KERNEL
   fa_load_tile90<FA_BC, 256>(sK, k + ((b * FA_S + kp0) * FA_HKV + hk) * FA_D, krs, k0, kn, tid);
   fa_load_tile90<FA_BC, 256>(sV, v + ((b * FA_S + kp0) * FA_HKV + hk) * FA_D, krs, k0, kn, tid);
   int lh = h0;  // the next load's head and query tile
-  long long li = it0;
+  long long li = ifirst;
 #pragma unroll
   for (int s = 0; s < FA_STAGES - 1; ++s) {
     if (s < nitems) {
       loadq(lh, li, s);
-      if (++li == it0 + nit) li = it0, ++lh;
+      fa_next(lh, li);
     }
     fa_commit();
   }
@@ -127,7 +138,7 @@ const dkdvq90Src = `extern "C" __global__ void __launch_bounds__(256, 1) @KERNEL
     }
   };
   int h = h0, st = 0;  // this item's head and stage
-  long long qi = it0;     // and query tile
+  long long qi = ifirst;  // and query tile
   for (int w = 0; w < nitems; ++w) {
     const long long qq0 = qi * FA_BR;
     const unsigned so = st * FA_BR * FA_D * 2;  // the stage's byte offset in sQ and sO
@@ -149,19 +160,26 @@ const dkdvq90Src = `extern "C" __global__ void __launch_bounds__(256, 1) @KERNEL
     const bool need = qq0 + FA_BR > qn || k0 + FA_BC > kn || (FA_CAUSAL && FA_QPOS + qq0 < FA_KPOS + k0 + FA_BC - 1);
     unsigned pa[FA_BR / 16][4], da[FA_BR / 16][4];
     const unsigned swb = sw + (w & 1) * FA_BC * FA_BR * 2;
+    if (need) {
 #pragma unroll
-    for (int nt = 0; nt < FA_BR / 8; ++nt)
+      for (int nt = 0; nt < FA_BR / 8; ++nt)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int lq = nt * 8 + c2 + (e & 1), lk = kr + (e >> 1) * 8;
-        const float L = cL[lq];
-        float p = fa_exp2(fmaf(s[nt * 4 + e], FA_SL2, L == -FA_INF ? -FA_INF : -L * FA_LOG2E));
-        if (need) {
+        for (int e = 0; e < 4; ++e) {
+          const int lq = nt * 8 + c2 + (e & 1), lk = kr + (e >> 1) * 8;
+          const float L = cL[lq];
+          float p = fa_exp2(fmaf(s[nt * 4 + e], FA_SL2, L == -FA_INF ? -FA_INF : -L * FA_LOG2E));
           const long long qrow = qq0 + lq, kcol = k0 + lk;
           if (qrow >= qn || kcol >= kn || (FA_CAUSAL && FA_KPOS + kcol > FA_QPOS + qrow)) p = 0.0f;
+          s[nt * 4 + e] = p;
         }
-        s[nt * 4 + e] = p;
-      }
+    } else {
+      // Every row of the tile sees all its keys, so its logsumexp is finite.
+#pragma unroll
+      for (int nt = 0; nt < FA_BR / 8; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+          s[nt * 4 + e] = fa_exp2(fmaf(s[nt * 4 + e], FA_SL2, -cL[nt * 8 + c2 + (e & 1)] * FA_LOG2E));
+    }
     fa_wg_wait<0>();
 #pragma unroll
     for (int nt = 0; nt < FA_BR / 8; ++nt) {
@@ -200,7 +218,7 @@ const dkdvq90Src = `extern "C" __global__ void __launch_bounds__(256, 1) @KERNEL
     if (w + FA_STAGES - 1 < nitems) {
       const int ls = st == 0 ? FA_STAGES - 1 : st - 1;  // (w + FA_STAGES − 1) mod FA_STAGES
       loadq(lh, li, ls);
-      if (++li == it0 + nit) li = it0, ++lh;
+      fa_next(lh, li);
     }
     fa_commit();
     fa_wg_fence();
@@ -210,7 +228,7 @@ const dkdvq90Src = `extern "C" __global__ void __launch_bounds__(256, 1) @KERNEL
     fa_wg_commit();
     fa_wg_wait<0>();
     reds(h, qq0);
-    if (++qi == it0 + nit) qi = it0, ++h;
+    fa_next(h, qi);
     if (++st == FA_STAGES) st = 0;
   }
   fa_wait<0>();
@@ -245,4 +263,5 @@ const dkdvq90Src = `extern "C" __global__ void __launch_bounds__(256, 1) @KERNEL
   }
 }
 #undef loadq
+#undef fa_next
 `
