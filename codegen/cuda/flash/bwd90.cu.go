@@ -215,17 +215,19 @@ const dkdvq90Src = `extern "C" __global__ void __launch_bounds__(256, 1) @KERNEL
     fa_wait<FA_STAGES - 3>();
     fa_fence_async();
     __syncthreads();
+    fa_wg_fence();
+#pragma unroll
+    for (int kk = 0; kk < FA_BC / 16; ++kk)
+      fa_wg_dq(dq, fa_dadd(sd0, (w & 1) * FA_BC * FA_BR * 2 + kk * 2048), fa_dadd(kqd, kk * 2048), kk > 0);
+    fa_wg_commit();
+    // The next loads are queued while dQ runs (they go to item w − 1's stage,
+    // which dQ does not read).
     if (w + FA_STAGES - 1 < nitems) {
       const int ls = st == 0 ? FA_STAGES - 1 : st - 1;  // (w + FA_STAGES − 1) mod FA_STAGES
       loadq(lh, li, ls);
       fa_next(lh, li);
     }
     fa_commit();
-    fa_wg_fence();
-#pragma unroll
-    for (int kk = 0; kk < FA_BC / 16; ++kk)
-      fa_wg_dq(dq, fa_dadd(sd0, (w & 1) * FA_BC * FA_BR * 2 + kk * 2048), fa_dadd(kqd, kk * 2048), kk > 0);
-    fa_wg_commit();
     fa_wg_wait<0>();
     reds(h, qq0);
     fa_next(h, qi);

@@ -197,7 +197,7 @@ __device__ __forceinline__ void fa_wg_dq(float* d, unsigned long long da, unsign
     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
     : "l"(da), "l"(db), "r"(acc) : "memory");
 }
-extern "C" __global__ void __launch_bounds__(256, 1) attention_flash_dkdvdq_d44b1bb41f9bd16b(FA_OT* __restrict__ dk, FA_OT* __restrict__ dv,
+extern "C" __global__ void __launch_bounds__(256, 1) attention_flash_dkdvdq_2f2f23650419bcc6(FA_OT* __restrict__ dk, FA_OT* __restrict__ dv,
     const fa_bf16* __restrict__ q, const fa_bf16* __restrict__ k, const fa_bf16* __restrict__ v,
     const fa_bf16* __restrict__ dout, const float* __restrict__ lse, const float* __restrict__ delta,
     unsigned* __restrict__ ws) {
@@ -397,17 +397,19 @@ extern "C" __global__ void __launch_bounds__(256, 1) attention_flash_dkdvdq_d44b
     fa_wait<FA_STAGES - 3>();
     fa_fence_async();
     __syncthreads();
+    fa_wg_fence();
+#pragma unroll
+    for (int kk = 0; kk < FA_BC / 16; ++kk)
+      fa_wg_dq(dq, fa_dadd(sd0, (w & 1) * FA_BC * FA_BR * 2 + kk * 2048), fa_dadd(kqd, kk * 2048), kk > 0);
+    fa_wg_commit();
+    // The next loads are queued while dQ runs (they go to item w − 1's stage,
+    // which dQ does not read).
     if (w + FA_STAGES - 1 < nitems) {
       const int ls = st == 0 ? FA_STAGES - 1 : st - 1;  // (w + FA_STAGES − 1) mod FA_STAGES
       loadq(lh, li, ls);
       fa_next(lh, li);
     }
     fa_commit();
-    fa_wg_fence();
-#pragma unroll
-    for (int kk = 0; kk < FA_BC / 16; ++kk)
-      fa_wg_dq(dq, fa_dadd(sd0, (w & 1) * FA_BC * FA_BR * 2 + kk * 2048), fa_dadd(kqd, kk * 2048), kk > 0);
-    fa_wg_commit();
     fa_wg_wait<0>();
     reds(h, qq0);
     fa_next(h, qi);
