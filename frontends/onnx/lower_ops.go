@@ -277,6 +277,9 @@ func lowerMatMul(c *nodeCtx) ([]*ir.Value, error) {
 		b = c.b.Reshape(b, b.Type.Shape[0], 1)
 	}
 	y := c.b.MatMul(a, b, false, false)
+	if err := c.b.Err(); err != nil {
+		return nil, err // operands that do not multiply: y has no shape to trim
+	}
 	if aVec || bVec {
 		shape := append([]int64{}, y.Type.Shape...)
 		if bVec {
