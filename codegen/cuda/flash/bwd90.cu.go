@@ -110,21 +110,14 @@ const dkdvq90Src = `extern "C" __global__ void __launch_bounds__(256, 1) @KERNEL
   // row of FA_BR = 64 queries each, the 16-byte chunk nt at nt XOR kr mod 8).
   const unsigned sw = fa_smem(sS) + (kr * 64 + c2) * 2, sx = (kr & 7) << 4;
   // reds adds this warpgroup's dQ part, dq, of the item whose first query row is
-  // q00, head hh. As tier 1: quad exchanges give lane q columns q and 4 + q of
-  // each 8-column n-tile, so each red of the warp covers whole 32-byte sectors.
+  // q00, head hh, spread over the quad as tier 1's (fa_quad_spread).
   float dq[FA_D / 4];
   const int qd = lane & 3;
   auto reds = [&](int hh, long long q00) {
     unsigned long long* dg = dqa + ((b * FA_T + qp0) * FA_HQ + hh) * FA_D + wg * (FA_D / 2);
 #pragma unroll
-    for (int i = 0; i < FA_D / 8; ++i) {  // i = nt·2 + r
-      const float v0 = dq[i * 2], v1 = dq[i * 2 + 1];
-      const float x = __shfl_xor_sync(0xffffffffu, (qd & 1) ? v0 : v1, 1);
-      const float lo = (qd & 1) ? x : v0, hi = (qd & 1) ? v1 : x;
-      const float y = __shfl_xor_sync(0xffffffffu, (qd & 2) ? lo : hi, 2);
-      dq[i * 2] = (qd & 2) ? y : lo;
-      dq[i * 2 + 1] = (qd & 2) ? hi : y;
-    }
+    for (int i = 0; i < FA_D / 8; ++i)  // i = nt·2 + r
+      fa_quad_spread(dq[i * 2], dq[i * 2 + 1], qd, &dq[i * 2], &dq[i * 2 + 1]);
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       const long long row = q00 + (warp & 3) * 16 + g + r * 8;

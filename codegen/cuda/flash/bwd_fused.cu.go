@@ -209,9 +209,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) @KERNEL@(FA_OT* __restrict_
         }
       }
     }
-    // Each lane holds columns 2q, 2q+1 of an 8-column n-tile (q = lane & 3);
-    // two exchanges in the quad give lane q columns q and 4 + q, so each red
-    // of the warp covers whole 32-byte sectors (eight rows, four words each).
+    // dQ's reds, spread over the quad (fa_quad_spread) to cover whole sectors.
     unsigned long long* dg = dqa + ((b * FA_T + qp0) * FA_HQ + h) * FA_D;
     const int qd = lane & 3;
 #pragma unroll
@@ -221,14 +219,12 @@ extern "C" __global__ void __launch_bounds__(256, 1) @KERNEL@(FA_OT* __restrict_
         const long long row = qq0 + wm * (FA_BR / 2) + mi * 16 + g + r * 8;
 #pragma unroll
         for (int nt = 0; nt < FA_QN; ++nt) {
-          const float v0 = dq[mi][nt][2 * r], v1 = dq[mi][nt][2 * r + 1];
-          const float x = __shfl_xor_sync(0xffffffffu, (qd & 1) ? v0 : v1, 1);
-          const float lo = (qd & 1) ? x : v0, hi = (qd & 1) ? v1 : x;
-          const float y = __shfl_xor_sync(0xffffffffu, (qd & 2) ? lo : hi, 2);
+          float lo, hi;
+          fa_quad_spread(dq[mi][nt][2 * r], dq[mi][nt][2 * r + 1], qd, &lo, &hi);
           if (row >= qn) continue;
           unsigned long long* p = dg + row * qrs + wc * (FA_D / 4) + nt * 8 + qd;
-          fa_red64(p, ((qd & 2) ? y : lo) * FA_SCALE, dqmul);
-          fa_red64(p + 4, ((qd & 2) ? hi : y) * FA_SCALE, dqmul);
+          fa_red64(p, lo * FA_SCALE, dqmul);
+          fa_red64(p + 4, hi * FA_SCALE, dqmul);
         }
       }
   }
@@ -285,6 +281,17 @@ const dqFixedSrc = `__device__ __forceinline__ float fa_dq_mul(const unsigned* m
   if (e > 188) return 0.0f;
   if (e < -64) e = -64;
   return __int_as_float((127 + 62 - e) << 23);
+}
+// fa_quad_spread takes one row of an 8-column n-tile held as the mma
+// accumulators hold it (lane q of the quad: columns 2q, 2q + 1) and gives lane q
+// columns q and 4 + q, by two exchanges, so that a warp's red over eight rows
+// covers whole 32-byte sectors (eight rows, four words each).
+__device__ __forceinline__ void fa_quad_spread(float v0, float v1, int qd, float* c0, float* c4) {
+  const float x = __shfl_xor_sync(0xffffffffu, (qd & 1) ? v0 : v1, 1);
+  const float lo = (qd & 1) ? x : v0, hi = (qd & 1) ? v1 : x;
+  const float y = __shfl_xor_sync(0xffffffffu, (qd & 2) ? lo : hi, 2);
+  *c0 = (qd & 2) ? y : lo;
+  *c4 = (qd & 2) ? hi : y;
 }
 // fa_red64 adds x in units of 1/mul to *p (an integer atomic: any order, same
 // bits). x·mul is exact (mul is a power of two) and below 2^62.

@@ -49,12 +49,13 @@ func tier2Kernels(t *testing.T, d flash.Desc) []flash.Kernel {
 }
 
 // TestTier2Golden: the tier-2 kernels render exactly as the golden files in
-// testdata/golden, which hold what CI can read of a tier it may not compile
-// (update with go test ./codegen/cuda/flash -run Golden -update).
+// testdata/golden (update with go test ./codegen/cuda/flash -run Golden -update).
+// One variant, a forward and a fused backward, holds the kernel text: the other
+// variants differ from it only in their descriptor's #defines, and
+// TestNVRTCCompileTier2 compiles every one of them.
 func TestTier2Golden(t *testing.T) {
-	for _, v := range tier2Variants {
-		for _, k := range tier2Kernels(t, v.d) {
-			cudatest.Golden(t, "tier2-"+v.name+"-"+k.Op[len("attention.flash."):], k.Source())
-		}
+	v := tier2Variants[0]
+	for _, k := range tier2Kernels(t, v.d) {
+		cudatest.Golden(t, "tier2-"+v.name+"-"+k.Op[len("attention.flash."):], k.Source())
 	}
 }

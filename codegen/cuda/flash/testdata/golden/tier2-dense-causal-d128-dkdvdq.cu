@@ -173,6 +173,17 @@ __device__ __forceinline__ float fa_dq_mul(const unsigned* mx) {
   if (e < -64) e = -64;
   return __int_as_float((127 + 62 - e) << 23);
 }
+// fa_quad_spread takes one row of an 8-column n-tile held as the mma
+// accumulators hold it (lane q of the quad: columns 2q, 2q + 1) and gives lane q
+// columns q and 4 + q, by two exchanges, so that a warp's red over eight rows
+// covers whole 32-byte sectors (eight rows, four words each).
+__device__ __forceinline__ void fa_quad_spread(float v0, float v1, int qd, float* c0, float* c4) {
+  const float x = __shfl_xor_sync(0xffffffffu, (qd & 1) ? v0 : v1, 1);
+  const float lo = (qd & 1) ? x : v0, hi = (qd & 1) ? v1 : x;
+  const float y = __shfl_xor_sync(0xffffffffu, (qd & 2) ? lo : hi, 2);
+  *c0 = (qd & 2) ? y : lo;
+  *c4 = (qd & 2) ? hi : y;
+}
 // fa_red64 adds x in units of 1/mul to *p (an integer atomic: any order, same
 // bits). x·mul is exact (mul is a power of two) and below 2^62.
 __device__ __forceinline__ void fa_red64(unsigned long long* p, float x, float mul) {
@@ -197,7 +208,7 @@ __device__ __forceinline__ void fa_wg_dq(float* d, unsigned long long da, unsign
     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
     : "l"(da), "l"(db), "r"(acc) : "memory");
 }
-extern "C" __global__ void __launch_bounds__(256, 1) attention_flash_dkdvdq_2f2f23650419bcc6(FA_OT* __restrict__ dk, FA_OT* __restrict__ dv,
+extern "C" __global__ void __launch_bounds__(256, 1) attention_flash_dkdvdq_0ecc1f0cae0fdab1(FA_OT* __restrict__ dk, FA_OT* __restrict__ dv,
     const fa_bf16* __restrict__ q, const fa_bf16* __restrict__ k, const fa_bf16* __restrict__ v,
     const fa_bf16* __restrict__ dout, const float* __restrict__ lse, const float* __restrict__ delta,
     unsigned* __restrict__ ws) {
@@ -292,21 +303,14 @@ extern "C" __global__ void __launch_bounds__(256, 1) attention_flash_dkdvdq_2f2f
   // row of FA_BR = 64 queries each, the 16-byte chunk nt at nt XOR kr mod 8).
   const unsigned sw = fa_smem(sS) + (kr * 64 + c2) * 2, sx = (kr & 7) << 4;
   // reds adds this warpgroup's dQ part, dq, of the item whose first query row is
-  // q00, head hh. As tier 1: quad exchanges give lane q columns q and 4 + q of
-  // each 8-column n-tile, so each red of the warp covers whole 32-byte sectors.
+  // q00, head hh, spread over the quad as tier 1's (fa_quad_spread).
   float dq[FA_D / 4];
   const int qd = lane & 3;
   auto reds = [&](int hh, long long q00) {
     unsigned long long* dg = dqa + ((b * FA_T + qp0) * FA_HQ + hh) * FA_D + wg * (FA_D / 2);
 #pragma unroll
-    for (int i = 0; i < FA_D / 8; ++i) {  // i = nt·2 + r
-      const float v0 = dq[i * 2], v1 = dq[i * 2 + 1];
-      const float x = __shfl_xor_sync(0xffffffffu, (qd & 1) ? v0 : v1, 1);
-      const float lo = (qd & 1) ? x : v0, hi = (qd & 1) ? v1 : x;
-      const float y = __shfl_xor_sync(0xffffffffu, (qd & 2) ? lo : hi, 2);
-      dq[i * 2] = (qd & 2) ? y : lo;
-      dq[i * 2 + 1] = (qd & 2) ? hi : y;
-    }
+    for (int i = 0; i < FA_D / 8; ++i)  // i = nt·2 + r
+      fa_quad_spread(dq[i * 2], dq[i * 2 + 1], qd, &dq[i * 2], &dq[i * 2 + 1]);
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       const long long row = q00 + (warp & 3) * 16 + g + r * 8;
