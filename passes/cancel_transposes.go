@@ -21,8 +21,11 @@ import (
 //
 // The rewrite is conservative: every value of the region must be read only by
 // the region or by inverse transposes, none may be an output, and an operand
-// from outside the region must be a constant (permuted here) or already laid out
-// the same in both layouts (unit size on every axis the permutation moves).
+// from outside the region must be a constant (permuted here), already laid out
+// the same in both layouts (unit size on every axis the permutation moves), or
+// moved by a reshape (the permutation keeps its other axes in order: RoPE's cos
+// and sin, [1,1,T,D] in [B,H,T,D], computed at run time once T is too long to
+// fold, are [1,T,1,D] in [B,T,H,D]).
 
 // CancelTransposes runs the ops between transpose(y, p) and transposes by p⁻¹ of
 // their results in y's layout, so that both transposes go.
@@ -125,13 +128,31 @@ func layoutAgnostic(n *ir.Node, rank int) bool {
 
 // portable reports whether the operand a from outside the region can follow it
 // into y's layout: a constant of at most the region's rank (permuted when
-// rebuilt), or a value whose (left-padded) shape has unit size on every axis
-// the permutation moves, so it broadcasts the same in both layouts.
+// rebuilt), a value whose (left-padded) shape has unit size on every axis
+// the permutation moves, so it broadcasts the same in both layouts, or one
+// that a reshape moves.
 func (r *layoutRegion) portable(a *ir.Value) bool {
 	if a.Type.Rank() > len(r.perm) {
 		return false
 	}
-	return r.invariant(a.Type.Shape) || a.Def != nil && a.Def.Op == ir.OpConstant
+	return r.invariant(a.Type.Shape) || a.Def != nil && a.Def.Op == ir.OpConstant || r.reshapes(a.Type.Shape)
+}
+
+// reshapes reports whether shape, left-padded to the region's rank, keeps the
+// order of its non-unit axes in y's layout, so that a reshape moves its data.
+func (r *layoutRegion) reshapes(shape []int64) bool {
+	s := padShape(shape, len(r.perm))
+	last := int64(-1)
+	for _, a := range r.inv { // y's axis j is the region's axis inv[j]
+		if s[a] == 1 {
+			continue
+		}
+		if a < last {
+			return false
+		}
+		last = a
+	}
+	return true
 }
 
 // invariant reports whether shape, left-padded to the region's rank, is 1 on
@@ -187,12 +208,20 @@ func (r *layoutRegion) rewrite(f *ir.Func, b *ir.Builder) {
 }
 
 // operand brings an operand from outside the region into y's layout: unchanged
-// when its layout is the same in both, otherwise (a constant) permuted.
+// when its layout is the same in both, a constant permuted, otherwise reshaped.
 func (r *layoutRegion) operand(b *ir.Builder, a *ir.Value) *ir.Value {
 	if r.invariant(a.Type.Shape) {
 		return a
 	}
-	return b.Const(permuteTensor(a.Def.AttrTensor("value"), r.inv))
+	if a.Def != nil && a.Def.Op == ir.OpConstant {
+		return b.Const(permuteTensor(a.Def.AttrTensor("value"), r.inv))
+	}
+	s := padShape(a.Type.Shape, len(r.perm))
+	shape := make([]int64, len(s))
+	for j, ax := range r.inv {
+		shape[j] = s[ax]
+	}
+	return b.Reshape(a, shape...)
 }
 
 // attrs are n's attributes with the axes of a slice or concat renamed to y's.
