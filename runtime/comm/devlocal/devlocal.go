@@ -211,11 +211,10 @@ type Comm struct {
 	mods    []*cuda.Module
 	scratch cuda.DevicePtr
 	scrLen  int
-	// pulled is this rank's event after its pulls of the last collective, which
-	// peers wait on; it lives until the next collective's drain, or until
-	// every rank of last, that collective, has queued its waits (Close).
-	pulled *cuda.Event
-	last   *round
+	// last is the rank's last collective. Its pulled event (last.pulled[rank]),
+	// which peers wait on, lives until the next collective's drain, or until
+	// every rank has queued its waits on it (Close).
+	last *round
 }
 
 var _ comm.Device = (*Comm)(nil)
@@ -249,7 +248,7 @@ func (c *Comm) Sync() error { return c.stream.Synchronize() }
 // Close waits for the queued work and releases the stream, kernels and scratch.
 func (c *Comm) Close() error {
 	errs := []error{c.Sync()}
-	if c.pulled != nil {
+	if c.last != nil {
 		// A peer may be between the last collective's drain and its wait on
 		// this event; destroying it first fails that wait (invalid handle).
 		// Every rank that passed the drain finishes the round without waiting
@@ -258,7 +257,7 @@ func (c *Comm) Close() error {
 			!errors.Is(err, comm.ErrAborted) {
 			errs = append(errs, err)
 		}
-		errs = append(errs, c.pulled.Destroy())
+		errs = append(errs, c.last.pulled[c.Rank()].Destroy())
 	}
 	for _, m := range c.mods {
 		errs = append(errs, m.Unload())
@@ -305,10 +304,10 @@ func (c *Comm) run(p *post, pull func(ps []*post) error) error {
 	// Every rank has now finished the previous collective, waits on the
 	// previous pulled event included, so it may go; this one's stays until
 	// the next collective (or Close), since a peer may not have waited on it yet.
-	if c.pulled != nil {
-		c.pulled.Destroy()
+	if c.last != nil {
+		c.last.pulled[me].Destroy()
 	}
-	c.pulled, c.last = ev, r
+	c.last = r
 	for s, e := range r.pulled {
 		if s != me {
 			if err := c.stream.Wait(e); err != nil {
