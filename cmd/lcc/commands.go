@@ -197,6 +197,9 @@ func compileCmd() *cobra.Command {
 			if measured != "" && !plotMemory {
 				return fmt.Errorf("--measured needs --emit=memory")
 			}
+			if err := applyRecorded(cmd, args[0]); err != nil {
+				return err
+			}
 			t, o, err := cf.options()
 			if err != nil {
 				return err

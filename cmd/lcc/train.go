@@ -67,6 +67,9 @@ stays silent for --comm-timeout ends every other rank with an error naming it.`,
 			if _, set := os.LookupEnv("GOGC"); !set {
 				defer debug.SetGCPercent(debug.SetGCPercent(400))
 			}
+			if err := applyRecorded(cmd, cfg.Model); err != nil {
+				return err
+			}
 			t, o, err := cf.options()
 			if err != nil {
 				return err
