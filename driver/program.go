@@ -1,7 +1,6 @@
 package driver
 
 import (
-	"cmp"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -147,7 +146,11 @@ func RecordedFlags(model string) ([]RecordedFlag, string, error) {
 			add("loss", kv["loss"])
 		case "insert-checkpoints":
 			add("checkpoint", kv["policy"])
-			add("memory-budget", cmp.Or(kv["budget"], "0"))
+			budget := "0" // none given: the target's memory
+			if b := kv["budget"]; b != "" {
+				budget = b + "B"
+			}
+			add("memory-budget", budget)
 		case "codegen":
 			add("precision", map[bool]string{true: "bf16", false: "fp32"}[kv["storage"] == "bf16"])
 		}

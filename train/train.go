@@ -198,6 +198,8 @@ func (c *Config) check() error {
 		return fmt.Errorf("--min-lr %v: want <= --lr (%v)", c.MinLR, c.LR)
 	case c.Warmup < 0:
 		return fmt.Errorf("--warmup %d: want >= 0", c.Warmup)
+	case c.Warmup > c.Steps:
+		return fmt.Errorf("--warmup %d: want <= --steps (%d): the warmup would never end", c.Warmup, c.Steps)
 	case c.WeightDecay < 0 || math.IsNaN(c.WeightDecay):
 		return fmt.Errorf("--weight-decay %v: want >= 0", c.WeightDecay)
 	case c.Clip < 0 || math.IsNaN(c.Clip):

@@ -70,6 +70,13 @@ stays silent for --comm-timeout ends every other rank with an error naming it.`,
 			if err := applyRecorded(cmd, cfg.Model); err != nil {
 				return err
 			}
+			env, launched, err := runner.EnvFrom(os.Getenv)
+			if err != nil {
+				return fmt.Errorf("launcher environment: %w", err)
+			}
+			if launched && !cmd.Flags().Changed("ranks") {
+				cf.af.ranks = env.WorldSize // the launcher says how many ranks there are
+			}
 			t, o, err := cf.options()
 			if err != nil {
 				return err
@@ -77,10 +84,6 @@ stays silent for --comm-timeout ends every other rank with an error naming it.`,
 			cfg.Target, cfg.Loss, cfg.Attention, cfg.Checkpoint = t, o.Loss, o.Attention, o.Checkpoint
 			cfg.MemoryBudget, cfg.Precision, cfg.Ranks, cfg.ShardMode = o.MemoryBudget, o.Precision, o.Ranks, o.ShardMode
 			precision := o.Precision
-			env, launched, err := runner.EnvFrom(os.Getenv)
-			if err != nil {
-				return fmt.Errorf("launcher environment: %w", err)
-			}
 			var res *train.Result
 			storage := tensor.F32
 			if precision == "bf16" {
