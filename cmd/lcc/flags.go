@@ -64,7 +64,7 @@ func (b *byteSize) String() string {
 	}
 	return strconv.FormatInt(int64(*b), 10) + "B"
 }
-func (b *byteSize) Type() string   { return "bytes" }
+func (b *byteSize) Type() string { return "bytes" }
 
 // positiveFlags are the flags that, when given, must be positive: a zero would
 // read as "not given" further down and silently pick a default.
