@@ -11,31 +11,45 @@ import (
 	"fmt"
 	"io"
 	"reflect"
+	"strings"
 )
 
-// Describe explains err, returned by decoding data read from path. The result
-// wraps err, so errors.As still finds the json error.
+// Describe explains err, returned by decoding data read from path: Explain's
+// message after the path.
 func Describe(path string, data []byte, err error) error {
+	e := Explain(data, err).(*described)
+	e.msg = path + ": " + e.msg
+	return e
+}
+
+// Explain explains err, returned by decoding data, without naming a file. The
+// result wraps err, so errors.As still finds the json error.
+func Explain(data []byte, err error) error {
 	var syn *json.SyntaxError
 	var typ *json.UnmarshalTypeError
 	switch {
 	case errors.As(err, &syn):
 		if syn.Offset >= int64(len(bytes.TrimRight(data, " \t\r\n"))) {
-			return &described{fmt.Sprintf("%s: malformed JSON: the file ends early (truncated?)", path), err}
+			return &described{"malformed JSON: it ends before its last value does (truncated?)", err}
 		}
-		return &described{fmt.Sprintf("%s: malformed JSON at %s: %s", path, Position(data, syn.Offset-1),
+		return &described{fmt.Sprintf("malformed JSON at %s: %s", Position(data, syn.Offset-1),
 			syn.Error()), err}
 	case errors.As(err, &typ):
-		field := typ.Field
-		if field == "" {
-			field = "the top level"
-		}
-		return &described{fmt.Sprintf("%s: at %s: %s: want %s, got %s", path, Position(data, typ.Offset),
-			field, kindOf(typ.Type), typ.Value), err}
+		return &described{fmt.Sprintf("at %s: %s", Position(data, typ.Offset), TypeMessage(typ)), err}
 	case errors.Is(err, io.ErrUnexpectedEOF):
-		return &described{fmt.Sprintf("%s: malformed JSON: the file ends early (truncated?)", path), err}
+		return &described{"malformed JSON: it ends before its last value does (truncated?)", err}
 	}
-	return &described{fmt.Sprintf("%s: %v", path, err), err}
+	return &described{strings.TrimPrefix(err.Error(), "json: "), err}
+}
+
+// TypeMessage says which field holds what kind of value instead of what:
+// "gpus: want an integer, got string".
+func TypeMessage(typ *json.UnmarshalTypeError) string {
+	field := typ.Field
+	if field == "" {
+		field = "the top level"
+	}
+	return fmt.Sprintf("%s: want %s, got %s", field, kindOf(typ.Type), typ.Value)
 }
 
 // Position is "line L, column C" of byte offset off in data (both from 1). A

@@ -20,7 +20,7 @@ func TestDescribe(t *testing.T) {
 			`t.json: at line 3, column 18: [0].gpus: want an integer, got string`, nil},
 		{"[\n {\"name\": \"x\" \"gpus\": 8}]",
 			`t.json: malformed JSON at line 2, column 15: invalid character '"' after object key:value pair`, nil},
-		{"[{\"name\": \"x\"", `t.json: malformed JSON: the file ends early (truncated?)`, nil},
+		{"[{\"name\": \"x\"", `t.json: malformed JSON: it ends before its last value does (truncated?)`, nil},
 		{`{"name": 1}`, `t.json: at line 1, column 2: the top level: want an array, got object`, nil},
 	} {
 		var v []entry
