@@ -8,8 +8,8 @@ import (
 	"path/filepath"
 
 	cudagen "github.com/lcc-dev/lcc/codegen/cuda"
-	"github.com/lcc-dev/lcc/internal/jsonerr"
 	"github.com/lcc-dev/lcc/driver"
+	"github.com/lcc-dev/lcc/internal/jsonerr"
 	"github.com/lcc-dev/lcc/train/plot"
 )
 
