@@ -737,8 +737,14 @@ func (t *trainer) run() (*Result, error) {
 	cfg := t.cfg
 	res := &Result{Program: t.program, PlannedPeakBytes: t.plannedPeak}
 	fmt.Fprintf(cfg.Progress, "program %s\n", t.program)
-	fmt.Fprintf(cfg.Progress, "memory  planned peak %s per GPU (the compile report's; %s)\n",
-		report.Bytes(t.plannedPeak), t.plan)
+	if cfg.Device == "cpu" {
+		// The plan is the target's; this run's memory is the host's.
+		fmt.Fprintf(cfg.Progress, "memory  on the CPU (interpreter, f32): the step lines show the host heap; "+
+			"the plan for %s is %s per GPU (%s)\n", cfg.Target.Name, report.Bytes(t.plannedPeak), t.plan)
+	} else {
+		fmt.Fprintf(cfg.Progress, "memory  planned peak %s per GPU (the compile report's; %s)\n",
+			report.Bytes(t.plannedPeak), t.plan)
+	}
 	first := 0
 	if cfg.Resume {
 		var err error
