@@ -14,6 +14,7 @@ import (
 	"strings"
 
 	cudagen "github.com/lcc-dev/lcc/codegen/cuda"
+	"github.com/lcc-dev/lcc/internal/fserr"
 	"github.com/lcc-dev/lcc/internal/jsonerr"
 	"github.com/lcc-dev/lcc/ir"
 	"github.com/lcc-dev/lcc/passes"
@@ -98,7 +99,7 @@ func readStepRecord(model string) (*stepRecord, error) {
 		return nil, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, errors.Unwrap(err))
+		return nil, fmt.Errorf("%s: %w", path, fserr.Cause(err))
 	}
 	rec := &stepRecord{path: path}
 	if err := json.Unmarshal(data, rec); err != nil {

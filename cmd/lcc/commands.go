@@ -200,6 +200,11 @@ func compileCmd() *cobra.Command {
 			if measured != "" && !plotMemory {
 				return fmt.Errorf("--measured needs --emit=memory")
 			}
+			if out != "" {
+				if err := checkOutputDir("-o", out); err != nil {
+					return err
+				}
+			}
 			if err := applyRecorded(cmd, args[0]); err != nil {
 				return err
 			}

@@ -3,13 +3,13 @@ package onnx
 import (
 	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 
 	"github.com/lcc-dev/lcc/frontends/onnx/onnxpb"
+	"github.com/lcc-dev/lcc/internal/fserr"
 )
 
 // extFiles opens external data files under the model's folder and keeps them
@@ -201,8 +201,6 @@ func (d *decoder) openExternal(location string) (*os.File, error) {
 // *fs.PathError only the cause is kept, after the file's path, since its
 // operation is Go's name for a system call (statat, openat), not the user's.
 func (e *extFiles) fileErr(location string, err error) error {
-	if pe, ok := errors.AsType[*fs.PathError](err); ok {
-		err = pe.Err
-	}
-	return fmt.Errorf("external data %q (%s): %w", location, filepath.Join(e.dir, filepath.FromSlash(location)), err)
+	return fmt.Errorf("external data %q (%s): %w", location, filepath.Join(e.dir, filepath.FromSlash(location)),
+		fserr.Cause(err))
 }
