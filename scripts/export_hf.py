@@ -1,21 +1,44 @@
-"""Exports tiny, randomly initialised Hugging Face models to ONNX with PyTorch's
-exporter, with reference outputs and gradients, for lcc's import tests.
+"""Exports a Hugging Face causal language model to ONNX for lcc, with PyTorch's exporter.
 
-Run where PyTorch, transformers and onnxscript exist (the GPU machine has them):
-    python3 scripts/export_hf.py OUTDIR [NAME...]
-Writes OUTDIR/hf_<name>.onnx and OUTDIR/hf_<name>.ref.safetensors for each model (the
+    python3 scripts/export_hf.py MODEL -o model.onnx [--seq 64] [--batch 2] [--from-config]
+
+MODEL is a model name on the Hugging Face Hub (HuggingFaceTB/SmolLM2-135M) or a local
+folder holding config.json and the weights (what save_pretrained writes). The export
+takes one input, input_ids [batch, seq], and returns the logits; `batch` and `seq` are
+dynamic dims with those names, which `lcc train --batch --seq-len` bind. The options
+that matter to lcc (see export below):
+  - dynamo=True: torch.export, whose graph signature and per-node provenance lcc reads to
+    train exactly PyTorch's parameters under their state_dict names, even where the
+    exporter's optimizer merged equal initializers (fresh norm scales), folded a
+    Linear's Wᵀ into a new initializer, or dropped a zero bias: lcc unties, unfolds and
+    restores them (lcc compile prints a note saying which);
+  - weights stay initializers (not graph inputs), in the file, or in MODEL.onnx.data
+    beside it when they pass 2 GB (ONNX's protobuf limit; lcc reads external data that
+    lies in the model's folder);
+  - batch and seq examples of 2 or more: torch.export specialises a dim whose example is 1.
+--from-config builds the model from its config with fresh random weights (no weight
+download), for trying lcc on an architecture before training it for real.
+
+    python3 scripts/export_hf.py --testdata OUTDIR [NAME...]
+
+writes lcc's test models, tiny randomly initialised ones, with reference outputs and
+gradients: OUTDIR/hf_<name>.onnx and OUTDIR/hf_<name>.ref.safetensors for each model (the
 four short ones when no NAME is given; the *_long and *_d128 ones only when named); the
 reference holds input_ids (and attention_mask), labels or dy, the outputs, the loss,
-param.<name> and grad.<name> for every parameter (float32, computed on the CPU).
-No weights are downloaded: every model is built from a small config.
-"""
-import sys, os, traceback
-import torch, torch.nn.functional as F
-from safetensors.torch import save_file
-import transformers as tf
+param.<name> and grad.<name> for every parameter (float32, computed on the CPU). That is
+how testdata/hf was made. No weights are downloaded: every model is built from a small config.
 
-out = sys.argv[1]
-os.makedirs(out, exist_ok=True)
+Needs PyTorch, transformers and onnxscript (pip install torch transformers onnxscript).
+"""
+import argparse, sys, os, traceback
+try:
+    import torch, torch.nn.functional as F
+    import transformers as tf
+except ImportError as e:
+    sys.exit(f"export_hf.py needs PyTorch, transformers and onnxscript ({e}): "
+             "pip install torch transformers onnxscript")
+
+out = None  # the --testdata folder
 torch.manual_seed(0)
 B, T, V = 2, 16, 512
 
@@ -71,6 +94,7 @@ def ref_lm(name, model, B=B, T=T, V=V, logits_copy=True):
     import onnx
     o = onnx.load(os.path.join(out, f"hf_{name}.onnx"), load_external_data=False)
     t[o.graph.output[0].name] = logits.detach().clone()
+    from safetensors.torch import save_file
     save_file({k: v.contiguous() for k, v in t.items()}, os.path.join(out, f"hf_{name}.ref.safetensors"))
 
 
@@ -93,6 +117,7 @@ def ref_enc(name, model):
         t["param." + n] = p.detach().clone()
         if p.grad is not None:
             t["grad." + n] = p.grad.detach().clone()
+    from safetensors.torch import save_file
     save_file({k: v.contiguous() for k, v in t.items()}, os.path.join(out, f"hf_{name}.ref.safetensors"))
 
 
@@ -144,15 +169,80 @@ def llama_d128(attn):
 
 named_jobs = {"llama_gqa_eager_long": llama_long("eager"), "llama_gqa_sdpa_long": llama_long("sdpa"),
               "llama_gqa_d128_sdpa": llama_d128("sdpa"), "llama_gqa_d128_eager": llama_d128("eager")}
-names = sys.argv[2:] or list(jobs)
-for name in names:
-    if name not in jobs and name not in named_jobs:
-        sys.exit(f"unknown model {name!r} (have: {', '.join(list(jobs) + list(named_jobs))})")
-for name in names:
-    job = jobs.get(name) or named_jobs[name]
-    try:
-        job()
-        print("ok", name)
-    except Exception:
-        print("FAILED", name)
-        traceback.print_exc()
+
+
+def testdata(folder, names):
+    global out
+    out = folder
+    os.makedirs(out, exist_ok=True)
+    names = names or list(jobs)
+    for name in names:
+        if name not in jobs and name not in named_jobs:
+            sys.exit(f"unknown model {name!r} (have: {', '.join(list(jobs) + list(named_jobs))})")
+    for name in names:
+        job = jobs.get(name) or named_jobs[name]
+        try:
+            job()
+            print("ok", name)
+        except Exception:
+            print("FAILED", name)
+            traceback.print_exc()
+
+
+def export_model(a):
+    """Exports a causal LM (a Hub name or a local folder) as lcc trains it: input_ids
+    [batch, seq] in, logits out, batch and seq dynamic."""
+    if a.batch < 2 or a.seq < 2:
+        sys.exit("--batch and --seq: want 2 or more (torch.export makes a dim of example size 1 static)")
+    if a.from_config:
+        config = tf.AutoConfig.from_pretrained(a.model, trust_remote_code=a.trust_remote_code)
+        model = tf.AutoModelForCausalLM.from_config(config, attn_implementation=a.attention,
+                                                    trust_remote_code=a.trust_remote_code)
+    else:
+        model = tf.AutoModelForCausalLM.from_pretrained(a.model, attn_implementation=a.attention,
+                                                        trust_remote_code=a.trust_remote_code)
+    model = model.float().eval()  # fp32 weights: lcc keeps fp32 masters (--precision picks storage)
+    vocab = model.get_input_embeddings().weight.shape[0]
+    ids = torch.randint(0, vocab, (a.batch, a.seq))
+    batch, seq = torch.export.Dim("batch"), torch.export.Dim("seq")
+    # dynamo=True records the provenance lcc reads; the default optimizer's folds and
+    # merges are undone by lcc from it. Weights stay initializers (not inputs).
+    prog = torch.onnx.export(LM(model), (ids,), dynamo=True, input_names=["input_ids"],
+                             output_names=["logits"], dynamic_shapes={"input_ids": {0: batch, 1: seq}},
+                             opset_version=18)
+    os.makedirs(os.path.dirname(os.path.abspath(a.output)), exist_ok=True)
+    prog.save(a.output)  # weights over 2 GB go to a.output + ".data", beside it
+    params = sum(p.numel() for p in model.parameters())
+    print(f"wrote {a.output}: {type(model).__name__}, {params} parameters, vocab {vocab}; "
+          f"input input_ids [batch, seq], output logits [batch, seq, {vocab}]")
+    print(f"next: lcc compile {a.output} --seq-len=N   (then lcc train {a.output} "
+          f"--data=tokens:FILE --seq-len=N --batch=B --steps=S)")
+
+
+def main():
+    p = argparse.ArgumentParser(description="export a Hugging Face causal LM to ONNX for lcc",
+                                epilog="python3 scripts/export_hf.py --testdata OUTDIR [NAME...] "
+                                       "writes lcc's test models instead")
+    p.add_argument("model", nargs="?", help="a Hub model name or a local folder")
+    p.add_argument("-o", "--output", help="the .onnx file to write")
+    p.add_argument("--seq", type=int, default=64, help="the example sequence length (seq stays dynamic)")
+    p.add_argument("--batch", type=int, default=2, help="the example batch (batch stays dynamic)")
+    p.add_argument("--attention", default="sdpa", choices=["sdpa", "eager"],
+                   help="the model's attention implementation; lcc matches both")
+    p.add_argument("--from-config", action="store_true",
+                   help="fresh random weights from the model's config (no weight download)")
+    p.add_argument("--trust-remote-code", action="store_true",
+                   help="allow a model whose code lives on the Hub (runs that code)")
+    p.add_argument("--testdata", metavar="OUTDIR", help="write lcc's test models and references")
+    a, rest = p.parse_known_args()
+    if a.testdata:
+        return testdata(a.testdata, ([a.model] if a.model else []) + rest)
+    if rest:
+        p.error(f"unrecognised arguments: {' '.join(rest)}")
+    if not a.model or not a.output:
+        p.error("give MODEL and -o FILE.onnx (or --testdata OUTDIR)")
+    export_model(a)
+
+
+if __name__ == "__main__":
+    main()
