@@ -114,3 +114,60 @@ func writeFile(t *testing.T, path, data string) string {
 	}
 	return path
 }
+
+// TestREADMEFrontDoor: the README opens with a sentence saying what lcc is, then
+// the two commands; its quickstart exports, tokenizes, trains and exports with
+// scripts and flags that exist; its token file is described; and its prose
+// comes in short paragraphs, the details living in docs/.
+func TestREADMEFrontDoor(t *testing.T) {
+	data, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	readme := string(data)
+	lines := strings.Split(readme, "\n")
+	if lines[0] != "# lcc" || !strings.HasPrefix(lines[2], "lcc is ") {
+		t.Errorf("the README does not open with what lcc is: %q", lines[:3])
+	}
+	for _, want := range []string{
+		"go run ./cmd/lcc compile testdata/onnx/llama_mini.onnx --target=a100x8 --seq-len=1048576 -o out/llama_mini",
+		"make test", "scripts/export_hf.py", "scripts/tokenize.py", "nanoGPT", "uint16", "uint32",
+		"`batch` and `seq`", "load_state_dict", "(docs/usage.md)",
+	} {
+		if !strings.Contains(readme, want) {
+			t.Errorf("the README lacks %q", want)
+		}
+	}
+	for _, script := range []string{"export_hf.py", "tokenize.py"} {
+		if _, err := os.Stat(filepath.Join("../../scripts", script)); err != nil {
+			t.Error(err)
+		}
+	}
+	// Prose paragraphs (not code, tables or lists) stay short.
+	n := 0
+	for i, l := range append(lines, "") {
+		prose := l != "" && !strings.HasPrefix(l, "    ") && !strings.HasPrefix(l, "|") &&
+			!strings.HasPrefix(l, "```") && !strings.HasPrefix(l, "#")
+		if prose {
+			n++
+			continue
+		}
+		if n > 10 {
+			t.Errorf("README line %d ends a paragraph of %d lines", i, n)
+		}
+		n = 0
+	}
+	// Every flag of the quickstart's lcc commands is one the command has.
+	cmds := regexp.MustCompile(`(?m)^    \$ lcc (\w+) ((?:.*\\\n)*.*)$`).FindAllStringSubmatch(readme, -1)
+	if len(cmds) < 2 {
+		t.Fatalf("the quickstart shows %d lcc commands", len(cmds))
+	}
+	for _, c := range cmds {
+		help, _, _ := lcc(t, c[1], "--help")
+		for _, f := range regexp.MustCompile(`--[a-z-]+`).FindAllString(c[2], -1) {
+			if !strings.Contains(help, "  "+f+" ") && !strings.Contains(help, ", "+f+" ") {
+				t.Errorf("the README's lcc %s uses %s, which lcc %s --help does not list", c[1], f, c[1])
+			}
+		}
+	}
+}
