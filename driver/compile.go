@@ -293,7 +293,8 @@ func compileOne(f *ir.Func, opts CompileOptions) (*Result, *pipeline, error) {
 	training := report.Training{}
 	if l, ok := CompiledStep(f); ok {
 		// Only codegen runs: the passes before it ran when the step was compiled.
-		if err := checkRecordedPipeline(opts.Model, p.passes); err != nil {
+		rec, err := checkRecordedPipeline(opts.Model, p.passes)
+		if err != nil {
 			return nil, nil, err
 		}
 		var rest []passes.Pass
@@ -307,6 +308,10 @@ func compileOne(f *ir.Func, opts CompileOptions) (*Result, *pipeline, error) {
 		}
 		p.loss = loss.Choice{Loss: l}
 		training = report.Training{Enabled: true, Loss: l}
+		if rec != nil {
+			// The checkpoints were inserted by that compile; the report says so.
+			training.Checkpoints = rec.Checkpoints
+		}
 	} else {
 		if stats, err = passes.Run(f, p.passes, popts); err != nil {
 			return nil, nil, err

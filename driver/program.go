@@ -86,6 +86,8 @@ type stepRecord struct {
 		} `json:"inputs"`
 	} `json:"shapes"`
 	Pipeline []string `json:"pipeline"`
+	// Checkpoints is what checkpoint insertion did when the step was compiled.
+	Checkpoints *passes.CheckpointStats `json:"checkpoints"`
 }
 
 // readStepRecord reads the report.json beside a .lcc model; nil without one.
@@ -196,20 +198,21 @@ func passLine(line string) (string, map[string]string) {
 
 // checkRecordedPipeline compares the pipeline the flags ask for with the one
 // that compiled a step read from DIR/graph.lcc, as DIR/report.json records it:
-// a step cannot be compiled again, so other flags would silently not apply.
-func checkRecordedPipeline(model string, ps []passes.Pass) error {
+// a step cannot be compiled again, so other flags would silently not apply. It
+// returns the record (nil without one).
+func checkRecordedPipeline(model string, ps []passes.Pass) (*stepRecord, error) {
 	rec, err := readStepRecord(model)
 	if err != nil || rec == nil || rec.Pipeline == nil {
-		return err
+		return rec, err
 	}
 	var want []string
 	for _, p := range ps {
 		want = append(want, strings.TrimSpace(p.Name+" "+p.Config))
 	}
 	if !slices.Equal(rec.Pipeline, want) {
-		return fmt.Errorf("%s is a compiled step, and %s records its passes as\n  %s\nbut these flags "+
+		return nil, fmt.Errorf("%s is a compiled step, and %s records its passes as\n  %s\nbut these flags "+
 			"ask for\n  %s\n(pass the flags it was compiled with, or give the model it came from)", model,
 			rec.path, strings.Join(rec.Pipeline, "\n  "), strings.Join(want, "\n  "))
 	}
-	return nil
+	return rec, nil
 }

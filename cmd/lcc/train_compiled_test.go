@@ -42,6 +42,9 @@ func TestTrainCompiledGraph(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("train graph.lcc: exit %d: %s", code, stderr)
 	}
+	if !strings.Contains(out2, "checkpoint policy layers") {
+		t.Errorf("graph.lcc's run does not name the policy it was compiled with:\n%s", out2)
+	}
 	h0, h1, h2 := programLine.FindStringSubmatch(rep), programLine.FindStringSubmatch(out1),
 		programLine.FindStringSubmatch(out2)
 	if h0 == nil || h1 == nil || h2 == nil || h0[1] != h1[1] || h1[1] != h2[1] {
