@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	cudagen "github.com/lcc-dev/lcc/codegen/cuda"
 	"io"
 	"math"
 	"os"
@@ -118,6 +119,11 @@ type Config struct {
 	// and RunOptimizer are then used only where the state cannot stay (a
 	// sharded step).
 	Session *exec.Session
+	// Adopt, if set, hands the compiled step's GPU program to the executor that
+	// Run or Session runs it on (exec.Session.Adopt): the kernels, launch plan
+	// and arena that run are those the printed program hash names, compiled for
+	// --target's architecture, never generated again for the GPU found.
+	Adopt func(*ir.Func, *cudagen.Program) error
 	// Memory, if set, measures the device's peak memory (started before
 	// Session was created); it is polled after every step.
 	Memory *cuda.PeakMeter
@@ -340,6 +346,11 @@ func newTrainer(cfg Config) (*trainer, error) {
 		return nil, err
 	}
 	grad, lossName, shard, rank := step.Func, step.Loss, step.Rank, 0
+	if cfg.Adopt != nil && step.Program != nil {
+		if err := cfg.Adopt(grad, step.Program); err != nil {
+			return nil, fmt.Errorf("%s (--target=%s): %w", cfg.Model, cfg.Target.Name, err)
+		}
+	}
 	if shard != nil {
 		rank = cfg.Comm.Rank()
 	}

@@ -94,6 +94,7 @@ type runner struct {
 	// joined by its wait step.
 	pending map[pendingKey]*cuda.Event
 	dev     *cuda.Device
+	prog    *codegen.Program // what runs: plan is its launch plan
 	plan    *codegen.Plan
 	offs    []int64 // arena offset per buffer id (-1: not allocated)
 	opts    Options

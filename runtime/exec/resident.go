@@ -45,15 +45,8 @@ func (s *Session) Bind(f *ir.Func, inputs map[string]*tensor.Tensor) (*Bound, er
 		return nil, err
 	}
 	if r == nil {
-		copts := codegen.Options{Arch: s.dev.CodegenArch(), Storage: s.opts.Storage, ScalarAttention: s.opts.ScalarAttention}
-		if s.opts.Comm != nil {
-			copts.Rank = s.opts.Comm.Rank()
-		}
-		prog, err := codegen.Build(f, copts)
+		prog, err := s.program(f)
 		if err != nil {
-			return nil, fmt.Errorf("exec: %w", err)
-		}
-		if err := checkRanks(f, s.opts.Comm); err != nil {
 			return nil, err
 		}
 		if r, err = s.build(f, prog); err != nil {
