@@ -29,6 +29,8 @@ var levels = map[string]int{
 	// Test fixtures that build IR (only tests import them).
 	"internal/llamagen": 2,
 	"internal/attntest": 2,
+	// What a GPU test does without its GPU (only tests import it).
+	"internal/gputest": 1,
 
 	"plan":    3,
 	"codegen": 3,

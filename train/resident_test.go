@@ -1,6 +1,7 @@
 package train
 
 import (
+	"github.com/lcc-dev/lcc/internal/gputest"
 	"math"
 	"testing"
 	"time"
@@ -39,7 +40,7 @@ func gpuConfig(t *testing.T, dev *cuda.Device, c Config, st tensor.DType, cache 
 func TestGPUTargetArch(t *testing.T) {
 	dev, err := cuda.Open(0)
 	if err != nil {
-		t.Skipf("skipping: no usable GPU: %v", err)
+		gputest.Skipf(t, "skipping: no usable GPU: %v", err)
 	}
 	defer dev.Close()
 	for _, name := range []string{"a100x1", "h200x1"} {
@@ -91,7 +92,7 @@ func TestGPUTargetArch(t *testing.T) {
 func TestGPUResident(t *testing.T) {
 	dev, err := cuda.Open(0)
 	if err != nil {
-		t.Skipf("skipping: no usable GPU: %v", err)
+		gputest.Skipf(t, "skipping: no usable GPU: %v", err)
 	}
 	defer dev.Close()
 	cache := t.TempDir()

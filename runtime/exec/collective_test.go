@@ -1,6 +1,7 @@
 package exec
 
 import (
+	"github.com/lcc-dev/lcc/internal/gputest"
 	"strings"
 	"sync"
 	"testing"
@@ -35,7 +36,7 @@ func TestGPUCollectivesOneRank(t *testing.T) {
 	dev := openGPU(t)
 	id, err := cuda.NCCLGetUniqueID()
 	if err != nil {
-		t.Skipf("skipping: no usable NCCL: %v", err)
+		gputest.Skipf(t, "skipping: no usable NCCL: %v", err)
 	}
 	nc, err := nccl.New(dev, 1, 0, id, nccl.Options{Timeout: 30 * time.Second})
 	if err != nil {
@@ -71,12 +72,13 @@ func TestGPUCollectivesOneRank(t *testing.T) {
 // without two GPUs and NCCL.
 func TestGPUCollectivesTwoRanks(t *testing.T) {
 	n, err := cuda.DeviceCount()
-	if err != nil || n < 2 {
-		t.Skipf("skipping: needs two GPUs (found %d: %v)", n, err)
+	if err != nil {
+		gputest.Skipf(t, "skipping: no usable GPU: %v", err)
 	}
+	gputest.NeedGPUs(t, n, 2, "each rank on its own GPU")
 	id, err := cuda.NCCLGetUniqueID()
 	if err != nil {
-		t.Skipf("skipping: no usable NCCL: %v", err)
+		gputest.Skipf(t, "skipping: no usable NCCL: %v", err)
 	}
 	const ranks = 2
 	b := ir.NewBuilder("coll2")

@@ -6,6 +6,7 @@ package exec
 
 import (
 	"fmt"
+	"github.com/lcc-dev/lcc/internal/gputest"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -45,7 +46,7 @@ func openGPU(t *testing.T) *cuda.Device {
 	t.Helper()
 	d, err := cuda.Open(0)
 	if err != nil {
-		t.Skipf("skipping: no usable GPU: %v", err)
+		gputest.Skipf(t, "skipping: no usable GPU: %v", err)
 	}
 	t.Cleanup(func() { d.Close() })
 	return d

@@ -2,6 +2,7 @@ package flash
 
 import (
 	"fmt"
+	"github.com/lcc-dev/lcc/internal/gputest"
 	"math"
 	"math/rand/v2"
 	"sync"
@@ -24,10 +25,10 @@ func gpu(t *testing.T) (*cuda.Device, *cuda.Cache) {
 	t.Helper()
 	devOnce.Do(func() { dev, devErr = cuda.Open(0) })
 	if devErr != nil {
-		t.Skipf("skipping: no GPU: %v", devErr)
+		gputest.Skipf(t, "skipping: no GPU: %v", devErr)
 	}
 	if major, _ := dev.ComputeCapability(); major < 8 {
-		t.Skipf("skipping: %s is older than sm_80", dev.Name())
+		gputest.Skipf(t, "skipping: %s is older than sm_80", dev.Name())
 	}
 	cache, err := cuda.OpenCache(t.TempDir())
 	if err != nil {

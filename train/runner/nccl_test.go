@@ -1,6 +1,7 @@
 package runner
 
 import (
+	"github.com/lcc-dev/lcc/internal/gputest"
 	"slices"
 	"testing"
 	"time"
@@ -63,12 +64,12 @@ func TestOneRankComm(t *testing.T) {
 func TestGPUNCCLOneRank(t *testing.T) {
 	dev, err := cuda.Open(0)
 	if err != nil {
-		t.Skipf("skipping: no usable GPU: %v", err)
+		gputest.Skipf(t, "skipping: no usable GPU: %v", err)
 	}
 	defer dev.Close()
 	id, err := cuda.NCCLGetUniqueID()
 	if err != nil {
-		t.Skipf("skipping: no usable NCCL: %v", err)
+		gputest.Skipf(t, "skipping: no usable NCCL: %v", err)
 	}
 	nc, err := nccl.New(dev, 1, 0, id, nccl.Options{Timeout: 30 * time.Second})
 	if err != nil {
@@ -121,11 +122,11 @@ func TestOneRankStepLowers(t *testing.T) {
 func TestGPUProcessOneRank(t *testing.T) {
 	dev, err := cuda.Open(0)
 	if err != nil {
-		t.Skipf("skipping: no usable GPU: %v", err)
+		gputest.Skipf(t, "skipping: no usable GPU: %v", err)
 	}
 	dev.Close()
 	if _, err := cuda.NCCLGetUniqueID(); err != nil {
-		t.Skipf("skipping: no usable NCCL: %v", err)
+		gputest.Skipf(t, "skipping: no usable NCCL: %v", err)
 	}
 	for name, c := range oneRankConfigs() {
 		env := Env{Rank: 0, WorldSize: 1, MasterAddr: "127.0.0.1", MasterPort: freePort(t)}
@@ -149,11 +150,11 @@ func TestGPUProcessOneRank(t *testing.T) {
 func TestGPULocalOneRank(t *testing.T) {
 	dev, err := cuda.Open(0)
 	if err != nil {
-		t.Skipf("skipping: no usable GPU: %v", err)
+		gputest.Skipf(t, "skipping: no usable GPU: %v", err)
 	}
 	dev.Close()
 	if _, err := cuda.NCCLGetUniqueID(); err != nil {
-		t.Skipf("skipping: no usable NCCL: %v", err)
+		gputest.Skipf(t, "skipping: no usable NCCL: %v", err)
 	}
 	for name, c := range oneRankConfigs() {
 		got, err := LocalGPU(c, 30*time.Second, tensor.F32)
