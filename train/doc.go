@@ -6,7 +6,7 @@
 //
 // One step of Train, with A micro-batches (--accumulate):
 //
-//	for each micro-batch: loss, grads = grad(weights, batch)      (cpu.Run)
+//	for each micro-batch: loss, grads = grad(weights, batch)      (interp.Run)
 //	                      sums = sums + grads                       (optim.Accumulate)
 //	weights, state = adamw(state, sums, lr = schedule(step))        (optim.AdamW)
 //

@@ -16,11 +16,11 @@ import (
 	"time"
 
 	"github.com/lcc-dev/lcc/driver"
+	"github.com/lcc-dev/lcc/interp"
 	"github.com/lcc-dev/lcc/ir"
 	"github.com/lcc-dev/lcc/passes/autodiff"
 	"github.com/lcc-dev/lcc/passes/loss"
 	"github.com/lcc-dev/lcc/report"
-	"github.com/lcc-dev/lcc/runtime/cpu"
 	"github.com/lcc-dev/lcc/runtime/cuda"
 	"github.com/lcc-dev/lcc/runtime/exec"
 	"github.com/lcc-dev/lcc/targets"
@@ -110,7 +110,7 @@ type Config struct {
 	// ranks (an exec.Session whose Options.Comm is Comm).
 	Ranks     int
 	ShardMode string
-	Comm      cpu.Communicator
+	Comm      interp.Communicator
 
 	// Session, if set (--device=cuda), keeps the training state on its GPU
 	// across steps: working weights and gradients in the step's arena, fp32
@@ -552,13 +552,13 @@ func (t *trainer) exec(f *ir.Func, in map[string]*tensor.Tensor) (map[string]*te
 	if f == t.grad && t.shard != nil {
 		in = t.shard.RankFeeds(in, t.rank)
 		if t.cfg.Run == nil {
-			return cpu.Run(f, in, cpu.Options{Precision: tensor.F32, Comm: t.cfg.Comm})
+			return interp.Run(f, in, interp.Options{Precision: tensor.F32, Comm: t.cfg.Comm})
 		}
 	}
 	if t.cfg.Run != nil {
 		return t.cfg.Run(f, in)
 	}
-	return cpu.Run(f, in, cpu.Options{Precision: tensor.F32})
+	return interp.Run(f, in, interp.Options{Precision: tensor.F32})
 }
 
 // stepStats is what one step reports.

@@ -9,9 +9,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/lcc-dev/lcc/interp"
 	"github.com/lcc-dev/lcc/ir"
 	"github.com/lcc-dev/lcc/runtime/comm"
-	"github.com/lcc-dev/lcc/runtime/cpu"
 	rcuda "github.com/lcc-dev/lcc/runtime/cuda"
 	"github.com/lcc-dev/lcc/tensor"
 )
@@ -141,8 +141,8 @@ func TestCollectiveLayouts(t *testing.T) {
 				xs[r] = in[r].F
 			}
 			err = comm.NewWorld(n, 0).Run(func(e *comm.Endpoint) error {
-				o, err := cpu.Run(f, map[string]*tensor.Tensor{"x": in[e.Rank()]},
-					cpu.Options{Precision: tensor.F64, Comm: e})
+				o, err := interp.Run(f, map[string]*tensor.Tensor{"x": in[e.Rank()]},
+					interp.Options{Precision: tensor.F64, Comm: e})
 				if err == nil {
 					want[e.Rank()] = o["y"].F
 				}

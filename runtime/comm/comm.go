@@ -32,7 +32,7 @@ import (
 // communicator of runtime/cuda (through host copies). Every rank issues the same
 // collectives in the same order; op names the calling node in errors. Results
 // are identical on every rank and across transports: reductions combine the
-// ranks' parts in rank order (Reduce). runtime/cpu's Communicator is the subset
+// ranks' parts in rank order (Reduce). interp's Communicator is the subset
 // its kernels call.
 type Communicator interface {
 	Rank() int

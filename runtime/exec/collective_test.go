@@ -7,10 +7,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lcc-dev/lcc/interp"
 	"github.com/lcc-dev/lcc/ir"
 	"github.com/lcc-dev/lcc/runtime/comm"
 	"github.com/lcc-dev/lcc/runtime/comm/nccl"
-	"github.com/lcc-dev/lcc/runtime/cpu"
 	"github.com/lcc-dev/lcc/runtime/cuda"
 	"github.com/lcc-dev/lcc/tensor"
 )
@@ -102,7 +102,7 @@ func TestGPUCollectivesTwoRanks(t *testing.T) {
 	}
 	want := make([]map[string]*tensor.Tensor, ranks)
 	err = comm.NewWorld(ranks, 0).Run(func(e *comm.Endpoint) error {
-		o, err := cpu.Run(f, in[e.Rank()], cpu.Options{Comm: e})
+		o, err := interp.Run(f, in[e.Rank()], interp.Options{Comm: e})
 		want[e.Rank()] = o
 		return err
 	})

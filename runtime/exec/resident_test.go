@@ -7,8 +7,8 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/lcc-dev/lcc/interp"
 	"github.com/lcc-dev/lcc/ir"
-	"github.com/lcc-dev/lcc/runtime/cpu"
 	"github.com/lcc-dev/lcc/runtime/cuda"
 	"github.com/lcc-dev/lcc/tensor"
 	"github.com/lcc-dev/lcc/train/optim"
@@ -151,7 +151,7 @@ func optimCase(t *testing.T, dev *cuda.Device, st tensor.DType, micro int, clip 
 	if again := s.Profile(); len(again) != 0 {
 		t.Errorf("a second Profile gave %v, want nothing", again)
 	}
-	want, err := cpu.Run(upd.Func, cin, cpu.Options{Precision: tensor.F32})
+	want, err := interp.Run(upd.Func, cin, interp.Options{Precision: tensor.F32})
 	if err != nil {
 		t.Fatal(err)
 	}

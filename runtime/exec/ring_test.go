@@ -8,9 +8,9 @@ import (
 	"time"
 
 	"github.com/lcc-dev/lcc/internal/attntest"
+	"github.com/lcc-dev/lcc/interp"
 	"github.com/lcc-dev/lcc/ir"
 	"github.com/lcc-dev/lcc/runtime/comm/devlocal"
-	"github.com/lcc-dev/lcc/runtime/cpu"
 	"github.com/lcc-dev/lcc/runtime/cuda"
 	"github.com/lcc-dev/lcc/tensor"
 )
@@ -69,7 +69,7 @@ func unsharded(t *testing.T, op, grad ir.Op, attrs ir.Attrs, full map[string]*te
 	t.Helper()
 	sq, skv := full["q"].Shape, full["k"].Shape
 	f := attntest.Func(t, op, grad, attrs, sq[0], sq[1], sq[2], skv[2], sq[3])
-	out, err := cpu.Run(f, full, cpu.Options{})
+	out, err := interp.Run(f, full, interp.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,8 +13,8 @@ import (
 	codegen "github.com/lcc-dev/lcc/codegen/cuda"
 	"github.com/lcc-dev/lcc/codegen/cuda/cudatest"
 	"github.com/lcc-dev/lcc/driver/drivertest"
+	"github.com/lcc-dev/lcc/interp"
 	"github.com/lcc-dev/lcc/ir"
-	"github.com/lcc-dev/lcc/runtime/cpu"
 	"github.com/lcc-dev/lcc/runtime/cuda"
 	"github.com/lcc-dev/lcc/tensor"
 )
@@ -108,7 +108,7 @@ func sessionCheck(t *testing.T, dev *cuda.Device, s *Session, f *ir.Func,
 	if err != nil {
 		t.Fatalf("RunWith @%s: %v", f.Name, err)
 	}
-	want, err := cpu.Run(f, in, cpu.Options{})
+	want, err := interp.Run(f, in, interp.Options{})
 	if err != nil {
 		t.Fatalf("cpu @%s: %v", f.Name, err)
 	}

@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	fk "github.com/lcc-dev/lcc/codegen/cuda/flash"
-	"github.com/lcc-dev/lcc/runtime/cpu/attention"
+	"github.com/lcc-dev/lcc/interp/attention"
 	"github.com/lcc-dev/lcc/runtime/cuda"
 	"github.com/lcc-dev/lcc/tensor"
 )

@@ -1,4 +1,4 @@
-package cpu_test
+package interp_test
 
 import (
 	"fmt"
@@ -6,9 +6,9 @@ import (
 	"math/rand/v2"
 	"testing"
 
+	"github.com/lcc-dev/lcc/interp"
 	"github.com/lcc-dev/lcc/ir"
 	"github.com/lcc-dev/lcc/passes/autodiff"
-	"github.com/lcc-dev/lcc/runtime/cpu"
 	"github.com/lcc-dev/lcc/tensor"
 )
 
@@ -81,11 +81,11 @@ func TestFLCEMatchesUnfused(t *testing.T) {
 				}
 				in[p.Name] = x
 			}
-			want, err := cpu.Run(unfused, in, cpu.Options{})
+			want, err := interp.Run(unfused, in, interp.Options{})
 			if err != nil {
 				t.Fatal(err)
 			}
-			got, err := cpu.Run(fused, in, cpu.Options{})
+			got, err := interp.Run(fused, in, interp.Options{})
 			if err != nil {
 				t.Fatal(err)
 			}

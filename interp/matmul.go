@@ -1,4 +1,4 @@
-package cpu
+package interp
 
 import (
 	"runtime"

@@ -1,4 +1,4 @@
-// Package cpu is lcc's reference interpreter: it runs an ir.Func on the host, one
+// Package interp is lcc's reference interpreter: it runs an ir.Func on the host, one
 // kernel per op of the op table (ir.AllOps), in float64.
 //
 // It is the oracle the rest of lcc is checked against (docs/design.md §8): every pass is
@@ -30,4 +30,4 @@
 //
 // Integer and bool tensors live in tensor.Tensor.I; integer results wrap to the width
 // of their dtype (i32, i8, u8) as two's-complement machines do.
-package cpu
+package interp

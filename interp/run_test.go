@@ -1,4 +1,4 @@
-package cpu
+package interp
 
 import (
 	"math"
@@ -26,7 +26,7 @@ func randomInputs(f *ir.Func, seed uint64) map[string]*tensor.Tensor {
 }
 
 func TestBlockFile(t *testing.T) {
-	src, err := os.ReadFile("../../ir/testdata/block.lcc")
+	src, err := os.ReadFile("../ir/testdata/block.lcc")
 	if err != nil {
 		t.Fatal(err)
 	}

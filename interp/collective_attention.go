@@ -1,11 +1,11 @@
-package cpu
+package interp
 
 import (
 	"fmt"
 	"slices"
 
+	"github.com/lcc-dev/lcc/interp/attention"
 	"github.com/lcc-dev/lcc/ir"
-	"github.com/lcc-dev/lcc/runtime/cpu/attention"
 	"github.com/lcc-dev/lcc/tensor"
 )
 

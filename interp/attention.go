@@ -1,10 +1,10 @@
-package cpu
+package interp
 
 import (
 	"fmt"
 
+	"github.com/lcc-dev/lcc/interp/attention"
 	"github.com/lcc-dev/lcc/ir"
-	"github.com/lcc-dev/lcc/runtime/cpu/attention"
 	"github.com/lcc-dev/lcc/tensor"
 )
 

@@ -1,4 +1,4 @@
-package cpu
+package interp
 
 import (
 	"fmt"
@@ -58,7 +58,7 @@ func commFor(n *ir.Node, opts Options) (Communicator, error) {
 	if r := ir.Ranks(n); r != c.Size() {
 		if opts.Comm == nil {
 			return nil, fmt.Errorf("sharded for %d ranks, but the run has no communicator "+
-				"(set cpu.Options.Comm)", r)
+				"(set interp.Options.Comm)", r)
 		}
 		return nil, fmt.Errorf("sharded for %d ranks, but the communicator has %d", r, c.Size())
 	}
