@@ -21,8 +21,9 @@ import (
 // Packages under an internal/ directory take the level of their lowest importer
 // (or, when only tests import them, the level of the directory holding them).
 var levels = map[string]int{
-	"tensor":  1,
-	"targets": 1,
+	"tensor":     1,
+	"collective": 1,
+	"targets":    1,
 
 	"ir":          2,
 	"safetensors": 2,

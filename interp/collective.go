@@ -4,24 +4,11 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/lcc-dev/lcc/collective"
+
 	"github.com/lcc-dev/lcc/ir"
 	"github.com/lcc-dev/lcc/tensor"
 )
-
-// Communicator is what the kernels of collective ops need from the other ranks of
-// an SPMD program; runtime/comm's Endpoint implements it in-process. op names the
-// calling node in errors. Every rank must issue the same collectives in the same
-// order; implementations turn a mismatch or a missing rank into an error.
-type Communicator interface {
-	Rank() int
-	Size() int
-	// AllGather returns every rank's x by rank; a non-nil shape must agree on all ranks.
-	AllGather(op string, shape []int64, x []float64) ([][]float64, error)
-	// AllToAll sends parts[d] to rank d and returns what each rank sent here.
-	AllToAll(op string, parts [][]float64) ([][]float64, error)
-	// SendRecv sends x to dst and returns what src sent to this rank.
-	SendRecv(op string, x []float64, dst, src int) ([]float64, error)
-}
 
 func init() {
 	Register(ir.OpAllGather, kernelAllGather)
@@ -47,10 +34,16 @@ func (soloComm) AllToAll(_ string, parts [][]float64) ([][]float64, error) {
 func (soloComm) SendRecv(_ string, x []float64, _, _ int) ([]float64, error) {
 	return slices.Clone(x), nil
 }
+func (soloComm) AllReduce(_ string, _ []int64, x []float64, _ string) ([]float64, error) {
+	return slices.Clone(x), nil
+}
+func (soloComm) ReduceScatter(_ string, parts [][]float64, _ string) ([]float64, error) {
+	return slices.Clone(parts[0]), nil
+}
 
 // commFor returns the communicator for node n and checks that its world has the
 // node's ranks.
-func commFor(n *ir.Node, opts Options) (Communicator, error) {
+func commFor(n *ir.Node, opts Options) (collective.Communicator, error) {
 	c := opts.Comm
 	if c == nil {
 		c = soloComm{}

@@ -2,6 +2,7 @@ package interp
 
 import (
 	"fmt"
+	"github.com/lcc-dev/lcc/collective"
 	"slices"
 
 	"github.com/lcc-dev/lcc/interp/attention"
@@ -81,7 +82,7 @@ func visible(qc, kc localChunk, causal bool) bool {
 }
 
 // ringSetup reads a ring attention node's sizes and communicator.
-func ringSetup(n *ir.Node, args []*tensor.Tensor, opts Options) (Communicator, attention.Dims,
+func ringSetup(n *ir.Node, args []*tensor.Tensor, opts Options) (collective.Communicator, attention.Dims,
 	[][]localChunk, float64, bool, error) {
 	c, err := commFor(n, opts)
 	if err != nil {
@@ -222,7 +223,7 @@ func kernelRingAttentionGrad(n *ir.Node, args []*tensor.Tensor, opts Options) ([
 
 // shardedDilated is the state of one sharded dilated attention call on one rank.
 type shardedDilated struct {
-	c      Communicator
+	c      collective.Communicator
 	d      attention.Dims // local sizes: d.T = L
 	cfg    attention.DilatedConfig
 	scale  float64

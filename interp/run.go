@@ -2,6 +2,7 @@ package interp
 
 import (
 	"fmt"
+	"github.com/lcc-dev/lcc/collective"
 	"runtime/debug"
 	"slices"
 	"strings"
@@ -26,7 +27,7 @@ type Options struct {
 	Store func(v *ir.Value) tensor.DType
 	// Comm connects this run to the other ranks of a sharded (SPMD) program; the
 	// kernels of collective ops use it (collective.go). nil runs one rank alone.
-	Comm Communicator
+	Comm collective.Communicator
 }
 
 // exact reports whether float results keep full float64 precision.

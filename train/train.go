@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	cudagen "github.com/lcc-dev/lcc/codegen/cuda"
+	"github.com/lcc-dev/lcc/collective"
 	"io"
 	"math"
 	"os"
@@ -110,7 +111,7 @@ type Config struct {
 	// ranks (an exec.Session whose Options.Comm is Comm).
 	Ranks     int
 	ShardMode string
-	Comm      interp.Communicator
+	Comm      collective.Communicator
 
 	// Session, if set (--device=cuda), keeps the training state on its GPU
 	// across steps: working weights and gradients in the step's arena, fp32

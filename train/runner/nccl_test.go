@@ -1,6 +1,7 @@
 package runner
 
 import (
+	"github.com/lcc-dev/lcc/collective"
 	"github.com/lcc-dev/lcc/internal/gputest"
 	"slices"
 	"testing"
@@ -8,7 +9,6 @@ import (
 
 	codegen "github.com/lcc-dev/lcc/codegen/cuda"
 	"github.com/lcc-dev/lcc/driver"
-	"github.com/lcc-dev/lcc/interp"
 	"github.com/lcc-dev/lcc/runtime/comm"
 	"github.com/lcc-dev/lcc/runtime/comm/nccl"
 	"github.com/lcc-dev/lcc/runtime/cuda"
@@ -30,7 +30,7 @@ func oneRankConfigs() map[string]train.Config {
 }
 
 // trainWith trains c as the one rank of communicator cm.
-func trainWith(t *testing.T, c train.Config, cm interp.Communicator) []float64 {
+func trainWith(t *testing.T, c train.Config, cm collective.Communicator) []float64 {
 	t.Helper()
 	c.Comm = cm
 	r, err := train.Train(c)

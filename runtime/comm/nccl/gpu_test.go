@@ -35,7 +35,7 @@ func oneRank(t *testing.T, opts Options) *Comm {
 	return c
 }
 
-// TestGPUOneRankConformance runs every collective of the Communicator interface
+// TestGPUOneRankConformance runs every collective of the collective.Communicator interface
 // through NCCL's GPU path (device staging, the NCCL stream, events, the
 // watchdog) on one rank and compares with the in-process communicator, bit for
 // bit (with one rank every collective is exact).

@@ -1,6 +1,6 @@
 // Package tcp is lcc's communicator between processes on the CPU: the ranks of a
 // multi-process run (one process per rank, runtime/comm/rendezvous) connect in a
-// full mesh of TCP connections and run the collectives of runtime/comm's
+// full mesh of TCP connections and run the collectives of the collective.
 // Communicator interface over them. It is what NCCL is on GPUs, so that the
 // multi-process runner is testable without GPUs.
 //
@@ -29,6 +29,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"github.com/lcc-dev/lcc/collective"
 	"io"
 	"math"
 	"net"
@@ -88,7 +89,7 @@ type Comm struct {
 	closed     bool
 }
 
-var _ comm.Communicator = (*Comm)(nil)
+var _ collective.Communicator = (*Comm)(nil)
 
 // Config says how to build the mesh.
 type Config struct {
