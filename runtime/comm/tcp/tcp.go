@@ -1,7 +1,7 @@
 // Package tcp is lcc's communicator between processes on the CPU: the ranks of a
 // multi-process run (one process per rank, runtime/comm/rendezvous) connect in a
-// full mesh of TCP connections and run the collectives of the collective.
-// Communicator interface over them. It is what NCCL is on GPUs, so that the
+// full mesh of TCP connections and run the collectives of
+// collective.Communicator over them. It is what NCCL is on GPUs, so that the
 // multi-process runner is testable without GPUs.
 //
 // The collectives are built exactly as the in-process communicator builds them
