@@ -2,8 +2,8 @@
 // device buffers, outside an executor plan: dense and grouped-query attention,
 // ring blocks (position offsets plus the fp32 (o, lse) merge) and LongNet dilated
 // attention (one strided branch kernel per (w, r), merged in fp32, with the exact
-// backward of docs/design.md §3). The benchmarks (package perf) and the multi-GPU
-// runner call these; a compiled program calls the same kernels through its plan.
+// backward of docs/design.md §3). Its one user is package perf, whose
+// benchmarks time them beside their PyTorch anchors; a compiled program calls the same kernels through its plan.
 //
 // Every buffer is a device pointer in the attention op's layout: q, o, dq, do
 // [B,T,Hq,D] bf16; k, v, dk, dv [B,S,Hkv,D] bf16; lse and delta [B,Hq,T] fp32.
