@@ -4,7 +4,7 @@
 # planned per-GPU peak by its components (one memory model: arena + optimizer
 # state + fixed costs), so one device call shows the plan at 1M tokens.
 #
-#   scripts/plan_flagship.sh LCC ANCHORS_DIR OUT_DIR
+#   perf/scripts/plan_flagship.sh LCC ANCHORS_DIR OUT_DIR
 #
 # Exports the model to $FLAGSHIP_DIR (default /tmp/f; 885 MB, about 40 s) unless it
 # holds flagship.onnx; writes OUT_DIR/plan_<name>.json (the reports) and prints a table.
