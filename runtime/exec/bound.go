@@ -31,18 +31,11 @@ func (s *Session) Device() *cuda.Device { return s.dev }
 // neither are inputs that every Step must feed. A parameter that a step of f
 // writes cannot stay resident and is refused, naming it.
 func (s *Session) Bind(f *ir.Func, inputs map[string]*tensor.Tensor) (*Bound, error) {
-	if s == nil || s.dev == nil {
-		return nil, errNoDevice
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return nil, ErrClosed
-	}
-	r, err := s.runner(f)
+	r, err := s.begin(f)
 	if err != nil {
 		return nil, err
 	}
+	defer s.mu.Unlock()
 	if r == nil {
 		prog, err := s.program(f)
 		if err != nil {

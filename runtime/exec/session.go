@@ -157,21 +157,11 @@ func (s *Session) program(f *ir.Func) (*codegen.Program, error) {
 // unless overridden.
 func (s *Session) Run(f *ir.Func,
 	inputs map[string]*tensor.Tensor) (map[string]*tensor.Tensor, error) {
-	if s == nil || s.dev == nil {
-		return nil, errNoDevice
-	}
-	if f == nil {
-		return nil, errors.New("exec: Run of a nil *ir.Func")
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return nil, ErrClosed
-	}
-	r, err := s.runner(f)
+	r, err := s.begin(f)
 	if err != nil {
 		return nil, err
 	}
+	defer s.mu.Unlock()
 	var host map[int]binding
 	if r == nil {
 		// First run of f: bind before building anything on the device, so that bad
@@ -237,6 +227,28 @@ func (s *Session) ArenaBytes(f *ir.Func) int64 {
 		}
 	}
 	return peak
+}
+
+// begin locks the session for a call on f and returns f's cached runner (nil:
+// f must be built). Once begin succeeds the caller holds s.mu and unlocks it.
+func (s *Session) begin(f *ir.Func) (*runner, error) {
+	if s == nil || s.dev == nil {
+		return nil, errNoDevice
+	}
+	if f == nil {
+		return nil, errors.New("exec: a nil *ir.Func")
+	}
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil, ErrClosed
+	}
+	r, err := s.runner(f)
+	if err != nil {
+		s.mu.Unlock()
+		return nil, err
+	}
+	return r, nil
 }
 
 // runner returns f's cached runner, or nil if f must be built. A runner built for
