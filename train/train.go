@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	cudagen "github.com/lcc-dev/lcc/codegen/cuda"
+	"github.com/lcc-dev/lcc/collective"
 	"io"
 	"math"
 	"os"
@@ -16,11 +18,11 @@ import (
 
 	"github.com/lcc-dev/lcc/driver"
 	"github.com/lcc-dev/lcc/internal/fserr"
+	"github.com/lcc-dev/lcc/interp"
 	"github.com/lcc-dev/lcc/ir"
 	"github.com/lcc-dev/lcc/passes/autodiff"
 	"github.com/lcc-dev/lcc/passes/loss"
 	"github.com/lcc-dev/lcc/report"
-	"github.com/lcc-dev/lcc/runtime/cpu"
 	"github.com/lcc-dev/lcc/runtime/cuda"
 	"github.com/lcc-dev/lcc/runtime/exec"
 	"github.com/lcc-dev/lcc/targets"
@@ -114,7 +116,7 @@ type Config struct {
 	// ranks (an exec.Session whose Options.Comm is Comm).
 	Ranks     int
 	ShardMode string
-	Comm      cpu.Communicator
+	Comm      collective.Communicator
 
 	// Session, if set (--device=cuda), keeps the training state on its GPU
 	// across steps: working weights and gradients in the step's arena, fp32
@@ -123,6 +125,11 @@ type Config struct {
 	// and RunOptimizer are then used only where the state cannot stay (a
 	// sharded step).
 	Session *exec.Session
+	// Adopt, if set, hands the compiled step's GPU program to the executor that
+	// Run or Session runs it on (exec.Session.Adopt): the kernels, launch plan
+	// and arena that run are those the printed program hash names, compiled for
+	// --target's architecture, never generated again for the GPU found.
+	Adopt func(*ir.Func, *cudagen.Program) error
 	// Memory, if set, measures the device's peak memory (started before
 	// Session was created); it is polled after every step.
 	Memory *cuda.PeakMeter
@@ -349,6 +356,11 @@ func newTrainer(cfg Config) (*trainer, error) {
 		return nil, err
 	}
 	grad, lossName, shard, rank := step.Func, step.Loss, step.Rank, 0
+	if cfg.Adopt != nil && step.Program != nil {
+		if err := cfg.Adopt(grad, step.Program); err != nil {
+			return nil, fmt.Errorf("%s (--target=%s): %w", cfg.Model, cfg.Target.Name, err)
+		}
+	}
 	if shard != nil {
 		rank = cfg.Comm.Rank()
 	}
@@ -589,13 +601,13 @@ func (t *trainer) exec(f *ir.Func, in map[string]*tensor.Tensor) (map[string]*te
 	if f == t.grad && t.shard != nil {
 		in = t.shard.RankFeeds(in, t.rank)
 		if t.cfg.Run == nil {
-			return cpu.Run(f, in, cpu.Options{Precision: tensor.F32, Comm: t.cfg.Comm})
+			return interp.Run(f, in, interp.Options{Precision: tensor.F32, Comm: t.cfg.Comm})
 		}
 	}
 	if t.cfg.Run != nil {
 		return t.cfg.Run(f, in)
 	}
-	return cpu.Run(f, in, cpu.Options{Precision: tensor.F32})
+	return interp.Run(f, in, interp.Options{Precision: tensor.F32})
 }
 
 // stepStats is what one step reports.

@@ -181,7 +181,7 @@ func trainHere(cfg train.Config, precision string, env runner.Env, launched bool
 			return nil, err
 		}
 		defer release()
-		cfg.Session, cfg.Memory, cfg.Run = s, meter, s.Run
+		cfg.Session, cfg.Memory, cfg.Run, cfg.Adopt = s, meter, s.Run, s.Adopt
 		if precision != "fp32" {
 			// Where the state cannot stay on the GPU, the host-side optimizer
 			// keeps masters, moments and sums fp32 (built only if used).
