@@ -10,6 +10,7 @@ import (
 	"os"
 	"sort"
 
+	"github.com/lcc-dev/lcc/internal/jsonerr"
 	"github.com/lcc-dev/lcc/tensor"
 )
 
@@ -92,7 +93,7 @@ func parseHeader(file string, js []byte) (*header, error) {
 	for dec.More() {
 		tok, err := dec.Token()
 		if err != nil {
-			return nil, errorf(file, "", "bad header JSON: %w", err)
+			return nil, errorf(file, "", "bad header JSON: %w", jsonerr.Explain(js, err))
 		}
 		name, ok := tok.(string)
 		if !ok {
@@ -100,7 +101,7 @@ func parseHeader(file string, js []byte) (*header, error) {
 		}
 		var raw json.RawMessage
 		if err := dec.Decode(&raw); err != nil {
-			return nil, errorf(file, name, "bad header JSON: %w", err)
+			return nil, errorf(file, name, "bad header JSON: %w", jsonerr.Explain(js, err))
 		}
 		if name == metadataKey {
 			if seenMeta {
@@ -126,7 +127,7 @@ func parseHeader(file string, js []byte) (*header, error) {
 		h.entries[name] = e
 	}
 	if _, err := dec.Token(); err != nil { // the closing '}'
-		return nil, errorf(file, "", "bad header JSON: %w", err)
+		return nil, errorf(file, "", "bad header JSON: %w", jsonerr.Explain(js, err))
 	}
 	// The format pads the header with spaces; allow any JSON whitespace, nothing else.
 	rest := js[dec.InputOffset():]
@@ -137,12 +138,16 @@ func parseHeader(file string, js []byte) (*header, error) {
 	return h, nil
 }
 
-// strictUnmarshal is json.Unmarshal that rejects unknown fields and trailing data.
+// strictUnmarshal is json.Unmarshal that rejects unknown fields and trailing
+// data; a field of the wrong kind is named with the kind it wants.
 func strictUnmarshal(raw []byte, v any) error {
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
-		return err
+		if typ, ok := errors.AsType[*json.UnmarshalTypeError](err); ok {
+			return errors.New(jsonerr.TypeMessage(typ))
+		}
+		return jsonerr.Explain(raw, err)
 	}
 	if dec.More() {
 		return errors.New("trailing data")

@@ -251,7 +251,7 @@ func TestParseBytes(t *testing.T) {
 	}
 	// A number without a unit is refused with the unit it likely lacks.
 	_, stderr, code := lcc(t, "compile", filepath.Join(td, "onnx", "gpt_mini.onnx"), "--memory-budget=80")
-	if code != 1 || !strings.Contains(stderr, `"80" has no unit: 80GiB? (or 80GB; 80B for bytes)`) {
+	if code != 1 || !strings.Contains(stderr, `lcc: --memory-budget "80": no unit: 80GiB? (or 80GB; 80B for bytes)`) {
 		t.Errorf("--memory-budget=80: exit %d: %s", code, stderr)
 	}
 }

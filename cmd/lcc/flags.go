@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"math"
+	"regexp"
 	"strconv"
 	"strings"
 
@@ -27,7 +28,8 @@ var byteUnits = []struct {
 	{"k", 1e3}, {"m", 1e6}, {"g", 1e9}, {"t", 1e12}, {"b", 1},
 }
 
-// parseBytes reads a byte size (see byteSize).
+// parseBytes reads a byte size (see byteSize). Its errors do not repeat s: the
+// flag's error names it.
 func parseBytes(s string) (int64, error) {
 	t := strings.ToLower(strings.TrimSpace(s))
 	scale := 0.0 // no unit yet
@@ -39,11 +41,10 @@ func parseBytes(s string) (int64, error) {
 	}
 	x, err := strconv.ParseFloat(t, 64)
 	if err != nil || x < 0 || math.IsInf(x, 0) || math.IsNaN(x) || x*scale > math.MaxInt64/2 {
-		return 0, fmt.Errorf("%q is not a size: want a number with a unit (80GB, 70GiB, 512MiB, "+
-			"85899345920B)", s)
+		return 0, fmt.Errorf("not a size: want a number with a unit (80GB, 70GiB, 512MiB, 85899345920B)")
 	}
 	if scale == 0 && x != 0 {
-		return 0, fmt.Errorf("%q has no unit: %sGiB? (or %sGB; %sB for bytes)", s, t, t, t)
+		return 0, fmt.Errorf("no unit: %sGiB? (or %sGB; %sB for bytes)", t, t, t)
 	}
 	return int64(math.Round(x * max(scale, 1))), nil
 }
@@ -98,7 +99,7 @@ func suggestFlag(cmd *cobra.Command, err error) error {
 			name = msg[i+len(" in -"):]
 		}
 	default:
-		return err
+		return plainFlagError(err)
 	}
 	var best []string
 	bestD := 1 << 30
@@ -124,6 +125,38 @@ func suggestFlag(cmd *cobra.Command, err error) error {
 		best[i] = "--" + best[i]
 	}
 	return fmt.Errorf("%s; did you mean %s?", msg, strings.Join(best, " or "))
+}
+
+// badValue matches pflag's message for a value that does not parse, which ends
+// in Go's: `invalid argument "abc" for "--lr" flag: strconv.ParseFloat: parsing
+// "abc": invalid syntax`.
+var badValue = regexp.MustCompile(`^invalid argument (".*") for "(?:-\w, )?(--[\w-]+)" flag: (.*)$`)
+
+// wantOfParse names, for Go's parse functions, what a flag's value must be.
+var wantOfParse = []struct{ prefix, want string }{
+	{"strconv.ParseFloat", "a number"},
+	{"strconv.ParseInt", "an integer"},
+	{"strconv.ParseUint", "a non-negative integer"},
+	{"strconv.ParseBool", "true or false"},
+	{"time: ", "a duration such as 90s or 5m"},
+}
+
+// plainFlagError words a value that does not parse as the flag and what it
+// wants (`--lr "abc": want a number`), without Go's function names.
+func plainFlagError(err error) error {
+	m := badValue.FindStringSubmatch(err.Error())
+	if m == nil {
+		return err
+	}
+	for _, w := range wantOfParse {
+		if strings.HasPrefix(m[3], w.prefix) {
+			if strings.HasSuffix(m[3], "value out of range") {
+				return fmt.Errorf("%s %s: out of range", m[2], m[1])
+			}
+			return fmt.Errorf("%s %s: want %s", m[2], m[1], w.want)
+		}
+	}
+	return fmt.Errorf("%s %s: %s", m[2], m[1], m[3])
 }
 
 // editDistance is the Levenshtein distance between a and b.

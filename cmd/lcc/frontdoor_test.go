@@ -28,6 +28,23 @@ func TestWrongArgCountPrintsUsage(t *testing.T) {
 	}
 }
 
+// TestFlagValueErrors: a value that does not parse is named with its flag and
+// what the flag wants, not with Go's parse function.
+func TestFlagValueErrors(t *testing.T) {
+	for flag, want := range map[string]string{
+		"--lr=abc":                       `lcc: --lr "abc": want a number`,
+		"--steps=x":                      `lcc: --steps "x": want an integer`,
+		"--seq-len=99999999999999999999": `lcc: --seq-len "99999999999999999999": out of range`,
+		"--comm-timeout=soon":            `lcc: --comm-timeout "soon": want a duration such as 90s or 5m`,
+		"--resume=maybe":                 `lcc: --resume "maybe": want true or false`,
+	} {
+		_, stderr, code := lcc(t, "train", filepath.Join(td, "onnx", "gpt_mini.onnx"), flag)
+		if code != 1 || stderr != want+"\n" {
+			t.Errorf("%s: exit %d: %q, want %q", flag, code, stderr, want)
+		}
+	}
+}
+
 // TestVersion: lcc version names the version, the commit, Go, and the CUDA
 // driver and NVRTC it finds (or says none was found).
 func TestVersion(t *testing.T) {
