@@ -198,10 +198,14 @@ func (c *Config) check() error {
 		return fmt.Errorf("--device %q: want cpu or cuda", c.Device)
 	case c.Data == "":
 		return errors.New("--data: required (synthetic:copy, synthetic:passkey, tokens:FILE, bytes:FILE)")
+	case c.SeqLen == 0:
+		return errors.New("--seq-len: required (tokens per sequence: it binds the model's seq dim)")
 	case c.SeqLen < 2:
 		return fmt.Errorf("--seq-len %d: want >= 2", c.SeqLen)
 	case c.Batch < 1:
 		return fmt.Errorf("--batch %d: want >= 1", c.Batch)
+	case c.Steps == 0:
+		return errors.New("--steps: required (optimizer steps; the learning-rate schedule spans them)")
 	case c.Steps < 1:
 		return fmt.Errorf("--steps %d: want >= 1", c.Steps)
 	case c.StopAt < 0 || c.StopAt > c.Steps:
