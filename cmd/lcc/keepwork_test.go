@@ -115,6 +115,10 @@ func TestOutputPathsCheckedFirst(t *testing.T) {
 		{append(train, "--metrics="+dir), "--metrics " + dir + ": is a folder; want a file name"},
 		{[]string{"compile", model, "--seq-len=8", "-o", file}, "-o " + file + ": is a file, not a folder"},
 		{[]string{"export", dir, "--format=safetensors", "-o", dir}, "-o " + dir + ": is a folder"},
+		{[]string{"check", model, "--ref", filepath.Join(td, "ref", "gpt_mini.ref.safetensors"), "--outputs", dir},
+			"--outputs " + dir + ": is a folder"},
+		{[]string{"run", model, "--inputs", filepath.Join(td, "ref", "gpt_mini.ref.safetensors"), "--outputs",
+			file + "/y.safetensors"}, "--outputs " + file + "/y.safetensors: its folder " + file + ": is a file"},
 	} {
 		out, stderr, code := lcc(t, c.args...)
 		if code != 1 || !strings.Contains(stderr, c.want) || out != "" {

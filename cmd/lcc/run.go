@@ -2,6 +2,8 @@ package main
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
 	"sort"
 
 	"github.com/spf13/cobra"
@@ -23,6 +25,9 @@ func runCmd() *cobra.Command {
 		Short: "run a model on given inputs and print or save its outputs",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := checkOutputs(outputs); err != nil {
+				return err
+			}
 			run, release, err := df.runner()
 			if err != nil {
 				return err
@@ -77,9 +82,21 @@ func runCmd() *cobra.Command {
 	return cmd
 }
 
+// checkOutputs checks the --outputs file of run and check before they run.
+func checkOutputs(path string) error {
+	if path == "" {
+		return nil
+	}
+	return checkOutputFile("--outputs", path)
+}
+
 // writeOutputs writes every tensor of outs to path, in name order, so that two runs
 // that computed the same bits write the same bytes.
 func writeOutputs(path string, outs map[string]*tensor.Tensor, producer string) error {
+	// checkOutputs found the folder creatable before the run.
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return fmt.Errorf("--outputs %s: %w", path, err)
+	}
 	names := make([]string, 0, len(outs))
 	for n := range outs {
 		names = append(names, n)
@@ -121,6 +138,9 @@ func checkCmd() *cobra.Command {
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if ref == "" {
 				return fmt.Errorf("--ref is required")
+			}
+			if err := checkOutputs(outputs); err != nil {
+				return err
 			}
 			switch {
 			case df.attentionKernels != "auto" && df.attentionKernels != "scalar":
