@@ -35,15 +35,19 @@ for the same flags (--target, --loss, --attention, --segments, --dilations,
 attention, fused cross-entropy, activation checkpoints), prints its program hash
 (the one lcc compile reports), and trains it with AdamW on the CPU interpreter in
 f32 (--device=cpu) or on GPU 0 (--device=cuda). A step compiled by lcc compile -o
-DIR trains as DIR/graph.lcc with the same flags: the same program and losses.
+DIR trains as DIR/graph.lcc: the same program and losses, its flags taken from
+DIR/report.json (a flag that contradicts it is refused).
 
-Data specs: synthetic:copy[:ALPHABET], synthetic:passkey, tokens:FILE (uint16 or
-uint32 little-endian, --token-bytes), bytes:FILE (raw bytes; vocabulary >= 256).
+Data specs: synthetic:copy[:ALPHABET], synthetic:passkey, tokens:FILE (token ids,
+uint16 or uint32 little-endian, no header: nanoGPT's train.bin; --token-bytes),
+bytes:FILE (raw bytes; vocabulary >= 256).
 
 The learning rate warms up linearly over --warmup steps, then follows a cosine to
 --min-lr at --steps. Checkpoints (--checkpoint-dir) hold weights, optimizer state,
 the data position and RNG; --resume continues from the newest valid one bit for
 bit. To split one run, keep --steps and stop the first part with --stop-at.
+SIGINT (Ctrl-C) or SIGTERM stops after the step in flight, with a checkpoint of it,
+and exits 130 or 143; a second one exits at once.
 
 --ranks=N shards each step's sequence over N ranks (--attention=ring, ulysses or
 dilated), one goroutine per rank in this process; every rank ends the step with
