@@ -205,7 +205,7 @@ func TestClearerMessages(t *testing.T) {
 		{"batch 0", []string{"compile", model, "--seq-len=8", "--batch=0"}, "--batch 0: want a positive integer"},
 		{"train seq-len 0", []string{"train", model, "--seq-len=0"}, "--seq-len 0: want a positive integer"},
 		{"bad budget", []string{"compile", model, "--seq-len=8", "--memory-budget=lots"},
-			`"lots" is not a size`},
+			`--memory-budget "lots": not a size`},
 		{"bert past its positions", []string{"compile", filepath.Join(td, "hf", "hf_bert.onnx"), "--seq-len=4096"},
 			`"m.embeddings.position_ids" [1 64], whose axis 1 holds 64: a sequence longer than the model's position table?`},
 		{"gpt2 past its positions", []string{"compile", filepath.Join(td, "hf", "hf_gpt2.onnx"), "--seq-len=4096"},
