@@ -30,6 +30,10 @@ type CompileOptions struct {
 	Model      string // the model path, for the report
 	// TimePasses keeps pass timings in the report (which then differs run to run).
 	TimePasses bool
+	// Snapshots says the trainer checkpoints the step with its optimizer state
+	// on the GPU (lcc train --checkpoint-dir, rank 0): the memory model then
+	// holds the checkpoints' pinned buffer and staging copy (WithSnapshots).
+	Snapshots bool
 	// DefaultShard shards the step over the target's GPUs when one GPU cannot
 	// hold it and Ranks is 0 (lcc compile's default on multi-GPU targets).
 	DefaultShard bool
@@ -336,6 +340,9 @@ func compileOne(f *ir.Func, opts CompileOptions) (*Result, *pipeline, error) {
 		prog = p.prog
 	}
 	mem := p.mem.of(f, prog)
+	if opts.Snapshots && training.Enabled && mem.Model == "arena" {
+		mem = mem.WithSnapshots(p.budget())
+	}
 	in := report.Input{Model: filepath.Base(opts.Model), Target: opts.Target,
 		Passes: stats, Training: training, Attention: &att, Memory: &mem}
 	if mem.Model == "arena" {

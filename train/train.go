@@ -277,7 +277,9 @@ type trainer struct {
 	// plannedPeak is the compile report's per-GPU peak of the step; plan its
 	// checkpoint policy and pinned host memory, for the progress lines.
 	plannedPeak int64
-	plan        string
+	// stageSnapshots: the plan holds a device staging copy for checkpoints.
+	stageSnapshots bool
+	plan           string
 	// shard is the sharded step of a multi-rank run (nil with one rank), rank
 	// this process's rank in it.
 	shard *driver.ShardedProgram
@@ -316,6 +318,9 @@ func (c *Config) compileOptions() driver.CompileOptions {
 	if c.Comm != nil {
 		o.Ranks, o.SPMD, o.Rank = c.Comm.Size(), true, c.Comm.Rank()
 	}
+	// A resident run's checkpoints take a pinned buffer and maybe a staging
+	// copy: the plan's memory holds them.
+	o.Snapshots = c.CheckpointDir != "" && c.Session != nil && o.Rank == 0
 	return o
 }
 
@@ -372,6 +377,7 @@ func newTrainer(cfg Config) (*trainer, error) {
 	}
 	t := &trainer{cfg: cfg, grad: grad, upd: upd, adamw: o, lossName: lossName, hash: ModelHash(grad),
 		program: step.Hash, plannedPeak: step.Report.Memory.PerGPUPeakBytes, shard: shard, rank: rank,
+		stageSnapshots: step.Report.Memory.SnapshotStagingBytes > 0,
 		plan: fmt.Sprintf("checkpoint policy %s, %s pinned host memory", step.Report.Checkpoints.Policy,
 			report.Bytes(step.Report.Memory.HostBytes)),
 		sched:   optim.Schedule{LR: cfg.LR, MinLR: cfg.MinLR, Warmup: cfg.Warmup, Total: cfg.Steps},
@@ -844,13 +850,7 @@ func (t *trainer) run() (*Result, error) {
 			defer t.closeSaver()
 			how := "the next update waits for the copy (a staging copy would exceed the memory budget)"
 			if t.dev.saver.stage {
-				how = "through a staging copy on the device, freed once copied"
-				// The staging copy lives beside the step while a checkpoint's
-				// copy is in flight: the run's planned peak holds it.
-				t.plannedPeak += int64(t.dev.opt.SnapshotBytes())
-				res.PlannedPeakBytes = t.plannedPeak
-				fmt.Fprintf(cfg.Progress, "memory  planned peak %s with the checkpoints' staging copy (%s)\n",
-					report.Bytes(t.plannedPeak), report.Bytes(int64(t.dev.opt.SnapshotBytes())))
+				how = "through a staging copy on the device (in the planned peak), freed once copied"
 			}
 			fmt.Fprintf(cfg.Progress, "checkpoints copied in the background on a copy stream into %s of "+
 				"pinned host memory, %s, and written by a goroutine\n",
