@@ -8,12 +8,12 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 
 	cudagen "github.com/lcc-dev/lcc/codegen/cuda"
+	"github.com/lcc-dev/lcc/internal/userfile"
 	"github.com/lcc-dev/lcc/ir"
 	"github.com/lcc-dev/lcc/passes"
 	"github.com/lcc-dev/lcc/passes/autodiff"
@@ -77,7 +77,7 @@ func checkRecordedPipeline(model string, ps []passes.Pass) error {
 		return nil
 	}
 	path := filepath.Join(filepath.Dir(model), "report.json")
-	data, err := os.ReadFile(path)
+	data, err := userfile.ReadFile(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil
 	}

@@ -7,15 +7,15 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"sort"
 
+	"github.com/lcc-dev/lcc/internal/userfile"
 	"github.com/lcc-dev/lcc/tensor"
 )
 
 // Read reads and validates the safetensors file at path.
 func Read(path string) (*File, error) {
-	f, err := os.Open(path)
+	f, err := userfile.Open(path)
 	if err != nil {
 		return nil, &Error{File: path, Err: err}
 	}
@@ -23,9 +23,6 @@ func Read(path string) (*File, error) {
 	st, err := f.Stat()
 	if err != nil {
 		return nil, &Error{File: path, Err: err}
-	}
-	if !st.Mode().IsRegular() {
-		return nil, errorf(path, "", "not a regular file (%v)", st.Mode().Type())
 	}
 	// Check the header length against the real size before reading everything, so a
 	// wrong path to a huge file fails fast.

@@ -6,7 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"os"
+
+	"github.com/lcc-dev/lcc/internal/userfile"
 )
 
 // maxFileBytes bounds a target file; real ones are a few hundred bytes.
@@ -36,7 +37,7 @@ type fileTarget struct {
 // defaults to the arch's and gpu to the arch name; every other field is required.
 // Each target is validated; errors name the file, the target and the field.
 func LoadFile(path string) ([]Target, error) {
-	data, err := os.ReadFile(path)
+	data, err := userfile.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("targets: %w", err)
 	}

@@ -4,6 +4,8 @@ import (
 	"encoding/binary"
 	"fmt"
 	"os"
+
+	"github.com/lcc-dev/lcc/internal/userfile"
 )
 
 // fileSource reads fixed windows of a token file. Window w covers tokens
@@ -21,7 +23,7 @@ type fileSource struct {
 }
 
 func openFile(path string, width int, o Options) (source, error) {
-	f, err := os.Open(path)
+	f, err := userfile.Open(path)
 	if err != nil {
 		return nil, err
 	}

@@ -1,0 +1,24 @@
+//go:build unix
+
+package userfile
+
+import (
+	"os"
+	"syscall"
+)
+
+// nonblock is the open flag that keeps opening a named pipe from blocking.
+const nonblock = syscall.O_NONBLOCK
+
+// clearNonblock puts f's descriptor back in blocking mode.
+func clearNonblock(f *os.File) error {
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var serr error
+	if err := rc.Control(func(fd uintptr) { serr = syscall.SetNonblock(int(fd), false) }); err != nil {
+		return err
+	}
+	return serr
+}
