@@ -29,6 +29,8 @@ var levels = map[string]int{
 	// Test fixtures that build IR (only tests import them).
 	"internal/llamagen": 2,
 	"internal/attntest": 2,
+	// Named pipes for the tests of refusing them (only tests import it).
+	"internal/userfile/fifotest": 1,
 
 	"plan":    3,
 	"codegen": 3,

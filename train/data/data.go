@@ -153,13 +153,23 @@ func (s *Stream) Restore(st State) error {
 	if st.Spec != s.spec {
 		return fmt.Errorf("data: the checkpoint was trained on %q, this run reads %q", st.Spec, s.spec)
 	}
+	if err := st.Check(); err != nil {
+		return err
+	}
+	s.rng.SetState(st.RNG)
+	s.seqs = st.Sequences
+	return nil
+}
+
+// Check says whether st could be a stream's position: one at or after the
+// start, with a valid RNG state. Restore checks the same.
+func (st State) Check() error {
 	if st.Sequences < 0 {
 		return fmt.Errorf("data: position %d: want >= 0", st.Sequences)
 	}
-	if err := s.rng.SetState(st.RNG); err != nil {
+	if err := new(RNG).SetState(st.RNG); err != nil {
 		return fmt.Errorf("data: %w", err)
 	}
-	s.seqs = st.Sequences
 	return nil
 }
 

@@ -24,9 +24,6 @@ import (
 	"github.com/lcc-dev/lcc/train/checkpoint"
 )
 
-// OptimPrefix prefixes optimizer state in checkpoints (see package train).
-const OptimPrefix = "optim."
-
 // Weights are the trained parameters of a checkpoint under PyTorch's names.
 type Weights struct {
 	// Names are the parameter names, sorted.
@@ -43,7 +40,7 @@ func FromCheckpoint(c *checkpoint.Checkpoint) (*Weights, error) {
 	from := map[string]string{} // PyTorch name -> checkpoint name, to report clashes
 	var names []string
 	for name := range c.Tensors {
-		if !strings.HasPrefix(name, OptimPrefix) {
+		if !strings.HasPrefix(name, checkpoint.OptimPrefix) {
 			names = append(names, name)
 		}
 	}
@@ -178,7 +175,7 @@ func onnxWithWeights(c *checkpoint.Checkpoint) ([]byte, int, error) {
 	}
 	ws := map[string]*tensor.Tensor{}
 	for name, t := range c.Tensors {
-		if !strings.HasPrefix(name, OptimPrefix) {
+		if !strings.HasPrefix(name, checkpoint.OptimPrefix) {
 			ws[name] = t
 		}
 	}
