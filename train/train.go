@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"os"
 	"path/filepath"
 	"runtime"
 	"strings"
@@ -270,6 +269,8 @@ type trainer struct {
 	// resident run (nil: the state lives on the host).
 	adamw optim.AdamW
 	dev   *resident
+	// resumedLine is the --metrics line the resumed checkpoint kept (nil: none).
+	resumedLine []byte
 }
 
 // Train runs cfg on the CPU interpreter in f32 (see package doc).
@@ -525,7 +526,7 @@ func (t *trainer) resume(res *Result) (int, error) {
 				"straight run bit for bit\n", k, old, v)
 		}
 	}
-	res.Resumed = c.Path
+	res.Resumed, t.resumedLine = c.Path, c.Meta.Metrics
 	fmt.Fprintf(t.cfg.Progress, "resume: %s (step %d, loss %.4f)\n", c.Path, c.Meta.Step, c.Meta.Loss)
 	return c.Meta.Step, nil
 }
@@ -622,8 +623,9 @@ func (t *trainer) step(s int) (stepStats, error) {
 		gradNorm: out[optim.GradNormOutput].F[0]}, nil
 }
 
-// save writes a checkpoint of the host state after step and prunes old ones.
-func (t *trainer) save(step int, loss float64) (string, error) {
+// save writes a checkpoint of the host state after step and prunes old ones;
+// line is the step's --metrics line (see meta).
+func (t *trainer) save(step int, loss float64, line []byte) (string, error) {
 	ts := make(map[string]*tensor.Tensor, len(t.weights)+len(t.state))
 	for k, v := range t.weights {
 		ts[k] = v
@@ -631,13 +633,15 @@ func (t *trainer) save(step int, loss float64) (string, error) {
 	for k, v := range t.state {
 		ts[optimPrefix+k] = v
 	}
-	return t.write(step, t.meta(loss), ts)
+	return t.write(step, t.meta(loss, line), ts)
 }
 
-// meta is the JSON half of a checkpoint taken now, after a step of loss.
-func (t *trainer) meta(loss float64) checkpoint.Meta {
+// meta is the JSON half of a checkpoint taken now, after a step of loss whose
+// --metrics line (its checkpoint's costs aside, not known yet) is line.
+func (t *trainer) meta(loss float64, line []byte) checkpoint.Meta {
 	return checkpoint.Meta{Data: t.stream.State(), LCCVersion: t.cfg.Version, ModelHash: t.hash,
-		Loss: loss, Config: t.settings(), Model: absPath(t.cfg.Model), Params: frameworkParams(t.grad)}
+		Loss: loss, Config: t.settings(), Model: absPath(t.cfg.Model), Params: frameworkParams(t.grad),
+		Metrics: line}
 }
 
 // write writes the checkpoint of step and prunes old ones.
@@ -650,8 +654,9 @@ func (t *trainer) write(step int, m checkpoint.Meta, ts map[string]*tensor.Tenso
 }
 
 // checkpoint takes the checkpoint of step: in the background for a resident
-// run (its path reaches res.Checkpoints once written), else at once.
-func (t *trainer) checkpoint(res *Result, step int, loss float64) (checkpointStats, error) {
+// run (its path reaches res.Checkpoints once written), else at once. line is
+// the step's --metrics line, which the checkpoint keeps (see meta).
+func (t *trainer) checkpoint(res *Result, step int, loss float64, line []byte) (checkpointStats, error) {
 	t0 := time.Now()
 	if t.dev != nil && t.dev.saver != nil {
 		if err := t.finishSave(res); err != nil {
@@ -659,11 +664,11 @@ func (t *trainer) checkpoint(res *Result, step int, loss float64) (checkpointSta
 		}
 		t1 := time.Now()
 		_, d0 := t.cfg.Session.Device().Transferred()
-		err := t.startSave(step, loss)
+		err := t.startSave(step, loss, line)
 		_, d1 := t.cfg.Session.Device().Transferred()
 		return checkpointStats{wait: time.Since(t0), write: t1.Sub(t0), bytes: d1 - d0}, err
 	}
-	p, err := t.save(step, loss)
+	p, err := t.save(step, loss, line)
 	if err != nil {
 		return checkpointStats{}, err
 	}
@@ -790,13 +795,13 @@ func (t *trainer) run() (*Result, error) {
 	} else if cfg.Session != nil {
 		fmt.Fprintf(cfg.Progress, "state   on the host (%s)\n", why)
 	}
-	var metrics *os.File
+	var metrics *metricsLog
 	if cfg.Metrics != "" && t.rank == 0 {
 		var err error
-		if metrics, err = openMetrics(cfg.Metrics, first); err != nil {
+		if metrics, err = openMetrics(cfg.Metrics, first, t.resumedLine, cfg.Log); err != nil {
 			return nil, fmt.Errorf("--metrics: %w", err)
 		}
-		defer metrics.Close()
+		defer metrics.close()
 	}
 	tokensPerStep := float64(cfg.Batch * cfg.SeqLen * cfg.Accumulate)
 	start := time.Now()
@@ -850,8 +855,21 @@ func (t *trainer) run() (*Result, error) {
 		bad := math.IsNaN(st.loss) || math.IsInf(st.loss, 0)
 		checkpointed := !bad && cfg.CheckpointDir != "" && t.rank == 0 &&
 			((cfg.CheckpointEvery > 0 && res.Step%cfg.CheckpointEvery == 0) || res.Step == last)
+		line := metric{Step: s + 1, Loss: finite(st.loss), LR: st.lr, GradNorm: finite(st.gradNorm),
+			TokensPerS: tokensPerStep / dt.Seconds(), StepMS: ms(dt), PlannedPeak: t.plannedPeak,
+			MeasuredPeak: res.MeasuredPeakBytes, HostBytes: stepBytes, Checkpoint: checkpointed}
 		if checkpointed {
-			took, err := t.checkpoint(res, res.Step, st.loss)
+			// The checkpoint keeps the step's line, for a resume to restore it if
+			// the run dies before writing it (the line follows the commit: it
+			// holds the checkpoint's costs).
+			var kept []byte
+			if metrics != nil {
+				kept, _ = json.Marshal(line)
+			}
+			took, err := t.checkpoint(res, res.Step, st.loss, kept)
+			if err == nil && afterCheckpoint != nil {
+				err = afterCheckpoint(res.Step)
+			}
 			if err != nil {
 				return res, fmt.Errorf("step %d: %w", res.Step, err)
 			}
@@ -859,16 +877,8 @@ func (t *trainer) run() (*Result, error) {
 		}
 		res.CheckpointTimes = append(res.CheckpointTimes, ck.wait)
 		res.Checkpointed = append(res.Checkpointed, checkpointed)
-		if metrics != nil {
-			js, _ := json.Marshal(metric{Step: s + 1, Loss: finite(st.loss), LR: st.lr,
-				GradNorm: finite(st.gradNorm), TokensPerS: tokensPerStep / dt.Seconds(), StepMS: ms(dt),
-				PlannedPeak: t.plannedPeak, MeasuredPeak: res.MeasuredPeakBytes, HostBytes: stepBytes,
-				Checkpoint: checkpointed, CheckpointMS: ms(ck.wait), CheckpointWriteMS: ms(ck.write),
-				CheckpointBytes: ck.bytes})
-			if _, err := metrics.Write(append(js, '\n')); err != nil {
-				return nil, fmt.Errorf("--metrics: %w", err)
-			}
-		}
+		line.CheckpointMS, line.CheckpointWriteMS, line.CheckpointBytes = ms(ck.wait), ms(ck.write), ck.bytes
+		metrics.write(line)
 		if bad {
 			return res, fmt.Errorf("step %d: loss is %v (try a lower --lr or --clip)", s+1, st.loss)
 		}
@@ -901,36 +911,6 @@ func (t *trainer) run() (*Result, error) {
 	}
 	res.TokensPerSec = tokensPerStep * float64(res.Step-first) / res.Wall.Seconds()
 	return res, nil
-}
-
-// openMetrics opens the metrics file for a run starting after step first: a
-// fresh run truncates it; a resumed run keeps the lines of steps up to first and
-// drops later ones (written after the checkpoint by the run that stopped), so the
-// file reads as one straight run.
-func openMetrics(path string, first int) (*os.File, error) {
-	if first == 0 {
-		return os.Create(path)
-	}
-	old, err := os.ReadFile(path)
-	if err != nil && !errors.Is(err, os.ErrNotExist) {
-		return nil, err
-	}
-	var kept []byte
-	for line := range strings.Lines(string(old)) {
-		var m struct{ Step int }
-		if json.Unmarshal([]byte(line), &m) == nil && m.Step <= first && strings.HasSuffix(line, "\n") {
-			kept = append(kept, line...)
-		}
-	}
-	f, err := os.Create(path)
-	if err != nil {
-		return nil, err
-	}
-	if _, err := f.Write(kept); err != nil {
-		f.Close()
-		return nil, err
-	}
-	return f, nil
 }
 
 // finite returns v, or nil (JSON null) for NaN and ±Inf, which JSON cannot hold.

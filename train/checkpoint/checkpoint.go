@@ -79,6 +79,10 @@ type Meta struct {
 	// Params says, for each weight, which framework parameter it is, so that
 	// lcc export can write the weights under the names the framework loads.
 	Params map[string]Param `json:"params,omitempty"`
+	// Metrics is step Step's --metrics line as far as it is known before the
+	// checkpoint is taken: a run that dies after the commit and before writing
+	// the line loses it, and its resume restores it from here.
+	Metrics json.RawMessage `json:"metrics,omitempty"`
 }
 
 // Param is the framework parameter a checkpoint weight stands for: PyTorch's

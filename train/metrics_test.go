@@ -1,0 +1,92 @@
+package train
+
+import (
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// metricLines reads a --metrics file's lines as step -> loss, failing on a
+// step seen twice.
+func metricLines(t *testing.T, path string) map[int]float64 {
+	t.Helper()
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[int]float64{}
+	for line := range strings.Lines(string(raw)) {
+		var m struct {
+			Step int
+			Loss float64
+		}
+		if err := json.Unmarshal([]byte(line), &m); err != nil {
+			t.Fatalf("%s: line %q: %v", path, line, err)
+		}
+		if _, dup := out[m.Step]; dup {
+			t.Fatalf("%s: step %d twice:\n%s", path, m.Step, raw)
+		}
+		out[m.Step] = m.Loss
+	}
+	return out
+}
+
+// TestMetricsLineSurvivesKill: a run dies after step 3's checkpoint commits and
+// before step 3's metrics line is written; the resume restores the line from
+// the checkpoint, so the file holds every step once, with a straight run's
+// losses.
+func TestMetricsLineSurvivesKill(t *testing.T) {
+	straight := run(t, small(t, 6))
+	c := small(t, 6)
+	c.CheckpointDir, c.CheckpointEvery = t.TempDir(), 3
+	c.Metrics = filepath.Join(t.TempDir(), "m.jsonl")
+	afterCheckpoint = func(step int) error {
+		if step == 3 {
+			return errors.New("killed")
+		}
+		return nil
+	}
+	_, err := Train(c)
+	afterCheckpoint = nil
+	if err == nil || !strings.Contains(err.Error(), "killed") {
+		t.Fatalf("the run was to die after step 3's checkpoint: %v", err)
+	}
+	if got := metricLines(t, c.Metrics); len(got) != 2 {
+		t.Fatalf("the dead run wrote %d lines, want steps 1 and 2", len(got))
+	}
+	c.Resume = true
+	if r := run(t, c); r.FirstStep != 3 {
+		t.Fatalf("resumed from step %d, want 3", r.FirstStep)
+	}
+	got := metricLines(t, c.Metrics)
+	for s := 1; s <= 6; s++ {
+		if loss, ok := got[s]; !ok || loss != straight.Losses[s-1] {
+			t.Errorf("step %d: line %v (present %v), a straight run's loss %v", s, loss, ok,
+				straight.Losses[s-1])
+		}
+	}
+}
+
+// TestMetricsFullDisk: a --metrics file whose writes fail (a full disk:
+// /dev/full) is reported once, and training goes on to the end.
+func TestMetricsFullDisk(t *testing.T) {
+	if _, err := os.Stat("/dev/full"); err != nil {
+		t.Skip("no /dev/full here")
+	}
+	c := small(t, 3)
+	c.Metrics = "/dev/full"
+	var log strings.Builder
+	c.Log = &log
+	r, err := Train(c)
+	if err != nil || r.Step != 3 {
+		t.Fatalf("training stopped at a full metrics disk: %v", err)
+	}
+	if n := strings.Count(log.String(), "--metrics"); n != 1 ||
+		!strings.Contains(log.String(), "no space left on device") ||
+		!strings.Contains(log.String(), "training goes on") {
+		t.Errorf("want one warning about the full disk, got %d:\n%s", n, log.String())
+	}
+}
