@@ -225,13 +225,22 @@ func (c *Config) check() error {
 	return nil
 }
 
-// ModelHash identifies a model for checkpoints: the SHA-256 of its printed IR
-// (graph and bound shapes) followed by its weights' names, dtypes and shapes.
-// Weight values are not hashed: they are what training changes.
-func ModelHash(f *ir.Func) string {
+// ModelHash identifies a model for checkpoints: the SHA-256 of the model as
+// loaded (model, its printed IR: graph and bound shapes), the flags that change what
+// its step computes (o's loss, attention, precision and sharding), and the
+// names, dtypes and shapes of the weights and state of its step grad. Weight
+// values are not hashed: they are what training changes. Neither are the
+// activation-checkpoint policy, the memory budget and the target: they choose
+// which values the step recomputes and where it keeps them, not what it
+// computes (a recomputed value is bitwise the original), so a resume may
+// change them.
+func ModelHash(model string, grad *ir.Func, o driver.Options) string {
 	h := sha256.New()
-	io.WriteString(h, ir.Print(f))
-	for _, p := range f.Params {
+	io.WriteString(h, model)
+	a := o.Attention
+	fmt.Fprintf(h, "loss %q attention %q %v %v %q precision %q ranks %d %q\n", o.Loss, a.Mode,
+		a.Segments, a.Dilations, a.Offsets, o.Precision, max(o.Ranks, 1), o.ShardMode)
+	for _, p := range grad.Params {
 		if p.Role == ir.RoleWeight || p.Role == ir.RoleState {
 			fmt.Fprintf(h, "%s %v\n", p.Name, p.Value.Type)
 		}
@@ -308,6 +317,16 @@ func (c *Config) compileOptions() driver.CompileOptions {
 // bindings, through the pipeline lcc compile runs with the same flags
 // (driver.CompileStep). Its Hash is the program hash lcc compile reports.
 func Step(cfg Config) (*driver.Result, error) {
+	model, err := loadModel(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return compileStep(cfg, model)
+}
+
+// loadModel loads cfg's model with cfg's bindings, printing its warnings and
+// the importer's notes to cfg.Log.
+func loadModel(cfg Config) (*ir.Func, error) {
 	bind := driver.Bindings{SeqLen: int64(cfg.SeqLen), Batch: int64(cfg.Batch)}
 	model, err := driver.Load(cfg.Model, bind)
 	if err != nil {
@@ -324,6 +343,11 @@ func Step(cfg Config) (*driver.Result, error) {
 	if miss := driver.MissingWeights(model); len(miss) > 0 {
 		return nil, fmt.Errorf("%s: weights without data: %s", cfg.Model, strings.Join(miss, ", "))
 	}
+	return model, nil
+}
+
+// compileStep is Step of the model loadModel loaded.
+func compileStep(cfg Config, model *ir.Func) (*driver.Result, error) {
 	res, err := driver.CompileStep(model, cfg.compileOptions())
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", cfg.Model, err)
@@ -336,7 +360,13 @@ func Step(cfg Config) (*driver.Result, error) {
 }
 
 func newTrainer(cfg Config) (*trainer, error) {
-	step, err := Step(cfg)
+	model, err := loadModel(cfg)
+	if err != nil {
+		return nil, err
+	}
+	// Printed before the passes, which may rewrite model in place.
+	loaded := ir.Print(model)
+	step, err := compileStep(cfg, model)
 	if err != nil {
 		return nil, err
 	}
@@ -350,7 +380,7 @@ func newTrainer(cfg Config) (*trainer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", cfg.Model, err)
 	}
-	t := &trainer{cfg: cfg, grad: grad, upd: upd, adamw: o, lossName: lossName, hash: ModelHash(grad),
+	t := &trainer{cfg: cfg, grad: grad, upd: upd, adamw: o, lossName: lossName, hash: ModelHash(loaded, grad, cfg.compileOptions().Options),
 		program: step.Hash, plannedPeak: step.Report.Memory.PerGPUPeakBytes, shard: shard, rank: rank,
 		plan: fmt.Sprintf("checkpoint policy %s, %s pinned host memory", step.Report.Checkpoints.Policy,
 			report.Bytes(step.Report.Memory.HostBytes)),
