@@ -415,8 +415,12 @@ func newTrainer(cfg Config) (*trainer, error) {
 		return nil, fmt.Errorf("%s: cannot tell the vocabulary (no embedding gather of a token input "+
 			"and no cross-entropy over labels)", cfg.Model)
 	}
+	dataLog := cfg.Log
+	if rank != 0 {
+		dataLog = nil // every rank checks the file; one reports
+	}
 	t.stream, err = data.Open(cfg.Data, data.Options{SeqLen: cfg.SeqLen, Batch: cfg.Batch,
-		Vocab: vocab, Seed: cfg.Seed, TokenBytes: cfg.TokenBytes})
+		Vocab: vocab, Seed: cfg.Seed, TokenBytes: cfg.TokenBytes, Log: dataLog})
 	if err != nil {
 		return nil, fmt.Errorf("--data: %w", err)
 	}
