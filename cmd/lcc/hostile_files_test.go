@@ -1,6 +1,8 @@
 package main
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -9,6 +11,8 @@ import (
 	"time"
 
 	"github.com/lcc-dev/lcc/internal/userfile/fifotest"
+	"github.com/lcc-dev/lcc/safetensors"
+	"github.com/lcc-dev/lcc/tensor"
 )
 
 // TestNamedPipesRefused: a named pipe wherever lcc reads a file a user names
@@ -85,6 +89,72 @@ func TestNamedPipesRefused(t *testing.T) {
 			!strings.Contains(stderr, filepath.Base(c.pipe)) || !strings.Contains(stderr, c.extra) {
 			t.Errorf("lcc %s: exit %d, want 1 and an error naming the pipe %s:\n%s%s",
 				strings.Join(c.args, " "), code, c.pipe, stdout, stderr)
+		}
+	}
+}
+
+// TestExportRefusesInconsistent: lcc export, in both formats, passes over a
+// newest checkpoint that --resume would refuse (a step of 99 or -5 in a file
+// named step 2; an empty weight) and exports the one before, saying which it
+// skipped; asked for that checkpoint by --step, it fails naming the problem.
+func TestExportRefusesInconsistent(t *testing.T) {
+	dir := t.TempDir()
+	ck := filepath.Join(dir, "ck")
+	if _, stderr, code := lcc(t, "train", filepath.Join(td, "onnx", "gpt_mini.onnx"), "--data=synthetic:copy",
+		"--seq-len=16", "--steps=2", "--checkpoint-every=1", "--checkpoint-dir="+ck); code != 0 {
+		t.Fatalf("train: exit %d: %s", code, stderr)
+	}
+	newest := filepath.Join(ck, "ckpt-00000002")
+	js, _ := os.ReadFile(newest + ".json")
+	st, err := safetensors.Read(newest + ".safetensors")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// An empty weight, with its optimizer state and the digest to match.
+	empty := map[string]*tensor.Tensor{}
+	for name, x := range st.Tensors {
+		empty[name] = x
+		if strings.HasSuffix(name, "tok.weight") {
+			empty[name] = tensor.New(x.DType, 0, x.Shape[1])
+		}
+	}
+	emptied, err := safetensors.Encode(nil, empty, st.Metadata)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256(emptied)
+	var m map[string]any
+	json.Unmarshal(js, &m)
+	old := m["tensors_sha256"].(string)
+
+	out := filepath.Join(dir, "w.out")
+	for _, c := range []struct {
+		name       string
+		json, data []byte
+		why        string
+	}{
+		{"step 99", []byte(strings.Replace(string(js), `"step": 2,`, `"step": 99,`, 1)), nil,
+			"records step 99, its name step 2"},
+		{"step -5", []byte(strings.Replace(string(js), `"step": 2,`, `"step": -5,`, 1)), nil,
+			"records step -5, its name step 2"},
+		{"empty weight", []byte(strings.Replace(string(js), old, hex.EncodeToString(sum[:]), 1)), emptied,
+			"f32[0,64], empty"},
+	} {
+		os.WriteFile(newest+".json", c.json, 0o644)
+		if c.data != nil {
+			os.WriteFile(newest+".safetensors", c.data, 0o644)
+		}
+		for _, format := range []string{"safetensors", "onnx"} {
+			stdout, stderr, code := lcc(t, "export", ck, "--format="+format, "-o", out)
+			if code != 0 || !strings.Contains(stderr, "lcc: warning: skipped "+newest+".json") ||
+				!strings.Contains(stderr, c.why) || !strings.Contains(stdout, "(step 1)") {
+				t.Errorf("%s, --format=%s: exit %d, want step 1 exported and step 2 skipped:\n%s%s",
+					c.name, format, code, stdout, stderr)
+			}
+		}
+		_, stderr, code := lcc(t, "export", ck, "--step=2", "-o", out)
+		if code != 1 || !strings.Contains(stderr, c.why) {
+			t.Errorf("%s, --step=2: exit %d, want 1 and why:\n%s", c.name, code, stderr)
 		}
 	}
 }
