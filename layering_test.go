@@ -21,26 +21,33 @@ import (
 // Packages under an internal/ directory take the level of their lowest importer
 // (or, when only tests import them, the level of the directory holding them).
 var levels = map[string]int{
-	"tensor":  1,
-	"targets": 1,
+	"tensor":     1,
+	"collective": 1,
+	"targets":    1,
 
 	"ir":          2,
 	"safetensors": 2,
 	// Test fixtures that build IR (only tests import them).
 	"internal/llamagen": 2,
 	"internal/attntest": 2,
+	// What a GPU test does without its GPU (only tests import it).
+	"internal/gputest": 1,
 	// Named pipes for the tests of refusing them (only tests import it).
 	"internal/userfile/fifotest": 1,
 
-	"plan":    3,
-	"codegen": 3,
+	// The reference interpreter, which is also the compiler's constant folder, sits
+	// below the compiler that uses it.
+	"plan":   3,
+	"interp": 3,
 
-	"runtime": 4,
+	"passes":    4,
+	"frontends": 4,
 
-	"passes":    5,
-	"frontends": 5,
+	"codegen": 5,
+	"report":  5,
 
-	"report": 6,
+	// The runtime runs what the compiler made: it sits above it, in pipeline order.
+	"runtime": 6,
 
 	"driver": 7,
 
@@ -225,7 +232,24 @@ func TestLayeringCatchesViolations(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "package mystery has no level") {
 		t.Errorf("unknown package: got error %v", err)
 	}
-	if lv["codegen/cuda/x"] != 3 || lv["driver"] != 7 || lv["a/internal/b"] != 7 {
+	if lv["codegen/cuda/x"] != 5 || lv["driver"] != 7 || lv["a/internal/b"] != 7 {
 		t.Errorf("levels %v", lv)
+	}
+}
+
+// TestCompilerImportsNoRuntime keeps the compiler below what runs its output: no
+// package under passes/ or frontends/ imports runtime/ (the interpreter they fold
+// constants with is interp/, a level below them).
+func TestCompilerImportsNoRuntime(t *testing.T) {
+	for _, p := range listPackages(t) {
+		r := strings.TrimPrefix(p.ImportPath, module+"/")
+		if !strings.HasPrefix(r, "passes") && !strings.HasPrefix(r, "frontends") {
+			continue
+		}
+		for _, imp := range p.Imports {
+			if strings.HasPrefix(imp, module+"/runtime") {
+				t.Errorf("%s imports %s", r, imp)
+			}
+		}
 	}
 }

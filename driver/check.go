@@ -10,8 +10,8 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/lcc-dev/lcc/interp"
 	"github.com/lcc-dev/lcc/ir"
-	"github.com/lcc-dev/lcc/runtime/cpu"
 	"github.com/lcc-dev/lcc/safetensors"
 	"github.com/lcc-dev/lcc/tensor"
 )
@@ -138,7 +138,7 @@ func RunCPU(f *ir.Func, in map[string]*tensor.Tensor, storage tensor.DType) (map
 	if err != nil {
 		return nil, err
 	}
-	return cpu.Run(f, in, cpu.Options{Precision: tensor.F32, Store: store})
+	return interp.Run(f, in, interp.Options{Precision: tensor.F32, Store: store})
 }
 
 // expected returns what a run with narrower storage is compared with (see

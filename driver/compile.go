@@ -27,7 +27,6 @@ type CompileOptions struct {
 	Options
 	Target     targets.Target
 	PrintAfter string // --print-ir-after
-	VerifyEach bool   // --verify-each
 	Model      string // the model path, for the report
 	// TimePasses keeps pass timings in the report (which then differs run to run).
 	TimePasses bool

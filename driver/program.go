@@ -13,6 +13,8 @@ import (
 	"strings"
 
 	cudagen "github.com/lcc-dev/lcc/codegen/cuda"
+	"github.com/lcc-dev/lcc/internal/fserr"
+	"github.com/lcc-dev/lcc/internal/jsonerr"
 	"github.com/lcc-dev/lcc/internal/userfile"
 	"github.com/lcc-dev/lcc/ir"
 	"github.com/lcc-dev/lcc/passes"
@@ -69,29 +71,136 @@ func CompiledStep(f *ir.Func) (lossName string, ok bool) {
 	return lossName, ok
 }
 
-// checkRecordedPipeline compares the pipeline the flags ask for with the one
-// that compiled a step read from DIR/graph.lcc, as DIR/report.json records it:
-// a step cannot be compiled again, so other flags would silently not apply.
-func checkRecordedPipeline(model string, ps []passes.Pass) error {
+// stepRecord is what lcc compile -o DIR records in DIR/report.json of the step
+// it wrote to DIR/graph.lcc, as far as lcc train and compile read it back.
+type stepRecord struct {
+	path   string
+	Mode   string `json:"mode"`
+	Target struct {
+		Name string `json:"name"`
+	} `json:"target"`
+	Shapes struct {
+		Inputs map[string]struct {
+			DType string  `json:"dtype"`
+			Shape []int64 `json:"shape"`
+		} `json:"inputs"`
+	} `json:"shapes"`
+	Pipeline []string `json:"pipeline"`
+}
+
+// readStepRecord reads the report.json beside a .lcc model; nil without one.
+func readStepRecord(model string) (*stepRecord, error) {
 	if model == "" || !strings.EqualFold(filepath.Ext(model), ".lcc") {
-		return nil
+		return nil, nil
 	}
 	path := filepath.Join(filepath.Dir(model), "report.json")
 	data, err := userfile.ReadFile(path)
 	if errors.Is(err, fs.ErrNotExist) {
-		return nil
+		return nil, nil
 	}
 	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, fserr.Cause(err))
+	}
+	rec := &stepRecord{path: path}
+	if err := json.Unmarshal(data, rec); err != nil {
+		return nil, jsonerr.Describe(path, data, err)
+	}
+	return rec, nil
+}
+
+// RecordedFlag is one flag value a compiled step was compiled with.
+type RecordedFlag struct {
+	Flag, Value string
+}
+
+// RecordedFlags returns the flags that DIR/report.json records for the compiled
+// training step model (DIR/graph.lcc), read back from its pipeline, target and
+// inputs, in a fixed order, and the report's path; none for another model. The
+// step cannot be compiled again, so these are the only values its flags can take.
+// Ranks is absent: graph.lcc is always the one-GPU step.
+func RecordedFlags(model string) ([]RecordedFlag, string, error) {
+	rec, err := readStepRecord(model)
+	if err != nil || rec == nil || rec.Mode != "training" || rec.Pipeline == nil {
+		return nil, "", err
+	}
+	var out []RecordedFlag
+	add := func(flag, value string) { out = append(out, RecordedFlag{flag, value}) }
+	if rec.Target.Name != "" {
+		add("target", rec.Target.Name)
+	}
+	if batch, seq, ok := rec.tokenShape(); ok {
+		add("batch", fmt.Sprint(batch))
+		add("seq-len", fmt.Sprint(seq))
+	}
+	attention := "dense"
+	for _, line := range rec.Pipeline {
+		name, kv := passLine(line)
+		switch name {
+		case "match-attention":
+			add("require-attention", fmt.Sprint(kv["require"] == "true"))
+		case "dilate-attention":
+			attention = "dilated"
+			add("segments", kv["segments"])
+			add("dilations", kv["dilations"])
+			add("dilated-offsets", kv["offsets"])
+		case "insert-loss":
+			add("loss", kv["loss"])
+		case "insert-checkpoints":
+			add("checkpoint", kv["policy"])
+			budget := "0" // none given: the target's memory
+			if b := kv["budget"]; b != "" {
+				budget = b + "B"
+			}
+			add("memory-budget", budget)
+		case "codegen":
+			add("precision", map[bool]string{true: "bf16", false: "fp32"}[kv["storage"] == "bf16"])
+		}
+	}
+	add("attention", attention)
+	return out, rec.path, nil
+}
+
+// tokenShape is the [batch, seq] of the step's i64 matrix inputs (token ids,
+// labels, masks), when they all have one.
+func (r *stepRecord) tokenShape() (batch, seq int64, ok bool) {
+	var shape []int64
+	for _, in := range r.Shapes.Inputs {
+		if in.DType != "i64" || len(in.Shape) != 2 {
+			continue
+		}
+		if shape != nil && !slices.Equal(shape, in.Shape) {
+			return 0, 0, false
+		}
+		shape = in.Shape
+	}
+	if shape == nil {
+		return 0, 0, false
+	}
+	return shape[0], shape[1], true
+}
+
+// passLine splits a pipeline line, `name key=value ...` (Describe's syntax).
+func passLine(line string) (string, map[string]string) {
+	fields := strings.Fields(line)
+	if len(fields) == 0 {
+		return "", nil
+	}
+	kv := map[string]string{}
+	for _, f := range fields[1:] {
+		if k, v, ok := strings.Cut(f, "="); ok {
+			kv[k] = v
+		}
+	}
+	return fields[0], kv
+}
+
+// checkRecordedPipeline compares the pipeline the flags ask for with the one
+// that compiled a step read from DIR/graph.lcc, as DIR/report.json records it:
+// a step cannot be compiled again, so other flags would silently not apply.
+func checkRecordedPipeline(model string, ps []passes.Pass) error {
+	rec, err := readStepRecord(model)
+	if err != nil || rec == nil || rec.Pipeline == nil {
 		return err
-	}
-	var rec struct {
-		Pipeline []string `json:"pipeline"`
-	}
-	if err := json.Unmarshal(data, &rec); err != nil {
-		return fmt.Errorf("%s: %w", path, err)
-	}
-	if rec.Pipeline == nil {
-		return nil
 	}
 	var want []string
 	for _, p := range ps {
@@ -100,7 +209,7 @@ func checkRecordedPipeline(model string, ps []passes.Pass) error {
 	if !slices.Equal(rec.Pipeline, want) {
 		return fmt.Errorf("%s is a compiled step, and %s records its passes as\n  %s\nbut these flags "+
 			"ask for\n  %s\n(pass the flags it was compiled with, or give the model it came from)", model,
-			path, strings.Join(rec.Pipeline, "\n  "), strings.Join(want, "\n  "))
+			rec.path, strings.Join(rec.Pipeline, "\n  "), strings.Join(want, "\n  "))
 	}
 	return nil
 }

@@ -5,11 +5,11 @@ import (
 	"strings"
 	"time"
 
+	"github.com/lcc-dev/lcc/interp"
 	"github.com/lcc-dev/lcc/ir"
 	"github.com/lcc-dev/lcc/passes"
 	"github.com/lcc-dev/lcc/passes/autodiff"
 	"github.com/lcc-dev/lcc/runtime/comm"
-	"github.com/lcc-dev/lcc/runtime/cpu"
 	"github.com/lcc-dev/lcc/safetensors"
 	"github.com/lcc-dev/lcc/targets"
 	"github.com/lcc-dev/lcc/tensor"
@@ -144,7 +144,7 @@ func (sp *ShardedProgram) Run(feeds []map[string]*tensor.Tensor, timeout time.Du
 	outs := make([]map[string]*tensor.Tensor, sp.Layout.Ranks)
 	w := comm.NewWorld(sp.Layout.Ranks, timeout)
 	err := w.Run(func(e *comm.Endpoint) error {
-		o, err := cpu.Run(sp.Func, feeds[e.Rank()], cpu.Options{Precision: prec, Comm: e})
+		o, err := interp.Run(sp.Func, feeds[e.Rank()], interp.Options{Precision: prec, Comm: e})
 		if err != nil {
 			return fmt.Errorf("rank %d: %w", e.Rank(), err)
 		}

@@ -10,12 +10,12 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/lcc-dev/lcc/interp"
 	"github.com/lcc-dev/lcc/ir"
 	"github.com/lcc-dev/lcc/passes"
 	"github.com/lcc-dev/lcc/passes/autodiff"
 	"github.com/lcc-dev/lcc/passes/loss"
 	"github.com/lcc-dev/lcc/report"
-	"github.com/lcc-dev/lcc/runtime/cpu"
 	"github.com/lcc-dev/lcc/safetensors"
 	"github.com/lcc-dev/lcc/targets"
 	"github.com/lcc-dev/lcc/tensor"
@@ -75,7 +75,7 @@ func f64Ref(t *testing.T, f *ir.Func, inputs map[string]*tensor.Tensor) *safeten
 	if err != nil {
 		t.Fatal(err)
 	}
-	outs, err := cpu.Run(gf, inputs, cpu.Options{Precision: tensor.F64})
+	outs, err := interp.Run(gf, inputs, interp.Options{Precision: tensor.F64})
 	if err != nil {
 		t.Fatal(err)
 	}

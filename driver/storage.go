@@ -13,7 +13,7 @@ import (
 // every value a launch of the plan reads or writes and every output, f32
 // otherwise (values that live only in the registers of a fused kernel: an
 // elementwise run's inner values, recomputed values, inlined literals). It is
-// runtime/cpu's Options.Store, so that the CPU interpreter rounds exactly what
+// interp's Options.Store, so that the CPU interpreter rounds exactly what
 // the device stores and a bf16 check compares the device with it (CheckOptions).
 // A value codegen places in another's buffer (a concat's operand written in
 // place, a slice read in place: view.go) is rounded where that buffer is, at the

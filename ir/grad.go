@@ -13,8 +13,9 @@ import (
 // in Machine Learning: a Survey", JMLR 18, 2018) propagates cotangents backwards:
 // for y = f(x₁, …, xₙ) and the cotangent ȳ = ∂L/∂y, each rule emits x̄ᵢ = ȳ·∂f/∂xᵢ,
 // the vector-Jacobian product, without forming the Jacobian. As in GoMLX
-// (core/graph/rev_autodiff.go) the rules form a registry indexed by op (gradRules,
-// installed into OpInfo.Grad by vjp.go); passes/autodiff walks the body backwards,
+// (core/graph/rev_autodiff.go) the rules form a registry indexed by op (gradRules
+// in grad.go, grad_nn.go and grad_shape.go, installed into OpInfo.Grad by def in
+// ops.go); passes/autodiff walks the body backwards,
 // calls each rule with a builder positioned after the forward code, and sums the
 // cotangents of values read more than once.
 //

@@ -7,10 +7,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/lcc-dev/lcc/interp"
 	"github.com/lcc-dev/lcc/ir"
 	"github.com/lcc-dev/lcc/passes/autodiff"
 	"github.com/lcc-dev/lcc/passes/autodiff/gradcheck"
-	"github.com/lcc-dev/lcc/runtime/cpu"
 	"github.com/lcc-dev/lcc/tensor"
 )
 
@@ -357,7 +357,7 @@ func TestGradTies(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		out, err := cpu.Run(g, nil, cpu.Options{Precision: tensor.F64})
+		out, err := interp.Run(g, nil, interp.Options{Precision: tensor.F64})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -6,11 +6,11 @@ import (
 	"math/rand/v2"
 	"testing"
 
+	"github.com/lcc-dev/lcc/interp"
 	"github.com/lcc-dev/lcc/ir"
 	"github.com/lcc-dev/lcc/passes/autodiff"
 	"github.com/lcc-dev/lcc/passes/autodiff/gradcheck"
 	"github.com/lcc-dev/lcc/runtime/comm"
-	"github.com/lcc-dev/lcc/runtime/cpu"
 	"github.com/lcc-dev/lcc/tensor"
 )
 
@@ -19,7 +19,7 @@ func runRanks(t *testing.T, f *ir.Func, in []map[string]*tensor.Tensor) []map[st
 	t.Helper()
 	outs := make([]map[string]*tensor.Tensor, len(in))
 	err := comm.NewWorld(len(in), 0).Run(func(e *comm.Endpoint) error {
-		o, err := cpu.Run(f, in[e.Rank()], cpu.Options{Precision: tensor.F64, Comm: e})
+		o, err := interp.Run(f, in[e.Rank()], interp.Options{Precision: tensor.F64, Comm: e})
 		outs[e.Rank()] = o
 		return err
 	})

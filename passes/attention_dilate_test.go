@@ -5,8 +5,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/lcc-dev/lcc/interp"
 	"github.com/lcc-dev/lcc/ir"
-	"github.com/lcc-dev/lcc/runtime/cpu"
 	"github.com/lcc-dev/lcc/safetensors"
 	"github.com/lcc-dev/lcc/tensor"
 )
@@ -78,7 +78,7 @@ func TestDilateAttentionMHA(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := cpu.Run(f, in, cpu.Options{Precision: tensor.F64})
+	got, err := interp.Run(f, in, interp.Options{Precision: tensor.F64})
 	if err != nil {
 		t.Fatal(err)
 	}

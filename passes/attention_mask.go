@@ -3,8 +3,8 @@ package passes
 import (
 	"math"
 
+	"github.com/lcc-dev/lcc/interp"
 	"github.com/lcc-dev/lcc/ir"
-	"github.com/lcc-dev/lcc/runtime/cpu"
 	"github.com/lcc-dev/lcc/tensor"
 )
 
@@ -131,7 +131,7 @@ func evalNodes(nodes []*ir.Node, sub map[*ir.Value]*tensor.Tensor) (
 		for i, a := range n.Args {
 			args[i] = get(a)
 		}
-		res, err := cpu.EvalNode(n, args, cpu.Options{Precision: tensor.F64})
+		res, err := interp.EvalNode(n, args, interp.Options{Precision: tensor.F64})
 		if err != nil {
 			return nil, err
 		}

@@ -4,8 +4,8 @@ import (
 	"math"
 	"slices"
 
+	"github.com/lcc-dev/lcc/interp"
 	"github.com/lcc-dev/lcc/ir"
-	"github.com/lcc-dev/lcc/runtime/cpu"
 	"github.com/lcc-dev/lcc/tensor"
 )
 
@@ -808,7 +808,7 @@ func combine(op ir.Op, attrs ir.Attrs, dt tensor.DType, shape []int64, args []*s
 	if b.Err() != nil || len(outs) != 1 || outs[0].Def == nil {
 		return nil
 	}
-	res, err := cpu.EvalNode(outs[0].Def, ts, cpu.Options{Precision: tensor.F64})
+	res, err := interp.EvalNode(outs[0].Def, ts, interp.Options{Precision: tensor.F64})
 	if err != nil || res[0].DType != dt {
 		return nil
 	}

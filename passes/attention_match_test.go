@@ -8,8 +8,8 @@ import (
 	"testing"
 
 	"github.com/lcc-dev/lcc/frontends/onnx"
+	"github.com/lcc-dev/lcc/interp"
 	"github.com/lcc-dev/lcc/ir"
-	"github.com/lcc-dev/lcc/runtime/cpu"
 	"github.com/lcc-dev/lcc/tensor"
 )
 
@@ -78,12 +78,12 @@ func relErr(a, b *tensor.Tensor) float64 {
 // output to agree to tol.
 func checkSame(t *testing.T, before, after *ir.Func, in map[string]*tensor.Tensor, tol float64) {
 	t.Helper()
-	opts := cpu.Options{Precision: tensor.F64}
-	want, err := cpu.Run(before, in, opts)
+	opts := interp.Options{Precision: tensor.F64}
+	want, err := interp.Run(before, in, opts)
 	if err != nil {
 		t.Fatalf("before: %v", err)
 	}
-	got, err := cpu.Run(after, in, opts)
+	got, err := interp.Run(after, in, opts)
 	if err != nil {
 		t.Fatalf("after: %v", err)
 	}

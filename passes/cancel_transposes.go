@@ -4,8 +4,8 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/lcc-dev/lcc/interp"
 	"github.com/lcc-dev/lcc/ir"
-	"github.com/lcc-dev/lcc/runtime/cpu"
 	"github.com/lcc-dev/lcc/tensor"
 )
 
@@ -300,8 +300,8 @@ func padShape(shape []int64, rank int) []int64 {
 // interpreter's transpose: the fold of the constant the rewrite permutes.
 func permuteTensor(t *tensor.Tensor, perm []int64) *tensor.Tensor {
 	padded := &tensor.Tensor{DType: t.DType, Shape: padShape(t.Shape, len(perm)), F: t.F, I: t.I}
-	res, err := cpu.EvalNode(&ir.Node{Op: ir.OpTranspose, Attrs: ir.A("perm", perm)},
-		[]*tensor.Tensor{padded}, cpu.Options{Precision: tensor.F64})
+	res, err := interp.EvalNode(&ir.Node{Op: ir.OpTranspose, Attrs: ir.A("perm", perm)},
+		[]*tensor.Tensor{padded}, interp.Options{Precision: tensor.F64})
 	if err != nil {
 		panic("lcc: BUG: cancel-transposes: folding a transpose: " + err.Error()) // perm is a permutation of padded's axes
 	}

@@ -7,9 +7,9 @@ import (
 	"testing"
 
 	"github.com/lcc-dev/lcc/frontends/onnx"
+	"github.com/lcc-dev/lcc/interp"
 	"github.com/lcc-dev/lcc/ir"
 	"github.com/lcc-dev/lcc/passes/autodiff"
-	"github.com/lcc-dev/lcc/runtime/cpu"
 	"github.com/lcc-dev/lcc/tensor"
 )
 
@@ -124,11 +124,11 @@ func forwardModel(t *testing.T, path string, foldLimit int64) *ir.Func {
 func sameOutputs(t *testing.T, before, after *ir.Func, in map[string]*tensor.Tensor,
 	prec tensor.DType, tol float64) {
 	t.Helper()
-	want, err := cpu.Run(before, in, cpu.Options{Precision: prec})
+	want, err := interp.Run(before, in, interp.Options{Precision: prec})
 	if err != nil {
 		t.Fatalf("before: %v", err)
 	}
-	got, err := cpu.Run(after, in, cpu.Options{Precision: prec})
+	got, err := interp.Run(after, in, interp.Options{Precision: prec})
 	if err != nil {
 		t.Fatalf("after: %v", err)
 	}

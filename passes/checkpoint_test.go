@@ -7,11 +7,11 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/lcc-dev/lcc/interp"
 	"github.com/lcc-dev/lcc/ir"
 	"github.com/lcc-dev/lcc/passes"
 	"github.com/lcc-dev/lcc/passes/autodiff"
 	"github.com/lcc-dev/lcc/plan"
-	"github.com/lcc-dev/lcc/runtime/cpu"
 )
 
 // trainGraph is llama_mini's training graph as a compile would build it: the loss
@@ -39,7 +39,7 @@ func trainGraph(t *testing.T) *ir.Func {
 func TestInsertCheckpointsBitwise(t *testing.T) {
 	base := trainGraph(t)
 	in := randomInputs(base, 512)
-	want, err := cpu.Run(base, in, cpu.Options{})
+	want, err := interp.Run(base, in, interp.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -70,7 +70,7 @@ func TestInsertCheckpointsBitwise(t *testing.T) {
 				t.Errorf("saved activations %d, without checkpoints %d",
 					plan.Activations(g), plan.Activations(base))
 			}
-			got, err := cpu.Run(g, in, cpu.Options{})
+			got, err := interp.Run(g, in, interp.Options{})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -7,11 +7,11 @@ import (
 	"testing"
 
 	"github.com/lcc-dev/lcc/driver"
+	"github.com/lcc-dev/lcc/interp"
 	"github.com/lcc-dev/lcc/ir"
 	"github.com/lcc-dev/lcc/passes"
 	"github.com/lcc-dev/lcc/passes/autodiff"
 	"github.com/lcc-dev/lcc/passes/loss"
-	"github.com/lcc-dev/lcc/runtime/cpu"
 	"github.com/lcc-dev/lcc/tensor"
 )
 
@@ -104,11 +104,11 @@ func TestFuseCrossEntropyModels(t *testing.T) {
 // L2 error.
 func compareRuns(t *testing.T, want, got *ir.Func, in map[string]*tensor.Tensor, tol float64) {
 	t.Helper()
-	w, err := cpu.Run(want, in, cpu.Options{})
+	w, err := interp.Run(want, in, interp.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	g, err := cpu.Run(got, in, cpu.Options{})
+	g, err := interp.Run(got, in, interp.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

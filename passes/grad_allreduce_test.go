@@ -7,9 +7,9 @@ import (
 
 	"golang.org/x/tools/txtar"
 
+	"github.com/lcc-dev/lcc/interp"
 	"github.com/lcc-dev/lcc/ir"
 	"github.com/lcc-dev/lcc/runtime/comm"
-	"github.com/lcc-dev/lcc/runtime/cpu"
 	"github.com/lcc-dev/lcc/tensor"
 )
 
@@ -48,7 +48,7 @@ func TestBucketsKeepBits(t *testing.T) {
 				}
 				in[p.Name] = x
 			}
-			o, err := cpu.Run(f, in, cpu.Options{Precision: tensor.F32, Comm: e})
+			o, err := interp.Run(f, in, interp.Options{Precision: tensor.F32, Comm: e})
 			outs[e.Rank()] = o
 			return err
 		})

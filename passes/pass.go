@@ -37,7 +37,8 @@ type Pass struct {
 
 // Options controls a pipeline run.
 type Options struct {
-	// VerifyEach runs ir.Verify after every pass (tests and --verify-each).
+	// VerifyEach runs ir.Verify after every pass (driver always sets it: a pass
+	// that breaks the IR is named at once, not by a later pass or codegen).
 	VerifyEach bool
 	// PrintAfter names a pass after which to print the IR, or "all".
 	PrintAfter string

@@ -7,7 +7,7 @@ import (
 
 	fk "github.com/lcc-dev/lcc/codegen/cuda/flash"
 	"github.com/lcc-dev/lcc/runtime/cuda"
-	"github.com/lcc-dev/lcc/runtime/flash"
+	"github.com/lcc-dev/lcc/perf/flash"
 )
 
 // AttentionShape is one attention benchmark: bf16, [B, T, H, D] queries over

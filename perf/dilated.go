@@ -5,7 +5,7 @@ import (
 
 	fk "github.com/lcc-dev/lcc/codegen/cuda/flash"
 	"github.com/lcc-dev/lcc/runtime/cuda"
-	"github.com/lcc-dev/lcc/runtime/flash"
+	"github.com/lcc-dev/lcc/perf/flash"
 )
 
 // DilatedShape is one LongNet benchmark: bf16 [1, T, H, D], causal, with

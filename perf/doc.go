@@ -11,6 +11,10 @@
 //   - Figure and Compare put lcc's figures and the anchors' side by side with their
 //     ratio.
 //
+// Every benchmark of lcc lives under perf: the Go workloads here, the device-buffer
+// runner of the flash kernels (perf/flash), and the shell and PyTorch scripts of
+// the longer runs (perf/scripts); cmd/lcc's bench*.go only wire flags to them.
+//
 // perf sits at the level of train in the layering (docs/design.md §1): it may import
 // driver, runtime and codegen, and only cmd imports it.
 package perf

@@ -3,7 +3,7 @@ package perf
 import (
 	"testing"
 
-	"github.com/lcc-dev/lcc/runtime/cpu"
+	"github.com/lcc-dev/lcc/interp"
 )
 
 // TestWorkloadsRunOnCPU runs the benchmark graphs at a small shape on the CPU
@@ -13,7 +13,7 @@ func TestWorkloadsRunOnCPU(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	out, err := cpu.Run(f, CEInputs(64, 16, 100, 1), cpu.Options{})
+	out, err := interp.Run(f, CEInputs(64, 16, 100, 1), interp.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -25,10 +25,10 @@ func TestWorkloadsRunOnCPU(t *testing.T) {
 		t.Fatal(err)
 	}
 	fin, bin := EmbedInputs(64, 8, 20, 1)
-	if _, err := cpu.Run(fwd, fin, cpu.Options{}); err != nil {
+	if _, err := interp.Run(fwd, fin, interp.Options{}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := cpu.Run(bwd, bin, cpu.Options{}); err != nil {
+	if _, err := interp.Run(bwd, bin, interp.Options{}); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -4,6 +4,8 @@
 # GPU package, and .gpu/tests.txt listing them ("NAME PACKAGE_DIR" per line).
 # Logs go to ${OUT:-/tmp/lcc-gpu}.
 set -u
+# A GPU test that would skip here (no GPU, NVRTC, NCCL or cuBLASLt found) fails instead.
+export LCC_REQUIRE_GPU=${LCC_REQUIRE_GPU:-1}
 out=${OUT:-/tmp/lcc-gpu}
 mkdir -p "$out"
 root=$(pwd)

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 
+	"github.com/lcc-dev/lcc/internal/jsonerr"
 	"github.com/lcc-dev/lcc/internal/userfile"
 )
 
@@ -55,6 +56,11 @@ func Parse(data []byte) ([]Target, error) {
 			len(data), maxFileBytes)
 	}
 	trimmed := bytes.TrimLeft(data, " \t\r\n")
+	if len(trimmed) > 0 && (trimmed[0] == '[' || trimmed[0] == '{') {
+		if err := json.Unmarshal(data, new(any)); err != nil {
+			return nil, jsonerr.Explain(data, err)
+		}
+	}
 	var raws []json.RawMessage
 	switch {
 	case len(trimmed) == 0:
@@ -76,7 +82,7 @@ func Parse(data []byte) ([]Target, error) {
 	for i, raw := range raws {
 		t, err := parseOne(raw)
 		if err != nil {
-			label := fmt.Sprintf("target %d", i)
+			label := fmt.Sprintf("entry %d", i+1)
 			if t.Name != "" {
 				label = fmt.Sprintf("target %q", t.Name)
 			}
@@ -98,10 +104,18 @@ func parseOne(raw json.RawMessage) (Target, error) {
 	dec.DisallowUnknownFields()
 	var ft fileTarget
 	if err := dec.Decode(&ft); err != nil {
-		return Target{}, fmt.Errorf("bad JSON: %w", err)
-	}
-	if dec.More() {
-		return Target{}, errors.New("bad JSON: trailing data after the object")
+		// The file is well-formed JSON (Parse checked): a field has the wrong kind
+		// of value, or is unknown.
+		named := Target{}
+		var name struct{ Name string }
+		if json.Unmarshal(raw, &name) == nil {
+			named.Name = name.Name
+		}
+		var typ *json.UnmarshalTypeError
+		if errors.As(err, &typ) {
+			return named, fmt.Errorf("field %s", jsonerr.TypeMessage(typ))
+		}
+		return named, jsonerr.Explain(raw, err)
 	}
 	var t Target
 	if ft.Base != nil {

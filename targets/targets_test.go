@@ -155,9 +155,13 @@ func TestLoadFileErrors(t *testing.T) {
 	}{
 		{"empty", ``, "empty file"},
 		{"not JSON", `gpus = 8`, "want a JSON object or list"},
-		{"bad JSON", `{"name": "x",`, "bad JSON"},
+		{"bad JSON", `{"name": "x",`, "malformed JSON: it ends before its last value does"},
+		{"bad JSON in a list", "[{\"base\": \"cpu\", \"name\": \"a\"},\n {\"name\" \"b\"}]",
+			`malformed JSON at line 2, column 10: invalid character '"' after object key`},
+		{"string gpus", `[{"base": "h200x8", "name": "a", "gpus": "8"}]`,
+			`target "a": field gpus: want an integer, got string`},
 		{"empty list", `[]`, "empty list"},
-		{"no name", `{"base": "h200x8"}`, "target 0: field name: missing"},
+		{"no name", `{"base": "h200x8"}`, "entry 1: field name: missing"},
 		{"empty name", `{"base": "h200x8", "name": " "}`, "field name: must not be empty"},
 		{"unknown field", `{"base": "h200x8", "name": "a", "memory_gb": 80}`,
 			`unknown field "memory_gb"`},
@@ -184,7 +188,7 @@ func TestLoadFileErrors(t *testing.T) {
 		{"cpu with 8", `{"base": "cpu", "name": "a", "gpus": 8}`, "must be 1 for arch cpu"},
 		{"duplicate", `[{"base": "cpu", "name": "a"}, {"base": "cpu", "name": "a"}]`,
 			`target "a": defined twice`},
-		{"trailing", `{"base": "cpu", "name": "a"} {}`, "trailing data"},
+		{"trailing", `{"base": "cpu", "name": "a"} {}`, "malformed JSON at line 1, column 30"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

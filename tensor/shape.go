@@ -1,12 +1,12 @@
 package tensor
 
 // This file holds the shape arithmetic every layer shares: the interpreter's
-// loops (runtime/cpu), the CUDA index expressions (codegen/cuda) and the IR's
+// loops (interp), the CUDA index expressions (codegen/cuda) and the IR's
 // shape rules (ir). Shapes are row-major; a rank-0 shape has one element. Shapes
 // compare with slices.Equal.
 
 // Index is the integer type of element counts and offsets: int where Go slices
-// are indexed (runtime/cpu), int64 where sizes outgrow an int32 (codegen, IR).
+// are indexed (interp), int64 where sizes outgrow an int32 (codegen, IR).
 type Index interface{ ~int | ~int64 }
 
 // Elements is the number of elements of shape (1 for rank 0), for shapes already

@@ -6,14 +6,18 @@
 //
 // One step of Train, with A micro-batches (--accumulate):
 //
-//	for each micro-batch: loss, grads = grad(weights, batch)      (cpu.Run)
+//	for each micro-batch: loss, grads = grad(weights, batch)      (interp.Run)
 //	                      sums = sums + grads                       (optim.Accumulate)
 //	weights, state = adamw(state, sums, lr = schedule(step))        (optim.AdamW)
 //
 // The gradient function is driver.CompileStep's program (Step); the update
 // from package optim; batches from package data; checkpoints from package
-// checkpoint. Each piece is an ir.Func, so the GPU executor will run the very same
-// functions; the CPU interpreter here is its reference.
+// checkpoint. On the CPU each piece is an ir.Func the interpreter runs. On the GPU
+// (Config.Session) the step runs as the program driver compiled for the target
+// (Config.Adopt), and the weights, fp32 masters and AdamW moments stay in device
+// memory, updated by the executor's fused optimizer kernels (exec.Optimizer), not
+// by these functions; the CPU path is their reference, and the GPU tests hold the
+// losses to it.
 //
 // Invariants:
 //   - A run is a pure function of the model, the data spec, the flags and the

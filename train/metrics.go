@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strings"
 
 	"github.com/lcc-dev/lcc/internal/atomicfile"
@@ -41,6 +42,9 @@ func openMetrics(path string, first int, restored []byte, warn io.Writer) (*metr
 		warn = io.Discard
 	}
 	l := &metricsLog{path: path, warn: warn}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return nil, err
+	}
 	var err error
 	if first == 0 {
 		l.f, err = os.Create(path)

@@ -1,6 +1,7 @@
 package train
 
 import (
+	"github.com/lcc-dev/lcc/internal/gputest"
 	"math"
 	"slices"
 	"testing"
@@ -56,7 +57,7 @@ func TestOffloadCPU(t *testing.T) {
 func TestGPUOffload(t *testing.T) {
 	dev, err := cuda.Open(0)
 	if err != nil {
-		t.Skipf("skipping: no usable GPU: %v", err)
+		gputest.Skipf(t, "skipping: no usable GPU: %v", err)
 	}
 	defer dev.Close()
 	for _, st := range []tensor.DType{tensor.F32, tensor.BF16} {

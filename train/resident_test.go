@@ -1,12 +1,17 @@
 package train
 
 import (
+	"github.com/lcc-dev/lcc/internal/gputest"
 	"math"
 	"testing"
 	"time"
 
+	cudagen "github.com/lcc-dev/lcc/codegen/cuda"
+	"github.com/lcc-dev/lcc/driver"
+	"github.com/lcc-dev/lcc/ir"
 	"github.com/lcc-dev/lcc/runtime/cuda"
 	"github.com/lcc-dev/lcc/runtime/exec"
+	"github.com/lcc-dev/lcc/targets"
 	"github.com/lcc-dev/lcc/tensor"
 )
 
@@ -24,8 +29,59 @@ func gpuConfig(t *testing.T, dev *cuda.Device, c Config, st tensor.DType, cache 
 		meter.Stop()
 		s.Close()
 	})
-	c.Device, c.Session, c.Run, c.Memory = "cuda", s, s.Run, meter
+	c.Device, c.Session, c.Run, c.Adopt, c.Memory = "cuda", s, s.Run, s.Adopt, meter
 	return c
+}
+
+// TestGPUTargetArch trains gpt_mini compiled for an A100 (--target=a100x1: tier-1
+// attention, portable kernels) and for an H200 on this GPU: the session runs the
+// program driver compiled, under the hash the run reports, whatever GPU it finds,
+// and a program for another GPU's architecture is refused before it runs.
+func TestGPUTargetArch(t *testing.T) {
+	dev, err := cuda.Open(0)
+	if err != nil {
+		gputest.Skipf(t, "skipping: no usable GPU: %v", err)
+	}
+	defer dev.Close()
+	for _, name := range []string{"a100x1", "h200x1"} {
+		t.Run(name, func(t *testing.T) {
+			c := small(t, 2)
+			if c.Target, err = targets.Lookup(name); err != nil {
+				t.Fatal(err)
+			}
+			c = gpuConfig(t, dev, c, tensor.F32, t.TempDir())
+			var f *ir.Func
+			var adopted *cudagen.Program
+			adopt := c.Adopt
+			c.Adopt = func(g *ir.Func, p *cudagen.Program) error { f, adopted = g, p; return adopt(g, p) }
+			res := run(t, c)
+			if adopted == nil {
+				t.Fatal("the step's program was not handed to the session")
+			}
+			if got := c.Session.ProgramOf(f); got != adopted {
+				t.Fatal("the session ran another program than the one compiled")
+			}
+			if h := driver.ProgramHash(f, adopted); h != res.Program {
+				t.Fatalf("ran %s, reported %s", h, res.Program)
+			}
+			if adopted.Plan.Arch != c.Target.Arch {
+				t.Fatalf("program arch %s, target %s", adopted.Plan.Arch, c.Target.Arch)
+			}
+			for _, k := range adopted.Kernels {
+				if k.Arch != "" && k.Arch != c.Target.Arch {
+					t.Errorf("kernel %s built for %s on target %s", k.Name, k.Arch, c.Target.Arch)
+				}
+			}
+			t.Logf("%s: %d kernels, program %s", name, len(adopted.Kernels), res.Program)
+		})
+	}
+	s := exec.NewSession(dev, exec.Options{})
+	defer s.Close()
+	foreign := &cudagen.Program{Plan: &cudagen.Plan{Arch: "sm_100a", Storage: "f32"},
+		Kernels: []cudagen.Kernel{{Name: "k", Arch: "sm_100a"}}}
+	if err := s.Adopt(&ir.Func{Name: "f"}, foreign); err == nil {
+		t.Fatal("a program for sm_100a was adopted on", dev.Name())
+	}
 }
 
 // TestGPUResident trains gpt_mini on the GPU with its state resident (plain,
@@ -36,7 +92,7 @@ func gpuConfig(t *testing.T, dev *cuda.Device, c Config, st tensor.DType, cache 
 func TestGPUResident(t *testing.T) {
 	dev, err := cuda.Open(0)
 	if err != nil {
-		t.Skipf("skipping: no usable GPU: %v", err)
+		gputest.Skipf(t, "skipping: no usable GPU: %v", err)
 	}
 	defer dev.Close()
 	cache := t.TempDir()

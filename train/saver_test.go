@@ -3,6 +3,7 @@ package train
 import (
 	"bufio"
 	"encoding/json"
+	"github.com/lcc-dev/lcc/internal/gputest"
 	"io"
 	"os"
 	"path/filepath"
@@ -26,7 +27,7 @@ import (
 func TestGPUCheckpointBackground(t *testing.T) {
 	dev, err := cuda.Open(0)
 	if err != nil {
-		t.Skipf("skipping: no usable GPU: %v", err)
+		gputest.Skipf(t, "skipping: no usable GPU: %v", err)
 	}
 	defer dev.Close()
 	cache := t.TempDir()

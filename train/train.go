@@ -6,19 +6,23 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	cudagen "github.com/lcc-dev/lcc/codegen/cuda"
+	"github.com/lcc-dev/lcc/collective"
 	"io"
 	"math"
+	"os"
 	"path/filepath"
 	"runtime"
 	"strings"
 	"time"
 
 	"github.com/lcc-dev/lcc/driver"
+	"github.com/lcc-dev/lcc/internal/fserr"
+	"github.com/lcc-dev/lcc/interp"
 	"github.com/lcc-dev/lcc/ir"
 	"github.com/lcc-dev/lcc/passes/autodiff"
 	"github.com/lcc-dev/lcc/passes/loss"
 	"github.com/lcc-dev/lcc/report"
-	"github.com/lcc-dev/lcc/runtime/cpu"
 	"github.com/lcc-dev/lcc/runtime/cuda"
 	"github.com/lcc-dev/lcc/runtime/exec"
 	"github.com/lcc-dev/lcc/targets"
@@ -71,6 +75,10 @@ type Config struct {
 	Keep            int
 	// Resume continues from the newest valid checkpoint in CheckpointDir.
 	Resume bool
+	// Stop, once closed, ends the run after the step in flight, with a
+	// checkpoint of it when CheckpointDir is set (lcc train closes it on SIGINT
+	// or SIGTERM). The ranks of a sharded run agree on the step to stop after.
+	Stop <-chan struct{}
 
 	// Progress gets a progress line every ProgressEvery steps (nil: none).
 	Progress io.Writer
@@ -108,7 +116,7 @@ type Config struct {
 	// ranks (an exec.Session whose Options.Comm is Comm).
 	Ranks     int
 	ShardMode string
-	Comm      cpu.Communicator
+	Comm      collective.Communicator
 
 	// Session, if set (--device=cuda), keeps the training state on its GPU
 	// across steps: working weights and gradients in the step's arena, fp32
@@ -117,6 +125,11 @@ type Config struct {
 	// and RunOptimizer are then used only where the state cannot stay (a
 	// sharded step).
 	Session *exec.Session
+	// Adopt, if set, hands the compiled step's GPU program to the executor that
+	// Run or Session runs it on (exec.Session.Adopt): the kernels, launch plan
+	// and arena that run are those the printed program hash names, compiled for
+	// --target's architecture, never generated again for the GPU found.
+	Adopt func(*ir.Func, *cudagen.Program) error
 	// Memory, if set, measures the device's peak memory (started before
 	// Session was created); it is polled after every step.
 	Memory *cuda.PeakMeter
@@ -143,6 +156,8 @@ type Result struct {
 	Losses []float64
 	// Resumed is the checkpoint the run resumed from, if any.
 	Resumed string
+	// Stopped says that Config.Stop ended the run after Step, before its last.
+	Stopped bool
 	// Checkpoints lists the checkpoints written, oldest first.
 	Checkpoints []string
 	Wall        time.Duration
@@ -197,6 +212,8 @@ func (c *Config) check() error {
 		return fmt.Errorf("--min-lr %v: want <= --lr (%v)", c.MinLR, c.LR)
 	case c.Warmup < 0:
 		return fmt.Errorf("--warmup %d: want >= 0", c.Warmup)
+	case c.Warmup > c.Steps:
+		return fmt.Errorf("--warmup %d: want <= --steps (%d): the warmup would never end", c.Warmup, c.Steps)
 	case c.WeightDecay < 0 || math.IsNaN(c.WeightDecay):
 		return fmt.Errorf("--weight-decay %v: want >= 0", c.WeightDecay)
 	case c.Clip < 0 || math.IsNaN(c.Clip):
@@ -371,6 +388,11 @@ func newTrainer(cfg Config) (*trainer, error) {
 		return nil, err
 	}
 	grad, lossName, shard, rank := step.Func, step.Loss, step.Rank, 0
+	if cfg.Adopt != nil && step.Program != nil {
+		if err := cfg.Adopt(grad, step.Program); err != nil {
+			return nil, fmt.Errorf("%s (--target=%s): %w", cfg.Model, cfg.Target.Name, err)
+		}
+	}
 	if shard != nil {
 		rank = cfg.Comm.Rank()
 	}
@@ -523,9 +545,44 @@ func (t *trainer) agreeOnStep(step int) error {
 	return nil
 }
 
-// resume restores the newest valid checkpoint and returns its step.
+// stopping says whether Config.Stop asks to end the run now; the ranks of a
+// sharded run stop when any rank is asked to, all after the same step.
+func (t *trainer) stopping() (bool, error) {
+	if t.cfg.Stop == nil {
+		return false, nil
+	}
+	asked := 0.0
+	select {
+	case <-t.cfg.Stop:
+		asked = 1
+	default:
+	}
+	if t.shard == nil {
+		return asked == 1, nil
+	}
+	all, err := t.cfg.Comm.AllGather("stop", []int64{1}, []float64{asked})
+	if err != nil {
+		return false, err
+	}
+	for _, a := range all {
+		if a[0] == 1 {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// resume restores the newest valid checkpoint and returns its step. A folder
+// that does not exist is an error (a mistyped path must not start a new run);
+// an empty one starts from step 0 with a warning.
 func (t *trainer) resume(res *Result) (int, error) {
 	dir := t.cfg.CheckpointDir
+	if st, err := os.Stat(dir); err != nil {
+		return 0, fmt.Errorf("--resume: --checkpoint-dir %s: %w (nothing to resume; without --resume a new "+
+			"run starts there)", dir, fserr.Cause(err))
+	} else if !st.IsDir() {
+		return 0, fmt.Errorf("--resume: --checkpoint-dir %s is a file, not a folder", dir)
+	}
 	c, skipped, err := checkpoint.Latest(dir, t.wantCheckpoint())
 	if err != nil {
 		return 0, err
@@ -538,7 +595,11 @@ func (t *trainer) resume(res *Result) (int, error) {
 			return 0, fmt.Errorf("--resume: no valid checkpoint in %s (%d refused; first: %v)", dir,
 				len(skipped), skipped[0].Err)
 		}
-		fmt.Fprintf(t.cfg.Progress, "resume: no checkpoint in %s; starting from step 0\n", dir)
+		warn := t.cfg.Log
+		if warn == nil || t.rank != 0 {
+			warn = t.cfg.Progress
+		}
+		fmt.Fprintf(warn, "lcc: warning: --resume: %s holds no checkpoint; starting from step 0\n", dir)
 		return 0, nil
 	}
 	if err := t.stream.Restore(c.Meta.Data); err != nil {
@@ -573,13 +634,13 @@ func (t *trainer) exec(f *ir.Func, in map[string]*tensor.Tensor) (map[string]*te
 	if f == t.grad && t.shard != nil {
 		in = t.shard.RankFeeds(in, t.rank)
 		if t.cfg.Run == nil {
-			return cpu.Run(f, in, cpu.Options{Precision: tensor.F32, Comm: t.cfg.Comm})
+			return interp.Run(f, in, interp.Options{Precision: tensor.F32, Comm: t.cfg.Comm})
 		}
 	}
 	if t.cfg.Run != nil {
 		return t.cfg.Run(f, in)
 	}
-	return cpu.Run(f, in, cpu.Options{Precision: tensor.F32})
+	return interp.Run(f, in, interp.Options{Precision: tensor.F32})
 }
 
 // stepStats is what one step reports.
@@ -771,8 +832,14 @@ func (t *trainer) run() (*Result, error) {
 	cfg := t.cfg
 	res := &Result{Program: t.program, PlannedPeakBytes: t.plannedPeak}
 	fmt.Fprintf(cfg.Progress, "program %s\n", t.program)
-	fmt.Fprintf(cfg.Progress, "memory  planned peak %s per GPU (the compile report's; %s)\n",
-		report.Bytes(t.plannedPeak), t.plan)
+	if cfg.Device == "cpu" {
+		// The plan is the target's; this run's memory is the host's.
+		fmt.Fprintf(cfg.Progress, "memory  on the CPU (interpreter, f32): the step lines show the host heap; "+
+			"the plan for %s is %s per GPU (%s)\n", cfg.Target.Name, report.Bytes(t.plannedPeak), t.plan)
+	} else {
+		fmt.Fprintf(cfg.Progress, "memory  planned peak %s per GPU (the compile report's; %s)\n",
+			report.Bytes(t.plannedPeak), t.plan)
+	}
 	first := 0
 	if cfg.Resume {
 		var err error
@@ -887,8 +954,12 @@ func (t *trainer) run() (*Result, error) {
 		res.Step = s + 1
 		windowSteps++
 		bad := math.IsNaN(st.loss) || math.IsInf(st.loss, 0)
+		stopping, err := t.stopping()
+		if err != nil {
+			return res, fmt.Errorf("after step %d: %w", res.Step, err)
+		}
 		checkpointed := !bad && cfg.CheckpointDir != "" && t.rank == 0 &&
-			((cfg.CheckpointEvery > 0 && res.Step%cfg.CheckpointEvery == 0) || res.Step == last)
+			((cfg.CheckpointEvery > 0 && res.Step%cfg.CheckpointEvery == 0) || res.Step == last || stopping)
 		line := metric{Step: s + 1, Loss: finite(st.loss), LR: st.lr, GradNorm: finite(st.gradNorm),
 			TokensPerS: tokensPerStep / dt.Seconds(), StepMS: ms(dt), PlannedPeak: t.plannedPeak,
 			MeasuredPeak: res.MeasuredPeakBytes, HostBytes: stepBytes, Checkpoint: checkpointed}
@@ -930,6 +1001,10 @@ func (t *trainer) run() (*Result, error) {
 				tokensPerStep*float64(windowSteps)/el.Seconds(), mem,
 				(avg * time.Duration(last-res.Step)).Round(time.Second))
 			window, windowSteps = time.Now(), 0
+		}
+		if stopping && res.Step < last {
+			res.Stopped = true
+			break
 		}
 	}
 	if t.dev != nil {

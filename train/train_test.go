@@ -251,7 +251,8 @@ func TestMetricsAndProgress(t *testing.T) {
 	}
 	if !strings.Contains(log.String(), "step 2/4  loss ") || !strings.Contains(log.String(), "tok/s") ||
 		!strings.Contains(log.String(), "ETA") || strings.Count(log.String(), "\n") != 4 ||
-		!strings.Contains(log.String(), "\nmemory  planned peak ") ||
+		!strings.Contains(log.String(), "\nmemory  on the CPU (interpreter, f32): the step lines show the host "+
+			"heap; the plan for h200x1 is ") || strings.Contains(log.String(), "planned peak") ||
 		!strings.HasPrefix(log.String(), "program sha256:"+r.Program[len("sha256:"):]+"\n") {
 		t.Errorf("progress:\n%s", log.String())
 	}
@@ -295,6 +296,7 @@ func TestConfigErrors(t *testing.T) {
 		{func(c *Config) { c.LR = 0 }, "--lr"},
 		{func(c *Config) { c.MinLR = 1 }, "--min-lr"},
 		{func(c *Config) { c.Warmup = -1 }, "--warmup"},
+		{func(c *Config) { c.Warmup = 4 }, "--warmup 4: want <= --steps (3)"},
 		{func(c *Config) { c.WeightDecay = -1 }, "--weight-decay"},
 		{func(c *Config) { c.Clip = -1 }, "--clip"},
 		{func(c *Config) { c.Accumulate = 0 }, "--accumulate"},

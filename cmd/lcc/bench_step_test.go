@@ -1,6 +1,7 @@
 package main
 
 import (
+	"github.com/lcc-dev/lcc/internal/gputest"
 	"strings"
 	"testing"
 
@@ -26,7 +27,7 @@ func TestTrainProfileBenchStep(t *testing.T) {
 		if code != 1 || !strings.Contains(stderr, "--device=cuda") {
 			t.Errorf("bench step without a GPU: exit %d, %q", code, stderr)
 		}
-		t.Skipf("skipping the GPU runs: %v", gpuErr)
+		gputest.Skipf(t, "skipping the GPU runs: %v", gpuErr)
 	}
 	for _, want := range []string{"lcc   step", "tokens/s", "measured peak", "profile steps 2..3", "optim.adamw"} {
 		if code != 0 || !strings.Contains(out, want) {

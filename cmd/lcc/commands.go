@@ -102,12 +102,15 @@ func lookupTarget(name, file string) (targets.Target, error) {
 		if err != nil {
 			return targets.Target{}, err
 		}
+		var names []string
 		for _, t := range ts {
 			if t.Name == name || (name == "" && len(ts) == 1) {
 				return t, nil
 			}
+			names = append(names, t.Name)
 		}
-		return targets.Target{}, fmt.Errorf("--target %q is not in --target-file %s", name, file)
+		return targets.Target{}, fmt.Errorf("--target %q is not in --target-file %s (it has %s)", name, file,
+			strings.Join(names, ", "))
 	}
 	t, err := targets.Lookup(name)
 	if err != nil {
@@ -196,6 +199,14 @@ func compileCmd() *cobra.Command {
 			}
 			if measured != "" && !plotMemory {
 				return fmt.Errorf("--measured needs --emit=memory")
+			}
+			if out != "" {
+				if err := checkOutputDir("-o", out); err != nil {
+					return err
+				}
+			}
+			if err := applyRecorded(cmd, args[0]); err != nil {
+				return err
 			}
 			t, o, err := cf.options()
 			if err != nil {

@@ -34,6 +34,9 @@ trained weights:
 			if out == "" {
 				return fmt.Errorf("-o FILE is required")
 			}
+			if err := checkOutputFile("-o", out); err != nil {
+				return err
+			}
 			res, err := export.Run(args[0], export.Options{Format: format, Out: out, Step: step})
 			if err != nil {
 				return err

@@ -230,7 +230,7 @@ func TestClearerMessages(t *testing.T) {
 
 	// --memory-budget takes units; the budget reaches the plan (it bounds the
 	// whole per-GPU peak, fixed costs included).
-	for _, b := range []string{"80GB", "70GiB", "85899345920", "1GiB"} {
+	for _, b := range []string{"80GB", "70GiB", "85899345920B", "1GiB"} {
 		if _, stderr, code := lcc(t, "compile", model, "--seq-len=8", "--memory-budget="+b); code != 0 {
 			t.Errorf("--memory-budget=%s: exit %d\n%s", b, code, stderr)
 		}
@@ -239,15 +239,20 @@ func TestClearerMessages(t *testing.T) {
 
 func TestParseBytes(t *testing.T) {
 	for in, want := range map[string]int64{"80GB": 80e9, "70GiB": 70 << 30, "70gib": 70 << 30,
-		"1.5GiB": 3 << 29, "123": 123, "512 MiB": 512 << 20, "2TB": 2e12, "64k": 64e3, "7B": 7} {
+		"1.5GiB": 3 << 29, "123B": 123, "0": 0, "512 MiB": 512 << 20, "2TB": 2e12, "64k": 64e3, "7B": 7} {
 		if got, err := parseBytes(in); err != nil || got != want {
 			t.Errorf("parseBytes(%q) = %d, %v; want %d", in, got, err, want)
 		}
 	}
-	for _, in := range []string{"", "GB", "-1GB", "lots", "1e400", "NaN"} {
+	for _, in := range []string{"", "GB", "-1GB", "lots", "1e400", "NaN", "80", "85899345920"} {
 		if _, err := parseBytes(in); err == nil {
 			t.Errorf("parseBytes(%q) accepted", in)
 		}
+	}
+	// A number without a unit is refused with the unit it likely lacks.
+	_, stderr, code := lcc(t, "compile", filepath.Join(td, "onnx", "gpt_mini.onnx"), "--memory-budget=80")
+	if code != 1 || !strings.Contains(stderr, `"80" has no unit: 80GiB? (or 80GB; 80B for bytes)`) {
+		t.Errorf("--memory-budget=80: exit %d: %s", code, stderr)
 	}
 }
 

@@ -10,9 +10,10 @@ import (
 	"github.com/spf13/pflag"
 )
 
-// byteSize is a flag holding a number of bytes, written plainly (85899345920) or
-// with a unit: decimal kB, MB, GB, TB (powers of 1000) or binary KiB, MiB, GiB,
-// TiB (powers of 1024), case-insensitive, with an optional fraction (1.5GiB).
+// byteSize is a flag holding a number of bytes, written with a unit: B, decimal
+// kB, MB, GB, TB (powers of 1000) or binary KiB, MiB, GiB, TiB (powers of 1024),
+// case-insensitive, with an optional fraction (1.5GiB). A number without a unit
+// other than 0 is refused: --memory-budget=80 meant 80 GiB, not 80 bytes.
 type byteSize int64
 
 var byteUnits = []struct {
@@ -29,7 +30,7 @@ var byteUnits = []struct {
 // parseBytes reads a byte size (see byteSize).
 func parseBytes(s string) (int64, error) {
 	t := strings.ToLower(strings.TrimSpace(s))
-	scale := 1.0
+	scale := 0.0 // no unit yet
 	for _, u := range byteUnits {
 		if strings.HasSuffix(t, u.suffix) {
 			t, scale = strings.TrimSpace(strings.TrimSuffix(t, u.suffix)), u.scale
@@ -38,10 +39,13 @@ func parseBytes(s string) (int64, error) {
 	}
 	x, err := strconv.ParseFloat(t, 64)
 	if err != nil || x < 0 || math.IsInf(x, 0) || math.IsNaN(x) || x*scale > math.MaxInt64/2 {
-		return 0, fmt.Errorf("%q is not a size: want bytes (85899345920) or a number with a unit "+
-			"(80GB, 70GiB, 512MiB)", s)
+		return 0, fmt.Errorf("%q is not a size: want a number with a unit (80GB, 70GiB, 512MiB, "+
+			"85899345920B)", s)
 	}
-	return int64(math.Round(x * scale)), nil
+	if scale == 0 && x != 0 {
+		return 0, fmt.Errorf("%q has no unit: %sGiB? (or %sGB; %sB for bytes)", s, t, t, t)
+	}
+	return int64(math.Round(x * max(scale, 1))), nil
 }
 
 func (b *byteSize) Set(s string) error {
@@ -53,12 +57,18 @@ func (b *byteSize) Set(s string) error {
 	return nil
 }
 
-func (b *byteSize) String() string { return strconv.FormatInt(int64(*b), 10) }
-func (b *byteSize) Type() string   { return "bytes" }
+// String is the size in bytes, with its unit so that it parses again.
+func (b *byteSize) String() string {
+	if *b == 0 {
+		return "0"
+	}
+	return strconv.FormatInt(int64(*b), 10) + "B"
+}
+func (b *byteSize) Type() string { return "bytes" }
 
 // positiveFlags are the flags that, when given, must be positive: a zero would
 // read as "not given" further down and silently pick a default.
-var positiveFlags = []string{"seq-len", "batch"}
+var positiveFlags = []string{"seq-len", "batch", "ranks"}
 
 // checkPositiveFlags refuses --seq-len=0 and the like.
 func checkPositiveFlags(cmd *cobra.Command) error {

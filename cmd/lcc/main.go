@@ -6,8 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime"
+	"runtime/debug"
 
 	"github.com/spf13/cobra"
+
+	"github.com/lcc-dev/lcc/runtime/cuda"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -32,7 +36,11 @@ func main() {
 	root.SetFlagErrorFunc(suggestFlag)
 	root.PersistentPreRunE = func(cmd *cobra.Command, _ []string) error { return checkPositiveFlags(cmd) }
 	root.AddCommand(compileCmd(), runCmd(), checkCmd(), trainCmd(), exportCmd(), targetsCmd(), passesCmd(), benchCmd(), versionCmd())
+	usageOnArgError(root)
 	if err := root.Execute(); err != nil {
+		if cuda.NoDriver(err) {
+			err = errors.New("no NVIDIA driver (libcuda.so.1 not found); use --device=cpu")
+		}
 		fmt.Fprintf(os.Stderr, "lcc: %v\n", err)
 		var ee *exitError
 		if errors.As(err, &ee) {
@@ -42,14 +50,90 @@ func main() {
 	}
 }
 
+// usageOnArgError makes a wrong argument count of every command below c print
+// the command's usage line after cobra's message.
+func usageOnArgError(c *cobra.Command) {
+	for _, sub := range c.Commands() {
+		usageOnArgError(sub)
+	}
+	check := c.Args
+	if check == nil {
+		return
+	}
+	c.Args = func(cmd *cobra.Command, args []string) error {
+		if err := check(cmd, args); err != nil {
+			return fmt.Errorf("%s: %w\nusage: %s", cmd.CommandPath(), err, cmd.UseLine())
+		}
+		return nil
+	}
+}
+
 func versionCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "version",
-		Short: "print lcc's version",
+		Short: "print lcc's version, commit and Go version, and the CUDA driver and NVRTC it finds",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			fmt.Fprintf(cmd.OutOrStdout(), "lcc %s\n", version)
+			w := cmd.OutOrStdout()
+			fmt.Fprintf(w, "lcc %s\n", version)
+			fmt.Fprintf(w, "commit       %s\n", commit())
+			fmt.Fprintf(w, "go           %s %s/%s\n", runtime.Version(), runtime.GOOS, runtime.GOARCH)
+			fmt.Fprintf(w, "cuda driver  %s\n", driverFound())
+			fmt.Fprintf(w, "nvrtc        %s\n", nvrtcFound())
 			return nil
 		},
 	}
+}
+
+// commit is the VCS revision the binary was built from (go build stamps it in a
+// git checkout), "+ changes" when the tree was modified, or "unknown".
+func commit() string {
+	info, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "unknown"
+	}
+	rev, modified := "", false
+	for _, s := range info.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			rev = s.Value
+		case "vcs.modified":
+			modified = s.Value == "true"
+		}
+	}
+	if rev == "" {
+		return "unknown"
+	}
+	if modified {
+		rev += " + changes"
+	}
+	return rev
+}
+
+// driverFound is the CUDA driver's version and path, or "none found".
+func driverFound() string {
+	path, v, err := cuda.DriverLibrary()
+	if err != nil {
+		if cuda.NoDriver(err) {
+			return "none found (libcuda.so.1)"
+		}
+		return "none usable: " + err.Error()
+	}
+	return fmt.Sprintf("CUDA %d.%d (%s)", v/1000, v%1000/10, path)
+}
+
+// nvrtcFound is the default NVRTC's version and path, and the sm_90a one's when
+// that is another (LCC_NVRTC12), or "none found".
+func nvrtcFound() string {
+	n, err := cuda.NVRTCFor("sm_80")
+	if err != nil {
+		return "none found"
+	}
+	v, _ := n.Version()
+	s := fmt.Sprintf("%s (%s)", v, n.Path())
+	if h, err := cuda.NVRTCFor("sm_90a"); err == nil && h.Path() != n.Path() {
+		hv, _ := h.Version()
+		s += fmt.Sprintf("; for sm_90a %s (%s)", hv, h.Path())
+	}
+	return s
 }

@@ -8,6 +8,7 @@ import (
 
 	cudagen "github.com/lcc-dev/lcc/codegen/cuda"
 	"github.com/lcc-dev/lcc/driver"
+	"github.com/lcc-dev/lcc/internal/jsonerr"
 	"github.com/lcc-dev/lcc/internal/userfile"
 	"github.com/lcc-dev/lcc/train/plot"
 )
@@ -60,7 +61,7 @@ func measuredPeak(path string) (int64, error) {
 			Measured int64 `json:"measured_peak_bytes"`
 		}
 		if err := json.Unmarshal(sc.Bytes(), &rec); err != nil {
-			return 0, fmt.Errorf("--measured %s:%d: %v", path, line, err)
+			return 0, fmt.Errorf("--measured %s:%d: %w", path, line, jsonerr.Explain(sc.Bytes(), err))
 		}
 		peak = max(peak, rec.Measured)
 	}

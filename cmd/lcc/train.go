@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"runtime/debug"
 	"slices"
 	"sort"
@@ -17,7 +16,6 @@ import (
 	"github.com/lcc-dev/lcc/runtime/exec"
 	"github.com/lcc-dev/lcc/tensor"
 	"github.com/lcc-dev/lcc/train"
-	"github.com/lcc-dev/lcc/train/plot"
 	"github.com/lcc-dev/lcc/train/runner"
 )
 
@@ -67,6 +65,22 @@ stays silent for --comm-timeout ends every other rank with an error naming it.`,
 			if _, set := os.LookupEnv("GOGC"); !set {
 				defer debug.SetGCPercent(debug.SetGCPercent(400))
 			}
+			if err := checkTrainOutputs(cfg, plotPath); err != nil {
+				return err
+			}
+			if err := applyRecorded(cmd, cfg.Model); err != nil {
+				return err
+			}
+			stop := stopOnSignals(cmd.ErrOrStderr())
+			defer stop.release()
+			cfg.Stop = stop.stop
+			env, launched, err := runner.EnvFrom(os.Getenv)
+			if err != nil {
+				return fmt.Errorf("launcher environment: %w", err)
+			}
+			if launched && !cmd.Flags().Changed("ranks") {
+				cf.af.ranks = env.WorldSize // the launcher says how many ranks there are
+			}
 			t, o, err := cf.options()
 			if err != nil {
 				return err
@@ -74,10 +88,6 @@ stays silent for --comm-timeout ends every other rank with an error naming it.`,
 			cfg.Target, cfg.Loss, cfg.Attention, cfg.Checkpoint = t, o.Loss, o.Attention, o.Checkpoint
 			cfg.MemoryBudget, cfg.Precision, cfg.Ranks, cfg.ShardMode = o.MemoryBudget, o.Precision, o.Ranks, o.ShardMode
 			precision := o.Precision
-			env, launched, err := runner.EnvFrom(os.Getenv)
-			if err != nil {
-				return fmt.Errorf("launcher environment: %w", err)
-			}
 			var res *train.Result
 			storage := tensor.F32
 			if precision == "bf16" {
@@ -103,15 +113,17 @@ stays silent for --comm-timeout ends every other rank with an error naming it.`,
 				return err
 			}
 			if launched && env.Rank != 0 {
-				return nil // rank 0 prints the summary
+				return stopped(stop, res, false) // rank 0 prints the summary
 			}
 			if plotPath != "" {
-				title := fmt.Sprintf("%s: loss (program %.19s…)", filepath.Base(cfg.Model), res.Program)
-				if err := plot.Loss(plotPath, title, res.FirstStep, res.Losses); err != nil {
+				if err := plotLoss(plotPath, cfg, res, cmd.ErrOrStderr()); err != nil {
 					return err
 				}
 			}
-			return trainSummary(cmd, res)
+			if err := trainSummary(cmd, res); err != nil {
+				return err
+			}
+			return stopped(stop, res, cfg.CheckpointDir != "")
 		},
 	}
 	cf.add(cmd)
@@ -169,7 +181,7 @@ func trainHere(cfg train.Config, precision string, env runner.Env, launched bool
 			return nil, err
 		}
 		defer release()
-		cfg.Session, cfg.Memory, cfg.Run = s, meter, s.Run
+		cfg.Session, cfg.Memory, cfg.Run, cfg.Adopt = s, meter, s.Run, s.Adopt
 		if precision != "fp32" {
 			// Where the state cannot stay on the GPU, the host-side optimizer
 			// keeps masters, moments and sums fp32 (built only if used).

@@ -13,13 +13,15 @@ var programLine = regexp.MustCompile(`(?m)^program +(sha256:[0-9a-f]{64})$`)
 // TestTrainCompiledGraph: lcc compile -o DIR then lcc train DIR/graph.lcc is the
 // run lcc train MODEL.onnx makes with the same flags: the same program hash (the
 // one the compile report prints) and bit-identical per-step losses. The flags
-// exercise LongNet attention, per-layer checkpoints and fused cross-entropy.
+// exercise LongNet attention, per-layer checkpoints and fused cross-entropy;
+// graph.lcc takes them from DIR/report.json, so none is repeated.
 func TestTrainCompiledGraph(t *testing.T) {
 	dir := t.TempDir()
 	model := filepath.Join(td, "onnx", "llama_mini.onnx")
 	flags := []string{"--attention=dilated", "--segments=8,16", "--dilations=1,2", "--checkpoint=layers",
-		"--seq-len=32", "--batch=1"}
-	trainFlags := append([]string{"--data=synthetic:copy", "--steps=3", "--lr=3e-3", "--device=cpu"}, flags...)
+		"--seq-len=32", "--batch=1", "--loss=cross-entropy"}
+	runFlags := []string{"--data=synthetic:copy", "--steps=3", "--lr=3e-3", "--device=cpu"}
+	trainFlags := append(runFlags, flags...)
 
 	rep, stderr, code := lcc(t, append([]string{"compile", model, "-o", dir}, flags...)...)
 	if code != 0 {
@@ -36,7 +38,7 @@ func TestTrainCompiledGraph(t *testing.T) {
 		t.Fatalf("train model.onnx: exit %d: %s", code, stderr)
 	}
 	out2, stderr, code := lcc(t, append([]string{"train", filepath.Join(dir, "graph.lcc"), "--metrics=" + m2},
-		trainFlags...)...)
+		runFlags...)...)
 	if code != 0 {
 		t.Fatalf("train graph.lcc: exit %d: %s", code, stderr)
 	}
@@ -56,11 +58,26 @@ func TestTrainCompiledGraph(t *testing.T) {
 	}
 	t.Logf("program %s, losses %v", h1[1], a)
 
-	// A compiled step cannot take other passes: other flags are refused.
-	_, stderr, code = lcc(t, "train", filepath.Join(dir, "graph.lcc"), "--data=synthetic:copy", "--steps=1",
-		"--seq-len=32", "--checkpoint=none", "--attention=dilated", "--segments=8,16", "--dilations=1,2")
-	if code != 1 || !strings.Contains(stderr, "is a compiled step") || !strings.Contains(stderr, "policy=layers") {
-		t.Errorf("graph.lcc with other flags: exit %d: %s", code, stderr)
+	// A flag that contradicts the record is refused, naming both values; one
+	// that repeats it is fine.
+	for _, c := range []struct{ flag, want string }{
+		{"--checkpoint=none", "--checkpoint=none: " + filepath.Join(dir, "graph.lcc") + " is a compiled step, and " +
+			filepath.Join(dir, "report.json") + " records --checkpoint=layers"},
+		{"--seq-len=16", "records --seq-len=32"},
+		{"--segments=8,32", "--segments=8,32: "},
+		{"--precision=bf16", "records --precision=fp32"},
+		{"--ranks=2", "--ranks=2: " + filepath.Join(dir, "graph.lcc") + " is a compiled one-GPU step"},
+	} {
+		_, stderr, code = lcc(t, "train", filepath.Join(dir, "graph.lcc"), "--data=synthetic:copy", "--steps=1",
+			c.flag)
+		if code != 1 || !strings.Contains(stderr, c.want) {
+			t.Errorf("graph.lcc %s: exit %d: %s, want %q", c.flag, code, stderr, c.want)
+		}
+	}
+	out3, stderr, code := lcc(t, "compile", filepath.Join(dir, "graph.lcc"), "--attention=dilated",
+		"--checkpoint=layers")
+	if h3 := programLine.FindStringSubmatch(out3); code != 0 || h3 == nil || h3[1] != h0[1] {
+		t.Errorf("compile graph.lcc with some of its flags: exit %d, hash %v, want %s: %s", code, h3, h0[1], stderr)
 	}
 }
 

@@ -86,30 +86,8 @@ func TestTrainTwoProcesses(t *testing.T) {
 	if out, stderr, code := lcc(t, append(args, "--ranks=2", "--metrics="+local)...); code != 0 {
 		t.Fatalf("--ranks=2: exit %d\n%s%s", code, out, stderr)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
-	ln.Close()
-	procs := make([]*exec.Cmd, 2)
-	outs := make([]bytes.Buffer, 2)
 	metrics := filepath.Join(dir, "procs.jsonl")
-	for r := range procs {
-		c := exec.Command(lccBin, append(args, "--metrics="+metrics)...)
-		c.Env = append(os.Environ(), "RANK="+strconv.Itoa(r), "WORLD_SIZE=2", "LOCAL_RANK="+strconv.Itoa(r),
-			"MASTER_ADDR=127.0.0.1", "MASTER_PORT="+port)
-		c.Stdout, c.Stderr = &outs[r], &outs[r]
-		if err := c.Start(); err != nil {
-			t.Fatal(err)
-		}
-		procs[r] = c
-	}
-	for r, c := range procs {
-		if err := c.Wait(); err != nil {
-			t.Fatalf("rank %d: %v\n%s", r, err, outs[r].String())
-		}
-	}
+	outs := launchRanks(t, 2, append(args, "--metrics="+metrics)...)
 	a, b := metricLosses(t, local), metricLosses(t, metrics)
 	if len(b) != 3 {
 		t.Fatalf("%d losses from the processes, want 3", len(b))
@@ -128,6 +106,57 @@ func TestTrainTwoProcesses(t *testing.T) {
 	out, _ := c.CombinedOutput()
 	if c.ProcessState.ExitCode() != 1 || !strings.Contains(string(out), "RANK=2: want < WORLD_SIZE=2") {
 		t.Errorf("RANK=2 of 2: exit %d: %s", c.ProcessState.ExitCode(), out)
+	}
+}
+
+// launchRanks runs lcc with args as n processes started the way torchrun starts
+// them (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR=127.0.0.1, a free MASTER_PORT)
+// and returns what each printed, once all have exited 0.
+func launchRanks(t *testing.T, n int, args ...string) []bytes.Buffer {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
+	ln.Close()
+	procs := make([]*exec.Cmd, n)
+	outs := make([]bytes.Buffer, n)
+	for r := range procs {
+		c := exec.Command(lccBin, args...)
+		c.Env = append(os.Environ(), "RANK="+strconv.Itoa(r), "WORLD_SIZE="+strconv.Itoa(n),
+			"LOCAL_RANK="+strconv.Itoa(r), "MASTER_ADDR=127.0.0.1", "MASTER_PORT="+port)
+		c.Stdout, c.Stderr = &outs[r], &outs[r]
+		if err := c.Start(); err != nil {
+			t.Fatal(err)
+		}
+		procs[r] = c
+	}
+	for r, c := range procs {
+		if err := c.Wait(); err != nil {
+			t.Fatalf("rank %d: %v\n%s", r, err, outs[r].String())
+		}
+	}
+	return outs
+}
+
+// TestTrainLauncherRanks: WORLD_SIZE is the rank count, so ring attention under
+// a launcher needs no --ranks; --ranks=0 is refused.
+func TestTrainLauncherRanks(t *testing.T) {
+	args := []string{"train", filepath.Join(td, "onnx", "llama_mini.onnx"), "--data=synthetic:copy",
+		"--seq-len=16", "--steps=1", "--attention=ring", "--device=cpu"}
+	outs := launchRanks(t, 2, args...)
+	if !strings.Contains(outs[0].String(), "trained steps 1..1") {
+		t.Errorf("rank 0 printed %q", outs[0].String())
+	}
+	for _, c := range []struct{ flag, want string }{
+		{"--ranks=0", "--ranks 0: want a positive integer"},
+		{"--warmup=5 --ranks=2", "--warmup 5: want <= --steps (1)"},
+	} {
+		_, stderr, code := lcc(t, append(args, strings.Fields(c.flag)...)...)
+		if code != 1 || !strings.Contains(stderr, c.want) {
+			t.Errorf("%s: exit %d: %s, want %q", c.flag, code, stderr, c.want)
+		}
 	}
 }
 

@@ -16,7 +16,7 @@ import (
 // (NVRTC 11.8 defaults to C++03, so the kernels use no lambdas.) Dense attention is one key range ([0, t] when causal); dilated
 // attention visits each LongNet branch's strided key set in turn, which is one
 // softmax over their union with multiplicity, exactly what merging the branches by
-// their log-sum-exp computes (docs/design.md §3, runtime/cpu/attention).
+// their log-sum-exp computes (docs/design.md §3, interp/attention).
 const attnCommon = `#define AT_B %[1]dLL
 #define AT_T %[2]dLL
 #define AT_S %[3]dLL

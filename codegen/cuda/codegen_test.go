@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"github.com/lcc-dev/lcc/internal/gputest"
 	"maps"
 	"os"
 	"path/filepath"
@@ -199,7 +200,7 @@ type compileJob struct {
 func TestNVRTCCompile(t *testing.T) {
 	v, err := rcuda.NVRTCVersion()
 	if errors.Is(err, rcuda.ErrUnavailable) {
-		t.Skipf("skipping: no NVRTC library could be loaded (tried $%s, libnvrtc.so.13, .so.12, "+
+		gputest.Skipf(t, "skipping: no NVRTC library could be loaded (tried $%s, libnvrtc.so.13, .so.12, "+
 			".so.11.2 and libnvrtc.so; install Debian's libnvrtc11.2 from non-free): %v", rcuda.EnvNVRTC, err)
 	}
 	if err != nil {

@@ -2,15 +2,16 @@ package cuda
 
 import (
 	"fmt"
+	"github.com/lcc-dev/lcc/internal/gputest"
 	"math"
 	"math/rand/v2"
 	"slices"
 	"strings"
 	"testing"
 
+	"github.com/lcc-dev/lcc/interp"
 	"github.com/lcc-dev/lcc/ir"
 	"github.com/lcc-dev/lcc/runtime/comm"
-	"github.com/lcc-dev/lcc/runtime/cpu"
 	rcuda "github.com/lcc-dev/lcc/runtime/cuda"
 	"github.com/lcc-dev/lcc/tensor"
 )
@@ -140,8 +141,8 @@ func TestCollectiveLayouts(t *testing.T) {
 				xs[r] = in[r].F
 			}
 			err = comm.NewWorld(n, 0).Run(func(e *comm.Endpoint) error {
-				o, err := cpu.Run(f, map[string]*tensor.Tensor{"x": in[e.Rank()]},
-					cpu.Options{Precision: tensor.F64, Comm: e})
+				o, err := interp.Run(f, map[string]*tensor.Tensor{"x": in[e.Rank()]},
+					interp.Options{Precision: tensor.F64, Comm: e})
 				if err == nil {
 					want[e.Rank()] = o["y"].F
 				}
@@ -259,13 +260,6 @@ func TestCollectiveOverlapArena(t *testing.T) {
 // TestCollectiveKernelsCompile compiles the swap and shard_positions kernels
 // (f32 and bf16 storage, every layout) with NVRTC, when it can be loaded.
 func TestCollectiveKernelsCompile(t *testing.T) {
-	if _, err := rcuda.NVRTCVersion(); err != nil {
-		t.Skipf("skipping: no NVRTC: %v", err)
-	}
-	cache, err := rcuda.OpenCache(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
 	b := ir.NewBuilder("coll")
 	x := b.Input("x", ir.T(tensor.F32, 2, 6, 4))
 	b.Output("g", b.Apply1(ir.OpAllGather, ir.A("axis", 1, "ranks", 2), x))
@@ -278,12 +272,36 @@ func TestCollectiveKernelsCompile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	n := 0
+	// Every collective is a step of the plan, and the inner-axis collectives and
+	// the position tables need kernels of their own: those are what NVRTC compiles.
+	var progs []*Program
 	for _, st := range []tensor.DType{tensor.F32, tensor.BF16} {
 		p, err := Build(f, Options{Arch: "compute_80", Storage: st, Rank: 1})
 		if err != nil {
 			t.Fatal(err)
 		}
+		kinds := map[string]int{}
+		for _, step := range p.Plan.Steps {
+			kinds[step.Kind]++
+		}
+		if kinds["kernel"] == 0 || len(p.Kernels) == 0 {
+			t.Fatalf("%v: no kernels for the swaps and position tables (steps %v)", st, kinds)
+		}
+		if len(p.Plan.Steps)-kinds["kernel"] < 3 {
+			t.Errorf("%v: %d steps besides kernels, want the 3 collectives (steps %v)", st,
+				len(p.Plan.Steps)-kinds["kernel"], kinds)
+		}
+		progs = append(progs, p)
+	}
+	if _, err := rcuda.NVRTCVersion(); err != nil {
+		gputest.Skipf(t, "skipping the compile: no NVRTC: %v", err)
+	}
+	cache, err := rcuda.OpenCache(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, p := range progs {
 		for _, k := range p.Kernels {
 			if _, err := cache.Get(k.Source, k.Name+".cu", "compute_80", nil); err != nil {
 				t.Errorf("kernel %s: %v", k.Name, err)

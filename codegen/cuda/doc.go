@@ -44,10 +44,16 @@
 //     log-sum-exp kernel that writes the losses or overwrites the chunk with its
 //     gradient, and GEMMs for dh and dw (beta = 1 sums dw over chunks); the
 //     [N, V] logits never exist (flce.go);
-//   - attention, attention_grad, dilated_attention and dilated_attention_grad: one
-//     warp per query row (four rows, a query tile, per block of (b, h, tile)),
-//     online softmax in fp32; the backward recomputes probabilities from lse as in
-//     FlashAttention-2 (Dao, arXiv 2307.08691) and owns dk/dv per key row.
+//   - attention, attention_grad, dilated_attention and dilated_attention_grad in
+//     bf16 run on the tensor-core kernels of package flash, in the tier the
+//     target's arch picks (flash.TierFor): tier 1, FlashAttention-2's algorithm on
+//     mma.sync for sm_80 and later; tier 2, wgmma with 128-byte swizzled tiles for
+//     sm_90a (Hopper only, so its kernels carry Kernel.Arch "sm_90a" and the plan
+//     records it). The backward recomputes probabilities from lse as in
+//     FlashAttention-2 (Dao, arXiv 2307.08691) and sums dQ in fixed point, so two
+//     runs give the same bits. Other storage and head dims fall back to the
+//     scalar kernels (attention.go): one warp per query row, online softmax in
+//     fp32, dk/dv owned per key row.
 //
 // Invariants:
 //   - Kernels include no toolkit header: the prelude (prelude.go) defines bf16 and
@@ -59,8 +65,10 @@
 //     scatter_add sorts (index, position) once with a stable radix sort and sums
 //     each output row's run in position order (scatter.go): O(N log N), bitwise
 //     reproducible, and an index out of range adds nothing.
-//   - Hopper-only code is guarded by LCC_SM90 (__CUDA_ARCH__ >= 900) so compute_80
-//     and sm_90 both compile; no kernel needs it yet.
+//   - A program is generated for one arch (Options.Arch, from the target): portable
+//     kernels (Kernel.Arch "") compile for any GPU from sm_80 on, arch-specific ones
+//     (tier 2's "sm_90a") only for that arch; the executor refuses a program whose
+//     kernels the GPU it finds cannot run (exec.Session.Adopt).
 //   - Out-of-range gather or label indices, integer division by zero and casts of
 //     NaN to integers do not trap on the GPU (the CPU interpreter reports them):
 //     gathers and losses write NaN (0 for integers) for a bad index.

@@ -2,6 +2,7 @@ package cuda_test
 
 import (
 	"encoding/json"
+	"github.com/lcc-dev/lcc/internal/gputest"
 	"math"
 	"testing"
 
@@ -16,7 +17,7 @@ import (
 // tensor-core kernels behind the prelude, as the executor loads them.
 func TestFlashProgramCompiles(t *testing.T) {
 	if _, err := rcuda.NVRTCVersion(); err != nil {
-		t.Skipf("skipping: no NVRTC library: %v", err)
+		gputest.Skipf(t, "skipping: no NVRTC library: %v", err)
 	}
 	b := ir.NewBuilder("flash")
 	in := func(name string, h int64) *ir.Value { return b.Input(name, ir.T(tensor.F32, 1, 64, h, 128)) }

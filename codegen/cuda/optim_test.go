@@ -2,6 +2,7 @@ package cuda_test
 
 import (
 	"errors"
+	"github.com/lcc-dev/lcc/internal/gputest"
 	"slices"
 	"testing"
 
@@ -25,7 +26,7 @@ func TestOptimKernelsCompile(t *testing.T) {
 	}
 	_, err := rcuda.NVRTCVersion()
 	if errors.Is(err, rcuda.ErrUnavailable) {
-		t.Skipf("skipping the compile: no NVRTC library could be loaded: %v", err)
+		gputest.Skipf(t, "skipping the compile: no NVRTC library could be loaded: %v", err)
 	}
 	for _, g := range []string{"f32", "bf16"} {
 		for _, w := range []string{"f32", "bf16"} {

@@ -1,6 +1,7 @@
 package cuda_test
 
 import (
+	"github.com/lcc-dev/lcc/internal/gputest"
 	"slices"
 	"strings"
 	"testing"
@@ -174,7 +175,7 @@ func TestRingPlan(t *testing.T) {
 // attention's plans in both tiers, for every case runtime/exec runs on the GPU.
 func TestRingKernelsCompile(t *testing.T) {
 	if _, err := rcuda.NVRTCVersion(); err != nil {
-		t.Skipf("skipping: no NVRTC library: %v", err)
+		gputest.Skipf(t, "skipping: no NVRTC library: %v", err)
 	}
 	ops := compileCases(t, attntest.RingCases, func(i int) *ir.Func { return attntest.RingCases[i].RankFunc(t, 0.3) },
 		func(op string) bool {
@@ -268,7 +269,7 @@ func TestShardedDilatedPlan(t *testing.T) {
 // the GPU.
 func TestShardedDilatedKernelsCompile(t *testing.T) {
 	if _, err := rcuda.NVRTCVersion(); err != nil {
-		t.Skipf("skipping: no NVRTC library: %v", err)
+		gputest.Skipf(t, "skipping: no NVRTC library: %v", err)
 	}
 	var rings []attntest.Ring
 	for _, c := range attntest.DilatedCases {

@@ -10,9 +10,9 @@ import (
 	"math"
 	"math/rand/v2"
 
+	"github.com/lcc-dev/lcc/interp"
 	"github.com/lcc-dev/lcc/ir"
 	"github.com/lcc-dev/lcc/passes/autodiff"
-	"github.com/lcc-dev/lcc/runtime/cpu"
 	"github.com/lcc-dev/lcc/tensor"
 )
 
@@ -66,7 +66,7 @@ func main() {
 	fmt.Print(ir.Print(f))
 
 	inputs := map[string]*tensor.Tensor{"x": randn(rng, 1, batch, seq, dim)}
-	outs, err := cpu.Run(f, inputs, cpu.Options{})
+	outs, err := interp.Run(f, inputs, interp.Options{})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -76,7 +76,7 @@ func main() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	grads, err := cpu.Run(g, inputs, cpu.Options{})
+	grads, err := interp.Run(g, inputs, interp.Options{})
 	if err != nil {
 		log.Fatal(err)
 	}

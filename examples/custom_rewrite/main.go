@@ -11,9 +11,9 @@ import (
 	"math"
 	"os"
 
+	"github.com/lcc-dev/lcc/interp"
 	"github.com/lcc-dev/lcc/ir"
 	"github.com/lcc-dev/lcc/passes"
-	"github.com/lcc-dev/lcc/runtime/cpu"
 	"github.com/lcc-dev/lcc/tensor"
 )
 
@@ -149,9 +149,9 @@ func main() {
 		x.F[i] = math.Cos(float64(i))
 	}
 	in := map[string]*tensor.Tensor{"x": x}
-	opts := cpu.Options{Precision: tensor.F64}
-	want, err1 := cpu.Run(before, in, opts)
-	got, err2 := cpu.Run(f, in, opts)
+	opts := interp.Options{Precision: tensor.F64}
+	want, err1 := interp.Run(before, in, opts)
+	got, err2 := interp.Run(f, in, opts)
 	if err1 != nil || err2 != nil {
 		fmt.Fprintln(os.Stderr, err1, err2)
 		os.Exit(1)

@@ -9,9 +9,9 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/lcc-dev/lcc/frontends/onnx/onnxpb"
+	"github.com/lcc-dev/lcc/interp"
 	"github.com/lcc-dev/lcc/ir"
 	"github.com/lcc-dev/lcc/passes/autodiff/gradcheck"
-	"github.com/lcc-dev/lcc/runtime/cpu"
 	"github.com/lcc-dev/lcc/tensor"
 )
 
@@ -93,7 +93,7 @@ func TestExplicitAttention(t *testing.T) {
 			t.Fatal("lowered to the fused attention op")
 		}
 	}
-	outs, err := cpu.Run(f, nil, cpu.Options{Precision: tensor.F64})
+	outs, err := interp.Run(f, nil, interp.Options{Precision: tensor.F64})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,7 +7,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/lcc-dev/lcc/frontends/onnx/onnxpb"
-	"github.com/lcc-dev/lcc/runtime/cpu"
+	"github.com/lcc-dev/lcc/interp"
 	"github.com/lcc-dev/lcc/tensor"
 )
 
@@ -81,7 +81,7 @@ func TestBindInputValues(t *testing.T) {
 	for i := range x.F {
 		x.F[i] = float64(i + 1)
 	}
-	outs, err := cpu.Run(f, map[string]*tensor.Tensor{"x": x}, cpu.Options{Precision: tensor.F32})
+	outs, err := interp.Run(f, map[string]*tensor.Tensor{"x": x}, interp.Options{Precision: tensor.F32})
 	if err != nil {
 		t.Fatal(err)
 	}

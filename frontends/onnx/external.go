@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/lcc-dev/lcc/frontends/onnx/onnxpb"
+	"github.com/lcc-dev/lcc/internal/fserr"
 	"github.com/lcc-dev/lcc/internal/userfile"
 )
 
@@ -167,7 +168,7 @@ func (d *decoder) openExternal(location string) (*os.File, error) {
 		prefix := filepath.Join(parts[:i+1]...)
 		st, err := e.root.Lstat(prefix)
 		if err != nil {
-			return nil, fmt.Errorf("external data %q: %w", location, err)
+			return nil, e.fileErr(location, err)
 		}
 		if st.Mode()&os.ModeSymlink != 0 {
 			return nil, bad(fmt.Sprintf("goes through %q, a symbolic link", prefix))
@@ -176,18 +177,26 @@ func (d *decoder) openExternal(location string) (*os.File, error) {
 	// Belt and braces: the fully resolved path must still be inside the folder.
 	resolved, err := filepath.EvalSymlinks(filepath.Join(e.dir, rel))
 	if err != nil {
-		return nil, fmt.Errorf("external data %q: %w", location, err)
+		return nil, e.fileErr(location, err)
 	}
 	if r, err := filepath.Rel(e.realDir, resolved); err != nil || !filepath.IsLocal(r) {
 		return nil, bad(fmt.Sprintf("resolves to %q, outside the model's folder", resolved))
 	}
 	f, err := userfile.OpenIn(e.root, rel)
 	if errors.Is(err, userfile.ErrNotRegular) {
-		return nil, fmt.Errorf("%w: external data %q: %w", ErrUnsafePath, location, err)
+		return nil, fmt.Errorf("%w: %w", ErrUnsafePath, e.fileErr(location, err))
 	}
 	if err != nil {
-		return nil, fmt.Errorf("external data %q: %w", location, err)
+		return nil, e.fileErr(location, err)
 	}
 	e.files[location] = f
 	return f, nil
+}
+
+// fileErr describes an error about the external data file location: of a
+// *fs.PathError only the cause is kept, after the file's path, since its
+// operation is Go's name for a system call (statat, openat), not the user's.
+func (e *extFiles) fileErr(location string, err error) error {
+	return fmt.Errorf("external data %q (%s): %w", location, filepath.Join(e.dir, filepath.FromSlash(location)),
+		fserr.Cause(err))
 }

@@ -7,8 +7,8 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/lcc-dev/lcc/interp"
 	"github.com/lcc-dev/lcc/ir"
-	"github.com/lcc-dev/lcc/runtime/cpu"
 	"github.com/lcc-dev/lcc/tensor"
 )
 
@@ -496,7 +496,7 @@ func (l *lowerer) fold(n *Node, lower lowerFunc) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	res, err := cpu.Run(f, nil, cpu.Options{Precision: tensor.F32})
+	res, err := interp.Run(f, nil, interp.Options{Precision: tensor.F32})
 	if err != nil {
 		return false, fmt.Errorf("evaluating a constant: %w", err)
 	}

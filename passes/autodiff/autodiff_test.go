@@ -6,14 +6,14 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/lcc-dev/lcc/interp"
 	"github.com/lcc-dev/lcc/ir"
 	"github.com/lcc-dev/lcc/passes/autodiff"
 	"github.com/lcc-dev/lcc/passes/autodiff/gradcheck"
-	"github.com/lcc-dev/lcc/runtime/cpu"
 	"github.com/lcc-dev/lcc/tensor"
 )
 
-var f64 = cpu.Options{Precision: tensor.F64}
+var f64 = interp.Options{Precision: tensor.F64}
 
 func randn(r *rand.Rand, scale float64, shape ...int64) *tensor.Tensor {
 	t := tensor.New(tensor.F64, shape...)
@@ -127,11 +127,11 @@ func TestGradOutputs(t *testing.T) {
 		t.Errorf("KeepOutputs: outputs start %q, %q (%d), want loss, logits (13)",
 			k.Outputs[0].Name, k.Outputs[1].Name, len(k.Outputs))
 	}
-	a, err := cpu.Run(g, inputs, f64)
+	a, err := interp.Run(g, inputs, f64)
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := cpu.Run(k, inputs, f64)
+	c, err := interp.Run(k, inputs, f64)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -164,7 +164,7 @@ func TestGradSeedsAndWRT(t *testing.T) {
 		"x":  tensor.FromFloats(tensor.F64, []int64{3}, []float64{0, 1, 2}),
 		"dy": tensor.FromFloats(tensor.F64, []int64{3}, []float64{1, 10, 100}),
 	}
-	out, err := cpu.Run(g, in, f64)
+	out, err := interp.Run(g, in, f64)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -190,7 +190,7 @@ func TestGradSeedsAndWRT(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	out, err = cpu.Run(g, in, f64)
+	out, err = interp.Run(g, in, f64)
 	if err != nil {
 		t.Fatal(err)
 	}

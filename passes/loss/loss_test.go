@@ -5,8 +5,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/lcc-dev/lcc/interp"
 	"github.com/lcc-dev/lcc/ir"
-	"github.com/lcc-dev/lcc/runtime/cpu"
 	"github.com/lcc-dev/lcc/tensor"
 )
 
@@ -180,12 +180,12 @@ func TestCrossEntropyNumbers(t *testing.T) {
 	ids := tensor.FromInts(tensor.I64, []int64{2, 3}, []int64{1, 2, 3, 4, 5, 9})
 	labels := tensor.FromInts(tensor.I64, []int64{2, 3}, []int64{2, IgnoreIndex, 0, 9, 6, IgnoreIndex})
 	in := map[string]*tensor.Tensor{"ids": ids, "emb": emb, "head": head}
-	want, err := cpu.Run(ref, in, cpu.Options{Precision: tensor.F64})
+	want, err := interp.Run(ref, in, interp.Options{Precision: tensor.F64})
 	if err != nil {
 		t.Fatal(err)
 	}
 	in[Labels] = labels
-	got, err := cpu.Run(f, in, cpu.Options{Precision: tensor.F64})
+	got, err := interp.Run(f, in, interp.Options{Precision: tensor.F64})
 	if err != nil {
 		t.Fatal(err)
 	}

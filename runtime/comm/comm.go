@@ -20,6 +20,8 @@
 package comm
 
 import (
+	"github.com/lcc-dev/lcc/collective"
+
 	"errors"
 	"fmt"
 	"slices"
@@ -27,31 +29,9 @@ import (
 	"time"
 )
 
-// Communicator is the collective interface every transport implements: the
-// in-process Endpoint here, runtime/comm/tcp between processes, and the NCCL
-// communicator of runtime/cuda (through host copies). Every rank issues the same
-// collectives in the same order; op names the calling node in errors. Results
-// are identical on every rank and across transports: reductions combine the
-// ranks' parts in rank order (Reduce). runtime/cpu's Communicator is the subset
-// its kernels call.
-type Communicator interface {
-	Rank() int
-	Size() int
-	// AllGather returns every rank's x by rank; a non-nil shape must agree on all ranks.
-	AllGather(op string, shape []int64, x []float64) ([][]float64, error)
-	// AllToAll sends parts[d] to rank d and returns what each rank sent here.
-	AllToAll(op string, parts [][]float64) ([][]float64, error)
-	// SendRecv sends x to dst and returns what src sent to this rank.
-	SendRecv(op string, x []float64, dst, src int) ([]float64, error)
-	// AllReduce reduces every rank's x elementwise ("sum", "max", "min").
-	AllReduce(op string, shape []int64, x []float64, reduce string) ([]float64, error)
-	// ReduceScatter reduces, elementwise in rank order, the parts[rank] every rank
-	// passes, and returns this rank's block (parts[d] is the caller's contribution
-	// to rank d's block).
-	ReduceScatter(op string, parts [][]float64, reduce string) ([]float64, error)
-}
-
-var _ Communicator = (*Endpoint)(nil)
+// Endpoint is the in-process transport of collective.Communicator, the one
+// interface every transport implements.
+var _ collective.Communicator = (*Endpoint)(nil)
 
 // DefaultTimeout bounds each wait of a collective when NewWorld gets 0.
 const DefaultTimeout = 30 * time.Second

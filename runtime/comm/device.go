@@ -1,11 +1,12 @@
 package comm
 
 import (
+	"github.com/lcc-dev/lcc/collective"
 	"github.com/lcc-dev/lcc/runtime/cuda"
 	"github.com/lcc-dev/lcc/tensor"
 )
 
-// Device is a communicator on GPUs: the host-level Communicator plus
+// Device is a communicator on GPUs: the host-level collective.Communicator plus
 // collectives queued on device buffers, on the communicator's own stream. The
 // executor (runtime/exec) runs a sharded program's collectives through it.
 // runtime/comm/nccl implements it with NCCL, one GPU per rank;
@@ -18,7 +19,7 @@ import (
 // compute stream waits on before it reads their results. Every rank queues the
 // same collectives in the same order. Counts and offsets are elements of dt.
 type Device interface {
-	Communicator
+	collective.Communicator
 	After(e *cuda.Event) error
 	Done() (*cuda.Event, error)
 	// AllReduceDevice reduces count elements of send over the ranks into recv.

@@ -1,6 +1,7 @@
 package cuda
 
 import (
+	"errors"
 	"fmt"
 	"runtime"
 	"strings"
@@ -178,6 +179,25 @@ func DriverVersion() (int, error) {
 		return 0, err
 	}
 	return int(v), nil
+}
+
+// DriverLibrary loads libcuda, without initialising it (cuDriverGetVersion needs
+// no cuInit, so a machine whose driver sees no GPU still answers), and returns
+// the path it was opened by and the driver's CUDA version (1000*major + 10*minor).
+// The error matches ErrUnavailable when no libcuda loads (NoDriver tells).
+func DriverLibrary() (path string, version int, err error) {
+	var v int32
+	if err := cu(cuDriverGetVersion, "", uintptr(unsafe.Pointer(&v))); err != nil {
+		return "", 0, err
+	}
+	return libcuda.path, int(v), nil
+}
+
+// NoDriver reports whether err says that no CUDA driver library could be found by
+// its usual names (not one that an override variable named).
+func NoDriver(err error) bool {
+	var le *LibraryError
+	return errors.As(err, &le) && le.Lib == libcuda.name && le.Override == ""
 }
 
 // Device is one GPU and its primary context. Its methods may be called from any

@@ -7,6 +7,7 @@ package cuda
 import (
 	"errors"
 	"fmt"
+	"github.com/lcc-dev/lcc/internal/gputest"
 	"math"
 	"math/rand/v2"
 	"path/filepath"
@@ -25,7 +26,7 @@ func openGPU(t *testing.T) *Device {
 	t.Helper()
 	d, err := Open(0)
 	if err != nil {
-		t.Skipf("skipping: no usable GPU: %v", err)
+		gputest.Skipf(t, "skipping: no usable GPU: %v", err)
 	}
 	t.Cleanup(func() { d.Close() })
 	return d
@@ -171,7 +172,7 @@ func loadKernel(t *testing.T, d *Device, src, name, arch string) *Function {
 	img, err := c.Get(src, name+".cu", arch, nil)
 	if err != nil {
 		if strings.Contains(err.Error(), "invalid value for --gpu-architecture") {
-			t.Skipf("skipping: this NVRTC does not know %s: %v", arch, err)
+			gputest.Skipf(t, "skipping: this NVRTC does not know %s: %v", arch, err)
 		}
 		t.Fatal(err)
 	}
@@ -360,7 +361,7 @@ func TestGPUGemm(t *testing.T) {
 	d := openGPU(t)
 	b, err := d.NewBlasLt()
 	if errors.Is(err, ErrUnavailable) {
-		t.Skipf("skipping: no cuBLASLt: %v", err)
+		gputest.Skipf(t, "skipping: no cuBLASLt: %v", err)
 	}
 	if err != nil {
 		t.Fatal(err)
@@ -515,7 +516,7 @@ func TestGPUNCCLSingleRank(t *testing.T) {
 	d := openGPU(t)
 	id, err := NCCLGetUniqueID()
 	if errors.Is(err, ErrUnavailable) {
-		t.Skipf("skipping: no NCCL: %v", err)
+		gputest.Skipf(t, "skipping: no NCCL: %v", err)
 	}
 	if err != nil {
 		t.Fatal(err)

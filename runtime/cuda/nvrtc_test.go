@@ -3,6 +3,7 @@ package cuda
 import (
 	"bytes"
 	"errors"
+	"github.com/lcc-dev/lcc/internal/gputest"
 	"os"
 	"strings"
 	"testing"
@@ -22,7 +23,7 @@ func needNVRTC(t *testing.T) string {
 	t.Helper()
 	v, err := NVRTCVersion()
 	if errors.Is(err, ErrUnavailable) {
-		t.Skipf("skipping: no NVRTC (install Debian's libnvrtc11.2 from non-free, "+
+		gputest.Skipf(t, "skipping: no NVRTC (install Debian's libnvrtc11.2 from non-free, "+
 			"or set %s): %v", EnvNVRTC, err)
 	}
 	if err != nil {

@@ -3,6 +3,7 @@ package cuda
 import (
 	"bytes"
 	"errors"
+	"github.com/lcc-dev/lcc/internal/gputest"
 	"math/rand/v2"
 	"strings"
 	"testing"
@@ -78,7 +79,7 @@ func needSM90aNVRTC(t *testing.T) *NVRTC {
 	t.Helper()
 	n, err := NVRTCFor("sm_90a")
 	if errors.Is(err, ErrUnavailable) {
-		t.Skipf("skipping: %v", err)
+		gputest.Skipf(t, "skipping: %v", err)
 	}
 	if err != nil {
 		t.Fatal(err)
@@ -255,11 +256,11 @@ func TestPackArgsTensorMap(t *testing.T) {
 func TestGPUTensorMapLoad(t *testing.T) {
 	d := openGPU(t)
 	if major, _ := d.ComputeCapability(); major < 9 {
-		t.Skipf("skipping: %s is %s; TMA needs sm_90", d.Name(), d.Arch())
+		gputest.Skipf(t, "skipping: %s is %s; TMA needs sm_90", d.Name(), d.Arch())
 	}
 	n, err := NVRTCFor("sm_90a")
 	if err != nil {
-		t.Skipf("skipping: %v", err)
+		gputest.Skipf(t, "skipping: %v", err)
 	}
 	const rows, cols, pitch = 100, 200, 208
 	rng := rand.New(rand.NewPCG(3, 4))

@@ -47,15 +47,7 @@ func (r *runner) collective(f *ir.Func, s codegen.Step) error {
 	if err != nil {
 		return err
 	}
-	ready, err := r.dev.NewEvent()
-	if err != nil {
-		return err
-	}
-	defer ready.Destroy() // released once the recorded work completes
-	if err := ready.Record(r.stream); err != nil {
-		return err
-	}
-	if err := c.After(ready); err != nil {
+	if err := r.afterStream(c.After); err != nil {
 		return err
 	}
 	op := fmt.Sprintf("%s (node %d)", s.Op, s.Node)

@@ -1,15 +1,16 @@
 package exec
 
 import (
+	"github.com/lcc-dev/lcc/internal/gputest"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/lcc-dev/lcc/interp"
 	"github.com/lcc-dev/lcc/ir"
 	"github.com/lcc-dev/lcc/runtime/comm"
 	"github.com/lcc-dev/lcc/runtime/comm/nccl"
-	"github.com/lcc-dev/lcc/runtime/cpu"
 	"github.com/lcc-dev/lcc/runtime/cuda"
 	"github.com/lcc-dev/lcc/tensor"
 )
@@ -35,7 +36,7 @@ func TestGPUCollectivesOneRank(t *testing.T) {
 	dev := openGPU(t)
 	id, err := cuda.NCCLGetUniqueID()
 	if err != nil {
-		t.Skipf("skipping: no usable NCCL: %v", err)
+		gputest.Skipf(t, "skipping: no usable NCCL: %v", err)
 	}
 	nc, err := nccl.New(dev, 1, 0, id, nccl.Options{Timeout: 30 * time.Second})
 	if err != nil {
@@ -71,12 +72,13 @@ func TestGPUCollectivesOneRank(t *testing.T) {
 // without two GPUs and NCCL.
 func TestGPUCollectivesTwoRanks(t *testing.T) {
 	n, err := cuda.DeviceCount()
-	if err != nil || n < 2 {
-		t.Skipf("skipping: needs two GPUs (found %d: %v)", n, err)
+	if err != nil {
+		gputest.Skipf(t, "skipping: no usable GPU: %v", err)
 	}
+	gputest.NeedGPUs(t, n, 2, "each rank on its own GPU")
 	id, err := cuda.NCCLGetUniqueID()
 	if err != nil {
-		t.Skipf("skipping: no usable NCCL: %v", err)
+		gputest.Skipf(t, "skipping: no usable NCCL: %v", err)
 	}
 	const ranks = 2
 	b := ir.NewBuilder("coll2")
@@ -100,7 +102,7 @@ func TestGPUCollectivesTwoRanks(t *testing.T) {
 	}
 	want := make([]map[string]*tensor.Tensor, ranks)
 	err = comm.NewWorld(ranks, 0).Run(func(e *comm.Endpoint) error {
-		o, err := cpu.Run(f, in[e.Rank()], cpu.Options{Comm: e})
+		o, err := interp.Run(f, in[e.Rank()], interp.Options{Comm: e})
 		want[e.Rank()] = o
 		return err
 	})

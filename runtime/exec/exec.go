@@ -70,7 +70,7 @@ type Options struct {
 const arenaAlign = codegen.ArenaAlign
 
 // Run executes f on dev with f32 storage and returns its outputs by name, as
-// runtime/cpu.Run does. inputs maps parameter names to tensors; parameters with
+// interp.Run does. inputs maps parameter names to tensors; parameters with
 // Data use it unless overridden.
 func Run(dev *cuda.Device, f *ir.Func, inputs map[string]*tensor.Tensor) (map[string]*tensor.Tensor, error) {
 	return RunWith(dev, f, inputs, Options{})
@@ -94,6 +94,7 @@ type runner struct {
 	// joined by its wait step.
 	pending map[pendingKey]*cuda.Event
 	dev     *cuda.Device
+	prog    *codegen.Program // what runs: plan is its launch plan
 	plan    *codegen.Plan
 	offs    []int64 // arena offset per buffer id (-1: not allocated)
 	opts    Options

@@ -6,6 +6,7 @@ package exec
 
 import (
 	"fmt"
+	"github.com/lcc-dev/lcc/internal/gputest"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -18,8 +19,8 @@ import (
 	"github.com/lcc-dev/lcc/codegen/cuda/cudatest"
 	"github.com/lcc-dev/lcc/driver"
 	"github.com/lcc-dev/lcc/driver/drivertest"
+	"github.com/lcc-dev/lcc/interp"
 	"github.com/lcc-dev/lcc/ir"
-	"github.com/lcc-dev/lcc/runtime/cpu"
 	"github.com/lcc-dev/lcc/runtime/cuda"
 	"github.com/lcc-dev/lcc/tensor"
 )
@@ -45,7 +46,7 @@ func openGPU(t *testing.T) *cuda.Device {
 	t.Helper()
 	d, err := cuda.Open(0)
 	if err != nil {
-		t.Skipf("skipping: no usable GPU: %v", err)
+		gputest.Skipf(t, "skipping: no usable GPU: %v", err)
 	}
 	t.Cleanup(func() { d.Close() })
 	return d
@@ -90,7 +91,7 @@ func relErr(g, c *tensor.Tensor) float64 {
 // compare runs f on the GPU and the CPU and checks every output.
 func compare(t *testing.T, dev *cuda.Device, f *ir.Func, in map[string]*tensor.Tensor, opts Options, tol float64) {
 	t.Helper()
-	want, err := cpu.Run(f, in, cpu.Options{})
+	want, err := interp.Run(f, in, interp.Options{})
 	if err != nil {
 		t.Fatalf("cpu: %v", err)
 	}

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	codegen "github.com/lcc-dev/lcc/codegen/cuda"
+	"github.com/lcc-dev/lcc/runtime/cuda"
 )
 
 // Activation offload (codegen/cuda/offload.go): a program with "d2h" and "h2d"
@@ -85,12 +86,10 @@ func (r *runner) poisonHost() {
 	}
 }
 
-// copyStep queues the d2h or h2d copy of step s on the copy stream after the
-// compute stream's work so far, and keeps its done event for the wait step.
-func (r *runner) copyStep(s codegen.Step) error {
-	if r.copy == nil || r.host == nil || len(s.Args) < 2 {
-		return errors.New("lcc: BUG: copy step without its copy stream, host block or operands")
-	}
+// afterStream makes other work wait for what is queued on the session's stream
+// so far: it records an event there and hands it to wait (a stream's Wait, a
+// communicator's After).
+func (r *runner) afterStream(wait func(*cuda.Event) error) error {
 	ready, err := r.dev.NewEvent()
 	if err != nil {
 		return err
@@ -99,10 +98,20 @@ func (r *runner) copyStep(s codegen.Step) error {
 	if err := ready.Record(r.stream); err != nil {
 		return err
 	}
-	if err := r.copy.Wait(ready); err != nil {
+	return wait(ready)
+}
+
+// copyStep queues the d2h or h2d copy of step s on the copy stream after the
+// compute stream's work so far, and keeps its done event for the wait step.
+func (r *runner) copyStep(s codegen.Step) error {
+	if r.copy == nil || r.host == nil || len(s.Args) < 2 {
+		return errors.New("lcc: BUG: copy step without its copy stream, host block or operands")
+	}
+	if err := r.afterStream(r.copy.Wait); err != nil {
 		return err
 	}
 	src, dst := s.Args[0], s.Args[1]
+	var err error
 	if s.Kind == "d2h" {
 		b := r.plan.Buffers[dst]
 		err = r.copy.CopyDtoHAsync(r.host, int(r.hostOffs[dst]), r.ptr(src), int(b.Bytes))

@@ -8,9 +8,9 @@ import (
 	"time"
 
 	"github.com/lcc-dev/lcc/internal/attntest"
+	"github.com/lcc-dev/lcc/interp"
 	"github.com/lcc-dev/lcc/ir"
 	"github.com/lcc-dev/lcc/runtime/comm/devlocal"
-	"github.com/lcc-dev/lcc/runtime/cpu"
 	"github.com/lcc-dev/lcc/runtime/cuda"
 	"github.com/lcc-dev/lcc/tensor"
 )
@@ -69,7 +69,7 @@ func unsharded(t *testing.T, op, grad ir.Op, attrs ir.Attrs, full map[string]*te
 	t.Helper()
 	sq, skv := full["q"].Shape, full["k"].Shape
 	f := attntest.Func(t, op, grad, attrs, sq[0], sq[1], sq[2], skv[2], sq[3])
-	out, err := cpu.Run(f, full, cpu.Options{})
+	out, err := interp.Run(f, full, interp.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -160,12 +160,26 @@ func checkSharded(t *testing.T, name string, got []map[string]*tensor.Tensor, wa
 // attention at each rank's positions.
 func TestGPURingAttention(t *testing.T) {
 	openGPU(t)
-	for i, c := range attntest.RingCases {
+	runShardCases(t, attntest.RingCases, 100, func(c attntest.Ring) attntest.Ring { return c },
+		ir.OpAttention, ir.OpAttentionGrad,
+		func(c attntest.Ring, scale float64) ir.Attrs { return ir.A("causal", c.Causal, "scale", scale) })
+}
+
+// runShardCases runs each case's rank program on random data (seeded from seed
+// and the case's index) against the CPU interpreter's unsharded fwd and bwd ops
+// with the attributes attrs gives.
+func runShardCases[C interface {
+	String() string
+	RankFunc(testing.TB, float64) *ir.Func
+}](t *testing.T, cases []C, seed uint64, ring func(C) attntest.Ring, fwd, bwd ir.Op,
+	attrs func(C, float64) ir.Attrs) {
+	const scale = 0.3
+	for i, c := range cases {
 		t.Run(c.String(), func(t *testing.T) {
-			scale := 0.3
-			full := randomFull(c.B, c.L*int64(c.Ranks), c.H, c.Hkv, c.D, uint64(100+i))
-			want := unsharded(t, ir.OpAttention, ir.OpAttentionGrad, ir.A("causal", c.Causal, "scale", scale), full)
-			runSharded(t, c, c.RankFunc(t, scale), full, want)
+			r := ring(c)
+			full := randomFull(r.B, r.L*int64(r.Ranks), r.H, r.Hkv, r.D, seed+uint64(i))
+			want := unsharded(t, fwd, bwd, attrs(c, scale), full)
+			runSharded(t, r, c.RankFunc(t, scale), full, want)
 		})
 	}
 }
@@ -177,14 +191,8 @@ func TestGPURingAttention(t *testing.T) {
 // the CPU interpreter's unsharded dilated attention at each rank's positions.
 func TestGPUShardedDilated(t *testing.T) {
 	openGPU(t)
-	for i, c := range attntest.DilatedCases {
-		t.Run(c.String(), func(t *testing.T) {
-			scale := 0.3
-			full := randomFull(c.B, c.L*int64(c.Ranks), c.H, c.Hkv, c.D, uint64(200+i))
-			want := unsharded(t, ir.OpDilatedAttention, ir.OpDilatedAttentionGrad, c.Attrs(scale), full)
-			runSharded(t, c.Ring, c.RankFunc(t, scale), full, want)
-		})
-	}
+	runShardCases(t, attntest.DilatedCases, 200, func(c attntest.Dilated) attntest.Ring { return c.Ring },
+		ir.OpDilatedAttention, ir.OpDilatedAttentionGrad, attntest.Dilated.Attrs)
 }
 
 // timingFunc is one rank's attention (op, grad) forward and backward on

@@ -55,13 +55,101 @@ type Session struct {
 	blas   *cuda.BlasLt
 	funcs  map[*ir.Func]*runner
 	prof   *profiler
+	// adopted holds the programs the compiler made for a Func (Adopt): those run
+	// as they are, never generated again.
+	adopted map[*ir.Func]*codegen.Program
 }
 
 // NewSession returns a session on dev with opts for all its runs. It allocates
 // nothing until the first Run; a nil dev makes every Run an error. The session
 // does not own dev: Close the session before the device.
 func NewSession(dev *cuda.Device, opts Options) *Session {
-	return &Session{dev: dev, opts: opts, funcs: map[*ir.Func]*runner{}}
+	return &Session{dev: dev, opts: opts, funcs: map[*ir.Func]*runner{}, adopted: map[*ir.Func]*codegen.Program{}}
+}
+
+// Adopt makes prog, the program driver compiled from f for its target, the one
+// every Run and Bind of f executes: its kernels, launch plan and arena layout
+// are what the program hash covers, so the session runs them as they are rather
+// than generating f's code again for the GPU it finds. A program this GPU cannot
+// run (a kernel built for another architecture) is refused here, naming the
+// kernel and the architectures, before anything is allocated.
+func (s *Session) Adopt(f *ir.Func, prog *codegen.Program) error {
+	if s == nil || s.dev == nil {
+		return errNoDevice
+	}
+	if f == nil || prog == nil || prog.Plan == nil {
+		return errors.New("exec: Adopt needs a Func and its compiled program")
+	}
+	if err := checkArch(prog, s.dev.KernelArch); err != nil {
+		return err
+	}
+	if st := s.storage().String(); prog.Plan.Storage != st {
+		return fmt.Errorf("exec: func @%s was compiled for %s storage, and this session runs %s "+
+			"(compile with the --precision the run uses)", f.Name, prog.Plan.Storage, st)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return ErrClosed
+	}
+	if r := s.funcs[f]; r != nil {
+		return fmt.Errorf("exec: Adopt of func @%s after it ran in this session", f.Name)
+	}
+	s.adopted[f] = prog
+	return nil
+}
+
+// ProgramOf is the program the session runs for f: the adopted one, or the one
+// it generated at f's first run (nil before).
+func (s *Session) ProgramOf(f *ir.Func) *codegen.Program {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if r := s.funcs[f]; r != nil {
+		return r.prog
+	}
+	return s.adopted[f]
+}
+
+// checkArch checks that every kernel of prog has code this device builds, by
+// kernelArch (Device.KernelArch).
+func checkArch(prog *codegen.Program, kernelArch func(string) (string, error)) error {
+	for _, k := range prog.Kernels {
+		if _, err := kernelArch(k.Arch); err != nil {
+			return fmt.Errorf("exec: kernel %s of the program compiled for %s cannot run here: %w "+
+				"(compile for this GPU's target, see lcc targets)", k.Name, prog.Plan.Arch, err)
+		}
+	}
+	return nil
+}
+
+// storage is the session's device storage dtype (f32 unless Options say).
+func (s *Session) storage() tensor.DType {
+	if s.opts.Storage == tensor.Invalid {
+		return tensor.F32
+	}
+	return s.opts.Storage
+}
+
+// program is f's program: the adopted one, or, for a Func the compiler gave no
+// program for (lcc run and check, tests), one generated for this GPU. It also
+// checks the Func's collectives against the session's communicator.
+func (s *Session) program(f *ir.Func) (*codegen.Program, error) {
+	prog := s.adopted[f]
+	if prog == nil {
+		copts := codegen.Options{Arch: s.dev.CodegenArch(), Storage: s.opts.Storage,
+			ScalarAttention: s.opts.ScalarAttention}
+		if s.opts.Comm != nil {
+			copts.Rank = s.opts.Comm.Rank() // this rank's build of a sharded program
+		}
+		var err error
+		if prog, err = codegen.Build(f, copts); err != nil {
+			return nil, fmt.Errorf("exec: %w", err)
+		}
+	}
+	if err := checkRanks(f, s.opts.Comm); err != nil {
+		return nil, err
+	}
+	return prog, nil
 }
 
 // Run executes f and returns its outputs by name, as RunWith does and with the
@@ -69,34 +157,17 @@ func NewSession(dev *cuda.Device, opts Options) *Session {
 // unless overridden.
 func (s *Session) Run(f *ir.Func,
 	inputs map[string]*tensor.Tensor) (map[string]*tensor.Tensor, error) {
-	if s == nil || s.dev == nil {
-		return nil, errNoDevice
-	}
-	if f == nil {
-		return nil, errors.New("exec: Run of a nil *ir.Func")
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return nil, ErrClosed
-	}
-	r, err := s.runner(f)
+	r, err := s.begin(f)
 	if err != nil {
 		return nil, err
 	}
+	defer s.mu.Unlock()
 	var host map[int]binding
 	if r == nil {
 		// First run of f: bind before building anything on the device, so that bad
 		// inputs are reported first and cost no allocation.
-		var prog *codegen.Program
-		copts := codegen.Options{Arch: s.dev.CodegenArch(), Storage: s.opts.Storage, ScalarAttention: s.opts.ScalarAttention}
-		if s.opts.Comm != nil {
-			copts.Rank = s.opts.Comm.Rank() // this rank's build of a sharded program
-		}
-		if prog, err = codegen.Build(f, copts); err != nil {
-			return nil, fmt.Errorf("exec: %w", err)
-		}
-		if err := checkRanks(f, s.opts.Comm); err != nil {
+		prog, err := s.program(f)
+		if err != nil {
 			return nil, err
 		}
 		if host, err = bindParams(f, prog.Plan, inputs); err != nil {
@@ -158,6 +229,28 @@ func (s *Session) ArenaBytes(f *ir.Func) int64 {
 	return peak
 }
 
+// begin locks the session for a call on f and returns f's cached runner (nil:
+// f must be built). Once begin succeeds the caller holds s.mu and unlocks it.
+func (s *Session) begin(f *ir.Func) (*runner, error) {
+	if s == nil || s.dev == nil {
+		return nil, errNoDevice
+	}
+	if f == nil {
+		return nil, errors.New("exec: a nil *ir.Func")
+	}
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil, ErrClosed
+	}
+	r, err := s.runner(f)
+	if err != nil {
+		s.mu.Unlock()
+		return nil, err
+	}
+	return r, nil
+}
+
 // runner returns f's cached runner, or nil if f must be built. A runner built for
 // a Func that has since changed size is released first.
 func (s *Session) runner(f *ir.Func) (*runner, error) {
@@ -191,7 +284,7 @@ func (s *Session) build(f *ir.Func, prog *codegen.Program) (*runner, error) {
 	if s.opts.Profile && s.prof == nil {
 		s.prof = &profiler{dev: s.dev, byFam: map[string]time.Duration{}}
 	}
-	r := &runner{dev: s.dev, plan: prog.Plan, offs: offs, opts: s.opts, prof: s.prof,
+	r := &runner{dev: s.dev, prog: prog, plan: prog.Plan, offs: offs, opts: s.opts, prof: s.prof,
 		stream: s.stream, copy: s.copy, blas: s.blas, resident: map[int]*tensor.Tensor{},
 		nParams: len(f.Params), nBody: len(f.Body), nOutputs: len(f.Outputs)}
 	r.findWrites(prog.Kernels)

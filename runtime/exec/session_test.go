@@ -2,17 +2,19 @@ package exec
 
 import (
 	"errors"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"slices"
 	"sort"
+	"strings"
 	"testing"
 
 	codegen "github.com/lcc-dev/lcc/codegen/cuda"
 	"github.com/lcc-dev/lcc/codegen/cuda/cudatest"
 	"github.com/lcc-dev/lcc/driver/drivertest"
+	"github.com/lcc-dev/lcc/interp"
 	"github.com/lcc-dev/lcc/ir"
-	"github.com/lcc-dev/lcc/runtime/cpu"
 	"github.com/lcc-dev/lcc/runtime/cuda"
 	"github.com/lcc-dev/lcc/tensor"
 )
@@ -106,7 +108,7 @@ func sessionCheck(t *testing.T, dev *cuda.Device, s *Session, f *ir.Func,
 	if err != nil {
 		t.Fatalf("RunWith @%s: %v", f.Name, err)
 	}
-	want, err := cpu.Run(f, in, cpu.Options{})
+	want, err := interp.Run(f, in, interp.Options{})
 	if err != nil {
 		t.Fatalf("cpu @%s: %v", f.Name, err)
 	}
@@ -178,5 +180,30 @@ func TestSessionNoDevice(t *testing.T) {
 	}
 	if err := s.Close(); err != nil {
 		t.Fatalf("second Close: %v", err)
+	}
+}
+
+// TestCheckArch needs no GPU: a program whose kernel was built for another
+// architecture is refused naming the kernel and the program's arch; portable
+// kernels pass.
+func TestCheckArch(t *testing.T) {
+	hopper := func(arch string) (string, error) { // Device.KernelArch on an sm_90 GPU
+		if arch == "" || arch == "sm_90a" {
+			return "sm_90", nil
+		}
+		return "", fmt.Errorf("cuda: code built for %s does not run on sm_90", arch)
+	}
+	prog := &codegen.Program{Plan: &codegen.Plan{Arch: "sm_100a"},
+		Kernels: []codegen.Kernel{{Name: "k0"}, {Name: "flash_fwd", Arch: "sm_100a"}}}
+	err := checkArch(prog, hopper)
+	if err == nil || !strings.Contains(err.Error(), "flash_fwd") || !strings.Contains(err.Error(), "sm_100a") {
+		t.Fatalf("checkArch = %v, want an error naming flash_fwd and sm_100a", err)
+	}
+	prog.Kernels[1].Arch = "sm_90a"
+	if err := checkArch(prog, hopper); err != nil {
+		t.Fatalf("checkArch of runnable kernels: %v", err)
+	}
+	if err := NewSession(nil, Options{}).Adopt(nil, prog); err == nil {
+		t.Fatal("Adopt on a nil device succeeded")
 	}
 }

@@ -5,8 +5,8 @@ import (
 	"math/rand/v2"
 	"testing"
 
+	"github.com/lcc-dev/lcc/interp"
 	"github.com/lcc-dev/lcc/ir"
-	"github.com/lcc-dev/lcc/runtime/cpu"
 	"github.com/lcc-dev/lcc/tensor"
 )
 
@@ -98,7 +98,7 @@ func (r *refAdamW) update(params, gradSums map[string][]float64, names []string,
 }
 
 // runSteps trains gradFunc's weights for steps updates with both the IR update
-// (cpu.Run in f64) and refAdamW, feeding each the gradients at its own weights,
+// (interp.Run in f64) and refAdamW, feeding each the gradients at its own weights,
 // and returns the largest difference of weights and grad norms.
 func runSteps(t *testing.T, o AdamW, steps int, sched Schedule) float64 {
 	t.Helper()
@@ -107,7 +107,7 @@ func runSteps(t *testing.T, o AdamW, steps int, sched Schedule) float64 {
 	if err != nil {
 		t.Fatal(err)
 	}
-	opts := cpu.Options{Precision: tensor.F64}
+	opts := interp.Options{Precision: tensor.F64}
 	micro := max(o.MicroSteps, 1)
 	ref := &refAdamW{b1: o.Beta1, b2: o.Beta2, eps: o.Eps, wd: o.WeightDecay, maxNorm: o.MaxNorm,
 		micro: micro, m: map[string][]float64{}, v: map[string][]float64{}}
@@ -132,7 +132,7 @@ func runSteps(t *testing.T, o AdamW, steps int, sched Schedule) float64 {
 		for k, v := range state {
 			irIn[k] = v
 		}
-		gIR, err := cpu.Run(g, irW, opts)
+		gIR, err := interp.Run(g, irW, opts)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -142,7 +142,7 @@ func runSteps(t *testing.T, o AdamW, steps int, sched Schedule) float64 {
 			refIn[n] = &tensor.Tensor{DType: tensor.F32, Shape: g.Param(n).Data.Shape,
 				F: append([]float64{}, refW[n]...)}
 		}
-		gRef, err := cpu.Run(g, refIn, opts)
+		gRef, err := interp.Run(g, refIn, opts)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -156,7 +156,7 @@ func runSteps(t *testing.T, o AdamW, steps int, sched Schedule) float64 {
 			irIn["grad."+n] = sum
 			refSums[n] = rs
 		}
-		out, err := cpu.Run(u.Func, irIn, opts)
+		out, err := interp.Run(u.Func, irIn, opts)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -224,10 +224,10 @@ func TestClip(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		out, err := cpu.Run(u.Func, map[string]*tensor.Tensor{
+		out, err := interp.Run(u.Func, map[string]*tensor.Tensor{
 			LRInput:  tensor.Scalar(tensor.F64, 0.1),
 			"grad.w": tensor.FromFloats(tensor.F32, []int64{2}, []float64{3, 4}),
-		}, cpu.Options{Precision: tensor.F64})
+		}, interp.Options{Precision: tensor.F64})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -299,7 +299,7 @@ func TestMasterWeightsBF16(t *testing.T) {
 				run[k] = v
 			}
 		}
-		out, err := cpu.Run(u.Func, run, cpu.Options{})
+		out, err := interp.Run(u.Func, run, interp.Options{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -327,7 +327,7 @@ func TestAccumulate(t *testing.T) {
 	x := tensor.FromFloats(tensor.F32, []int64{4}, []float64{1, 2, 3, 4})
 	in := map[string]*tensor.Tensor{"sum.c": x, "grad.c": x,
 		"sum.w": tensor.New(tensor.F32, 3, 4), "grad.w": tensor.New(tensor.F32, 3, 4)}
-	out, err := cpu.Run(f, in, cpu.Options{})
+	out, err := interp.Run(f, in, interp.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

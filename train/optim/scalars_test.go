@@ -5,7 +5,7 @@ import (
 	"math/rand/v2"
 	"testing"
 
-	"github.com/lcc-dev/lcc/runtime/cpu"
+	"github.com/lcc-dev/lcc/interp"
 	"github.com/lcc-dev/lcc/tensor"
 )
 
@@ -50,7 +50,7 @@ func TestScalarsMatchUpdate(t *testing.T) {
 			in[name] = x
 		}
 	}
-	want, err := cpu.Run(u.Func, in, cpu.Options{Precision: tensor.F32})
+	want, err := interp.Run(u.Func, in, interp.Options{Precision: tensor.F32})
 	if err != nil {
 		t.Fatal(err)
 	}

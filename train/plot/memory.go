@@ -3,8 +3,6 @@ package plot
 import (
 	"fmt"
 	"image/color"
-	"path/filepath"
-	"strings"
 
 	gplot "gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
@@ -24,13 +22,24 @@ type MemorySeries struct {
 	PeakBytes, MeasuredBytes int64
 }
 
+// legend names what each line of the plot is: the planned memory at each
+// launch, the planned peak and the measured peak (the last "" without one).
+// Every figure is a total per GPU, not the arena alone.
+func (s MemorySeries) legend() [3]string {
+	gib := func(b int64) float64 { return float64(b) / (1 << 30) }
+	l := [3]string{"planned at each launch: live arena buffers + optimizer state + fixed costs",
+		fmt.Sprintf("planned peak %.2f GiB: arena + optimizer state + fixed costs", gib(s.PeakBytes)), ""}
+	if s.MeasuredBytes > 0 {
+		l[2] = fmt.Sprintf("measured peak %.2f GiB: device memory lcc train used", gib(s.MeasuredBytes))
+	}
+	return l
+}
+
 // Memory draws s against the launch index, in GiB, with a title, to path
 // (.png, .svg or .pdf).
 func Memory(path, title string, s MemorySeries) error {
-	switch strings.ToLower(filepath.Ext(path)) {
-	case ".png", ".svg", ".pdf":
-	default:
-		return fmt.Errorf("memory plot %s: want a .png, .svg or .pdf file", path)
+	if err := CheckFormat(path); err != nil {
+		return fmt.Errorf("memory plot %w", err)
 	}
 	if len(s.Live) == 0 {
 		return fmt.Errorf("memory plot %s: the schedule has no launches", path)
@@ -53,7 +62,8 @@ func Memory(path, title string, s MemorySeries) error {
 		return fmt.Errorf("memory plot %s: %w", path, err)
 	}
 	p.Add(line)
-	p.Legend.Add("planned: live buffers + optimizer + fixed", line)
+	labels := s.legend()
+	p.Legend.Add(labels[0], line)
 	p.Legend.Top = true
 	hline := func(y float64, c color.Color, dashed bool, label string) error {
 		l, err := plotter.NewLine(plotter.XYs{{X: 0, Y: y}, {X: float64(len(s.Live) - 1), Y: y}})
@@ -68,13 +78,11 @@ func Memory(path, title string, s MemorySeries) error {
 		p.Legend.Add(label, l)
 		return nil
 	}
-	if err := hline(gib(s.PeakBytes), color.RGBA{B: 200, A: 255}, true,
-		fmt.Sprintf("planned peak %.2f GiB (arena)", gib(s.PeakBytes))); err != nil {
+	if err := hline(gib(s.PeakBytes), color.RGBA{B: 200, A: 255}, true, labels[1]); err != nil {
 		return fmt.Errorf("memory plot %s: %w", path, err)
 	}
 	if s.MeasuredBytes > 0 {
-		if err := hline(gib(s.MeasuredBytes), color.RGBA{R: 200, A: 255}, false,
-			fmt.Sprintf("measured peak %.2f GiB", gib(s.MeasuredBytes))); err != nil {
+		if err := hline(gib(s.MeasuredBytes), color.RGBA{R: 200, A: 255}, false, labels[2]); err != nil {
 			return fmt.Errorf("memory plot %s: %w", path, err)
 		}
 	}

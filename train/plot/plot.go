@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"math"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	gplot "gonum.org/v1/plot"
@@ -15,13 +16,23 @@ import (
 	"gonum.org/v1/plot/vg"
 )
 
+// Formats are the file extensions the plots can be written as.
+var Formats = []string{".png", ".svg", ".pdf"}
+
+// CheckFormat checks that path's extension is one of Formats, so that a caller
+// can refuse a bad name before the run whose curve it is to hold.
+func CheckFormat(path string) error {
+	if !slices.Contains(Formats, strings.ToLower(filepath.Ext(path))) {
+		return fmt.Errorf("%s: want a .png, .svg or .pdf file", path)
+	}
+	return nil
+}
+
 // Loss draws losses (the loss of steps first+1, first+2, ...) against the
 // step, with a title, to path. Steps whose loss is not finite are left out.
 func Loss(path, title string, first int, losses []float64) error {
-	switch strings.ToLower(filepath.Ext(path)) {
-	case ".png", ".svg", ".pdf":
-	default:
-		return fmt.Errorf("--plot %s: want a .png, .svg or .pdf file", path)
+	if err := CheckFormat(path); err != nil {
+		return fmt.Errorf("--plot %w", err)
 	}
 	var pts plotter.XYs
 	for i, l := range losses {

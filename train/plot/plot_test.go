@@ -77,6 +77,13 @@ func TestMemory(t *testing.T) {
 		}
 		prev = data
 	}
+	// The legend names each line's parts: a peak is a total, not "(arena)".
+	want := [3]string{"planned at each launch: live arena buffers + optimizer state + fixed costs",
+		"planned peak 3.50 GiB: arena + optimizer state + fixed costs",
+		"measured peak 4.00 GiB: device memory lcc train used"}
+	if got := s.legend(); got != want {
+		t.Errorf("legend %q, want %q", got, want)
+	}
 	if err := Memory(filepath.Join(dir, "m.png"), "", MemorySeries{}); err == nil {
 		t.Error("an empty schedule drew")
 	}

@@ -198,6 +198,6 @@ func trainOn(cfg train.Config, dev *cuda.Device, c comm.Device, n int, storage t
 		opt = exec.NewSession(dev, exec.Options{Storage: tensor.F32})
 		defer opt.Close()
 	}
-	cfg.Ranks, cfg.Comm, cfg.Run, cfg.RunOptimizer = n, c, step.Run, opt.Run
+	cfg.Ranks, cfg.Comm, cfg.Run, cfg.RunOptimizer, cfg.Adopt = n, c, step.Run, opt.Run, step.Adopt
 	return train.Train(cfg)
 }

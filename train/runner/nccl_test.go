@@ -1,6 +1,8 @@
 package runner
 
 import (
+	"github.com/lcc-dev/lcc/collective"
+	"github.com/lcc-dev/lcc/internal/gputest"
 	"slices"
 	"testing"
 	"time"
@@ -9,7 +11,6 @@ import (
 	"github.com/lcc-dev/lcc/driver"
 	"github.com/lcc-dev/lcc/runtime/comm"
 	"github.com/lcc-dev/lcc/runtime/comm/nccl"
-	"github.com/lcc-dev/lcc/runtime/cpu"
 	"github.com/lcc-dev/lcc/runtime/cuda"
 	"github.com/lcc-dev/lcc/tensor"
 	"github.com/lcc-dev/lcc/train"
@@ -29,7 +30,7 @@ func oneRankConfigs() map[string]train.Config {
 }
 
 // trainWith trains c as the one rank of communicator cm.
-func trainWith(t *testing.T, c train.Config, cm cpu.Communicator) []float64 {
+func trainWith(t *testing.T, c train.Config, cm collective.Communicator) []float64 {
 	t.Helper()
 	c.Comm = cm
 	r, err := train.Train(c)
@@ -63,12 +64,12 @@ func TestOneRankComm(t *testing.T) {
 func TestGPUNCCLOneRank(t *testing.T) {
 	dev, err := cuda.Open(0)
 	if err != nil {
-		t.Skipf("skipping: no usable GPU: %v", err)
+		gputest.Skipf(t, "skipping: no usable GPU: %v", err)
 	}
 	defer dev.Close()
 	id, err := cuda.NCCLGetUniqueID()
 	if err != nil {
-		t.Skipf("skipping: no usable NCCL: %v", err)
+		gputest.Skipf(t, "skipping: no usable NCCL: %v", err)
 	}
 	nc, err := nccl.New(dev, 1, 0, id, nccl.Options{Timeout: 30 * time.Second})
 	if err != nil {
@@ -121,11 +122,11 @@ func TestOneRankStepLowers(t *testing.T) {
 func TestGPUProcessOneRank(t *testing.T) {
 	dev, err := cuda.Open(0)
 	if err != nil {
-		t.Skipf("skipping: no usable GPU: %v", err)
+		gputest.Skipf(t, "skipping: no usable GPU: %v", err)
 	}
 	dev.Close()
 	if _, err := cuda.NCCLGetUniqueID(); err != nil {
-		t.Skipf("skipping: no usable NCCL: %v", err)
+		gputest.Skipf(t, "skipping: no usable NCCL: %v", err)
 	}
 	for name, c := range oneRankConfigs() {
 		env := Env{Rank: 0, WorldSize: 1, MasterAddr: "127.0.0.1", MasterPort: freePort(t)}
@@ -149,11 +150,11 @@ func TestGPUProcessOneRank(t *testing.T) {
 func TestGPULocalOneRank(t *testing.T) {
 	dev, err := cuda.Open(0)
 	if err != nil {
-		t.Skipf("skipping: no usable GPU: %v", err)
+		gputest.Skipf(t, "skipping: no usable GPU: %v", err)
 	}
 	dev.Close()
 	if _, err := cuda.NCCLGetUniqueID(); err != nil {
-		t.Skipf("skipping: no usable NCCL: %v", err)
+		gputest.Skipf(t, "skipping: no usable NCCL: %v", err)
 	}
 	for name, c := range oneRankConfigs() {
 		got, err := LocalGPU(c, 30*time.Second, tensor.F32)

@@ -165,7 +165,7 @@ func ProcessGPU(cfg train.Config, env Env, timeout time.Duration, storage tensor
 		// Master weights, moments and gradient sums stay fp32.
 		opt = exec.NewSession(dev, exec.Options{Storage: tensor.F32})
 	}
-	cfg.Ranks, cfg.Comm, cfg.Run, cfg.RunOptimizer = env.WorldSize, nc, step.Run, opt.Run
+	cfg.Ranks, cfg.Comm, cfg.Run, cfg.RunOptimizer, cfg.Adopt = env.WorldSize, nc, step.Run, opt.Run, step.Adopt
 	res, err := train.Train(cfg)
 	if opt != step {
 		opt.Close()

@@ -1,6 +1,7 @@
 package runner
 
 import (
+	"github.com/lcc-dev/lcc/internal/gputest"
 	"testing"
 	"time"
 
@@ -58,7 +59,7 @@ func TestTwoRankStepLowers(t *testing.T) {
 func TestGPUSharedRanks(t *testing.T) {
 	dev, err := cuda.Open(0)
 	if err != nil {
-		t.Skipf("skipping: no usable GPU: %v", err)
+		gputest.Skipf(t, "skipping: no usable GPU: %v", err)
 	}
 	dev.Close()
 	for name, c := range twoRankConfigs() {

@@ -86,7 +86,7 @@ type Desc struct {
 	// DQ chooses how the backward computes dQ: DQFused fuses it into the dK/dV
 	// kernel (dense or grouped-query attention, or a dilated branch without
 	// grouped-query heads; with Accumulate dK and dV add into fp32 sums and dQ
-	// into the fixed-point workspace, which runtime/flash.Dilated shares across
+	// into the fixed-point workspace, which perf/flash.Dilated shares across
 	// its branches),
 	// DQSplit runs the separate dQ kernel, which recomputes S and dP; DQAuto
 	// (the zero value) is the faster on the H200 (BENCHMARKS.md).

@@ -1,6 +1,7 @@
 package flash
 
 import (
+	"github.com/lcc-dev/lcc/internal/gputest"
 	"strings"
 	"sync"
 	"testing"
@@ -134,7 +135,7 @@ func TestTierDefaults(t *testing.T) {
 // NVRTC 11.8 and no GPU).
 func TestNVRTCCompile(t *testing.T) {
 	if _, err := rcuda.NVRTCVersion(); err != nil {
-		t.Skipf("skipping: no NVRTC library: %v", err)
+		gputest.Skipf(t, "skipping: no NVRTC library: %v", err)
 	}
 	seen := map[string]bool{}
 	var srcs []Kernel

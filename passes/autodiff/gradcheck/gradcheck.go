@@ -16,9 +16,9 @@ import (
 	"math"
 	"slices"
 
+	"github.com/lcc-dev/lcc/interp"
 	"github.com/lcc-dev/lcc/ir"
 	"github.com/lcc-dev/lcc/passes/autodiff"
-	"github.com/lcc-dev/lcc/runtime/cpu"
 	"github.com/lcc-dev/lcc/tensor"
 )
 
@@ -41,7 +41,7 @@ type Result struct {
 	RelErr float64
 }
 
-var f64 = cpu.Options{Precision: tensor.F64}
+var f64 = interp.Options{Precision: tensor.F64}
 
 // Check differentiates f with respect to its trainable weights (autodiff's
 // default) and compares with central differences of step h. inputs feeds the
@@ -58,12 +58,12 @@ func Check(f *ir.Func, inputs map[string]*tensor.Tensor, obj Objective, h float6
 	if err != nil {
 		return nil, err
 	}
-	grads, err := cpu.Run(g, gin, f64)
+	grads, err := interp.Run(g, gin, f64)
 	if err != nil {
 		return nil, fmt.Errorf("gradcheck: running the gradient: %w\n%s", err, ir.Print(g))
 	}
 	objective := func(in map[string]*tensor.Tensor) (float64, error) {
-		outs, err := cpu.Run(f, in, f64)
+		outs, err := interp.Run(f, in, f64)
 		if err != nil {
 			return 0, err
 		}

@@ -1,4 +1,4 @@
-// Package commtest is the conformance script of runtime/comm's Communicator
+// Package commtest is the conformance script of collective.Communicator
 // interface: every transport (in-process, TCP, NCCL) runs it on every rank, and
 // its results must be the in-process communicator's, bit for bit. DeviceScript
 // is the same for the device collectives of comm.Device (NCCL, devlocal).
@@ -6,6 +6,7 @@ package commtest
 
 import (
 	"fmt"
+	"github.com/lcc-dev/lcc/collective"
 	"math"
 
 	"github.com/lcc-dev/lcc/runtime/comm"
@@ -29,7 +30,7 @@ func Values(rank, call, n int) []float64 {
 // Script runs every collective of the interface on c (all_gather with and
 // without shapes, all_to_all, ring send/recv both ways, all_reduce sum/max/min,
 // reduce_scatter) and returns every result in order. Every rank must run it.
-func Script(c comm.Communicator) ([][]float64, error) {
+func Script(c collective.Communicator) ([][]float64, error) {
 	n, r := c.Size(), c.Rank()
 	var out [][]float64
 	call := 0

@@ -29,7 +29,7 @@
 //     after the World's timeout with an error naming the op and the ranks that
 //     did not arrive; a mismatch (different ops, counts or peers) is an error
 //     naming both ranks.
-//   - The host-level Communicator is runtime/comm's in-process Endpoint.
+//   - The host-level collective.Communicator is runtime/comm's in-process Endpoint.
 package devlocal
 
 import (

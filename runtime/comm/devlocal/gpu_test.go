@@ -4,6 +4,7 @@ package devlocal
 
 import (
 	"fmt"
+	"github.com/lcc-dev/lcc/internal/gputest"
 	"sync"
 	"testing"
 	"time"
@@ -18,7 +19,7 @@ import (
 func TestGPUCollectives(t *testing.T) {
 	dev, err := cuda.Open(0)
 	if err != nil {
-		t.Skipf("skipping: no usable GPU: %v", err)
+		gputest.Skipf(t, "skipping: no usable GPU: %v", err)
 	}
 	dev.Close()
 	cache, err := cuda.OpenCache(t.TempDir())

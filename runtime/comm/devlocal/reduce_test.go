@@ -1,6 +1,7 @@
 package devlocal
 
 import (
+	"github.com/lcc-dev/lcc/internal/gputest"
 	"testing"
 
 	"github.com/lcc-dev/lcc/runtime/cuda"
@@ -11,7 +12,7 @@ import (
 // 4 ranks) with NVRTC, as CI does without a GPU.
 func TestReduceKernelsCompile(t *testing.T) {
 	if _, err := cuda.NVRTCVersion(); err != nil {
-		t.Skipf("skipping: no NVRTC library: %v", err)
+		gputest.Skipf(t, "skipping: no NVRTC library: %v", err)
 	}
 	for dt := range reduceTypes {
 		for red := range reduceOps {

@@ -4,6 +4,7 @@ package nccl
 
 import (
 	"errors"
+	"github.com/lcc-dev/lcc/internal/gputest"
 	"strings"
 	"testing"
 	"time"
@@ -20,12 +21,12 @@ func oneRank(t *testing.T, opts Options) *Comm {
 	t.Helper()
 	dev, err := cuda.Open(0)
 	if err != nil {
-		t.Skipf("skipping: no usable GPU: %v", err)
+		gputest.Skipf(t, "skipping: no usable GPU: %v", err)
 	}
 	t.Cleanup(func() { dev.Close() })
 	id, err := cuda.NCCLGetUniqueID()
 	if err != nil {
-		t.Skipf("skipping: no usable NCCL: %v", err)
+		gputest.Skipf(t, "skipping: no usable NCCL: %v", err)
 	}
 	c, err := New(dev, 1, 0, id, opts)
 	if err != nil {
@@ -34,7 +35,7 @@ func oneRank(t *testing.T, opts Options) *Comm {
 	return c
 }
 
-// TestGPUOneRankConformance runs every collective of the Communicator interface
+// TestGPUOneRankConformance runs every collective of the collective.Communicator interface
 // through NCCL's GPU path (device staging, the NCCL stream, events, the
 // watchdog) on one rank and compares with the in-process communicator, bit for
 // bit (with one rank every collective is exact).
@@ -162,11 +163,11 @@ func TestGPUMonitorAborts(t *testing.T) {
 func TestGPUJoinOneRank(t *testing.T) {
 	dev, err := cuda.Open(0)
 	if err != nil {
-		t.Skipf("skipping: no usable GPU: %v", err)
+		gputest.Skipf(t, "skipping: no usable GPU: %v", err)
 	}
 	defer dev.Close()
 	if _, err := cuda.NCCLGetUniqueID(); err != nil {
-		t.Skipf("skipping: no usable NCCL: %v", err)
+		gputest.Skipf(t, "skipping: no usable NCCL: %v", err)
 	}
 	c, mesh, err := Join(dev, tcp.Config{Config: rendezvous.Config{Addr: "127.0.0.1:0", Rank: 0, Size: 1,
 		Timeout: 10 * time.Second}, Watchdog: 10 * time.Second}, Options{})

@@ -9,7 +9,7 @@
 //     NCCL stream and return; After orders the stream behind a compute event and
 //     Done gives the event a compute stream waits on, so communication overlaps
 //     compute. Sync waits for everything queued.
-//   - Host level: Comm implements runtime/comm's Communicator on float64 host
+//   - Host level: Comm implements collective.Communicator on float64 host
 //     slices by staging them through device memory, so the CPU interpreter and
 //     the conformance script (runtime/comm/commtest) run over NCCL unchanged.
 //

@@ -1,7 +1,7 @@
 // Package tcp is lcc's communicator between processes on the CPU: the ranks of a
 // multi-process run (one process per rank, runtime/comm/rendezvous) connect in a
-// full mesh of TCP connections and run the collectives of runtime/comm's
-// Communicator interface over them. It is what NCCL is on GPUs, so that the
+// full mesh of TCP connections and run the collectives of
+// collective.Communicator over them. It is what NCCL is on GPUs, so that the
 // multi-process runner is testable without GPUs.
 //
 // The collectives are built exactly as the in-process communicator builds them
@@ -29,6 +29,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"github.com/lcc-dev/lcc/collective"
 	"io"
 	"math"
 	"net"
@@ -88,7 +89,7 @@ type Comm struct {
 	closed     bool
 }
 
-var _ comm.Communicator = (*Comm)(nil)
+var _ collective.Communicator = (*Comm)(nil)
 
 // Config says how to build the mesh.
 type Config struct {

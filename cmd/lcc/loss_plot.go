@@ -1,0 +1,62 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/lcc-dev/lcc/internal/userfile"
+	"github.com/lcc-dev/lcc/train"
+	"github.com/lcc-dev/lcc/train/plot"
+)
+
+// plotLoss draws the run's loss to path. A resumed run draws every step from
+// its --metrics file, which holds the steps before the resume too, so the curve
+// is the whole run's; without one it draws its own steps, and says so.
+func plotLoss(path string, cfg train.Config, res *train.Result, log io.Writer) error {
+	first, losses := res.FirstStep, res.Losses
+	if first > 0 && cfg.Metrics != "" {
+		if all, ok := metricsLosses(cfg.Metrics, res.Step); ok {
+			first, losses = 0, all
+		}
+	}
+	if first > 0 {
+		fmt.Fprintf(log, "lcc: note: --plot draws steps %d..%d, this part of the run (with --metrics, "+
+			"a resumed run draws every step)\n", first+1, res.Step)
+	}
+	title := fmt.Sprintf("%s: loss (program %.19s…)", filepath.Base(cfg.Model), res.Program)
+	// checkOutputFile found the folder creatable before the run.
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return fmt.Errorf("--plot %s: %w", path, err)
+	}
+	return plot.Loss(path, title, first, losses)
+}
+
+// metricsLosses reads the loss of steps 1..last from a --metrics file, when it
+// holds each of them once, in order (a null loss reads as NaN).
+func metricsLosses(path string, last int) ([]float64, bool) {
+	data, err := userfile.ReadFile(path) // a pipe or a device as --metrics: nothing to read back
+	if err != nil {
+		return nil, false
+	}
+	var out []float64
+	for line := range strings.Lines(string(data)) {
+		var m struct {
+			Step int      `json:"step"`
+			Loss *float64 `json:"loss"`
+		}
+		if json.Unmarshal([]byte(line), &m) != nil || m.Step != len(out)+1 {
+			return nil, false
+		}
+		l := math.NaN()
+		if m.Loss != nil {
+			l = *m.Loss
+		}
+		out = append(out, l)
+	}
+	return out, len(out) == last
+}

@@ -1,0 +1,58 @@
+package main
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/lcc-dev/lcc/driver"
+)
+
+// applyRecorded gives a compiled step (DIR/graph.lcc) the flags it was compiled
+// with: each flag not given takes the value DIR/report.json records, and one
+// given with another value is refused, naming both. lcc train and lcc compile
+// of DIR/graph.lcc then need no flag repeated.
+func applyRecorded(cmd *cobra.Command, model string) error {
+	rec, path, err := driver.RecordedFlags(model)
+	if err != nil {
+		return err
+	}
+	if rec == nil {
+		return nil
+	}
+	flags := cmd.Flags()
+	if f := flags.Lookup("ranks"); f != nil && f.Changed && f.Value.String() != "1" {
+		return fmt.Errorf("--ranks=%s: %s is a compiled one-GPU step; to shard, give the model it came "+
+			"from (%s names it)", f.Value.String(), model, path)
+	}
+	for _, r := range rec {
+		f := flags.Lookup(r.Flag)
+		if f == nil {
+			continue
+		}
+		if !f.Changed {
+			if err := f.Value.Set(r.Value); err != nil {
+				return fmt.Errorf("%s records --%s=%s: %w", path, r.Flag, r.Value, err)
+			}
+			continue
+		}
+		if given := flagText(f.Value.String()); given != r.Value {
+			return fmt.Errorf("--%s=%s: %s is a compiled step, and %s records --%s=%s for it "+
+				"(drop the flag, or compile the model again)", r.Flag, given, model, path, r.Flag,
+				shownRecorded(r))
+		}
+	}
+	return nil
+}
+
+// flagText is a flag's value as the record writes it: a list without brackets.
+func flagText(s string) string { return strings.Trim(s, "[]") }
+
+// shownRecorded is a recorded value as a user reads it.
+func shownRecorded(r driver.RecordedFlag) string {
+	if r.Flag == "memory-budget" && r.Value == "0" {
+		return "0 (none given: the target's memory)"
+	}
+	return r.Value
+}

@@ -1,0 +1,277 @@
+package interp
+
+import (
+	"fmt"
+
+	"github.com/lcc-dev/lcc/interp/attention"
+	"github.com/lcc-dev/lcc/ir"
+	"github.com/lcc-dev/lcc/tensor"
+)
+
+func init() {
+	Register(ir.OpAttention, kernelAttention)
+	Register(ir.OpAttentionGrad, kernelAttentionGrad)
+	Register(ir.OpDilatedAttention, kernelDilated)
+	Register(ir.OpDilatedAttentionGrad, kernelDilatedGrad)
+}
+
+// attnDims reads the sizes of q [B,T,Hq,D] and k [B,S,Hkv,D].
+func attnDims(q, k *tensor.Tensor) attention.Dims {
+	return attention.Dims{B: int(q.Shape[0]), T: int(q.Shape[1]), S: int(k.Shape[1]),
+		Hq: int(q.Shape[2]), Hkv: int(k.Shape[2]), D: int(q.Shape[3])}
+}
+
+// floatsResult wraps float64 data as n's result i.
+func floatsResult(n *ir.Node, i int, data []float64) *tensor.Tensor {
+	t := n.Results[i].Type
+	return &tensor.Tensor{DType: t.DType, Shape: append([]int64{}, t.Shape...), F: data}
+}
+
+// kernelAttention is softmax(scale·q·kᵀ + mask)·v per (batch, query head), with kv
+// head h/(Hq/Hkv) (grouped-query attention). With causal, query t sees keys j ≤ t.
+// The optional mask broadcasts to [B,H,T,S]: a bool (or integer) mask is true
+// where a key is visible, a float mask is added to the scores. A row that sees no
+// key gives o = 0 and lse = −Inf.
+func kernelAttention(n *ir.Node, args []*tensor.Tensor, _ Options) ([]*tensor.Tensor, error) {
+	q, k, v := args[0], args[1], args[2]
+	d := attnDims(q, k)
+	scale := ir.AttentionScale(n)
+	causal := n.AttrBool("causal")
+	var o, lse []float64
+	if len(args) == 3 {
+		o, lse = attention.Dense(q.F, k.F, v.F, d, causal, scale)
+	} else {
+		m := newMask(args[3], d, causal)
+		o, lse = make([]float64, len(q.F)), make([]float64, d.B*d.Hq*d.T)
+		m.each(d, func(sub attention.Dims, b, h int, mask []float64) {
+			qs, ks, vs := m.sliceQ(q.F, d, b, h), m.sliceKV(k.F, d, b, h), m.sliceKV(v.F, d, b, h)
+			os, ls := attention.DenseMasked(qs, ks, vs, sub, mask, scale)
+			m.putQ(o, os, d, b, h)
+			m.putLSE(lse, ls, d, b, h)
+		})
+	}
+	return []*tensor.Tensor{floatsResult(n, 0, o), floatsResult(n, 1, lse)}, nil
+}
+
+// kernelAttentionGrad is the exact gradient of attention given its inputs, its
+// outputs o and lse, and the output gradient do (the mask gets none).
+func kernelAttentionGrad(n *ir.Node, args []*tensor.Tensor, _ Options) ([]*tensor.Tensor, error) {
+	q, k, v, o, lse, do := args[0], args[1], args[2], args[3], args[4], args[5]
+	d := attnDims(q, k)
+	scale := ir.AttentionScale(n)
+	causal := n.AttrBool("causal")
+	var dq, dk, dv []float64
+	if len(args) == 6 {
+		dq, dk, dv = attention.DenseBackward(q.F, k.F, v.F, o.F, lse.F, do.F, d, causal, scale)
+	} else {
+		m := newMask(args[6], d, causal)
+		dq, dk, dv = make([]float64, len(q.F)), make([]float64, len(k.F)), make([]float64, len(v.F))
+		m.each(d, func(sub attention.Dims, b, h int, mask []float64) {
+			gq, gk, gv := attention.DenseMaskedBackward(m.sliceQ(q.F, d, b, h),
+				m.sliceKV(k.F, d, b, h), m.sliceKV(v.F, d, b, h), m.sliceQ(o.F, d, b, h),
+				m.sliceLSE(lse.F, d, b, h), m.sliceQ(do.F, d, b, h), sub, mask, scale)
+			m.putQ(dq, gq, d, b, h)
+			m.addKV(dk, gk, d, b, h)
+			m.addKV(dv, gv, d, b, h)
+		})
+	}
+	return []*tensor.Tensor{floatsResult(n, 0, dq), floatsResult(n, 1, dk), floatsResult(n, 2, dv)}, nil
+}
+
+// dilatedConfig reads a dilated attention's attributes.
+func dilatedConfig(n *ir.Node, d attention.Dims) (attention.DilatedConfig, error) {
+	seg, dil := n.AttrInts("segments"), n.AttrInts("dilations")
+	cfg := attention.DilatedConfig{Causal: n.AttrBool("causal")}
+	for i := range seg {
+		cfg.Branches = append(cfg.Branches, attention.Branch{Segment: int(seg[i]), Dilation: int(dil[i])})
+	}
+	switch o := n.AttrString("offsets"); o {
+	case "paper":
+		cfg.Offsets = attention.Paper
+	case "block":
+		cfg.Offsets = attention.Block
+	default:
+		return cfg, fmt.Errorf("offsets %q: want paper or block", o)
+	}
+	if d.S != d.T {
+		return cfg, fmt.Errorf("dilated attention needs as many keys as queries, got T=%d, S=%d", d.T, d.S)
+	}
+	return cfg, cfg.Validate()
+}
+
+// kernelDilated is LongNet dilated attention (docs/design.md §3) via package attention.
+func kernelDilated(n *ir.Node, args []*tensor.Tensor, _ Options) ([]*tensor.Tensor, error) {
+	q, k, v := args[0], args[1], args[2]
+	d := attnDims(q, k)
+	cfg, err := dilatedConfig(n, d)
+	if err != nil {
+		return nil, err
+	}
+	o, lse := attention.Dilated(q.F, k.F, v.F, d, cfg, ir.AttentionScale(n))
+	return []*tensor.Tensor{floatsResult(n, 0, o), floatsResult(n, 1, lse)}, nil
+}
+
+// kernelDilatedGrad is the exact gradient of dilated attention.
+func kernelDilatedGrad(n *ir.Node, args []*tensor.Tensor, _ Options) ([]*tensor.Tensor, error) {
+	q, k, v, o, lse, do := args[0], args[1], args[2], args[3], args[4], args[5]
+	d := attnDims(q, k)
+	cfg, err := dilatedConfig(n, d)
+	if err != nil {
+		return nil, err
+	}
+	dq, dk, dv := attention.DilatedBackward(q.F, k.F, v.F, o.F, lse.F, do.F, d, cfg, ir.AttentionScale(n))
+	return []*tensor.Tensor{floatsResult(n, 0, dq), floatsResult(n, 1, dk), floatsResult(n, 2, dv)}, nil
+}
+
+// attnMask is an attention mask broadcast to [B,H,T,S] and folded with causality
+// into additive [T,S] blocks. Package attention takes one [T,S] mask per call, so
+// the call is split per batch element when the mask varies over batch, and per
+// (batch, head) when it varies over heads.
+type attnMask struct {
+	t       *tensor.Tensor
+	st      []int // strides of the mask over [B,H,T,S], 0 where broadcast
+	causal  bool
+	perB    bool // the mask varies over batch
+	perH    bool // the mask varies over heads
+	isFloat bool
+}
+
+func newMask(t *tensor.Tensor, d attention.Dims, causal bool) *attnMask {
+	full := []int64{int64(d.B), int64(d.Hq), int64(d.T), int64(d.S)}
+	st := bcastStrides(t.Shape, full)
+	return &attnMask{t: t, st: st, causal: causal, perB: st[0] != 0 && d.B > 1,
+		perH: st[1] != 0 && d.Hq > 1, isFloat: t.DType.IsFloat()}
+}
+
+// block returns the additive [T,S] mask of batch b, head h.
+func (m *attnMask) block(d attention.Dims, b, h int) []float64 {
+	out := make([]float64, d.T*d.S)
+	base := b*m.st[0] + h*m.st[1]
+	for t := 0; t < d.T; t++ {
+		for j := 0; j < d.S; j++ {
+			off := base + t*m.st[2] + j*m.st[3]
+			var v float64
+			switch {
+			case m.causal && j > t:
+				v = negInf
+			case m.isFloat:
+				v = m.t.F[off]
+			case m.t.I[off] == 0:
+				v = negInf
+			}
+			out[t*d.S+j] = v
+		}
+	}
+	return out
+}
+
+// each calls fn once per mask block with the dims of the sub-call: all of q when
+// the mask is shared, batch b when it varies over batch, (b, h) with one query
+// and one kv head when it varies over heads.
+func (m *attnMask) each(d attention.Dims, fn func(sub attention.Dims, b, h int, mask []float64)) {
+	switch {
+	case m.perH:
+		sub := attention.Dims{B: 1, T: d.T, S: d.S, Hq: 1, Hkv: 1, D: d.D}
+		for b := 0; b < d.B; b++ {
+			for h := 0; h < d.Hq; h++ {
+				fn(sub, b, h, m.block(d, b, h))
+			}
+		}
+	case m.perB:
+		sub := d
+		sub.B = 1
+		for b := 0; b < d.B; b++ {
+			fn(sub, b, -1, m.block(d, b, 0))
+		}
+	default:
+		fn(d, -1, -1, m.block(d, 0, 0))
+	}
+}
+
+// sliceQ extracts the part of a [B,T,Hq,D] tensor that block (b, h) covers;
+// b < 0 means every batch element, h < 0 every head.
+func (m *attnMask) sliceQ(x []float64, d attention.Dims, b, h int) []float64 {
+	return sliceBTHD(x, d.B, d.T, d.Hq, d.D, b, h)
+}
+
+func (m *attnMask) sliceKV(x []float64, d attention.Dims, b, h int) []float64 {
+	if h >= 0 {
+		h /= d.Hq / d.Hkv
+	}
+	return sliceBTHD(x, d.B, d.S, d.Hkv, d.D, b, h)
+}
+
+func (m *attnMask) sliceLSE(x []float64, d attention.Dims, b, h int) []float64 {
+	switch {
+	case b < 0:
+		return x
+	case h < 0:
+		return x[b*d.Hq*d.T : (b+1)*d.Hq*d.T]
+	}
+	i := (b*d.Hq + h) * d.T
+	return x[i : i+d.T]
+}
+
+func (m *attnMask) putQ(dst, src []float64, d attention.Dims, b, h int) {
+	scatterBTHD(dst, src, d.B, d.T, d.Hq, d.D, b, h, false)
+}
+
+func (m *attnMask) putLSE(dst, src []float64, d attention.Dims, b, h int) {
+	copy(m.sliceLSE(dst, d, b, h), src)
+}
+
+// addKV accumulates a kv-gradient block: under grouped-query attention several
+// query heads' blocks add into one kv head, in head order.
+func (m *attnMask) addKV(dst, src []float64, d attention.Dims, b, h int) {
+	if h >= 0 {
+		h /= d.Hq / d.Hkv
+	}
+	scatterBTHD(dst, src, d.B, d.S, d.Hkv, d.D, b, h, true)
+}
+
+// sliceBTHD copies x[b, :, h, :] of a [B,T,H,D] tensor; a negative b or h keeps
+// the whole dim. Whole tensors are returned without a copy.
+func sliceBTHD(x []float64, B, T, H, D, b, h int) []float64 {
+	if b < 0 {
+		return x
+	}
+	bx := x[b*T*H*D : (b+1)*T*H*D]
+	if h < 0 {
+		return bx
+	}
+	out := make([]float64, T*D)
+	for t := 0; t < T; t++ {
+		copy(out[t*D:(t+1)*D], bx[(t*H+h)*D:(t*H+h+1)*D])
+	}
+	return out
+}
+
+// scatterBTHD is the inverse of sliceBTHD, adding instead of copying with add.
+func scatterBTHD(dst, src []float64, B, T, H, D, b, h int, add bool) {
+	var region []float64
+	if b < 0 {
+		region = dst
+	} else {
+		region = dst[b*T*H*D : (b+1)*T*H*D]
+	}
+	if h < 0 {
+		if add {
+			for i, v := range src {
+				region[i] += v
+			}
+		} else {
+			copy(region, src)
+		}
+		return
+	}
+	for t := 0; t < T; t++ {
+		row := region[(t*H+h)*D : (t*H+h+1)*D]
+		for i := range row {
+			if add {
+				row[i] += src[t*D+i]
+			} else {
+				row[i] = src[t*D+i]
+			}
+		}
+	}
+}

@@ -1,0 +1,438 @@
+package exec
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+
+	codegen "github.com/lcc-dev/lcc/codegen/cuda"
+	"github.com/lcc-dev/lcc/runtime/cuda"
+	"github.com/lcc-dev/lcc/tensor"
+)
+
+// Optimizer is AdamW's state of a Bound training step on the device: fp32
+// master weights and moments (and gradient sums when accumulating) in flat
+// buffers, updated by the fused multi-tensor kernels of codegen/cuda, which
+// write the rounded working copy into the weights of the bound function.
+type Optimizer struct {
+	b       *Bound
+	dev     *cuda.Device
+	sizes   []int64 // elements per trained weight
+	shapes  [][]int64
+	total   int64
+	nChunks int
+	micro   int
+	maxNorm float64
+
+	master, m, v, sum, partial, normCoef cuda.DevicePtr
+	gptr, sptr, wptr, base, ck, cs, cl   cuda.DevicePtr
+	allocs                               []cuda.DevicePtr
+	mods                                 []*cuda.Module
+	// direct runs on the gradients in the arena (one micro-step), summed on
+	// the flat sums (several).
+	sumsq, norm, adamw, accum, cast *cuda.Function
+	// wdt is the working weights' storage, wbufs their buffers (for poisoning).
+	wbufs []codegen.Buffer
+	wptrs []cuda.DevicePtr
+	// copy is the stream of Snapshot's device-to-host copies; copyStart and
+	// copyReady mark the session's stream before and after the staging copy,
+	// copyDone the end of the copy to the host. snap is the Snapshot not yet
+	// released, and pending, when set, the copy the next update must wait for
+	// (a Snapshot without staging).
+	copy                           *cuda.Stream
+	copyStart, copyReady, copyDone *cuda.Event
+	snap                           *Snapshot
+	pending                        *cuda.Event
+}
+
+// OptimizerSpec says what an Optimizer trains.
+type OptimizerSpec struct {
+	// Weights are the trained parameters of the bound function and Grads the
+	// outputs holding their gradients, in the same order.
+	Weights, Grads []string
+	// Micro is the number of micro-batches whose gradients a step sums (≥ 1).
+	Micro int
+	// MaxNorm clips the global gradient norm (0: off).
+	MaxNorm float64
+}
+
+// NewOptimizer allocates AdamW's state for spec on the device and loads its
+// kernels. The state is undefined until Load.
+func (b *Bound) NewOptimizer(spec OptimizerSpec) (*Optimizer, error) {
+	if len(spec.Weights) == 0 || len(spec.Weights) != len(spec.Grads) {
+		return nil, fmt.Errorf("exec: optimizer of %d weights and %d gradients", len(spec.Weights), len(spec.Grads))
+	}
+	o := &Optimizer{b: b, dev: b.s.dev, micro: max(spec.Micro, 1), maxNorm: spec.MaxNorm}
+	var gdt, wdt string
+	var gptrs []uint64
+	for i, w := range spec.Weights {
+		wp, wb, err := b.Buffer(w)
+		if err != nil {
+			return nil, err
+		}
+		gp, gb, err := b.Buffer(spec.Grads[i])
+		if err != nil {
+			return nil, err
+		}
+		n := shapeElems(wb.Shape)
+		if shapeElems(gb.Shape) != n {
+			return nil, fmt.Errorf("exec: weight %q has %d elements, its gradient %q %d", w, n,
+				spec.Grads[i], shapeElems(gb.Shape))
+		}
+		if i == 0 {
+			gdt, wdt = gb.DType, wb.DType
+		}
+		if gb.DType != gdt || wb.DType != wdt {
+			return nil, fmt.Errorf("exec: weight %q (%s) and gradient %q (%s): the optimizer wants one "+
+				"storage for all weights (%s) and all gradients (%s)", w, wb.DType, spec.Grads[i], gb.DType, wdt, gdt)
+		}
+		o.sizes = append(o.sizes, n)
+		o.shapes = append(o.shapes, wb.Shape)
+		o.wbufs = append(o.wbufs, wb)
+		o.wptrs = append(o.wptrs, wp)
+		gptrs = append(gptrs, uint64(gp))
+		o.total += n
+	}
+	gsrc := gdt // what the norm and the update read: the arena's gradients or the f32 sums
+	if o.micro > 1 {
+		gsrc = "f32"
+	}
+	if err := o.load(gdt, gsrc, wdt); err != nil {
+		o.Close()
+		return nil, err
+	}
+	ck, cs, cl := codegen.OptimChunks(o.sizes)
+	o.nChunks = len(ck)
+	alloc := func(bytes int64) (cuda.DevicePtr, error) {
+		p, err := o.dev.Alloc(int(max(bytes, 16)))
+		if err == nil {
+			o.allocs = append(o.allocs, p)
+		}
+		return p, err
+	}
+	var err error
+	for _, p := range []*cuda.DevicePtr{&o.master, &o.m, &o.v} {
+		if *p, err = alloc(4 * o.total); err != nil {
+			o.Close()
+			return nil, fmt.Errorf("exec: optimizer state: %w", err)
+		}
+	}
+	if o.micro > 1 {
+		if o.sum, err = alloc(4 * o.total); err != nil {
+			o.Close()
+			return nil, fmt.Errorf("exec: gradient sums: %w", err)
+		}
+	}
+	if o.partial, err = alloc(8 * int64(o.nChunks)); err == nil {
+		o.normCoef, err = alloc(16)
+	}
+	if err != nil {
+		o.Close()
+		return nil, fmt.Errorf("exec: optimizer scratch: %w", err)
+	}
+	bases := make([]int64, len(o.sizes))
+	sptrs := make([]uint64, len(o.sizes))
+	wptrs := make([]uint64, len(o.sizes))
+	var off int64
+	for i, n := range o.sizes {
+		bases[i] = off
+		sptrs[i] = uint64(o.sum) + uint64(4*off)
+		wptrs[i] = uint64(o.wptrs[i])
+		off += n
+	}
+	tables := []struct {
+		dst  *cuda.DevicePtr
+		data any
+	}{{&o.gptr, gptrs}, {&o.sptr, sptrs}, {&o.wptr, wptrs}, {&o.base, bases}, {&o.ck, ck}, {&o.cs, cs}, {&o.cl, cl}}
+	for _, t := range tables {
+		raw, _ := binary.Append(nil, binary.LittleEndian, t.data)
+		if *t.dst, err = alloc(int64(len(raw))); err == nil {
+			err = cuda.CopyHtoD(o.dev, *t.dst, raw)
+		}
+		if err != nil {
+			o.Close()
+			return nil, fmt.Errorf("exec: optimizer tables: %w", err)
+		}
+	}
+	return o, nil
+}
+
+// load compiles (through the session's cache) and loads the kernels: accum
+// reads the arena's gradients (gdt); sumsq and adamw read gsrc; cast and adamw
+// write wdt.
+func (o *Optimizer) load(gdt, gsrc, wdt string) error {
+	get := func(g string) (*cuda.Module, error) {
+		k, err := codegen.OptimKernel(g, wdt)
+		if err != nil {
+			return nil, fmt.Errorf("exec: %w", err)
+		}
+		img, err := o.b.s.cache.Get(k.Source, k.Name+".cu", o.dev.Arch(), nil)
+		if err != nil {
+			return nil, fmt.Errorf("exec: kernel %s: %w", k.Name, err)
+		}
+		m, err := o.dev.LoadModule(img)
+		if err != nil {
+			return nil, fmt.Errorf("exec: loading kernel %s: %w", k.Name, err)
+		}
+		o.mods = append(o.mods, m)
+		return m, nil
+	}
+	fn := func(m *cuda.Module, entry, g string) (*cuda.Function, error) {
+		return m.Function(codegen.OptimEntry(entry, g, wdt))
+	}
+	src, err := get(gsrc)
+	if err != nil {
+		return err
+	}
+	for _, e := range []struct {
+		dst   **cuda.Function
+		entry string
+	}{{&o.sumsq, codegen.OptimSumSqEntry}, {&o.norm, codegen.OptimNormEntry},
+		{&o.adamw, codegen.OptimAdamWEntry}, {&o.cast, codegen.OptimCastEntry}} {
+		if *e.dst, err = fn(src, e.entry, gsrc); err != nil {
+			return err
+		}
+	}
+	if o.micro > 1 {
+		arena, err := src, error(nil)
+		if gdt != gsrc {
+			if arena, err = get(gdt); err != nil {
+				return err
+			}
+		}
+		if o.accum, err = fn(arena, codegen.OptimAccumEntry, gdt); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Elements is the number of trained weight elements (the length of every
+// flat state buffer).
+func (o *Optimizer) Elements() int64 { return o.total }
+
+func (o *Optimizer) grid() [3]uint32 { return [3]uint32{uint32(o.nChunks), 1, 1} }
+
+var optimBlock = [3]uint32{codegen.OptimBlock, 1, 1}
+
+// Load uploads master weights and moments (fp32 values, one tensor per trained
+// weight in spec order) and rounds the masters into the working weights.
+func (o *Optimizer) Load(master, m, v []*tensor.Tensor) error {
+	for _, st := range []struct {
+		p  cuda.DevicePtr
+		ts []*tensor.Tensor
+	}{{o.master, master}, {o.m, m}, {o.v, v}} {
+		if len(st.ts) != len(o.sizes) {
+			return fmt.Errorf("exec: optimizer load: %d tensors for %d weights", len(st.ts), len(o.sizes))
+		}
+		raw := make([]byte, 0, 4*o.total)
+		for i, t := range st.ts {
+			if int64(t.Numel()) != o.sizes[i] {
+				return fmt.Errorf("exec: optimizer load: tensor %d has %d elements, want %d", i, t.Numel(), o.sizes[i])
+			}
+			for _, x := range t.F {
+				raw = binary.LittleEndian.AppendUint32(raw, math.Float32bits(float32(x)))
+			}
+		}
+		if err := cuda.CopyHtoD(o.dev, st.p, raw); err != nil {
+			return fmt.Errorf("exec: optimizer load: %w", err)
+		}
+	}
+	return o.launch(o.cast, o.wptr, o.base, o.ck, o.cs, o.cl, o.master)
+}
+
+// launch runs fn over the chunk table on the session's stream.
+func (o *Optimizer) launch(fn *cuda.Function, args ...any) error {
+	if o.nChunks == 0 {
+		return nil
+	}
+	return fn.Launch(o.grid(), optimBlock, 0, o.b.s.stream, args...)
+}
+
+// Accumulate adds the gradients of the micro-step just run to the sums (first:
+// sets them). Only for Micro > 1.
+func (o *Optimizer) Accumulate(first bool) error {
+	if o.accum == nil {
+		return errors.New("exec: Accumulate on an optimizer of one micro-step")
+	}
+	f := int32(0)
+	if first {
+		f = 1
+	}
+	s := o.b.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.prof == nil {
+		return o.launch(o.accum, o.gptr, o.base, o.ck, o.cs, o.cl, o.sum, f)
+	}
+	err := s.prof.mark(0, s.stream)
+	if err == nil {
+		err = o.launch(o.accum, o.gptr, o.base, o.ck, o.cs, o.cl, o.sum, f)
+	}
+	if err == nil {
+		err = s.prof.mark(1, s.stream)
+	}
+	if err == nil {
+		err = s.stream.Synchronize()
+	}
+	if err == nil {
+		err = s.prof.collect([]string{"optim.accum"})
+	}
+	return err
+}
+
+// Step runs the norm, the clipping and the AdamW update on the gradients of the
+// last Bound.Step (or the sums) and returns the gradient norm before clipping:
+// eight bytes down, nothing up.
+func (o *Optimizer) Step(h AdamWStep) (float64, error) {
+	s := o.b.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return 0, ErrClosed
+	}
+	g := o.gptr
+	if o.micro > 1 {
+		g = o.sptr
+	}
+	if s.opts.Poison {
+		// What the kernels compute is written before it is read, or NaN shows.
+		for i, b := range o.wbufs {
+			b.ID = -1
+			if err := poisonAt(o.dev, o.wptrs[i], b); err != nil {
+				return 0, err
+			}
+		}
+		if err := o.dev.Memset32(o.partial, 0x7ff80000, 2*o.nChunks); err != nil {
+			return 0, err
+		}
+		if err := o.dev.Memset32(o.normCoef, 0x7ff80000, 4); err != nil {
+			return 0, err
+		}
+	}
+	micro := float32(o.micro)
+	clip := int32(0)
+	if o.maxNorm > 0 {
+		clip = 1
+	}
+	mark := func(k int) error {
+		if s.prof == nil {
+			return nil
+		}
+		return s.prof.mark(k, s.stream)
+	}
+	err := mark(0)
+	if err == nil {
+		err = o.launch(o.sumsq, g, o.ck, o.cs, o.cl, o.partial, micro)
+	}
+	if err == nil {
+		err = o.norm.Launch([3]uint32{1, 1, 1}, optimBlock, 0, s.stream, o.partial, int32(o.nChunks),
+			o.maxNorm, o.normCoef)
+	}
+	if err == nil {
+		err = mark(1)
+	}
+	if err == nil && o.pending != nil {
+		// A snapshot is still copying the state this update overwrites.
+		err = s.stream.Wait(o.pending)
+		o.pending = nil
+	}
+	if err == nil {
+		err = o.launch(o.adamw, g, o.wptr, o.base, o.ck, o.cs, o.cl, o.master, o.m, o.v, o.normCoef,
+			micro, clip, h.Decay, h.OneMinusBeta1, h.Beta2, h.OneMinusBeta2, h.Bc2Sqrt, h.Eps, h.StepSize)
+	}
+	if err == nil {
+		err = mark(2)
+	}
+	if err == nil {
+		err = s.stream.Synchronize()
+	}
+	if err == nil && s.prof != nil {
+		err = s.prof.collect([]string{"optim.norm", "optim.adamw"})
+	}
+	if err != nil {
+		return 0, fmt.Errorf("exec: optimizer step: %w", err)
+	}
+	var raw [8]byte
+	if err := cuda.CopyDtoH(o.dev, raw[:], o.normCoef); err != nil {
+		return 0, fmt.Errorf("exec: optimizer step: downloading the norm: %w", err)
+	}
+	return math.Float64frombits(binary.LittleEndian.Uint64(raw[:])), nil
+}
+
+// Save downloads master weights and moments, one fp32 tensor per trained
+// weight in spec order (what a checkpoint holds).
+func (o *Optimizer) Save() (master, m, v []*tensor.Tensor, err error) {
+	if err := o.b.s.stream.Synchronize(); err != nil {
+		return nil, nil, nil, err
+	}
+	get := func(p cuda.DevicePtr) ([]*tensor.Tensor, error) {
+		raw := make([]byte, 4*o.total)
+		if err := cuda.CopyDtoH(o.dev, raw, p); err != nil {
+			return nil, fmt.Errorf("exec: optimizer save: %w", err)
+		}
+		return o.decode(raw)
+	}
+	if master, err = get(o.master); err == nil {
+		if m, err = get(o.m); err == nil {
+			v, err = get(o.v)
+		}
+	}
+	return master, m, v, err
+}
+
+// decode splits one flat fp32 state buffer into a tensor per trained weight.
+func (o *Optimizer) decode(raw []byte) ([]*tensor.Tensor, error) {
+	out := make([]*tensor.Tensor, len(o.sizes))
+	var off int64
+	for i, n := range o.sizes {
+		t, err := tensor.Decode(tensor.F32, o.shapes[i], raw[4*off:4*(off+n)])
+		if err != nil {
+			return nil, err
+		}
+		out[i] = t
+		off += n
+	}
+	return out, nil
+}
+
+// Close waits for a snapshot's copy, then frees the optimizer's memory and
+// unloads its kernels.
+func (o *Optimizer) Close() error {
+	var errs []error
+	if o.snap != nil {
+		errs = append(errs, o.snap.Release())
+	}
+	if o.copy != nil {
+		errs = append(errs, o.copy.Synchronize(), o.copy.Destroy(), o.copyStart.Destroy(), o.copyReady.Destroy(),
+			o.copyDone.Destroy())
+		o.copy = nil
+	}
+	for _, p := range o.allocs {
+		errs = append(errs, o.dev.Free(p))
+	}
+	o.allocs = nil
+	for _, m := range o.mods {
+		errs = append(errs, m.Unload())
+	}
+	o.mods = nil
+	return errors.Join(errs...)
+}
+
+// poisonAt fills b's bytes at p with NaN in b's dtype.
+func poisonAt(dev *cuda.Device, p cuda.DevicePtr, b codegen.Buffer) error {
+	var err error
+	switch b.DType {
+	case "f32":
+		err = dev.Memset32(p, 0x7fc00000, int(b.Bytes/4))
+	case "bf16":
+		err = dev.Memset32(p, 0x7fc07fc0, int(b.Bytes/4))
+		if err == nil && b.Bytes%4 != 0 {
+			err = dev.Memset8(p+cuda.DevicePtr(b.Bytes-2), 0x7f, 2)
+		}
+	default:
+		err = dev.Memset8(p, 0xff, int(b.Bytes))
+	}
+	return err
+}
