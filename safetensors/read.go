@@ -9,6 +9,7 @@ import (
 	"io"
 	"sort"
 
+	"github.com/lcc-dev/lcc/internal/fserr"
 	"github.com/lcc-dev/lcc/internal/userfile"
 	"github.com/lcc-dev/lcc/tensor"
 )
@@ -17,7 +18,7 @@ import (
 func Read(path string) (*File, error) {
 	f, err := userfile.Open(path)
 	if err != nil {
-		return nil, &Error{File: path, Err: err}
+		return nil, &Error{File: path, Err: fserr.Cause(err)} // Error names the file
 	}
 	defer f.Close()
 	st, err := f.Stat()

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 
+	"github.com/lcc-dev/lcc/internal/fserr"
 	"github.com/lcc-dev/lcc/internal/jsonerr"
 	"github.com/lcc-dev/lcc/internal/userfile"
 )
@@ -40,7 +41,7 @@ type fileTarget struct {
 func LoadFile(path string) ([]Target, error) {
 	data, err := userfile.ReadFile(path)
 	if err != nil {
-		return nil, fmt.Errorf("targets: %w", err)
+		return nil, fmt.Errorf("targets: %s: %w", path, fserr.Cause(err))
 	}
 	ts, err := Parse(data)
 	if err != nil {

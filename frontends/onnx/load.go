@@ -9,6 +9,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/lcc-dev/lcc/frontends/onnx/onnxpb"
+	"github.com/lcc-dev/lcc/internal/fserr"
 	"github.com/lcc-dev/lcc/internal/userfile"
 )
 
@@ -80,7 +81,7 @@ func Load(path string, opts LoadOptions) (*Model, error) {
 	opts = opts.withDefaults()
 	f, err := userfile.Open(path)
 	if errors.Is(err, userfile.ErrNotRegular) {
-		return nil, fmt.Errorf("onnx: %w: %w", ErrMalformed, err)
+		return nil, fmt.Errorf("onnx: %s: %w: %w", opts.Source, ErrMalformed, fserr.Cause(err))
 	}
 	if err != nil {
 		return nil, fmt.Errorf("onnx: %w", err)

@@ -39,6 +39,7 @@ import (
 	"strings"
 
 	"github.com/lcc-dev/lcc/internal/atomicfile"
+	"github.com/lcc-dev/lcc/internal/fserr"
 	"github.com/lcc-dev/lcc/internal/userfile"
 	"github.com/lcc-dev/lcc/ir"
 	"github.com/lcc-dev/lcc/safetensors"
@@ -258,7 +259,7 @@ func List(dir string) ([]string, error) {
 func Load(path string, want Want) (*Checkpoint, error) {
 	js, err := userfile.ReadFile(path)
 	if err != nil {
-		return nil, fmt.Errorf("checkpoint %s: %w", path, err)
+		return nil, fmt.Errorf("checkpoint %s: %w", path, fserr.Cause(err))
 	}
 	var m Meta
 	dec := json.NewDecoder(bytes.NewReader(js))
@@ -280,7 +281,7 @@ func Load(path string, want Want) (*Checkpoint, error) {
 	stPath := filepath.Join(filepath.Dir(path), m.Tensors)
 	raw, err := userfile.ReadFile(stPath)
 	if err != nil {
-		return nil, fmt.Errorf("checkpoint %s: %w", path, err)
+		return nil, fmt.Errorf("checkpoint %s: %s: %w", path, stPath, fserr.Cause(err))
 	}
 	if sum := sha256.Sum256(raw); hex.EncodeToString(sum[:]) != m.TensorsSHA256 {
 		return nil, fmt.Errorf("checkpoint %s: %s is corrupt or truncated (%d bytes; SHA-256 differs "+

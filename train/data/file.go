@@ -7,6 +7,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/lcc-dev/lcc/internal/fserr"
 	"github.com/lcc-dev/lcc/internal/userfile"
 )
 
@@ -27,7 +28,7 @@ type fileSource struct {
 func openFile(path string, width int, o Options) (source, error) {
 	f, err := userfile.Open(path)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%s: %w", path, fserr.Cause(err))
 	}
 	st, err := f.Stat()
 	if err != nil {
