@@ -47,7 +47,7 @@ func openMetrics(path string, first int, restored []byte, warn io.Writer) (*metr
 	}
 	var err error
 	if first == 0 {
-		l.f, err = os.Create(path)
+		l.f, err = userfile.OpenWriter(path, os.O_CREATE|os.O_TRUNC, 0o644)
 		return l, err
 	}
 	old, err := userfile.ReadFile(path)
@@ -59,7 +59,7 @@ func openMetrics(path string, first int, restored []byte, warn io.Writer) (*metr
 			return nil, err
 		}
 	}
-	l.f, err = os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+	l.f, err = userfile.OpenWriter(path, os.O_APPEND|os.O_CREATE, 0o644)
 	return l, err
 }
 

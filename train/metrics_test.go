@@ -7,6 +7,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/lcc-dev/lcc/internal/userfile/fifotest"
 )
 
 // metricLines reads a --metrics file's lines as step -> loss, failing on a
@@ -88,5 +91,17 @@ func TestMetricsFullDisk(t *testing.T) {
 		!strings.Contains(log.String(), "no space left on device") ||
 		!strings.Contains(log.String(), "training goes on") {
 		t.Errorf("want one warning about the full disk, got %d:\n%s", n, log.String())
+	}
+}
+
+// TestMetricsPipeWithoutReader: --metrics naming a named pipe no one reads
+// fails the run at once, naming it, instead of blocking when the pipe fills.
+func TestMetricsPipeWithoutReader(t *testing.T) {
+	c := small(t, 1)
+	c.Metrics = fifotest.Make(t, t.TempDir(), "m.jsonl")
+	var err error
+	fifotest.Within(t, 30*time.Second, []string{c.Metrics}, func() { _, err = Train(c) })
+	if err == nil || !strings.Contains(err.Error(), "--metrics: open "+c.Metrics+": a named pipe with no reader") {
+		t.Errorf("got %v", err)
 	}
 }

@@ -10,6 +10,10 @@ import (
 // nonblock is the open flag that keeps opening a named pipe from blocking.
 const nonblock = syscall.O_NONBLOCK
 
+// errNoReader is the error of opening a named pipe with no reader for
+// writing, non-blocking.
+var errNoReader error = syscall.ENXIO
+
 // clearNonblock puts f's descriptor back in blocking mode.
 func clearNonblock(f *os.File) error {
 	rc, err := f.SyscallConn()

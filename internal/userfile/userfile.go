@@ -14,6 +14,8 @@
 //
 // Regular files ignore O_NONBLOCK for reads on every system lcc runs on;
 // clearing it keeps that true for anything that reads the descriptor later.
+// Logs lcc writes (--metrics) open through OpenWriter, which refuses a named
+// pipe no one reads instead of waiting for a reader.
 package userfile
 
 import (
@@ -43,6 +45,25 @@ func OpenIn(root *os.Root, name string) (*os.File, error) {
 		return nil, err
 	}
 	return regular(f, name)
+}
+
+// OpenWriter opens path for writing with os.OpenFile's flag (O_WRONLY is
+// added) and perm, without blocking: a named pipe with no reader is an error
+// saying so, not a wait. Unlike Open it takes any kind of file, since a pipe
+// with a reader or a device (/dev/stdout) is a fine place for a log to go.
+func OpenWriter(path string, flag int, perm os.FileMode) (*os.File, error) {
+	f, err := os.OpenFile(path, flag|os.O_WRONLY|nonblock, perm)
+	if errors.Is(err, errNoReader) {
+		return nil, &fs.PathError{Op: "open", Path: path, Err: errors.New("a named pipe with no reader")}
+	}
+	if err != nil {
+		return nil, err
+	}
+	if err := clearNonblock(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return f, nil
 }
 
 // ReadFile is os.ReadFile through Open.

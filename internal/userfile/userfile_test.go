@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -61,5 +62,44 @@ func TestRefusesWhatIsNotRegular(t *testing.T) {
 	}
 	if _, err := Open(filepath.Join(dir, "missing")); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("missing file: %v", err)
+	}
+}
+
+// TestOpenWriter: a named pipe no one reads is refused at once; one with a
+// reader, and a regular file, are written as usual.
+func TestOpenWriter(t *testing.T) {
+	dir := t.TempDir()
+	pipe := fifotest.Make(t, dir, "metrics.jsonl")
+	var err error
+	fifotest.Within(t, 5*time.Second, []string{pipe}, func() {
+		_, err = OpenWriter(pipe, os.O_CREATE|os.O_TRUNC, 0o644)
+	})
+	if err == nil || err.Error() != "open "+pipe+": a named pipe with no reader" {
+		t.Errorf("a pipe with no reader: %v", err)
+	}
+	r, err := os.OpenFile(pipe, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	w, err := OpenWriter(pipe, os.O_APPEND, 0)
+	if err != nil {
+		t.Fatalf("a pipe with a reader: %v", err)
+	}
+	w.Write([]byte("line\n"))
+	w.Close()
+	buf := make([]byte, 16)
+	if n, _ := r.Read(buf); string(buf[:n]) != "line\n" {
+		t.Errorf("read %q through the pipe", buf[:n])
+	}
+	reg := filepath.Join(dir, "m.jsonl")
+	w, err = OpenWriter(reg, os.O_CREATE|os.O_TRUNC, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Write([]byte("x"))
+	w.Close()
+	if b, _ := os.ReadFile(reg); string(b) != "x" {
+		t.Errorf("regular file holds %q", b)
 	}
 }

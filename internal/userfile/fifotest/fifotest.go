@@ -24,10 +24,9 @@ func Make(t testing.TB, dir, name string) string {
 	return path
 }
 
-// Within runs f and fails the test if it takes longer than d. A reader that
-// blocked on one of the pipes is then set free (a writer opens the pipe and
-// closes it, so the reader sees end of file), so a hang fails the test instead
-// of blocking it forever. f runs on another goroutine: it must not call t.Fatal.
+// Within runs f and fails the test if it takes longer than d. Whatever blocked
+// on one of the pipes is then set free, so a hang fails the test instead of
+// blocking it forever. f runs on another goroutine: it must not call t.Fatal.
 func Within(t testing.TB, d time.Duration, pipes []string, f func()) {
 	t.Helper()
 	done := make(chan struct{})
@@ -42,9 +41,14 @@ func Within(t testing.TB, d time.Duration, pipes []string, f func()) {
 	}
 	for range 50 {
 		for _, p := range pipes {
-			// Non-blocking: it fails (ENXIO) unless a reader is waiting.
+			// Both ends, non-blocking: a blocked reader gets a writer, a blocked
+			// writer a reader; closing them gives it end of file or EPIPE.
+			r, rerr := os.OpenFile(p, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 			if w, err := os.OpenFile(p, os.O_WRONLY|syscall.O_NONBLOCK, 0); err == nil {
 				w.Close()
+			}
+			if rerr == nil {
+				r.Close()
 			}
 		}
 		select {
