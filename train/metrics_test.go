@@ -1,11 +1,13 @@
 package train
 
 import (
+	"bufio"
 	"encoding/json"
-	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -37,28 +39,50 @@ func metricLines(t *testing.T, path string) map[int]float64 {
 	return out
 }
 
-// TestMetricsLineSurvivesKill: a run dies after step 3's checkpoint commits and
-// before step 3's metrics line is written; the resume restores the line from
-// the checkpoint, so the file holds every step once, with a straight run's
-// losses.
-func TestMetricsLineSurvivesKill(t *testing.T) {
-	straight := run(t, small(t, 6))
+// killRun is the run TestMetricsLineSurvivesKill kills: 6 steps of gpt_mini,
+// checkpointed every 3 into dir, with metrics in dir.
+func killRun(t *testing.T, dir string) Config {
 	c := small(t, 6)
-	c.CheckpointDir, c.CheckpointEvery = t.TempDir(), 3
-	c.Metrics = filepath.Join(t.TempDir(), "m.jsonl")
-	afterCheckpoint = func(step int) error {
-		if step == 3 {
-			return errors.New("killed")
+	c.CheckpointDir, c.CheckpointEvery = filepath.Join(dir, "ck"), 3
+	c.Metrics = filepath.Join(dir, "m.jsonl")
+	return c
+}
+
+// TestMetricsLineSurvivesKill: a run is SIGKILLed after step 3's checkpoint
+// commits and before step 3's metrics line is written; the resume restores the
+// line from the checkpoint, so the file holds every step once, with a straight
+// run's losses.
+func TestMetricsLineSurvivesKill(t *testing.T) {
+	if dir := os.Getenv("LCC_METRICS_CHILD"); dir != "" {
+		afterCheckpoint = func(step int) {
+			if step == 3 {
+				os.Stdout.WriteString("COMMITTED\n")
+				time.Sleep(time.Minute) // killed here
+			}
 		}
-		return nil
+		Train(killRun(t, dir))
+		os.Exit(3) // not reached
 	}
-	_, err := Train(c)
-	afterCheckpoint = nil
-	if err == nil || !strings.Contains(err.Error(), "killed") {
-		t.Fatalf("the run was to die after step 3's checkpoint: %v", err)
+	dir := t.TempDir()
+	cmd := exec.Command(os.Args[0], "-test.run=^TestMetricsLineSurvivesKill$")
+	cmd.Env = append(os.Environ(), "LCC_METRICS_CHILD="+dir)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
 	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	straight := run(t, small(t, 6))
+	line, _ := bufio.NewReader(out).ReadString('\n')
+	cmd.Process.Signal(syscall.SIGKILL)
+	cmd.Wait()
+	if line != "COMMITTED\n" {
+		t.Fatalf("child said %q", line)
+	}
+	c := killRun(t, dir)
 	if got := metricLines(t, c.Metrics); len(got) != 2 {
-		t.Fatalf("the dead run wrote %d lines, want steps 1 and 2", len(got))
+		t.Fatalf("the killed run wrote %d lines, want steps 1 and 2", len(got))
 	}
 	c.Resume = true
 	if r := run(t, c); r.FirstStep != 3 {

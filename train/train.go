@@ -972,8 +972,8 @@ func (t *trainer) run() (*Result, error) {
 				kept, _ = json.Marshal(line)
 			}
 			took, err := t.checkpoint(res, res.Step, st.loss, kept)
-			if err == nil && afterCheckpoint != nil {
-				err = afterCheckpoint(res.Step)
+			if afterCheckpoint != nil {
+				afterCheckpoint(res.Step)
 			}
 			if err != nil {
 				return res, fmt.Errorf("step %d: %w", res.Step, err)
