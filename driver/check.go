@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/lcc-dev/lcc/internal/userfile"
 	"github.com/lcc-dev/lcc/interp"
 	"github.com/lcc-dev/lcc/ir"
 	"github.com/lcc-dev/lcc/safetensors"
@@ -177,7 +178,8 @@ func ReadRef(path string) (*safetensors.File, map[string][]int64, error) {
 	if err != nil {
 		var se *safetensors.Error
 		switch {
-		case errors.Is(err, fs.ErrNotExist) || errors.Is(err, fs.ErrPermission):
+		case errors.Is(err, fs.ErrNotExist) || errors.Is(err, fs.ErrPermission) ||
+			errors.Is(err, userfile.ErrNotRegular):
 		case errors.As(err, &se) && se.Tensor != "":
 			// A safetensors file with a tensor lcc cannot read (a dtype such as U16):
 			// the error names it.

@@ -15,6 +15,7 @@ import (
 	"strings"
 
 	"github.com/lcc-dev/lcc/frontends/onnx"
+	"github.com/lcc-dev/lcc/internal/userfile"
 	"github.com/lcc-dev/lcc/ir"
 	"github.com/lcc-dev/lcc/safetensors"
 	"github.com/lcc-dev/lcc/tensor"
@@ -178,7 +179,7 @@ func dimNames(m *onnx.Model) []string {
 }
 
 func loadText(path string) (*ir.Func, error) {
-	src, err := os.ReadFile(path)
+	src, err := userfile.ReadFile(path)
 	if err != nil {
 		return nil, err
 	}

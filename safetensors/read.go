@@ -7,25 +7,23 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"sort"
 
+	"github.com/lcc-dev/lcc/internal/fserr"
+	"github.com/lcc-dev/lcc/internal/userfile"
 	"github.com/lcc-dev/lcc/tensor"
 )
 
 // Read reads and validates the safetensors file at path.
 func Read(path string) (*File, error) {
-	f, err := os.Open(path)
+	f, err := userfile.Open(path)
 	if err != nil {
-		return nil, &Error{File: path, Err: err}
+		return nil, &Error{File: path, Err: fserr.Cause(err)} // Error names the file
 	}
 	defer f.Close()
 	st, err := f.Stat()
 	if err != nil {
 		return nil, &Error{File: path, Err: err}
-	}
-	if !st.Mode().IsRegular() {
-		return nil, errorf(path, "", "not a regular file (%v)", st.Mode().Type())
 	}
 	// Check the header length against the real size before reading everything, so a
 	// wrong path to a huge file fails fast.

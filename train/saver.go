@@ -53,15 +53,15 @@ func (t *trainer) newSaver() (*saver, error) {
 }
 
 // startSave queues the checkpoint of step and starts its writer; the previous
-// write must be finished (finishSave).
-func (t *trainer) startSave(step int, loss float64) error {
+// write must be finished (finishSave). line is the step's --metrics line.
+func (t *trainer) startSave(step int, loss float64, line []byte) error {
 	sv := t.dev.saver
 	snap, err := t.dev.opt.Snapshot(sv.host, sv.stage)
 	if err != nil {
 		return err
 	}
 	sv.snap = snap
-	m, done := t.meta(loss), t.dev.done
+	m, done := t.meta(loss, line), t.dev.done
 	sv.out = make(chan written, 1)
 	go func() { sv.out <- t.writeSnapshot(snap, step, done, m) }()
 	return nil
