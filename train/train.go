@@ -42,7 +42,10 @@ type Config struct {
 	RunOptimizer func(f *ir.Func, in map[string]*tensor.Tensor) (map[string]*tensor.Tensor, error)
 	Data         string // data spec: see package data
 
+	// SeqLen binds the model's seq dim; Batch its batch dim, 0 meaning the model's
+	// static batch if it has one, else 1. Shape binds other named dims (--shape).
 	SeqLen, Batch int
+	Shape         map[string]int64
 	// Steps is the number of optimizer steps the run (and its schedule) spans.
 	Steps int
 	// StopAt, if > 0, stops after that step, checkpointing there, with the
@@ -186,7 +189,7 @@ func (c *Config) check() error {
 		return errors.New("--data: required (synthetic:copy, synthetic:passkey, tokens:FILE, bytes:FILE)")
 	case c.SeqLen < 2:
 		return fmt.Errorf("--seq-len %d: want >= 2", c.SeqLen)
-	case c.Batch < 1:
+	case c.Batch < 0:
 		return fmt.Errorf("--batch %d: want >= 1", c.Batch)
 	case c.Steps < 1:
 		return fmt.Errorf("--steps %d: want >= 1", c.Steps)
@@ -307,7 +310,7 @@ func (c *Config) compileOptions() driver.CompileOptions {
 // bindings, through the pipeline lcc compile runs with the same flags
 // (driver.CompileStep). Its Hash is the program hash lcc compile reports.
 func Step(cfg Config) (*driver.Result, error) {
-	bind := driver.Bindings{SeqLen: int64(cfg.SeqLen), Batch: int64(cfg.Batch)}
+	bind := driver.Bindings{SeqLen: int64(cfg.SeqLen), Batch: int64(cfg.Batch), Shape: cfg.Shape}
 	model, err := driver.Load(cfg.Model, bind)
 	if err != nil {
 		return nil, err
@@ -363,6 +366,9 @@ func newTrainer(cfg Config) (*trainer, error) {
 			return nil, err
 		}
 	}
+	if t.cfg.Batch == 0 {
+		t.cfg.Batch = modelBatch(grad)
+	}
 	if err := t.bindData(grad); err != nil {
 		return nil, fmt.Errorf("%s: %w", cfg.Model, err)
 	}
@@ -384,12 +390,23 @@ func newTrainer(cfg Config) (*trainer, error) {
 		return nil, fmt.Errorf("%s: cannot tell the vocabulary (no embedding gather of a token input "+
 			"and no cross-entropy over labels)", cfg.Model)
 	}
-	t.stream, err = data.Open(cfg.Data, data.Options{SeqLen: cfg.SeqLen, Batch: cfg.Batch,
+	t.stream, err = data.Open(cfg.Data, data.Options{SeqLen: cfg.SeqLen, Batch: t.cfg.Batch,
 		Vocab: vocab, Seed: cfg.Seed, TokenBytes: cfg.TokenBytes})
 	if err != nil {
 		return nil, fmt.Errorf("--data: %w", err)
 	}
 	return t, nil
+}
+
+// modelBatch is the batch f was bound to when --batch was not given: dim 0 of
+// its first input (1 for a named batch dim, else the model's static batch).
+func modelBatch(f *ir.Func) int {
+	for _, p := range f.Params {
+		if p.Role == ir.RoleInput && len(p.Value.Type.Shape) > 0 {
+			return int(p.Value.Type.Shape[0])
+		}
+	}
+	return 1
 }
 
 // bindData finds the token input and the label parameter the batches feed, and
