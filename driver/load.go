@@ -271,6 +271,20 @@ func MissingWeights(f *ir.Func) []string {
 	return out
 }
 
+// CheckTrainable refuses a model that would not train as its framework trains
+// it: one with framework parameters the import could not give a weight of their
+// own (ir.Func.Untrained), which training would leave frozen or tied.
+func CheckTrainable(f *ir.Func) error {
+	if len(f.Untrained) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%d PyTorch parameter(s) have no weight of their own in this export, so training it "+
+		"would not train them as PyTorch does: %s. The exporter's optimizer merged or folded them (it merges "+
+		"parameters with equal initial values, then the nodes reading them, and folds a parameter's "+
+		"arithmetic into constants); export with torch.onnx.export(..., optimize=False), or give those "+
+		"parameters distinct initial values before exporting", len(f.Untrained), strings.Join(f.Untrained, ", "))
+}
+
 // Warnings lists what looks wrong in a loaded model without being an error: an
 // input that nothing reads (after import only its shape was used). PyTorch's
 // exporter produces this when two example inputs were the same tensor, such as

@@ -50,3 +50,24 @@ func TestStaticBatch(t *testing.T) {
 		t.Errorf("named batch: %v", err)
 	}
 }
+
+// TestCheckTrainableRefusesFoldedParameters: Gemma's norms scale by 1 + w, which
+// the exporter folds into one constant for all five norms; lcc train refuses the
+// file, naming the parameters and the export that keeps them apart.
+func TestCheckTrainableRefusesFoldedParameters(t *testing.T) {
+	f, err := Load("../testdata/trajectory/gemma.onnx", Bindings{SeqLen: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = CheckTrainable(f)
+	if err == nil || !strings.Contains(err.Error(), "m.model.norm.weight") ||
+		!strings.Contains(err.Error(), "optimize=False") {
+		t.Errorf("gemma: %v", err)
+	}
+	if f, err = Load("../testdata/trajectory/gpt_neox.onnx", Bindings{SeqLen: 8}); err != nil {
+		t.Fatal(err)
+	}
+	if err := CheckTrainable(f); err != nil {
+		t.Errorf("gpt_neox (its merged norms are split back): %v", err)
+	}
+}

@@ -323,6 +323,9 @@ func Step(cfg Config) (*driver.Result, error) {
 			fmt.Fprintf(cfg.Log, "lcc: note: %s\n", n)
 		}
 	}
+	if err := driver.CheckTrainable(model); err != nil {
+		return nil, fmt.Errorf("%s: %w", cfg.Model, err)
+	}
 	if miss := driver.MissingWeights(model); len(miss) > 0 {
 		return nil, fmt.Errorf("%s: weights without data: %s", cfg.Model, strings.Join(miss, ", "))
 	}

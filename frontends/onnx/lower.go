@@ -55,7 +55,11 @@ func Import(m *Model, opts ImportOptions) (*ir.Func, error) {
 	if name == "" {
 		name = "main"
 	}
-	l := &lowerer{m: m, opts: opts, b: ir.NewBuilder(name), env: make(map[string]*val)}
+	var cse cseSplit
+	if prov := readProvenance(m); prov != nil {
+		m, cse = splitCSE(m, prov)
+	}
+	l := &lowerer{m: m, opts: opts, b: ir.NewBuilder(name), env: make(map[string]*val), cse: cse}
 	if err := l.params(); err != nil {
 		return nil, err
 	}
@@ -80,8 +84,8 @@ func Import(m *Model, opts ImportOptions) (*ir.Func, error) {
 		return nil, fmt.Errorf("%s: %w", m.Source, err)
 	}
 	if l.plan != nil {
-		f.Notes = l.paramNotes(l.prov)
-		f.Remarks = l.plan.remarks()
+		f.Notes, f.Untrained = l.paramNotes(l.prov)
+		f.Remarks = append(l.plan.remarks(), l.cse.remarks...)
 	} else {
 		f.Notes = foldedParameters(m, f)
 	}
@@ -246,6 +250,8 @@ type lowerer struct {
 	// importer made of it (see params.go); nil for files without it.
 	prov *provenance
 	plan *paramPlan
+	// cse is what splitCSE gave back to readers of nodes the exporter merged.
+	cse cseSplit
 	// clipped describes the first Slice that asked for more than its input holds
 	// (see lowerSlice): a later shape error is then most likely a sequence longer
 	// than a learned table, and the error says so.
