@@ -32,6 +32,7 @@ type trajectory struct {
 var trajectoryModels = map[string]string{
 	"llama_mini_op23":    "llama_mini",
 	"llama_mini_extdata": "llama_mini",
+	"gpt_neox_noopt":     "gpt_neox",
 }
 
 // TestTrajectoryMatchesPyTorch trains every model of testdata/trajectory for 30

@@ -37,7 +37,7 @@ var fxNameRE = regexp.MustCompile(`^%([A-Za-z0-9_]+) :`)
 var fxValueRE = regexp.MustCompile(`%([A-Za-z0-9_]+)`)
 
 // nameScopesKey is the metadata key of a node's module scopes, outermost first
-// and ending with the FX node's name: ['', 'm', 'm.layers.0', 'm.layers.0.mlp', 'linear_2'].
+// and ending with the FX node's name: [”, 'm', 'm.layers.0', 'm.layers.0.mlp', 'linear_2'].
 const nameScopesKey = "pkg.torch.onnx.name_scopes"
 
 // trailingNumber strips an FX name's counter: "layer_norm_1" -> "layer_norm".

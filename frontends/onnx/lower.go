@@ -206,7 +206,7 @@ func checkOps(m *Model) error {
 	seen := map[string]bool{}
 	for i := range m.Graph.Nodes {
 		n := &m.Graph.Nodes[i]
-		if n.Domain == "" && lowerings[n.OpType] != nil {
+		if n.Domain == "" && (lowerings[n.OpType] != nil || sequenceLowerings[n.OpType] != nil) {
 			if err := opVersionError(n.OpType, m.Opsets[""]); err != nil {
 				bad = append(bad, fmt.Sprintf("%v at %s", err, n.String()))
 			}
@@ -237,6 +237,8 @@ type val struct {
 	v  *ir.Value
 	c  *tensor.Tensor
 	wt *ir.Value
+	// seq holds the elements of a sequence known at compile time (lower_sequence.go).
+	seq []*val
 }
 
 type lowerer struct {
@@ -385,11 +387,23 @@ func (l *lowerer) value(b *ir.Builder, name string) (*ir.Value, error) {
 	if !ok {
 		return nil, fmt.Errorf("value %q is not defined", name)
 	}
+	if e.seq != nil {
+		return nil, fmt.Errorf("value %q is a sequence, read here as a tensor (lcc lowers sequences only "+
+			"into the sequence ops that read them)", name)
+	}
+	return l.valueOf(b, e)
+}
+
+// valueOf is e, a tensor, as a value of b.
+func (l *lowerer) valueOf(b *ir.Builder, e *val) (*ir.Value, error) {
+	if e.seq != nil {
+		return nil, fmt.Errorf("a sequence holds a sequence; lcc lowers sequences of tensors only")
+	}
 	if b != l.b {
 		if e.c != nil {
 			return b.Const(e.c), nil
 		}
-		return nil, fmt.Errorf("lcc: BUG: folding reads a non-constant %q", name)
+		return nil, fmt.Errorf("lcc: BUG: folding reads a non-constant value")
 	}
 	if e.v == nil && e.wt != nil {
 		e.v = b.Transpose(e.wt, 1, 0)
@@ -404,6 +418,9 @@ func (l *lowerer) value(b *ir.Builder, name string) (*ir.Value, error) {
 // lowered into a scratch function and evaluated on the CPU; results within the
 // fold limit become constants.
 func (l *lowerer) node(n *Node) error {
+	if seq, ok := sequenceLowerings[n.OpType]; ok && n.Domain == "" {
+		return l.sequenceNode(n, seq)
+	}
 	lower := lowerings[n.OpType]
 	allConst := true
 	for _, in := range n.Inputs {
