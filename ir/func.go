@@ -154,6 +154,10 @@ type Func struct {
 	// Remarks say what the importer changed to keep the model the framework's,
 	// for the user to know (not warnings): e.g. merged parameters it untied.
 	Remarks []string
+	// Untrained lists framework parameters the function has no weight of its own
+	// for (the exporter folded or merged them beyond undoing): training the
+	// function would not train them as the framework does, so lcc train refuses.
+	Untrained []string
 }
 
 // Param returns the parameter called name, or nil.
@@ -262,7 +266,7 @@ func (f *Func) RemoveDeadNodes() int {
 // Clone returns a deep copy of f's structure; parameter Data tensors are shared.
 func (f *Func) Clone() *Func {
 	g := &Func{Name: f.Name, Notes: append([]string(nil), f.Notes...),
-		Remarks: append([]string(nil), f.Remarks...)}
+		Remarks: append([]string(nil), f.Remarks...), Untrained: append([]string(nil), f.Untrained...)}
 	m := make(map[*Value]*Value)
 	for _, p := range f.Params {
 		q := &Param{Name: p.Name, Role: p.Role, Data: p.Data, Frozen: p.Frozen, Origin: p.Origin,

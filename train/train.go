@@ -45,7 +45,10 @@ type Config struct {
 	RunOptimizer func(f *ir.Func, in map[string]*tensor.Tensor) (map[string]*tensor.Tensor, error)
 	Data         string // data spec: see package data
 
+	// SeqLen binds the model's seq dim; Batch its batch dim, 0 meaning the model's
+	// static batch if it has one, else 1. Shape binds other named dims (--shape).
 	SeqLen, Batch int
+	Shape         map[string]int64
 	// Steps is the number of optimizer steps the run (and its schedule) spans.
 	Steps int
 	// StopAt, if > 0, stops after that step, checkpointing there, with the
@@ -200,7 +203,7 @@ func (c *Config) check() error {
 		return errors.New("--data: required (synthetic:copy, synthetic:passkey, tokens:FILE, bytes:FILE)")
 	case c.SeqLen < 2:
 		return fmt.Errorf("--seq-len %d: want >= 2", c.SeqLen)
-	case c.Batch < 1:
+	case c.Batch < 0:
 		return fmt.Errorf("--batch %d: want >= 1", c.Batch)
 	case c.Steps < 1:
 		return fmt.Errorf("--steps %d: want >= 1", c.Steps)
@@ -349,7 +352,7 @@ func Step(cfg Config) (*driver.Result, error) {
 // loadModel loads cfg's model with cfg's bindings, printing its warnings and
 // the importer's notes to cfg.Log.
 func loadModel(cfg Config) (*ir.Func, error) {
-	bind := driver.Bindings{SeqLen: int64(cfg.SeqLen), Batch: int64(cfg.Batch)}
+	bind := driver.Bindings{SeqLen: int64(cfg.SeqLen), Batch: int64(cfg.Batch), Shape: cfg.Shape}
 	model, err := driver.Load(cfg.Model, bind)
 	if err != nil {
 		return nil, err
@@ -361,6 +364,9 @@ func loadModel(cfg Config) (*ir.Func, error) {
 		for _, n := range model.Remarks {
 			fmt.Fprintf(cfg.Log, "lcc: note: %s\n", n)
 		}
+	}
+	if err := driver.CheckTrainable(model); err != nil {
+		return nil, fmt.Errorf("%s: %w", cfg.Model, err)
 	}
 	if miss := driver.MissingWeights(model); len(miss) > 0 {
 		return nil, fmt.Errorf("%s: weights without data: %s", cfg.Model, strings.Join(miss, ", "))
@@ -422,6 +428,9 @@ func newTrainer(cfg Config) (*trainer, error) {
 			return nil, err
 		}
 	}
+	if t.cfg.Batch == 0 {
+		t.cfg.Batch = modelBatch(grad)
+	}
 	if err := t.bindData(grad); err != nil {
 		return nil, fmt.Errorf("%s: %w", cfg.Model, err)
 	}
@@ -447,12 +456,23 @@ func newTrainer(cfg Config) (*trainer, error) {
 	if rank != 0 {
 		dataLog = nil // every rank checks the file; one reports
 	}
-	t.stream, err = data.Open(cfg.Data, data.Options{SeqLen: cfg.SeqLen, Batch: cfg.Batch,
+	t.stream, err = data.Open(cfg.Data, data.Options{SeqLen: cfg.SeqLen, Batch: t.cfg.Batch,
 		Vocab: vocab, Seed: cfg.Seed, TokenBytes: cfg.TokenBytes, Log: dataLog})
 	if err != nil {
 		return nil, fmt.Errorf("--data: %w", err)
 	}
 	return t, nil
+}
+
+// modelBatch is the batch f was bound to when --batch was not given: dim 0 of
+// its first input (1 for a named batch dim, else the model's static batch).
+func modelBatch(f *ir.Func) int {
+	for _, p := range f.Params {
+		if p.Role == ir.RoleInput && len(p.Value.Type.Shape) > 0 {
+			return int(p.Value.Type.Shape[0])
+		}
+	}
+	return 1
 }
 
 // bindData finds the token input and the label parameter the batches feed, and

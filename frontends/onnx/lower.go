@@ -55,7 +55,11 @@ func Import(m *Model, opts ImportOptions) (*ir.Func, error) {
 	if name == "" {
 		name = "main"
 	}
-	l := &lowerer{m: m, opts: opts, b: ir.NewBuilder(name), env: make(map[string]*val)}
+	var cse cseSplit
+	if prov := readProvenance(m); prov != nil {
+		m, cse = splitCSE(m, prov)
+	}
+	l := &lowerer{m: m, opts: opts, b: ir.NewBuilder(name), env: make(map[string]*val), cse: cse}
 	if err := l.params(); err != nil {
 		return nil, err
 	}
@@ -80,8 +84,8 @@ func Import(m *Model, opts ImportOptions) (*ir.Func, error) {
 		return nil, fmt.Errorf("%s: %w", m.Source, err)
 	}
 	if l.plan != nil {
-		f.Notes = l.paramNotes(l.prov)
-		f.Remarks = l.plan.remarks()
+		f.Notes, f.Untrained = l.paramNotes(l.prov)
+		f.Remarks = append(l.plan.remarks(), l.cse.remarks...)
 	} else {
 		f.Notes = foldedParameters(m, f)
 	}
@@ -202,7 +206,7 @@ func checkOps(m *Model) error {
 	seen := map[string]bool{}
 	for i := range m.Graph.Nodes {
 		n := &m.Graph.Nodes[i]
-		if n.Domain == "" && lowerings[n.OpType] != nil {
+		if n.Domain == "" && (lowerings[n.OpType] != nil || sequenceLowerings[n.OpType] != nil) {
 			if err := opVersionError(n.OpType, m.Opsets[""]); err != nil {
 				bad = append(bad, fmt.Sprintf("%v at %s", err, n.String()))
 			}
@@ -233,6 +237,8 @@ type val struct {
 	v  *ir.Value
 	c  *tensor.Tensor
 	wt *ir.Value
+	// seq holds the elements of a sequence known at compile time (lower_sequence.go).
+	seq []*val
 }
 
 type lowerer struct {
@@ -246,6 +252,8 @@ type lowerer struct {
 	// importer made of it (see params.go); nil for files without it.
 	prov *provenance
 	plan *paramPlan
+	// cse is what splitCSE gave back to readers of nodes the exporter merged.
+	cse cseSplit
 	// clipped describes the first Slice that asked for more than its input holds
 	// (see lowerSlice): a later shape error is then most likely a sequence longer
 	// than a learned table, and the error says so.
@@ -379,11 +387,23 @@ func (l *lowerer) value(b *ir.Builder, name string) (*ir.Value, error) {
 	if !ok {
 		return nil, fmt.Errorf("value %q is not defined", name)
 	}
+	if e.seq != nil {
+		return nil, fmt.Errorf("value %q is a sequence, read here as a tensor (lcc lowers sequences only "+
+			"into the sequence ops that read them)", name)
+	}
+	return l.valueOf(b, e)
+}
+
+// valueOf is e, a tensor, as a value of b.
+func (l *lowerer) valueOf(b *ir.Builder, e *val) (*ir.Value, error) {
+	if e.seq != nil {
+		return nil, fmt.Errorf("a sequence holds a sequence; lcc lowers sequences of tensors only")
+	}
 	if b != l.b {
 		if e.c != nil {
 			return b.Const(e.c), nil
 		}
-		return nil, fmt.Errorf("lcc: BUG: folding reads a non-constant %q", name)
+		return nil, fmt.Errorf("lcc: BUG: folding reads a non-constant value")
 	}
 	if e.v == nil && e.wt != nil {
 		e.v = b.Transpose(e.wt, 1, 0)
@@ -398,6 +418,9 @@ func (l *lowerer) value(b *ir.Builder, name string) (*ir.Value, error) {
 // lowered into a scratch function and evaluated on the CPU; results within the
 // fold limit become constants.
 func (l *lowerer) node(n *Node) error {
+	if seq, ok := sequenceLowerings[n.OpType]; ok && n.Domain == "" {
+		return l.sequenceNode(n, seq)
+	}
 	lower := lowerings[n.OpType]
 	allConst := true
 	for _, in := range n.Inputs {
