@@ -13,6 +13,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/lcc-dev/lcc/driver"
 	"github.com/lcc-dev/lcc/report"
 	"github.com/lcc-dev/lcc/runtime/exec"
 	"github.com/lcc-dev/lcc/tensor"
@@ -28,6 +29,7 @@ func trainCmd() *cobra.Command {
 	var commTimeout time.Duration
 	var plotPath string
 	var profile, sharedGPU bool
+	var hostBudget byteSize
 	cmd := &cobra.Command{
 		Use:   "train MODEL --data=SPEC --seq-len N --batch N --steps N --lr X",
 		Short: "train a model (.onnx or .lcc): AdamW, warmup+cosine, checkpoints, bit-identical resume",
@@ -73,6 +75,9 @@ stays silent for --comm-timeout ends every other rank with an error naming it.`,
 			}
 			cfg.Target, cfg.Loss, cfg.Attention, cfg.Checkpoint = t, o.Loss, o.Attention, o.Checkpoint
 			cfg.MemoryBudget, cfg.Precision, cfg.Ranks, cfg.ShardMode = o.MemoryBudget, o.Precision, o.Ranks, o.ShardMode
+			if cfg.Device == "cpu" {
+				cfg.HostBudget = driver.NewHostBudget(int64(hostBudget))
+			}
 			precision := o.Precision
 			env, launched, err := runner.EnvFrom(os.Getenv)
 			if err != nil {
@@ -115,6 +120,7 @@ stays silent for --comm-timeout ends every other rank with an error naming it.`,
 		},
 	}
 	cf.add(cmd)
+	addHostBudget(cmd, &hostBudget)
 	f := cmd.Flags()
 	f.BoolVar(&profile, "profile", false, "with --device=cuda: print the wall-clock step time and the GPU "+
 		"time per kernel family per step (CUDA events)")

@@ -283,6 +283,12 @@ func exec(n *ir.Node, args []*tensor.Tensor, opts Options) (res []*tensor.Tensor
 	if k == nil {
 		return nil, fmt.Errorf("%s: no CPU kernel for op %s", n.Where(), n.Op)
 	}
+	for _, r := range n.Results {
+		// Checked before the kernel allocates: a type may be far larger than a host holds.
+		if _, err := tensor.HostBytes(r.Type.DType, r.Type.Shape); err != nil {
+			return nil, fmt.Errorf("%s: result %w", n.Where(), err)
+		}
+	}
 	defer func() {
 		if r := recover(); r != nil {
 			res = nil
