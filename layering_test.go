@@ -37,6 +37,8 @@ var levels = map[string]int{
 
 	"passes":    5,
 	"frontends": 5,
+	// Test fixture: hostile ONNX models, built with frontends/onnx/onnxpb.
+	"internal/hostile": 5,
 
 	"report": 6,
 
