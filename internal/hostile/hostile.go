@@ -19,7 +19,7 @@ import (
 // Case is one hostile model and what lcc must say about it.
 type Case struct {
 	Name string // a short name, also the file name's stem
-	// Node is the name of the node that the error must name.
+	// Node is the name of the node (or input) that the error must name.
 	Node string
 	// Want is a fragment the error must hold besides the node's name.
 	Want string
@@ -187,9 +187,9 @@ func Cases() []Case {
 		Case{Name: "squeeze_axes", Node: "bad", Want: "axis",
 			Spec: withConst("Squeeze", I64("axes", []int64{1}, -3))},
 		Case{Name: "transpose_perm_range", Node: "bad", Want: "perm", Spec: unary("Transpose", Ints("perm", 0, 2))},
-		// A million entries (the had five): the message must stay short.
-		Case{Name: "transpose_perm_long", Node: "bad", Want: "perm", Spec: unary("Transpose", Ints("perm", longList(1<<20)...))},
-		Case{Name: "reshape_long", Node: "bad", Want: "elements",
+		// 2^18 entries (the had five million): the message must stay short.
+		Case{Name: "transpose_perm_long", Node: "bad", Want: "perm", Spec: unary("Transpose", Ints("perm", longList(1<<18)...))},
+		Case{Name: "reshape_long", Node: "bad", Want: "rank",
 			Spec: withConst("Reshape", I64("shape", []int64{1 << 20}, longList(1<<20)...))},
 	)
 	// More attributes and constants that index, count or step.
@@ -214,6 +214,13 @@ func Cases() []Case {
 		Case{Name: "flatten_axis_min", Node: "bad", Want: "axis", Spec: unary("Flatten", Int("axis", minInt))},
 		Case{Name: "softmax_opset11_axis", Node: "bad", Want: "axis", Spec: unary("Softmax", Int("axis", 1<<62))},
 	)
+	ones := make([]int64, 1<<17)
+	for i := range ones {
+		ones[i] = 1
+	}
+	cs = append(cs, Case{Name: "input_rank_huge", Node: "x", Want: "rank", Spec: Model{
+		Nodes:  []*onnxpb.NodeProto{N("bad", "MatMul", []string{"x", "x"}, []string{"y"})},
+		Inputs: []*onnxpb.ValueInfoProto{Input("x", f32, ones...)}, Outputs: []string{"y"}}})
 	for _, sl := range [][]int64{{0, 1, 1, minInt}, {minInt, minInt, 1, -1}, {0, 1 << 62, 1, 1 << 62}, {0, 1, minInt, 1}} {
 		// starts, ends, axes and steps at the ends of int64; Slice either clamps them
 		// or names the node.
