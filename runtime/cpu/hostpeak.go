@@ -25,16 +25,7 @@ func HostPeak(f *ir.Func) (bytes int64, at *ir.Node) {
 		live = addSat(live, hostBytes(p.Value))
 	}
 	peak := live
-	last := make(map[*ir.Value]int)
-	for i, n := range f.Body {
-		for _, a := range n.Args {
-			last[a] = i
-		}
-	}
-	keep := make(map[*ir.Value]bool, len(f.Outputs))
-	for _, o := range f.Outputs {
-		keep[o.Value] = true
-	}
+	last, keep := liveness(f)
 	for _, p := range f.Params {
 		keep[p.Value] = true // the caller's: never freed by the run
 	}
