@@ -595,7 +595,6 @@ func (p *pipeline) budget() int64 {
 	return p.target.MemoryBytes
 }
 
-
 // Describe renders a pass list one pass a line with its configuration, in the
 // syntax of passes.ParsePipeline (`name key=value ...`), as `lcc passes
 // --pipeline` prints it: a printed pipeline can be pasted into a golden test.

@@ -93,7 +93,7 @@ func TestCheckBF16Emulated(t *testing.T) {
 	// A device that differs from the emulation by 5% on one gradient.
 	const bad = "grad.m.model.layers.1.mlp.up_proj.weight"
 	opts.Run = func(f *ir.Func, in map[string]*tensor.Tensor) (map[string]*tensor.Tensor, error) {
-		outs, err := RunCPU(f, in, tensor.BF16)
+		outs, err := RunCPU(f, in, tensor.BF16, HostBudget{})
 		if err != nil {
 			return nil, err
 		}

@@ -40,6 +40,10 @@ func (t Type) Equal(u Type) bool { return t.DType == u.DType && t.SameShape(u) }
 // String renders the type as in the text form: "f32[2,16,64]" or, with labels,
 // "i64[batch=2,seq=16]".
 func (t Type) String() string {
+	if len(t.Shape) > MaxRank {
+		// Not a valid type (ShapeNumel refuses it): in a message, cut it short.
+		return t.DType.String() + tensor.Brief(t.Shape)
+	}
 	var sb strings.Builder
 	sb.WriteString(t.DType.String())
 	sb.WriteByte('[')
@@ -299,8 +303,15 @@ func (f *Func) Clone() *Func {
 // Host allocations are bounded separately by tensor.MaxElements.
 const MaxTypeElements = 1 << 56
 
-// ShapeNumel returns the element count of shape, or an error if a dim is negative
-// or the count exceeds MaxTypeElements.
+// MaxRank bounds the rank of an IR type. No model needs more; a file's million
+// unsqueezed axes would otherwise make every message and printed type megabytes.
+const MaxRank = 64
+
+// ShapeNumel returns the element count of shape, or an error if a dim is negative,
+// the count exceeds MaxTypeElements or the rank MaxRank.
 func ShapeNumel(shape []int64) (int64, error) {
+	if len(shape) > MaxRank {
+		return 0, fmt.Errorf("rank %d exceeds the limit of %d", len(shape), MaxRank)
+	}
 	return tensor.NumelAtMost(shape, MaxTypeElements)
 }

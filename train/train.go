@@ -104,6 +104,9 @@ type Config struct {
 	// the budget derived from Target.
 	Checkpoint   string
 	MemoryBudget int64
+	// HostBudget bounds the host memory of a step on the CPU interpreter (Run nil);
+	// the zero value checks nothing.
+	HostBudget driver.HostBudget
 	// Precision is the device storage (fp32 or bf16); it chooses the kernels.
 	Precision string
 	// Ranks > 1 shards every step's sequence over that many ranks with ShardMode
@@ -387,6 +390,24 @@ func compileStep(cfg Config, model *ir.Func) (*driver.Result, error) {
 	return res, nil
 }
 
+// fitHost refuses a run on the CPU interpreter whose step or update would pass
+// the host budget: the step holds the optimizer's state beside its own values.
+func (c *Config) fitHost(grad, upd *ir.Func) error {
+	if c.Run != nil {
+		return nil
+	}
+	var state int64
+	for _, p := range upd.Params {
+		if p.Role == ir.RoleState {
+			state += int64(tensor.HostElemBytes) * p.Value.Type.Numel()
+		}
+	}
+	if err := c.HostBudget.Fit(grad, state); err != nil {
+		return err
+	}
+	return c.HostBudget.Fit(upd, 0)
+}
+
 func newTrainer(cfg Config) (*trainer, error) {
 	model, err := loadModel(cfg)
 	if err != nil {
@@ -411,6 +432,9 @@ func newTrainer(cfg Config) (*trainer, error) {
 	o.WeightDecay, o.MaxNorm, o.MicroSteps = cfg.WeightDecay, cfg.Clip, cfg.Accumulate
 	upd, err := o.Build(grad)
 	if err != nil {
+		return nil, fmt.Errorf("%s: %w", cfg.Model, err)
+	}
+	if err := cfg.fitHost(grad, upd.Func); err != nil {
 		return nil, fmt.Errorf("%s: %w", cfg.Model, err)
 	}
 	t := &trainer{cfg: cfg, grad: grad, upd: upd, adamw: o, lossName: lossName, hash: ModelHash(loaded, grad, cfg.compileOptions().Options),

@@ -28,6 +28,7 @@ func trainCmd() *cobra.Command {
 	var plotPath string
 	var profile, sharedGPU bool
 	var shapes []string
+	var hostBudget byteSize
 	cmd := &cobra.Command{
 		Use:   "train MODEL --data=SPEC --seq-len N --batch N --steps N --lr X",
 		Short: "train a model (.onnx or .lcc): AdamW, warmup+cosine, checkpoints, bit-identical resume",
@@ -92,6 +93,9 @@ stays silent for --comm-timeout ends every other rank with an error naming it.`,
 			}
 			cfg.Target, cfg.Loss, cfg.Attention, cfg.Checkpoint = t, o.Loss, o.Attention, o.Checkpoint
 			cfg.MemoryBudget, cfg.Precision, cfg.Ranks, cfg.ShardMode = o.MemoryBudget, o.Precision, o.Ranks, o.ShardMode
+			if cfg.Device == "cpu" {
+				cfg.HostBudget = driver.NewHostBudget(int64(hostBudget))
+			}
 			precision := o.Precision
 			var res *train.Result
 			storage := tensor.F32
@@ -132,6 +136,7 @@ stays silent for --comm-timeout ends every other rank with an error naming it.`,
 		},
 	}
 	cf.add(cmd)
+	addHostBudget(cmd, &hostBudget)
 	f := cmd.Flags()
 	f.BoolVar(&profile, "profile", false, "with --device=cuda: print the wall-clock step time and the GPU "+
 		"time per kernel family per step (CUDA events)")

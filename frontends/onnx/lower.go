@@ -322,8 +322,8 @@ func (l *lowerer) inputType(in ValueInfo) (ir.Type, error) {
 			s = nil // one element given for a declared scalar (ONNX's own tests do this)
 		}
 		if in.HasShape && len(s) != len(in.Dims) {
-			return ir.Type{}, fmt.Errorf("given shape %v has rank %d, the model declares rank %d",
-				s, len(s), len(in.Dims))
+			return ir.Type{}, fmt.Errorf("given shape %s has rank %d, the model declares rank %d",
+				tensor.Brief(s), len(s), len(in.Dims))
 		}
 		t.Shape = append([]int64{}, s...)
 	} else if !in.HasShape {
@@ -337,6 +337,11 @@ func (l *lowerer) inputType(in ValueInfo) (ir.Type, error) {
 		if t.Shape != nil && len(t.Shape) == len(in.Dims) && l.opts.InputShapes[in.Name] != nil {
 			if d.Known && d.Value != t.Shape[i] {
 				return ir.Type{}, fmt.Errorf("given dim %d is %d, the model fixes it at %d", i, t.Shape[i], d.Value)
+			}
+			if d.Param != "" && t.Shape[i] <= 0 {
+				// An empty sequence would import, then fail far away (a reshape's "rank").
+				return ir.Type{}, fmt.Errorf("the given tensor has %s=%d (shape %v); %s needs a positive size",
+					d.Param, t.Shape[i], tensor.Brief(t.Shape), d.Param)
 			}
 			if v, ok := l.opts.Dims[d.Param]; ok && d.Param != "" && v != t.Shape[i] {
 				return ir.Type{}, fmt.Errorf("the given tensor has %s=%d but the flags bind %s to %d",
@@ -518,6 +523,15 @@ func (l *lowerer) fold(n *Node, lower lowerFunc) (bool, error) {
 	f, err := sb.Build()
 	if err != nil {
 		return false, err
+	}
+	// The lowering's own steps are bounded too: a constant Pad's padding block is
+	// as large as the file's pads say, whatever the size of the result.
+	for _, n := range f.Body {
+		for _, r := range n.Results {
+			if r.Type.Numel() > l.opts.FoldLimit {
+				return false, nil
+			}
+		}
 	}
 	res, err := interp.Run(f, nil, interp.Options{Precision: tensor.F32})
 	if err != nil {
