@@ -32,6 +32,8 @@ var levels = map[string]int{
 	"internal/attntest": 2,
 	// What a GPU test does without its GPU (only tests import it).
 	"internal/gputest": 1,
+	// Named pipes for the tests of refusing them (only tests import it).
+	"internal/userfile/fifotest": 1,
 
 	// The reference interpreter, which is also the compiler's constant folder, sits
 	// below the compiler that uses it.
@@ -40,6 +42,9 @@ var levels = map[string]int{
 
 	"passes":    4,
 	"frontends": 4,
+
+	// Test fixture: hostile ONNX models, built with frontends/onnx/onnxpb.
+	"internal/hostile": 4,
 
 	"codegen": 5,
 	"report":  5,

@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/lcc-dev/lcc/internal/userfile"
 	"github.com/lcc-dev/lcc/interp"
 	"github.com/lcc-dev/lcc/ir"
 	"github.com/lcc-dev/lcc/safetensors"
@@ -118,6 +119,8 @@ type CheckOptions struct {
 	// Each tensor's error against REF is printed beside it, not held to the
 	// tolerance; `--precision=fp32` holds the program to REF (1e-4).
 	Storage tensor.DType
+	// HostBudget bounds the host memory of a run on the CPU interpreter (Run nil).
+	HostBudget HostBudget
 }
 
 // narrow reports whether the check runs with a storage narrower than f32.
@@ -127,13 +130,17 @@ func (o CheckOptions) run(f *ir.Func, in map[string]*tensor.Tensor) (map[string]
 	if o.Run != nil {
 		return o.Run(f, in)
 	}
-	return RunCPU(f, in, o.Storage)
+	return RunCPU(f, in, o.Storage, o.HostBudget)
 }
 
 // RunCPU runs f on the CPU interpreter in f32 with the GPU's storage of its
 // values: storage tensor.BF16 rounds to bf16 exactly the values the GPU stores
-// in bf16 (storedAs).
-func RunCPU(f *ir.Func, in map[string]*tensor.Tensor, storage tensor.DType) (map[string]*tensor.Tensor, error) {
+// in bf16 (storedAs). A run whose estimated peak passes budget is refused.
+func RunCPU(f *ir.Func, in map[string]*tensor.Tensor, storage tensor.DType,
+	budget HostBudget) (map[string]*tensor.Tensor, error) {
+	if err := budget.Fit(f, 0); err != nil {
+		return nil, err
+	}
 	store, err := storedAs(f, storage)
 	if err != nil {
 		return nil, err
@@ -151,7 +158,7 @@ func (o CheckOptions) expected(f *ir.Func, in, outs map[string]*tensor.Tensor) (
 	case o.Run == nil:
 		return outs, nil
 	}
-	return RunCPU(f, in, o.Storage)
+	return RunCPU(f, in, o.Storage, o.HostBudget)
 }
 
 // CheckResult summarises a check.
@@ -177,7 +184,8 @@ func ReadRef(path string) (*safetensors.File, map[string][]int64, error) {
 	if err != nil {
 		var se *safetensors.Error
 		switch {
-		case errors.Is(err, fs.ErrNotExist) || errors.Is(err, fs.ErrPermission):
+		case errors.Is(err, fs.ErrNotExist) || errors.Is(err, fs.ErrPermission) ||
+			errors.Is(err, userfile.ErrNotRegular):
 		case errors.As(err, &se) && se.Tensor != "":
 			// A safetensors file with a tensor lcc cannot read (a dtype such as U16):
 			// the error names it.

@@ -6,9 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"os"
 
+	"github.com/lcc-dev/lcc/internal/fserr"
 	"github.com/lcc-dev/lcc/internal/jsonerr"
+	"github.com/lcc-dev/lcc/internal/userfile"
 )
 
 // maxFileBytes bounds a target file; real ones are a few hundred bytes.
@@ -38,9 +39,9 @@ type fileTarget struct {
 // defaults to the arch's and gpu to the arch name; every other field is required.
 // Each target is validated; errors name the file, the target and the field.
 func LoadFile(path string) ([]Target, error) {
-	data, err := os.ReadFile(path)
+	data, err := userfile.ReadFile(path)
 	if err != nil {
-		return nil, fmt.Errorf("targets: %w", err)
+		return nil, fmt.Errorf("targets: %s: %w", path, fserr.Cause(err))
 	}
 	ts, err := Parse(data)
 	if err != nil {

@@ -31,4 +31,6 @@
 //     changing --steps (a resume that changes the schedule says so).
 //   - A checkpoint of another model (ModelHash) or a damaged one is never loaded;
 //     --resume falls back to the newest valid checkpoint and says which it skipped.
+//     The activation-checkpoint policy is not part of the model: a resume may
+//     change it (and --memory-budget, --target), with the same losses.
 package train

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/lcc-dev/lcc/plan"
 	"github.com/lcc-dev/lcc/runtime/cuda"
 	"github.com/lcc-dev/lcc/runtime/exec"
 	"github.com/lcc-dev/lcc/train/checkpoint"
@@ -49,23 +48,20 @@ func (t *trainer) newSaver() (*saver, error) {
 	if err != nil {
 		return nil, fmt.Errorf("checkpoint buffer: %w", err)
 	}
-	budget := t.cfg.MemoryBudget
-	if budget <= 0 {
-		budget = t.cfg.Target.MemoryBytes - plan.CUDAContextBytes
-	}
-	return &saver{host: host, stage: t.plannedPeak+int64(opt.SnapshotBytes()) <= budget}, nil
+	// The plan decided whether the staging copy fits (plan.StepMemory.WithSnapshots).
+	return &saver{host: host, stage: t.stageSnapshots}, nil
 }
 
 // startSave queues the checkpoint of step and starts its writer; the previous
-// write must be finished (finishSave).
-func (t *trainer) startSave(step int, loss float64) error {
+// write must be finished (finishSave). line is the step's --metrics line.
+func (t *trainer) startSave(step int, loss float64, line []byte) error {
 	sv := t.dev.saver
 	snap, err := t.dev.opt.Snapshot(sv.host, sv.stage)
 	if err != nil {
 		return err
 	}
 	sv.snap = snap
-	m, done := t.meta(loss), t.dev.done
+	m, done := t.meta(loss, line), t.dev.done
 	sv.out = make(chan written, 1)
 	go func() { sv.out <- t.writeSnapshot(snap, step, done, m) }()
 	return nil

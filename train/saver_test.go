@@ -130,12 +130,12 @@ func synchronousPull(t *testing.T, c Config) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if _, err := checkpoint.Save(ref, step, tr.meta(st.loss), tr.pulledTensors(master, m, v,
+			if _, err := checkpoint.Save(ref, step, tr.meta(st.loss, nil), tr.pulledTensors(master, m, v,
 				tr.dev.done)); err != nil {
 				t.Fatal(err)
 			}
 			tr.dev.saver.stage = step == 2
-			if _, err := tr.checkpoint(res, step, st.loss); err != nil {
+			if _, err := tr.checkpoint(res, step, st.loss, nil); err != nil {
 				t.Fatal(err)
 			}
 			if tr.dev.saver.snap.Staged() != (step == 2) {

@@ -45,7 +45,10 @@ type Config struct {
 	RunOptimizer func(f *ir.Func, in map[string]*tensor.Tensor) (map[string]*tensor.Tensor, error)
 	Data         string // data spec: see package data
 
+	// SeqLen binds the model's seq dim; Batch its batch dim, 0 meaning the model's
+	// static batch if it has one, else 1. Shape binds other named dims (--shape).
 	SeqLen, Batch int
+	Shape         map[string]int64
 	// Steps is the number of optimizer steps the run (and its schedule) spans.
 	Steps int
 	// StopAt, if > 0, stops after that step, checkpointing there, with the
@@ -101,6 +104,9 @@ type Config struct {
 	// the budget derived from Target.
 	Checkpoint   string
 	MemoryBudget int64
+	// HostBudget bounds the host memory of a step on the CPU interpreter (Run nil);
+	// the zero value checks nothing.
+	HostBudget driver.HostBudget
 	// Precision is the device storage (fp32 or bf16); it chooses the kernels.
 	Precision string
 	// Ranks > 1 shards every step's sequence over that many ranks with ShardMode
@@ -202,7 +208,7 @@ func (c *Config) check() error {
 		return errors.New("--seq-len: required (tokens per sequence: it binds the model's seq dim)")
 	case c.SeqLen < 2:
 		return fmt.Errorf("--seq-len %d: want >= 2", c.SeqLen)
-	case c.Batch < 1:
+	case c.Batch < 0:
 		return fmt.Errorf("--batch %d: want >= 1", c.Batch)
 	case c.Steps == 0:
 		return errors.New("--steps: required (optimizer steps; the learning-rate schedule spans them)")
@@ -246,13 +252,22 @@ func (c *Config) check() error {
 	return nil
 }
 
-// ModelHash identifies a model for checkpoints: the SHA-256 of its printed IR
-// (graph and bound shapes) followed by its weights' names, dtypes and shapes.
-// Weight values are not hashed: they are what training changes.
-func ModelHash(f *ir.Func) string {
+// ModelHash identifies a model for checkpoints: the SHA-256 of the model as
+// loaded (model, its printed IR: graph and bound shapes), the flags that change what
+// its step computes (o's loss, attention, precision and sharding), and the
+// names, dtypes and shapes of the weights and state of its step grad. Weight
+// values are not hashed: they are what training changes. Neither are the
+// activation-checkpoint policy, the memory budget and the target: they choose
+// which values the step recomputes and where it keeps them, not what it
+// computes (a recomputed value is bitwise the original), so a resume may
+// change them.
+func ModelHash(model string, grad *ir.Func, o driver.Options) string {
 	h := sha256.New()
-	io.WriteString(h, ir.Print(f))
-	for _, p := range f.Params {
+	io.WriteString(h, model)
+	a := o.Attention
+	fmt.Fprintf(h, "loss %q attention %q %v %v %q precision %q ranks %d %q\n", o.Loss, a.Mode,
+		a.Segments, a.Dilations, a.Offsets, o.Precision, max(o.Ranks, 1), o.ShardMode)
+	for _, p := range grad.Params {
 		if p.Role == ir.RoleWeight || p.Role == ir.RoleState {
 			fmt.Fprintf(h, "%s %v\n", p.Name, p.Value.Type)
 		}
@@ -261,7 +276,7 @@ func ModelHash(f *ir.Func) string {
 }
 
 // optimPrefix namespaces optimizer state in checkpoints, away from weight names.
-const optimPrefix = "optim."
+const optimPrefix = checkpoint.OptimPrefix
 
 // trainer is a run in progress.
 type trainer struct {
@@ -281,7 +296,9 @@ type trainer struct {
 	// plannedPeak is the compile report's per-GPU peak of the step; plan its
 	// checkpoint policy and pinned host memory, for the progress lines.
 	plannedPeak int64
-	plan        string
+	// stageSnapshots: the plan holds a device staging copy for checkpoints.
+	stageSnapshots bool
+	plan           string
 	// shard is the sharded step of a multi-rank run (nil with one rank), rank
 	// this process's rank in it.
 	shard *driver.ShardedProgram
@@ -290,6 +307,8 @@ type trainer struct {
 	// resident run (nil: the state lives on the host).
 	adamw optim.AdamW
 	dev   *resident
+	// resumedLine is the --metrics line the resumed checkpoint kept (nil: none).
+	resumedLine []byte
 }
 
 // Train runs cfg on the CPU interpreter in f32 (see package doc).
@@ -320,6 +339,9 @@ func (c *Config) compileOptions() driver.CompileOptions {
 	if c.Comm != nil {
 		o.Ranks, o.SPMD, o.Rank = c.Comm.Size(), true, c.Comm.Rank()
 	}
+	// A resident run's checkpoints take a pinned buffer and maybe a staging
+	// copy: the plan's memory holds them.
+	o.Snapshots = c.CheckpointDir != "" && c.Session != nil && o.Rank == 0
 	return o
 }
 
@@ -327,7 +349,17 @@ func (c *Config) compileOptions() driver.CompileOptions {
 // bindings, through the pipeline lcc compile runs with the same flags
 // (driver.CompileStep). Its Hash is the program hash lcc compile reports.
 func Step(cfg Config) (*driver.Result, error) {
-	bind := driver.Bindings{SeqLen: int64(cfg.SeqLen), Batch: int64(cfg.Batch)}
+	model, err := loadModel(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return compileStep(cfg, model)
+}
+
+// loadModel loads cfg's model with cfg's bindings, printing its warnings and
+// the importer's notes to cfg.Log.
+func loadModel(cfg Config) (*ir.Func, error) {
+	bind := driver.Bindings{SeqLen: int64(cfg.SeqLen), Batch: int64(cfg.Batch), Shape: cfg.Shape}
 	model, err := driver.Load(cfg.Model, bind)
 	if err != nil {
 		return nil, err
@@ -340,9 +372,17 @@ func Step(cfg Config) (*driver.Result, error) {
 			fmt.Fprintf(cfg.Log, "lcc: note: %s\n", n)
 		}
 	}
+	if err := driver.CheckTrainable(model); err != nil {
+		return nil, fmt.Errorf("%s: %w", cfg.Model, err)
+	}
 	if miss := driver.MissingWeights(model); len(miss) > 0 {
 		return nil, fmt.Errorf("%s: weights without data: %s", cfg.Model, strings.Join(miss, ", "))
 	}
+	return model, nil
+}
+
+// compileStep is Step of the model loadModel loaded.
+func compileStep(cfg Config, model *ir.Func) (*driver.Result, error) {
 	res, err := driver.CompileStep(model, cfg.compileOptions())
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", cfg.Model, err)
@@ -354,8 +394,32 @@ func Step(cfg Config) (*driver.Result, error) {
 	return res, nil
 }
 
+// fitHost refuses a run on the CPU interpreter whose step or update would pass
+// the host budget: the step holds the optimizer's state beside its own values.
+func (c *Config) fitHost(grad, upd *ir.Func) error {
+	if c.Run != nil {
+		return nil
+	}
+	var state int64
+	for _, p := range upd.Params {
+		if p.Role == ir.RoleState {
+			state += int64(tensor.HostElemBytes) * p.Value.Type.Numel()
+		}
+	}
+	if err := c.HostBudget.Fit(grad, state); err != nil {
+		return err
+	}
+	return c.HostBudget.Fit(upd, 0)
+}
+
 func newTrainer(cfg Config) (*trainer, error) {
-	step, err := Step(cfg)
+	model, err := loadModel(cfg)
+	if err != nil {
+		return nil, err
+	}
+	// Printed before the passes, which may rewrite model in place.
+	loaded := ir.Print(model)
+	step, err := compileStep(cfg, model)
 	if err != nil {
 		return nil, err
 	}
@@ -374,8 +438,12 @@ func newTrainer(cfg Config) (*trainer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", cfg.Model, err)
 	}
-	t := &trainer{cfg: cfg, grad: grad, upd: upd, adamw: o, lossName: lossName, hash: ModelHash(grad),
+	if err := cfg.fitHost(grad, upd.Func); err != nil {
+		return nil, fmt.Errorf("%s: %w", cfg.Model, err)
+	}
+	t := &trainer{cfg: cfg, grad: grad, upd: upd, adamw: o, lossName: lossName, hash: ModelHash(loaded, grad, cfg.compileOptions().Options),
 		program: step.Hash, plannedPeak: step.Report.Memory.PerGPUPeakBytes, shard: shard, rank: rank,
+		stageSnapshots: step.Report.Memory.SnapshotStagingBytes > 0,
 		plan: fmt.Sprintf("checkpoint policy %s, %s pinned host memory", step.Report.Checkpoints.Policy,
 			report.Bytes(step.Report.Memory.HostBytes)),
 		sched:   optim.Schedule{LR: cfg.LR, MinLR: cfg.MinLR, Warmup: cfg.Warmup, Total: cfg.Steps},
@@ -387,6 +455,9 @@ func newTrainer(cfg Config) (*trainer, error) {
 		if t.acc, err = optim.Accumulate(grad); err != nil {
 			return nil, err
 		}
+	}
+	if t.cfg.Batch == 0 {
+		t.cfg.Batch = modelBatch(grad)
 	}
 	if err := t.bindData(grad); err != nil {
 		return nil, fmt.Errorf("%s: %w", cfg.Model, err)
@@ -409,12 +480,27 @@ func newTrainer(cfg Config) (*trainer, error) {
 		return nil, fmt.Errorf("%s: cannot tell the vocabulary (no embedding gather of a token input "+
 			"and no cross-entropy over labels)", cfg.Model)
 	}
-	t.stream, err = data.Open(cfg.Data, data.Options{SeqLen: cfg.SeqLen, Batch: cfg.Batch,
-		Vocab: vocab, Seed: cfg.Seed, TokenBytes: cfg.TokenBytes})
+	dataLog := cfg.Log
+	if rank != 0 {
+		dataLog = nil // every rank checks the file; one reports
+	}
+	t.stream, err = data.Open(cfg.Data, data.Options{SeqLen: cfg.SeqLen, Batch: t.cfg.Batch,
+		Vocab: vocab, Seed: cfg.Seed, TokenBytes: cfg.TokenBytes, Log: dataLog})
 	if err != nil {
 		return nil, fmt.Errorf("--data: %w", err)
 	}
 	return t, nil
+}
+
+// modelBatch is the batch f was bound to when --batch was not given: dim 0 of
+// its first input (1 for a named batch dim, else the model's static batch).
+func modelBatch(f *ir.Func) int {
+	for _, p := range f.Params {
+		if p.Role == ir.RoleInput && len(p.Value.Type.Shape) > 0 {
+			return int(p.Value.Type.Shape[0])
+		}
+	}
+	return 1
 }
 
 // bindData finds the token input and the label parameter the batches feed, and
@@ -579,9 +665,6 @@ func (t *trainer) resume(res *Result) (int, error) {
 	for name := range t.state {
 		t.state[name] = c.Tensors[optimPrefix+name]
 	}
-	if got := t.state[optim.StepState].F[0]; got != float64(c.Meta.Step) {
-		return 0, fmt.Errorf("--resume %s: optimizer step %v, JSON step %d", c.Path, got, c.Meta.Step)
-	}
 	// JSON numbers decode as float64, so compare through a JSON round trip.
 	var now map[string]any
 	js, _ := json.Marshal(t.settings())
@@ -592,7 +675,7 @@ func (t *trainer) resume(res *Result) (int, error) {
 				"straight run bit for bit\n", k, old, v)
 		}
 	}
-	res.Resumed = c.Path
+	res.Resumed, t.resumedLine = c.Path, c.Meta.Metrics
 	fmt.Fprintf(t.cfg.Progress, "resume: %s (step %d, loss %.4f)\n", c.Path, c.Meta.Step, c.Meta.Loss)
 	return c.Meta.Step, nil
 }
@@ -689,8 +772,9 @@ func (t *trainer) step(s int) (stepStats, error) {
 		gradNorm: out[optim.GradNormOutput].F[0]}, nil
 }
 
-// save writes a checkpoint of the host state after step and prunes old ones.
-func (t *trainer) save(step int, loss float64) (string, error) {
+// save writes a checkpoint of the host state after step and prunes old ones;
+// line is the step's --metrics line (see meta).
+func (t *trainer) save(step int, loss float64, line []byte) (string, error) {
 	ts := make(map[string]*tensor.Tensor, len(t.weights)+len(t.state))
 	for k, v := range t.weights {
 		ts[k] = v
@@ -698,13 +782,15 @@ func (t *trainer) save(step int, loss float64) (string, error) {
 	for k, v := range t.state {
 		ts[optimPrefix+k] = v
 	}
-	return t.write(step, t.meta(loss), ts)
+	return t.write(step, t.meta(loss, line), ts)
 }
 
-// meta is the JSON half of a checkpoint taken now, after a step of loss.
-func (t *trainer) meta(loss float64) checkpoint.Meta {
+// meta is the JSON half of a checkpoint taken now, after a step of loss whose
+// --metrics line (its checkpoint's costs aside, not known yet) is line.
+func (t *trainer) meta(loss float64, line []byte) checkpoint.Meta {
 	return checkpoint.Meta{Data: t.stream.State(), LCCVersion: t.cfg.Version, ModelHash: t.hash,
-		Loss: loss, Config: t.settings(), Model: absPath(t.cfg.Model), Params: frameworkParams(t.grad)}
+		Loss: loss, Config: t.settings(), Model: absPath(t.cfg.Model), Params: frameworkParams(t.grad),
+		Metrics: line}
 }
 
 // write writes the checkpoint of step and prunes old ones.
@@ -717,8 +803,9 @@ func (t *trainer) write(step int, m checkpoint.Meta, ts map[string]*tensor.Tenso
 }
 
 // checkpoint takes the checkpoint of step: in the background for a resident
-// run (its path reaches res.Checkpoints once written), else at once.
-func (t *trainer) checkpoint(res *Result, step int, loss float64) (checkpointStats, error) {
+// run (its path reaches res.Checkpoints once written), else at once. line is
+// the step's --metrics line, which the checkpoint keeps (see meta).
+func (t *trainer) checkpoint(res *Result, step int, loss float64, line []byte) (checkpointStats, error) {
 	t0 := time.Now()
 	if t.dev != nil && t.dev.saver != nil {
 		if err := t.finishSave(res); err != nil {
@@ -726,11 +813,11 @@ func (t *trainer) checkpoint(res *Result, step int, loss float64) (checkpointSta
 		}
 		t1 := time.Now()
 		_, d0 := t.cfg.Session.Device().Transferred()
-		err := t.startSave(step, loss)
+		err := t.startSave(step, loss, line)
 		_, d1 := t.cfg.Session.Device().Transferred()
 		return checkpointStats{wait: time.Since(t0), write: t1.Sub(t0), bytes: d1 - d0}, err
 	}
-	p, err := t.save(step, loss)
+	p, err := t.save(step, loss, line)
 	if err != nil {
 		return checkpointStats{}, err
 	}
@@ -848,13 +935,7 @@ func (t *trainer) run() (*Result, error) {
 			defer t.closeSaver()
 			how := "the next update waits for the copy (a staging copy would exceed the memory budget)"
 			if t.dev.saver.stage {
-				how = "through a staging copy on the device, freed once copied"
-				// The staging copy lives beside the step while a checkpoint's
-				// copy is in flight: the run's planned peak holds it.
-				t.plannedPeak += int64(t.dev.opt.SnapshotBytes())
-				res.PlannedPeakBytes = t.plannedPeak
-				fmt.Fprintf(cfg.Progress, "memory  planned peak %s with the checkpoints' staging copy (%s)\n",
-					report.Bytes(t.plannedPeak), report.Bytes(int64(t.dev.opt.SnapshotBytes())))
+				how = "through a staging copy on the device (in the planned peak), freed once copied"
 			}
 			fmt.Fprintf(cfg.Progress, "checkpoints copied in the background on a copy stream into %s of "+
 				"pinned host memory, %s, and written by a goroutine\n",
@@ -863,13 +944,13 @@ func (t *trainer) run() (*Result, error) {
 	} else if cfg.Session != nil {
 		fmt.Fprintf(cfg.Progress, "state   on the host (%s)\n", why)
 	}
-	var metrics *os.File
+	var metrics *metricsLog
 	if cfg.Metrics != "" && t.rank == 0 {
 		var err error
-		if metrics, err = openMetrics(cfg.Metrics, first); err != nil {
+		if metrics, err = openMetrics(cfg.Metrics, first, t.resumedLine, cfg.Log); err != nil {
 			return nil, fmt.Errorf("--metrics: %w", err)
 		}
-		defer metrics.Close()
+		defer metrics.close()
 	}
 	tokensPerStep := float64(cfg.Batch * cfg.SeqLen * cfg.Accumulate)
 	start := time.Now()
@@ -927,8 +1008,21 @@ func (t *trainer) run() (*Result, error) {
 		}
 		checkpointed := !bad && cfg.CheckpointDir != "" && t.rank == 0 &&
 			((cfg.CheckpointEvery > 0 && res.Step%cfg.CheckpointEvery == 0) || res.Step == last || stopping)
+		line := metric{Step: s + 1, Loss: finite(st.loss), LR: st.lr, GradNorm: finite(st.gradNorm),
+			TokensPerS: tokensPerStep / dt.Seconds(), StepMS: ms(dt), PlannedPeak: t.plannedPeak,
+			MeasuredPeak: res.MeasuredPeakBytes, HostBytes: stepBytes, Checkpoint: checkpointed}
 		if checkpointed {
-			took, err := t.checkpoint(res, res.Step, st.loss)
+			// The checkpoint keeps the step's line, for a resume to restore it if
+			// the run dies before writing it (the line follows the commit: it
+			// holds the checkpoint's costs).
+			var kept []byte
+			if metrics != nil {
+				kept, _ = json.Marshal(line)
+			}
+			took, err := t.checkpoint(res, res.Step, st.loss, kept)
+			if afterCheckpoint != nil {
+				afterCheckpoint(res.Step)
+			}
 			if err != nil {
 				return res, fmt.Errorf("step %d: %w", res.Step, err)
 			}
@@ -936,16 +1030,8 @@ func (t *trainer) run() (*Result, error) {
 		}
 		res.CheckpointTimes = append(res.CheckpointTimes, ck.wait)
 		res.Checkpointed = append(res.Checkpointed, checkpointed)
-		if metrics != nil {
-			js, _ := json.Marshal(metric{Step: s + 1, Loss: finite(st.loss), LR: st.lr,
-				GradNorm: finite(st.gradNorm), TokensPerS: tokensPerStep / dt.Seconds(), StepMS: ms(dt),
-				PlannedPeak: t.plannedPeak, MeasuredPeak: res.MeasuredPeakBytes, HostBytes: stepBytes,
-				Checkpoint: checkpointed, CheckpointMS: ms(ck.wait), CheckpointWriteMS: ms(ck.write),
-				CheckpointBytes: ck.bytes})
-			if _, err := metrics.Write(append(js, '\n')); err != nil {
-				return nil, fmt.Errorf("--metrics: %w", err)
-			}
-		}
+		line.CheckpointMS, line.CheckpointWriteMS, line.CheckpointBytes = ms(ck.wait), ms(ck.write), ck.bytes
+		metrics.write(line)
 		if bad {
 			return res, fmt.Errorf("step %d: loss is %v (try a lower --lr or --clip)", s+1, st.loss)
 		}
@@ -982,39 +1068,6 @@ func (t *trainer) run() (*Result, error) {
 	}
 	res.TokensPerSec = tokensPerStep * float64(res.Step-first) / res.Wall.Seconds()
 	return res, nil
-}
-
-// openMetrics opens the metrics file for a run starting after step first: a
-// fresh run truncates it; a resumed run keeps the lines of steps up to first and
-// drops later ones (written after the checkpoint by the run that stopped), so the
-// file reads as one straight run.
-func openMetrics(path string, first int) (*os.File, error) {
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return nil, err
-	}
-	if first == 0 {
-		return os.Create(path)
-	}
-	old, err := os.ReadFile(path)
-	if err != nil && !errors.Is(err, os.ErrNotExist) {
-		return nil, err
-	}
-	var kept []byte
-	for line := range strings.Lines(string(old)) {
-		var m struct{ Step int }
-		if json.Unmarshal([]byte(line), &m) == nil && m.Step <= first && strings.HasSuffix(line, "\n") {
-			kept = append(kept, line...)
-		}
-	}
-	f, err := os.Create(path)
-	if err != nil {
-		return nil, err
-	}
-	if _, err := f.Write(kept); err != nil {
-		f.Close()
-		return nil, err
-	}
-	return f, nil
 }
 
 // finite returns v, or nil (JSON null) for NaN and ±Inf, which JSON cannot hold.

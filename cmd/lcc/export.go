@@ -41,6 +41,9 @@ trained weights:
 			if err != nil {
 				return err
 			}
+			for _, r := range res.Refused {
+				fmt.Fprintf(cmd.ErrOrStderr(), "lcc: warning: skipped %s: %v\n", r.Path, r.Err)
+			}
 			w := cmd.OutOrStdout()
 			for _, s := range res.Skipped {
 				fmt.Fprintf(w, "skipped %s\n", s)

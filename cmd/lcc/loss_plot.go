@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/lcc-dev/lcc/internal/userfile"
 	"github.com/lcc-dev/lcc/train"
 	"github.com/lcc-dev/lcc/train/plot"
 )
@@ -38,7 +39,7 @@ func plotLoss(path string, cfg train.Config, res *train.Result, log io.Writer) e
 // metricsLosses reads the loss of steps 1..last from a --metrics file, when it
 // holds each of them once, in order (a null loss reads as NaN).
 func metricsLosses(path string, last int) ([]float64, bool) {
-	data, err := os.ReadFile(path)
+	data, err := userfile.ReadFile(path) // a pipe or a device as --metrics: nothing to read back
 	if err != nil {
 		return nil, false
 	}

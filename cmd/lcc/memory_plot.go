@@ -4,12 +4,12 @@ import (
 	"bufio"
 	"encoding/json"
 	"fmt"
-	"os"
 	"path/filepath"
 
 	cudagen "github.com/lcc-dev/lcc/codegen/cuda"
 	"github.com/lcc-dev/lcc/driver"
 	"github.com/lcc-dev/lcc/internal/jsonerr"
+	"github.com/lcc-dev/lcc/internal/userfile"
 	"github.com/lcc-dev/lcc/train/plot"
 )
 
@@ -43,7 +43,7 @@ func writeMemoryPlot(path, model string, res *driver.Result, metrics string) err
 // measuredPeak is the largest measured peak of a --metrics JSONL written by lcc
 // train (field measured_peak_bytes).
 func measuredPeak(path string) (int64, error) {
-	f, err := os.Open(path)
+	f, err := userfile.Open(path)
 	if err != nil {
 		return 0, fmt.Errorf("--measured: %w", err)
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/lcc-dev/lcc/frontends/onnx/onnxpb"
 	"github.com/lcc-dev/lcc/internal/fserr"
+	"github.com/lcc-dev/lcc/internal/userfile"
 )
 
 // extFiles opens external data files under the model's folder and keeps them
@@ -181,17 +182,12 @@ func (d *decoder) openExternal(location string) (*os.File, error) {
 	if r, err := filepath.Rel(e.realDir, resolved); err != nil || !filepath.IsLocal(r) {
 		return nil, bad(fmt.Sprintf("resolves to %q, outside the model's folder", resolved))
 	}
-	f, err := e.root.Open(rel)
+	f, err := userfile.OpenIn(e.root, rel)
+	if errors.Is(err, userfile.ErrNotRegular) {
+		return nil, fmt.Errorf("%w: %w", ErrUnsafePath, e.fileErr(location, err))
+	}
 	if err != nil {
 		return nil, e.fileErr(location, err)
-	}
-	st, err := f.Stat()
-	if err == nil && !st.Mode().IsRegular() {
-		err = errors.New("not a regular file")
-	}
-	if err != nil {
-		f.Close()
-		return nil, fmt.Errorf("%w: %w", ErrUnsafePath, e.fileErr(location, err))
 	}
 	e.files[location] = f
 	return f, nil

@@ -4,12 +4,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"path/filepath"
 
 	"google.golang.org/protobuf/proto"
 
 	"github.com/lcc-dev/lcc/frontends/onnx/onnxpb"
+	"github.com/lcc-dev/lcc/internal/fserr"
+	"github.com/lcc-dev/lcc/internal/userfile"
 )
 
 // The opset range of the default domain that lcc reads. Up to SemanticsOpset
@@ -78,7 +79,10 @@ func Load(path string, opts LoadOptions) (*Model, error) {
 		opts.Source = path
 	}
 	opts = opts.withDefaults()
-	f, err := os.Open(path)
+	f, err := userfile.Open(path)
+	if errors.Is(err, userfile.ErrNotRegular) {
+		return nil, fmt.Errorf("onnx: %s: %w: %w", opts.Source, ErrMalformed, fserr.Cause(err))
+	}
 	if err != nil {
 		return nil, fmt.Errorf("onnx: %w", err)
 	}
@@ -86,9 +90,6 @@ func Load(path string, opts LoadOptions) (*Model, error) {
 	st, err := f.Stat()
 	if err != nil {
 		return nil, fmt.Errorf("onnx: %w", err)
-	}
-	if !st.Mode().IsRegular() {
-		return nil, fmt.Errorf("onnx: %s: %w: not a regular file (%v)", opts.Source, ErrMalformed, st.Mode().Type())
 	}
 	if st.Size() > opts.MaxFileBytes {
 		return nil, fmt.Errorf("onnx: %s: %w: file is %d bytes, more than the limit of %d "+

@@ -2,11 +2,11 @@ package onnx
 
 import (
 	"fmt"
-	"os"
 
 	"google.golang.org/protobuf/proto"
 
 	"github.com/lcc-dev/lcc/frontends/onnx/onnxpb"
+	"github.com/lcc-dev/lcc/internal/userfile"
 	"github.com/lcc-dev/lcc/ir"
 	"github.com/lcc-dev/lcc/tensor"
 )
@@ -24,7 +24,7 @@ import (
 // the result gives back weights equal to the trained ones. Initializers kept in
 // external data are written inline.
 func WithWeights(path string, weights map[string]*tensor.Tensor) ([]byte, int, error) {
-	raw, err := os.ReadFile(path)
+	raw, err := userfile.ReadFile(path)
 	if err != nil {
 		return nil, 0, fmt.Errorf("onnx: %w", err)
 	}

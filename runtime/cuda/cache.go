@@ -15,6 +15,7 @@ import (
 	"sync/atomic"
 
 	"github.com/lcc-dev/lcc/internal/atomicfile"
+	"github.com/lcc-dev/lcc/internal/userfile"
 )
 
 // Cache is the on-disk kernel cache: compiled images keyed by sha256 of the source,
@@ -213,7 +214,7 @@ func (c *Cache) Get(src, name, arch string, opts []string) ([]byte, error) {
 // load reads the entry for key from disk, or compiles and stores it.
 func (c *Cache) load(key Key, src, name, arch string, opts []string) ([]byte, error) {
 	path := filepath.Join(c.dir, key.String()+entrySuffix)
-	raw, err := os.ReadFile(path)
+	raw, err := userfile.ReadFile(path) // a pipe planted there must not hang the compile
 	switch {
 	case err == nil:
 		if img, derr := decodeEntry(key, raw); derr == nil {

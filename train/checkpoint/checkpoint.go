@@ -10,8 +10,15 @@
 //     the previous checkpoints intact and the new one either complete or absent.
 //   - Loading trusts nothing: bad JSON, a missing or truncated safetensors file, a
 //     hash mismatch, a tensor missing or of the wrong type are errors naming the
-//     file. Latest skips such checkpoints, reporting each, and returns the newest
-//     valid one.
+//     file. So is a checkpoint at odds with itself (consistent): a step other
+//     than its file name's, its optimizer's or its safetensors metadata's, or
+//     past the run's recorded --steps; a bad data position; a weight that is
+//     empty, not floating point, missing from the recorded provenance or unlike
+//     its optimizer state. Every reader (--resume, both lcc export formats) goes
+//     through Load, and Latest skips such checkpoints, reporting each, and
+//     returns the newest valid one.
+//   - Only regular files are read (internal/userfile): a named pipe where a
+//     checkpoint file should be is refused, not waited on.
 //   - Names: step N is ckpt-NNNNNNNN.json and ckpt-NNNNNNNN.safetensors (8 digits,
 //     so names sort by step).
 package checkpoint
@@ -32,14 +39,21 @@ import (
 	"strings"
 
 	"github.com/lcc-dev/lcc/internal/atomicfile"
+	"github.com/lcc-dev/lcc/internal/fserr"
+	"github.com/lcc-dev/lcc/internal/userfile"
 	"github.com/lcc-dev/lcc/ir"
 	"github.com/lcc-dev/lcc/safetensors"
 	"github.com/lcc-dev/lcc/tensor"
 	"github.com/lcc-dev/lcc/train/data"
+	"github.com/lcc-dev/lcc/train/optim"
 )
 
 // Format is the version of the JSON layout; Load refuses others.
 const Format = 1
+
+// OptimPrefix prefixes the optimizer's state (package optim's names) in the
+// safetensors file, away from the weights' names.
+const OptimPrefix = "optim."
 
 // Meta is the JSON half of a checkpoint.
 type Meta struct {
@@ -66,6 +80,10 @@ type Meta struct {
 	// Params says, for each weight, which framework parameter it is, so that
 	// lcc export can write the weights under the names the framework loads.
 	Params map[string]Param `json:"params,omitempty"`
+	// Metrics is step Step's --metrics line as far as it is known before the
+	// checkpoint is taken: a run that dies after the commit and before writing
+	// the line loses it, and its resume restores it from here.
+	Metrics json.RawMessage `json:"metrics,omitempty"`
 }
 
 // Param is the framework parameter a checkpoint weight stands for: PyTorch's
@@ -156,13 +174,25 @@ func saveFiles(dir string, step int, m Meta, pieces [][]byte) (string, error) {
 	m.Format, m.Step = Format, step
 	m.Tensors, m.TensorsSHA256 = filepath.Base(base)+".safetensors", hex.EncodeToString(sum[:])
 	js, err := json.MarshalIndent(m, "", "  ")
-	if err != nil {
-		return "", fmt.Errorf("checkpoint %s: %w", base, err)
+	if err == nil {
+		err = writeAtomic(base+".json", append(js, '\n'))
 	}
-	if err := writeAtomic(base+".json", append(js, '\n')); err != nil {
-		return "", fmt.Errorf("checkpoint: writing %s.json: %w", base, err)
+	if err != nil {
+		// Without its commit record the tensors file is an orphan no reader
+		// takes (a full disk, typically): remove it rather than leave it.
+		return "", errors.Join(fmt.Errorf("checkpoint: writing %s.json: %w", base, err),
+			removeOrphan(base+".safetensors"))
 	}
 	return base + ".json", nil
+}
+
+// removeOrphan removes the tensors file of a checkpoint whose JSON could not be
+// written.
+func removeOrphan(path string) error {
+	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("checkpoint: removing %s: %w", path, err)
+	}
+	return nil
 }
 
 // writeAtomic replaces path with the pieces of data one after the other
@@ -227,9 +257,9 @@ func List(dir string) ([]string, error) {
 
 // Load reads and validates the checkpoint whose JSON file is path.
 func Load(path string, want Want) (*Checkpoint, error) {
-	js, err := os.ReadFile(path)
+	js, err := userfile.ReadFile(path)
 	if err != nil {
-		return nil, fmt.Errorf("checkpoint %s: %w", path, err)
+		return nil, fmt.Errorf("checkpoint %s: %w", path, fserr.Cause(err))
 	}
 	var m Meta
 	dec := json.NewDecoder(bytes.NewReader(js))
@@ -242,15 +272,16 @@ func Load(path string, want Want) (*Checkpoint, error) {
 			Format)
 	case want.ModelHash != "" && m.ModelHash != want.ModelHash:
 		return nil, fmt.Errorf("checkpoint %s is of another model (model hash %.12s…, "+
-			"this model's %.12s…): the graph, its shapes (--seq-len, --batch) or its weights' "+
-			"names differ", path, m.ModelHash, want.ModelHash)
-	case m.Tensors == "" || strings.ContainsAny(m.Tensors, `/\`):
-		return nil, fmt.Errorf("checkpoint %s: bad tensors file name %q", path, m.Tensors)
+			"this model's %.12s…): the graph, its shapes (--seq-len, --batch), its weights' "+
+			"names or --loss, --attention, --precision or --ranks differ", path, m.ModelHash, want.ModelHash)
+	}
+	if err := consistentMeta(path, m); err != nil {
+		return nil, fmt.Errorf("checkpoint %s: %w", path, err)
 	}
 	stPath := filepath.Join(filepath.Dir(path), m.Tensors)
-	raw, err := os.ReadFile(stPath)
+	raw, err := userfile.ReadFile(stPath)
 	if err != nil {
-		return nil, fmt.Errorf("checkpoint %s: %w", path, err)
+		return nil, fmt.Errorf("checkpoint %s: %s: %w", path, stPath, fserr.Cause(err))
 	}
 	if sum := sha256.Sum256(raw); hex.EncodeToString(sum[:]) != m.TensorsSHA256 {
 		return nil, fmt.Errorf("checkpoint %s: %s is corrupt or truncated (%d bytes; SHA-256 differs "+
@@ -282,7 +313,95 @@ func Load(path string, want Want) (*Checkpoint, error) {
 		}
 		return nil, fmt.Errorf("checkpoint %s: %s: %s", path, stPath, msg)
 	}
+	if err := consistentTensors(m, st); err != nil {
+		return nil, fmt.Errorf("checkpoint %s: %s: %w", path, stPath, err)
+	}
 	return &Checkpoint{Path: path, Meta: m, Tensors: st.Tensors}, nil
+}
+
+// consistentMeta checks that the JSON of the checkpoint at path agrees with
+// itself and with its file's name.
+func consistentMeta(path string, m Meta) error {
+	name := nameRE.FindStringSubmatch(filepath.Base(path))
+	if name == nil {
+		return fmt.Errorf("not a checkpoint's name (want ckpt-NNNNNNNN.json)")
+	}
+	named, err := strconv.Atoi(name[1])
+	if err != nil {
+		return fmt.Errorf("step %s of the file name: %w", name[1], err)
+	}
+	if m.Step != named {
+		return fmt.Errorf("records step %d, its name step %d", m.Step, named)
+	}
+	// JSON numbers decode as float64.
+	if steps, ok := m.Config["steps"].(float64); ok && float64(m.Step) > steps {
+		return fmt.Errorf("records step %d, past the run's --steps %v", m.Step, steps)
+	}
+	if want := strings.TrimSuffix(filepath.Base(path), ".json") + ".safetensors"; m.Tensors != want {
+		return fmt.Errorf("names tensors file %q, want %q", m.Tensors, want)
+	}
+	return m.Data.Check()
+}
+
+// consistentTensors checks that a checkpoint's tensors agree with its JSON m
+// and with each other: what a resume checks against the model, in the terms a
+// reader without the model (lcc export) can check.
+func consistentTensors(m Meta, st *safetensors.File) error {
+	if s, ok := st.Metadata["step"]; ok && s != strconv.Itoa(m.Step) {
+		return fmt.Errorf("metadata step %q, the JSON's %d", s, m.Step)
+	}
+	step, ok := st.Tensors[OptimPrefix+optim.StepState]
+	if !ok || step.DType != tensor.F64 || len(step.Shape) != 0 {
+		return fmt.Errorf("no optimizer step (an f64[] %q)", OptimPrefix+optim.StepState)
+	}
+	if step.F[0] != float64(m.Step) {
+		return fmt.Errorf("optimizer step %v, the JSON's %d", step.F[0], m.Step)
+	}
+	weights := 0
+	for _, name := range st.Names {
+		t := st.Tensors[name]
+		if n, _ := tensor.Numel(t.Shape); n == 0 {
+			return fmt.Errorf("tensor %q is %v%s, empty", name, t.DType, tensor.ShapeString(t.Shape))
+		}
+		state, isState := strings.CutPrefix(name, OptimPrefix)
+		if !isState {
+			weights++
+			p, known := m.Params[name]
+			if m.Params != nil && !known {
+				return fmt.Errorf("weight %q is not among the JSON's params (renamed?)", name)
+			}
+			// A constant the exporter stored as an initializer may be an integer.
+			_, trained := st.Tensors[OptimPrefix+optim.MasterPrefix+name]
+			if !t.DType.IsFloat() && (trained || known && !p.Frozen) {
+				return fmt.Errorf("weight %q is %v, not floating point", name, t.DType)
+			}
+			continue
+		}
+		for _, prefix := range []string{optim.MasterPrefix, optim.MomentPrefix, optim.VariancePrefix} {
+			w, ok := strings.CutPrefix(state, prefix)
+			if !ok {
+				continue
+			}
+			wt, has := st.Tensors[w]
+			switch {
+			case !has:
+				return fmt.Errorf("optimizer state %q is of weight %q, which the file lacks (renamed?)",
+					name, w)
+			case t.DType != tensor.F32 || !slices.Equal(t.Shape, wt.Shape):
+				return fmt.Errorf("optimizer state %q is %v%s, want f32%s as its weight", name, t.DType,
+					tensor.ShapeString(t.Shape), tensor.ShapeString(wt.Shape))
+			}
+		}
+	}
+	for _, name := range sortedKeys(m.Params) {
+		if _, ok := st.Tensors[name]; !ok {
+			return fmt.Errorf("the JSON's params name weight %q, which the file lacks", name)
+		}
+	}
+	if weights == 0 {
+		return errors.New("no weights")
+	}
+	return nil
 }
 
 // Skipped is a checkpoint Latest passed over, and why.

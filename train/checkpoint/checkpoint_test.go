@@ -2,7 +2,9 @@ package checkpoint
 
 import (
 	"bufio"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -11,32 +13,64 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lcc-dev/lcc/internal/userfile/fifotest"
 	"github.com/lcc-dev/lcc/ir"
 	"github.com/lcc-dev/lcc/tensor"
 	"github.com/lcc-dev/lcc/train/data"
 )
 
-// state makes a checkpoint's tensors: one big enough to need several write chunks.
+// state makes the tensors of a checkpoint at step v: a weight big enough to
+// need several write chunks, its optimizer state and the optimizer's step.
 func state(v float64) (map[string]*tensor.Tensor, Want) {
 	w := tensor.New(tensor.F32, 300, 100)
 	for i := range w.F {
 		w.F[i] = v
 	}
-	ts := map[string]*tensor.Tensor{"w": w, "optim.step": tensor.Scalar(tensor.F64, v)}
-	want := Want{ModelHash: "abc", Tensors: map[string]ir.Type{
-		"w": ir.T(tensor.F32, 300, 100), "optim.step": ir.T(tensor.F64)}}
+	ts := map[string]*tensor.Tensor{"w": w, "optim.step": tensor.Scalar(tensor.F64, v),
+		"optim.master.w": w, "optim.adam.m.w": w, "optim.adam.v.w": w}
+	want := Want{ModelHash: "abc", Tensors: map[string]ir.Type{}}
+	for name, t := range ts {
+		want.Tensors[name] = ir.T(t.DType, t.Shape...)
+	}
 	return ts, want
+}
+
+// meta is the JSON of a checkpoint at step of a run of 100 steps.
+func meta(step int) Meta {
+	return Meta{ModelHash: "abc", Data: data.State{Spec: "synthetic:copy", Sequences: int64(step),
+		RNG: "0123456789abcdef"}, Config: map[string]any{"steps": 100},
+		Params: map[string]Param{"w": {Name: "w"}}}
 }
 
 func save(t *testing.T, dir string, step int) string {
 	t.Helper()
 	ts, _ := state(float64(step))
-	p, err := Save(dir, step, Meta{ModelHash: "abc", Data: data.State{Spec: "synthetic:copy",
-		Sequences: int64(step), RNG: "0123456789abcdef"}}, ts)
+	p, err := Save(dir, step, meta(step), ts)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return p
+}
+
+// editJSON rewrites the JSON of the checkpoint at base (its path without
+// extension) with edit applied.
+func editJSON(base string, edit func(m *Meta)) {
+	var m Meta
+	js, _ := os.ReadFile(base + ".json")
+	json.Unmarshal(js, &m)
+	edit(&m)
+	js, _ = json.Marshal(m)
+	os.WriteFile(base+".json", js, 0o644)
+}
+
+// resave writes the checkpoint at base again with its step's tensors edited,
+// its JSON consistent with them.
+func resave(base string, edit func(ts map[string]*tensor.Tensor)) {
+	var step int
+	fmt.Sscanf(filepath.Base(base), "ckpt-%d", &step)
+	ts, _ := state(float64(step))
+	edit(ts)
+	Save(filepath.Dir(base), step, meta(step), ts)
 }
 
 // TestRoundTrip saves and loads a checkpoint.
@@ -54,51 +88,119 @@ func TestRoundTrip(t *testing.T) {
 }
 
 // TestRefused checks every kind of bad checkpoint is refused with an error naming
-// the file and the problem, and that Latest falls back to the newest valid one.
+// the file and the problem, and that Latest falls back to the newest valid one:
+// with the run's Want (--resume) and, for what a reader without the model can
+// tell (export is set), with none (lcc export).
 func TestRefused(t *testing.T) {
 	_, want := state(0)
 	for _, tc := range []struct {
 		name    string
 		corrupt func(base string)
 		want    string
+		export  bool
 	}{
 		{"bad JSON", func(b string) { os.WriteFile(b+".json", []byte(`{"format": 1, "step`), 0o644) },
-			"bad JSON"},
+			"bad JSON", true},
 		{"other model", func(b string) {
 			js, _ := os.ReadFile(b + ".json")
 			os.WriteFile(b+".json", []byte(strings.Replace(string(js), `"abc"`, `"xyz"`, 1)), 0o644)
-		}, "is of another model"},
+		}, "is of another model", false},
 		{"truncated tensors", func(b string) {
 			raw, _ := os.ReadFile(b + ".safetensors")
 			os.WriteFile(b+".safetensors", raw[:len(raw)/2], 0o644)
-		}, "corrupt or truncated"},
-		{"missing tensors file", func(b string) { os.Remove(b + ".safetensors") }, "no such file"},
+		}, "corrupt or truncated", true},
+		{"missing tensors file", func(b string) { os.Remove(b + ".safetensors") }, "no such file", true},
 		{"missing tensor", func(b string) {
-			ts, _ := state(20)
-			delete(ts, "w")
-			Save(filepath.Dir(b), 20, Meta{ModelHash: "abc"}, ts)
-		}, `missing tensors "w"`},
+			resave(b, func(ts map[string]*tensor.Tensor) { delete(ts, "w") })
+		}, `missing tensors "w"`, false},
 		{"wrong shape", func(b string) {
-			ts, _ := state(20)
-			ts["w"] = tensor.New(tensor.F32, 3)
-			Save(filepath.Dir(b), 20, Meta{ModelHash: "abc"}, ts)
-		}, `"w" is f32[3], want f32[300,100]`},
+			resave(b, func(ts map[string]*tensor.Tensor) { ts["w"] = tensor.New(tensor.F32, 3) })
+		}, `"w" is f32[3], want f32[300,100]`, false},
+
+		// A checkpoint at odds with itself, which lcc export refuses too.
+		{"step past its name", func(b string) { editJSON(b, func(m *Meta) { m.Step = 99 }) },
+			"records step 99, its name step 20", true},
+		{"negative step", func(b string) { editJSON(b, func(m *Meta) { m.Step = -5 }) },
+			"records step -5, its name step 20", true},
+		{"step past --steps", func(b string) {
+			editJSON(b, func(m *Meta) { m.Config["steps"] = 10 })
+		}, "records step 20, past the run's --steps 10", true},
+		{"another checkpoint's tensors", func(b string) {
+			other := filepath.Join(filepath.Dir(b), "ckpt-00000010")
+			js, _ := os.ReadFile(other + ".json")
+			var m Meta
+			json.Unmarshal(js, &m)
+			editJSON(b, func(mine *Meta) { mine.Tensors, mine.TensorsSHA256 = m.Tensors, m.TensorsSHA256 })
+		}, `names tensors file "ckpt-00000010.safetensors", want "ckpt-00000020.safetensors"`, true},
+		{"negative data position", func(b string) { editJSON(b, func(m *Meta) { m.Data.Sequences = -1 }) },
+			"position -1", true},
+		{"bad rng state", func(b string) { editJSON(b, func(m *Meta) { m.Data.RNG = "zz" }) },
+			`rng state "zz"`, true},
+		{"optimizer step differs", func(b string) {
+			resave(b, func(ts map[string]*tensor.Tensor) { ts["optim.step"] = tensor.Scalar(tensor.F64, 19) })
+		}, "optimizer step 19, the JSON's 20", true},
+		{"no optimizer step", func(b string) {
+			resave(b, func(ts map[string]*tensor.Tensor) { delete(ts, "optim.step") })
+		}, `no optimizer step (an f64[] "optim.step")`, true},
+		{"empty weights", func(b string) {
+			resave(b, func(ts map[string]*tensor.Tensor) {
+				for _, n := range []string{"w", "optim.master.w", "optim.adam.m.w", "optim.adam.v.w"} {
+					ts[n] = tensor.New(tensor.F32, 0)
+				}
+			})
+		}, "is f32[0], empty", true},
+		{"integer weight", func(b string) {
+			resave(b, func(ts map[string]*tensor.Tensor) { ts["w"] = tensor.New(tensor.I64, 300, 100) })
+		}, `weight "w" is i64, not floating point`, true},
+		{"state unlike its weight", func(b string) {
+			resave(b, func(ts map[string]*tensor.Tensor) { ts["optim.adam.v.w"] = tensor.New(tensor.F32, 2) })
+		}, `optimizer state "optim.adam.v.w" is f32[2], want f32[300,100] as its weight`, true},
+		{"renamed weight", func(b string) {
+			resave(b, func(ts map[string]*tensor.Tensor) { ts["w2"] = ts["w"]; delete(ts, "w") })
+		}, `optimizer state "optim.adam.m.w" is of weight "w", which the file lacks (renamed?)`, true},
+		{"renamed weight and state", func(b string) {
+			resave(b, func(ts map[string]*tensor.Tensor) {
+				for _, n := range []string{"w", "optim.master.w", "optim.adam.m.w", "optim.adam.v.w"} {
+					ts[n+"2"] = ts[n]
+					delete(ts, n)
+				}
+			})
+		}, `weight "w2" is not among the JSON's params (renamed?)`, true},
+		{"tensors file is a named pipe", func(b string) {
+			os.Remove(b + ".safetensors")
+			fifotest.Make(t, filepath.Dir(b), "ckpt-00000020.safetensors")
+		}, "not a regular file (a named pipe)", true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
 			save(t, dir, 10)
 			p := save(t, dir, 20)
 			tc.corrupt(strings.TrimSuffix(p, ".json"))
-			_, err := Load(p, want)
-			if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), p) {
-				t.Fatalf("Load: got %v, want an error naming %s and containing %q", err, p, tc.want)
+			// The message is checked with the Want that is to give it; the run's Want
+			// may refuse an export case first, for its own reason.
+			wants := []Want{want}
+			if tc.export {
+				wants = []Want{Want{}, want}
 			}
-			c, skipped, err := Latest(dir, want)
-			if err != nil || c == nil || c.Meta.Step != 10 {
-				t.Fatalf("Latest: %v, %v; want step 10", c, err)
-			}
-			if len(skipped) != 1 || skipped[0].Path != p {
-				t.Errorf("skipped %v, want %s", skipped, p)
+			for i, w := range wants {
+				var err, lerr error
+				var c *Checkpoint
+				var skipped []Skipped
+				fifotest.Within(t, 10*time.Second, []string{strings.TrimSuffix(p, ".json") + ".safetensors"},
+					func() {
+						_, err = Load(p, w)
+						c, skipped, lerr = Latest(dir, w)
+					})
+				if err == nil || !strings.Contains(err.Error(), p) ||
+					i == 0 && !strings.Contains(err.Error(), tc.want) {
+					t.Fatalf("Load: got %v, want an error naming %s and containing %q", err, p, tc.want)
+				}
+				if lerr != nil || c == nil || c.Meta.Step != 10 {
+					t.Fatalf("Latest: %v, %v; want step 10", c, lerr)
+				}
+				if len(skipped) != 1 || skipped[0].Path != p {
+					t.Errorf("skipped %v, want %s", skipped, p)
+				}
 			}
 		})
 	}
@@ -135,7 +237,7 @@ func TestWriterFails(t *testing.T) {
 			return nil
 		}
 		ts, _ := state(20)
-		_, err := Save(dir, 20, Meta{ModelHash: "abc"}, ts)
+		_, err := Save(dir, 20, meta(20), ts)
 		writeHook = nil
 		if err == nil || !strings.Contains(err.Error(), "injected fault") {
 			t.Fatalf("%s: Save: %v", target, err)
@@ -147,6 +249,27 @@ func TestWriterFails(t *testing.T) {
 		if tmps, _ := filepath.Glob(filepath.Join(dir, ".*tmp*")); len(tmps) > 0 {
 			t.Errorf("%s: temp files left: %v", target, tmps)
 		}
+		// A failed JSON (a full disk) leaves no orphan tensors file behind.
+		if left, _ := filepath.Glob(filepath.Join(dir, "ckpt-00000020.*")); len(left) > 0 {
+			t.Errorf("%s: files of the failed checkpoint left: %v", target, left)
+		}
+	}
+}
+
+// TestPipeAsJSON: a named pipe named like the newest checkpoint's JSON is
+// skipped at once, saying what it is, and the one before it is taken.
+func TestPipeAsJSON(t *testing.T) {
+	dir := t.TempDir()
+	save(t, dir, 10)
+	pipe := fifotest.Make(t, dir, "ckpt-00000020.json")
+	_, want := state(0)
+	var c *Checkpoint
+	var skipped []Skipped
+	var err error
+	fifotest.Within(t, 10*time.Second, []string{pipe}, func() { c, skipped, err = Latest(dir, want) })
+	if err != nil || c == nil || c.Meta.Step != 10 || len(skipped) != 1 ||
+		!strings.Contains(skipped[0].Err.Error(), "not a regular file (a named pipe)") {
+		t.Fatalf("Latest: %v, skipped %v, %v; want step 10, the pipe skipped", c, skipped, err)
 	}
 }
 
@@ -163,7 +286,7 @@ func TestKilledWriter(t *testing.T) {
 			return nil
 		}
 		ts, _ := state(20)
-		Save(dir, 20, Meta{ModelHash: "abc"}, ts)
+		Save(dir, 20, meta(20), ts)
 		os.Exit(3) // not reached
 	}
 	dir := t.TempDir()

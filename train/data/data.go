@@ -17,11 +17,14 @@
 //     token after input t); positions that carry no target hold IgnoreIndex, the
 //     ignore_index of the cross-entropy objective.
 //   - Every token is checked against the model's vocabulary; a file token out of
-//     range is an error naming the file and its byte offset.
+//     range is an error naming the file and its byte offset. A token file is
+//     checked whole when opened, in one pass with bounded memory, so a bad id
+//     fails the run before its first step, not when training reaches it.
 package data
 
 import (
 	"fmt"
+	"io"
 	"strings"
 
 	"github.com/lcc-dev/lcc/tensor"
@@ -40,6 +43,8 @@ type Options struct {
 	Seed uint64
 	// TokenBytes is 2 (uint16) or 4 (uint32) for tokens:FILE; 0 means 2.
 	TokenBytes int
+	// Log gets the progress of checking a large token file at open (nil: none).
+	Log io.Writer
 }
 
 // Batch is one step's data: int64 [batch, seq] token ids and next-token labels.
@@ -153,13 +158,23 @@ func (s *Stream) Restore(st State) error {
 	if st.Spec != s.spec {
 		return fmt.Errorf("data: the checkpoint was trained on %q, this run reads %q", st.Spec, s.spec)
 	}
+	if err := st.Check(); err != nil {
+		return err
+	}
+	s.rng.SetState(st.RNG)
+	s.seqs = st.Sequences
+	return nil
+}
+
+// Check says whether st could be a stream's position: one at or after the
+// start, with a valid RNG state. Restore checks the same.
+func (st State) Check() error {
 	if st.Sequences < 0 {
 		return fmt.Errorf("data: position %d: want >= 0", st.Sequences)
 	}
-	if err := s.rng.SetState(st.RNG); err != nil {
+	if err := new(RNG).SetState(st.RNG); err != nil {
 		return fmt.Errorf("data: %w", err)
 	}
-	s.seqs = st.Sequences
 	return nil
 }
 

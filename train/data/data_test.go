@@ -2,11 +2,15 @@ package data
 
 import (
 	"encoding/binary"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/lcc-dev/lcc/internal/userfile/fifotest"
 )
 
 func open(t *testing.T, spec string, o Options) *Stream {
@@ -131,10 +135,9 @@ func TestTokenFiles(t *testing.T) {
 // TestFileErrors checks the errors name the flag-level problem and the offset.
 func TestFileErrors(t *testing.T) {
 	p := writeTokens(t, 2, []uint32{1, 2, 3, 700, 5, 6})
-	s := open(t, "tokens:"+p, Options{SeqLen: 4, Batch: 1, Vocab: 512, TokenBytes: 2})
-	_, err := s.Next()
-	if err == nil || !strings.Contains(err.Error(), "token 700 at byte offset 6") ||
-		!strings.Contains(err.Error(), p) {
+	_, err := Open("tokens:"+p, Options{SeqLen: 4, Batch: 1, Vocab: 512, TokenBytes: 2})
+	if err == nil || !strings.Contains(err.Error(), "token 700 at byte offset 6 is outside the "+
+		"model's vocabulary [0, 512)") || !strings.Contains(err.Error(), p) {
 		t.Errorf("out-of-vocabulary token: got %v", err)
 	}
 	odd := filepath.Join(t.TempDir(), "odd.bin")
@@ -161,6 +164,59 @@ func TestFileErrors(t *testing.T) {
 		_, err := Open(tc.spec, o)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("Open(%q): got %v, want an error containing %q", tc.spec, err, tc.want)
+		}
+	}
+}
+
+// TestVocabCheckedAtOpen: a token file is checked whole when opened, in chunks:
+// an id past the vocabulary in the last chunk, which no early batch reads, fails
+// the open naming the file, the offset, the id and the vocabulary; a large file
+// reports its progress; a file that cannot hold a bad id is not read.
+func TestVocabCheckedAtOpen(t *testing.T) {
+	defer func(b int64) { progressBytes = b }(progressBytes)
+	progressBytes = scanChunk
+	toks := make([]uint32, 3*scanChunk/4+5) // uint32: three chunks and a bit
+	for i := range toks {
+		toks[i] = uint32(i % 1000)
+	}
+	toks[len(toks)-2] = 70000
+	p := writeTokens(t, 4, toks)
+	var log strings.Builder
+	_, err := Open("tokens:"+p, Options{SeqLen: 8, Batch: 1, Vocab: 50257, TokenBytes: 4, Log: &log})
+	want := fmt.Sprintf("%s: token 70000 at byte offset %d is outside the model's vocabulary [0, 50257)",
+		p, 4*(len(toks)-2))
+	if err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("got %v, want %q", err, want)
+	}
+	toks[len(toks)-2] = 7
+	p = writeTokens(t, 4, toks)
+	log.Reset()
+	open(t, "tokens:"+p, Options{SeqLen: 8, Batch: 1, Vocab: 50257, TokenBytes: 4, Log: &log})
+	if !strings.Contains(log.String(), "checking 3 MiB of token ids against the vocabulary of 50257") ||
+		!strings.Contains(log.String(), "0% checked\n") ||
+		!strings.Contains(log.String(), "every token id is in the vocabulary") {
+		t.Errorf("progress:\n%s", log.String())
+	}
+	// uint16 ids cannot pass a vocabulary of 65536 or more: nothing to check.
+	log.Reset()
+	p = writeTokens(t, 2, toks)
+	open(t, "tokens:"+p, Options{SeqLen: 8, Batch: 1, Vocab: 65536, TokenBytes: 2, Log: &log})
+	if log.Len() != 0 {
+		t.Errorf("checked a file whose ids all fit:\n%s", log.String())
+	}
+}
+
+// TestPipeRefused: a named pipe as tokens:FILE or bytes:FILE is refused at
+// once, naming it.
+func TestPipeRefused(t *testing.T) {
+	pipe := fifotest.Make(t, t.TempDir(), "toks.bin")
+	for _, spec := range []string{"tokens:", "bytes:"} {
+		var err error
+		fifotest.Within(t, 10*time.Second, []string{pipe}, func() {
+			_, err = Open(spec+pipe, Options{SeqLen: 4, Batch: 1, Vocab: 512})
+		})
+		if err == nil || !strings.Contains(err.Error(), pipe+": not a regular file (a named pipe)") {
+			t.Errorf("%s a named pipe: %v", spec, err)
 		}
 	}
 }

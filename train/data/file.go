@@ -3,7 +3,12 @@ package data
 import (
 	"encoding/binary"
 	"fmt"
+	"io"
 	"os"
+	"time"
+
+	"github.com/lcc-dev/lcc/internal/fserr"
+	"github.com/lcc-dev/lcc/internal/userfile"
 )
 
 // fileSource reads fixed windows of a token file. Window w covers tokens
@@ -21,9 +26,9 @@ type fileSource struct {
 }
 
 func openFile(path string, width int, o Options) (source, error) {
-	f, err := os.Open(path)
+	f, err := userfile.Open(path)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%s: %w", path, fserr.Cause(err))
 	}
 	st, err := f.Stat()
 	if err != nil {
@@ -41,8 +46,73 @@ func openFile(path string, width int, o Options) (source, error) {
 		f.Close()
 		return nil, fmt.Errorf("%s: %d tokens; seq len %d needs at least %d", path, n, t, t+1)
 	}
-	return &fileSource{path: path, f: f, width: width, windows: (n - 1) / t, vocab: o.Vocab,
-		buf: make([]byte, (t+1)*int64(width))}, nil
+	s := &fileSource{path: path, f: f, width: width, windows: (n - 1) / t, vocab: o.Vocab,
+		buf: make([]byte, (t+1)*int64(width))}
+	if err := s.checkVocab(size, o.Log); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// scanChunk is what checkVocab reads at a time: its memory, whatever the
+// file's size (a multiple of every token width).
+const scanChunk = 1 << 20
+
+// progressBytes is the size past which checkVocab reports its progress.
+var progressBytes int64 = 256 << 20
+
+// checkVocab reads the file's size bytes once, in order, and returns an error
+// for its first token outside the vocabulary, so that a bad file fails when
+// opened, not when training reaches the token. A large file gets progress
+// lines on log (nil: none).
+func (s *fileSource) checkVocab(size int64, log io.Writer) error {
+	if s.width < 8 && s.vocab >= 1<<(8*s.width) {
+		return nil // every id the width holds is in the vocabulary
+	}
+	if log == nil || size <= progressBytes {
+		log = io.Discard
+	}
+	fmt.Fprintf(log, "data: %s: checking %d MiB of token ids against the vocabulary of %d\n", s.path,
+		size>>20, s.vocab)
+	t0, reported := time.Now(), int64(0)
+	buf := make([]byte, scanChunk)
+	for off := int64(0); off < size; {
+		chunk := buf[:min(int64(len(buf)), size-off)]
+		if _, err := io.ReadFull(io.NewSectionReader(s.f, off, int64(len(chunk))), chunk); err != nil {
+			return fmt.Errorf("%s: reading at byte offset %d: %w", s.path, off, err)
+		}
+		for i := range int64(len(chunk) / s.width) {
+			if tok := s.token(chunk, i); tok >= s.vocab {
+				return s.outside(tok, off+i*int64(s.width))
+			}
+		}
+		off += int64(len(chunk))
+		if tenth := 10 * off / size; tenth > reported && off < size {
+			reported = tenth
+			fmt.Fprintf(log, "data: %s: %d%% checked\n", s.path, 10*tenth)
+		}
+	}
+	fmt.Fprintf(log, "data: %s: every token id is in the vocabulary (%.1f s)\n", s.path,
+		time.Since(t0).Seconds())
+	return nil
+}
+
+// token decodes token i of buf.
+func (s *fileSource) token(buf []byte, i int64) int64 {
+	switch s.width {
+	case 1:
+		return int64(buf[i])
+	case 2:
+		return int64(binary.LittleEndian.Uint16(buf[2*i:]))
+	}
+	return int64(binary.LittleEndian.Uint32(buf[4*i:]))
+}
+
+// outside is the error of token tok, at byte offset off, outside the vocabulary.
+func (s *fileSource) outside(tok, off int64) error {
+	return fmt.Errorf("%s: token %d at byte offset %d is outside the model's vocabulary [0, %d)",
+		s.path, tok, off, s.vocab)
 }
 
 func (s *fileSource) sequence(k int64, _ *RNG, ids, labels []int64) error {
@@ -52,18 +122,10 @@ func (s *fileSource) sequence(k int64, _ *RNG, ids, labels []int64) error {
 		return fmt.Errorf("%s: reading window at byte offset %d: %w", s.path, start, err)
 	}
 	for i := int64(0); i <= t; i++ {
-		var tok int64
-		switch s.width {
-		case 1:
-			tok = int64(s.buf[i])
-		case 2:
-			tok = int64(binary.LittleEndian.Uint16(s.buf[2*i:]))
-		case 4:
-			tok = int64(binary.LittleEndian.Uint32(s.buf[4*i:]))
-		}
+		// Checked at open; checked again, cheaply, in case the file changed since.
+		tok := s.token(s.buf, i)
 		if tok >= s.vocab {
-			return fmt.Errorf("%s: token %d at byte offset %d is outside the model's vocabulary [0, %d)",
-				s.path, tok, start+i*int64(s.width), s.vocab)
+			return s.outside(tok, start+i*int64(s.width))
 		}
 		if i < t {
 			ids[i] = tok

@@ -24,9 +24,6 @@ import (
 	"github.com/lcc-dev/lcc/train/checkpoint"
 )
 
-// OptimPrefix prefixes optimizer state in checkpoints (see package train).
-const OptimPrefix = "optim."
-
 // Weights are the trained parameters of a checkpoint under PyTorch's names.
 type Weights struct {
 	// Names are the parameter names, sorted.
@@ -43,7 +40,7 @@ func FromCheckpoint(c *checkpoint.Checkpoint) (*Weights, error) {
 	from := map[string]string{} // PyTorch name -> checkpoint name, to report clashes
 	var names []string
 	for name := range c.Tensors {
-		if !strings.HasPrefix(name, OptimPrefix) {
+		if !strings.HasPrefix(name, checkpoint.OptimPrefix) {
 			names = append(names, name)
 		}
 	}
@@ -118,6 +115,8 @@ type Result struct {
 	Step       int
 	Tensors    int
 	Skipped    []string
+	// Refused are the newer checkpoints passed over as invalid, and why.
+	Refused []checkpoint.Skipped
 }
 
 // Run exports the trained weights of a checkpoint in dir.
@@ -125,11 +124,11 @@ func Run(dir string, o Options) (*Result, error) {
 	if o.Format != "safetensors" && o.Format != "onnx" {
 		return nil, fmt.Errorf("--format %q: want safetensors or onnx", o.Format)
 	}
-	c, err := pick(dir, o.Step)
+	c, refused, err := pick(dir, o.Step)
 	if err != nil {
 		return nil, err
 	}
-	res := &Result{Checkpoint: c.Path, Step: c.Meta.Step}
+	res := &Result{Checkpoint: c.Path, Step: c.Meta.Step, Refused: refused}
 	var data []byte
 	switch o.Format {
 	case "safetensors":
@@ -149,23 +148,26 @@ func Run(dir string, o Options) (*Result, error) {
 	return res, atomicfile.WriteFile(o.Out, data, 0o644)
 }
 
-// pick loads the checkpoint of step (the newest valid one for 0).
-func pick(dir string, step int) (*checkpoint.Checkpoint, error) {
+// pick loads the checkpoint of step (for 0, the newest valid one, and the
+// newer ones it passed over). Checkpoints are validated as --resume validates
+// them, less what only the model can tell (checkpoint.Load).
+func pick(dir string, step int) (*checkpoint.Checkpoint, []checkpoint.Skipped, error) {
 	if step > 0 {
-		return checkpoint.Load(checkpoint.Base(dir, step)+".json", checkpoint.Want{})
+		c, err := checkpoint.Load(checkpoint.Base(dir, step)+".json", checkpoint.Want{})
+		return c, nil, err
 	}
 	c, skipped, err := checkpoint.Latest(dir, checkpoint.Want{})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if c == nil {
 		if len(skipped) > 0 {
-			return nil, fmt.Errorf("%s: no valid checkpoint (%d refused; first: %v)", dir, len(skipped),
-				skipped[0].Err)
+			return nil, nil, fmt.Errorf("%s: no valid checkpoint (%d refused; first: %v)", dir,
+				len(skipped), skipped[0].Err)
 		}
-		return nil, fmt.Errorf("%s: no checkpoint", dir)
+		return nil, nil, fmt.Errorf("%s: no checkpoint", dir)
 	}
-	return c, nil
+	return c, skipped, nil
 }
 
 // onnxWithWeights writes the model the checkpoint's run trained with its
@@ -178,7 +180,7 @@ func onnxWithWeights(c *checkpoint.Checkpoint) ([]byte, int, error) {
 	}
 	ws := map[string]*tensor.Tensor{}
 	for name, t := range c.Tensors {
-		if !strings.HasPrefix(name, OptimPrefix) {
+		if !strings.HasPrefix(name, checkpoint.OptimPrefix) {
 			ws[name] = t
 		}
 	}
