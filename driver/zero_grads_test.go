@@ -79,7 +79,7 @@ func TestStructuralZeroFloor(t *testing.T) {
 	rf.Tensors["grad."+key] = noise(rf.Tensors["grad."+key], 1e-5)
 	opts := CheckOptions{Tolerance: 2e-2, Out: &bytes.Buffer{}, Storage: tensor.BF16}
 	opts.Run = func(f *ir.Func, in map[string]*tensor.Tensor) (map[string]*tensor.Tensor, error) {
-		outs, err := RunCPU(f, in, tensor.BF16)
+		outs, err := RunCPU(f, in, tensor.BF16, HostBudget{})
 		if err == nil {
 			outs["grad.m."+key] = noise(outs["grad.m."+key], 5e-5)
 		}
