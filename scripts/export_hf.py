@@ -8,10 +8,12 @@ takes one input, input_ids [batch, seq], and returns the logits; `batch` and `se
 dynamic dims with those names, which `lcc train --batch --seq-len` bind. The options
 that matter to lcc (see export below):
   - dynamo=True: torch.export, whose graph signature and per-node provenance lcc reads to
-    train exactly PyTorch's parameters under their state_dict names, even where the
-    exporter's optimizer merged equal initializers (fresh norm scales), folded a
-    Linear's Wᵀ into a new initializer, or dropped a zero bias: lcc unties, unfolds and
-    restores them (lcc compile prints a note saying which);
+    train exactly PyTorch's parameters under their state_dict names;
+  - optimize=False keeps every parameter apart, its own initializer: the exporter's
+    optimizer merges parameters with equal initial values (fresh norm scales), then the
+    nodes reading them, and folds a parameter's arithmetic into constants. lcc undoes
+    most of that from the provenance (and says so), but refuses a model with a
+    parameter it cannot give back its own weight. --optimize runs the optimizer anyway;
   - weights stay initializers (not graph inputs), in the file, or in MODEL.onnx.data
     beside it when they pass 2 GB (ONNX's protobuf limit; lcc reads external data that
     lies in the model's folder);
@@ -205,11 +207,11 @@ def export_model(a):
     vocab = model.get_input_embeddings().weight.shape[0]
     ids = torch.randint(0, vocab, (a.batch, a.seq))
     batch, seq = torch.export.Dim("batch"), torch.export.Dim("seq")
-    # dynamo=True records the provenance lcc reads; the default optimizer's folds and
-    # merges are undone by lcc from it. Weights stay initializers (not inputs).
+    # dynamo=True records the provenance lcc reads; optimize=False keeps each parameter
+    # its own initializer (weights stay initializers, not inputs).
     prog = torch.onnx.export(LM(model), (ids,), dynamo=True, input_names=["input_ids"],
                              output_names=["logits"], dynamic_shapes={"input_ids": {0: batch, 1: seq}},
-                             opset_version=18)
+                             opset_version=18, optimize=a.optimize)
     os.makedirs(os.path.dirname(os.path.abspath(a.output)), exist_ok=True)
     prog.save(a.output)  # weights over 2 GB go to a.output + ".data", beside it
     params = sum(p.numel() for p in model.parameters())
@@ -231,6 +233,8 @@ def main():
                    help="the model's attention implementation; lcc matches both")
     p.add_argument("--from-config", action="store_true",
                    help="fresh random weights from the model's config (no weight download)")
+    p.add_argument("--optimize", action="store_true",
+                   help="run the exporter's optimizer (merges equal parameters and folds; lcc undoes most)")
     p.add_argument("--trust-remote-code", action="store_true",
                    help="allow a model whose code lives on the Hub (runs that code)")
     p.add_argument("--testdata", metavar="OUTDIR", help="write lcc's test models and references")
