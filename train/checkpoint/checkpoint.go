@@ -40,6 +40,7 @@ import (
 
 	"github.com/lcc-dev/lcc/internal/atomicfile"
 	"github.com/lcc-dev/lcc/internal/fserr"
+	"github.com/lcc-dev/lcc/internal/jsonerr"
 	"github.com/lcc-dev/lcc/internal/userfile"
 	"github.com/lcc-dev/lcc/ir"
 	"github.com/lcc-dev/lcc/safetensors"
@@ -264,7 +265,7 @@ func Load(path string, want Want) (*Checkpoint, error) {
 	var m Meta
 	dec := json.NewDecoder(bytes.NewReader(js))
 	if err := dec.Decode(&m); err != nil {
-		return nil, fmt.Errorf("checkpoint %s: bad JSON: %w", path, err)
+		return nil, fmt.Errorf("checkpoint %s: bad JSON: %w", path, jsonerr.Explain(js, err))
 	}
 	switch {
 	case m.Format != Format:
