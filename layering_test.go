@@ -37,7 +37,7 @@ var levels = map[string]int{
 
 	// The reference interpreter, which is also the compiler's constant folder, sits
 	// below the compiler that uses it.
-	"plan":   3,
+	"cost":   3,
 	"interp": 3,
 
 	"passes":    4,

@@ -390,7 +390,7 @@ func runStages(f *ir.Func, ps []passes.Pass, popts passes.Options) (stats []pass
 // "cublaslt_gemm" entry when it has GEMMs, then one "nccl_<op>" entry per NCCL
 // collective it calls (send_recv for ring attention's k/v blocks, all_reduce for
 // gradients, ...), in the order the plan first calls each.
-func libraryKernels(pl *cudagen.Plan) []report.Kernel {
+func libraryKernels(pl *cudagen.LaunchPlan) []report.Kernel {
 	var ks []report.Kernel
 	if slices.ContainsFunc(pl.Steps, func(st cudagen.Step) bool { return st.Kind == "gemm" }) {
 		ks = append(ks, report.Kernel{Name: "cublaslt_gemm", Op: "matmul"})

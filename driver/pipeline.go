@@ -5,11 +5,11 @@ import (
 	"strings"
 
 	cudagen "github.com/lcc-dev/lcc/codegen/cuda"
+	"github.com/lcc-dev/lcc/cost"
 	"github.com/lcc-dev/lcc/ir"
 	"github.com/lcc-dev/lcc/passes"
 	"github.com/lcc-dev/lcc/passes/autodiff"
 	"github.com/lcc-dev/lcc/passes/loss"
-	"github.com/lcc-dev/lcc/plan"
 	"github.com/lcc-dev/lcc/targets"
 	"github.com/lcc-dev/lcc/tensor"
 )
@@ -590,7 +590,7 @@ func (p *pipeline) budget() int64 {
 		return p.opts.MemoryBudget
 	}
 	if p.mem.gpu() && p.target.MemoryBytes > 0 {
-		return p.target.MemoryBytes - plan.CUDAContextBytes
+		return p.target.MemoryBytes - cost.CUDAContextBytes
 	}
 	return p.target.MemoryBytes
 }
@@ -617,7 +617,7 @@ func joinInts(xs []int64) string {
 func countFLOPs(f *ir.Func) int64 {
 	var n int64
 	for _, node := range f.Body {
-		n += plan.NodeFLOPs(node)
+		n += cost.NodeFLOPs(node)
 	}
 	return n
 }

@@ -7,15 +7,15 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/lcc-dev/lcc/cost"
 	"github.com/lcc-dev/lcc/ir"
-	"github.com/lcc-dev/lcc/plan"
 )
 
 // This file chooses which forward values the backward keeps and which it
 // recomputes (activation checkpointing; Chen et al., "Training Deep Nets with
 // Sublinear Memory Cost", arXiv 1604.06174; Checkmate, Jain et al., MLSys 2020).
 // It runs after autodiff, on a body that is the forward followed by the backward
-// (plan.BackwardStart finds the split). Recomputing a value duplicates the forward
+// (cost.BackwardStart finds the split). Recomputing a value duplicates the forward
 // nodes that make it, back to values that are kept, right before the first backward
 // node that needs it; every backward read goes to the copy, so the forward original
 // dies at its last forward use. The copies run the same kernels on the same inputs,
@@ -23,7 +23,7 @@ import (
 //
 // The copies equal their originals, so CSE would merge them back: run CSE before
 // this pass and not after it (dead-code elimination is fine). The budget is checked
-// against plan.Simulate's peak, the number the report prints, not saved bytes.
+// against cost.Simulate's peak, the number the report prints, not saved bytes.
 
 // CheckpointConfig configures InsertCheckpoints.
 type CheckpointConfig struct {
@@ -55,7 +55,7 @@ type CheckpointConfig struct {
 	BudgetBytes int64
 	// Peak is the memory model the budget is checked against: the per-GPU peak
 	// of a step (the driver's: codegen's arena, optimizer state and fixed
-	// costs). Nil means plan.Simulate's peak.
+	// costs). Nil means cost.Simulate's peak.
 	Peak func(*ir.Func) int64
 	// Hints are the flags that would lower the peak, which auto's refusal
 	// names (the driver's, from the compile's options); nil names the usual ones.
@@ -73,7 +73,7 @@ type CheckpointStats struct {
 	Policy string `json:"policy"`
 	// RecomputedOps is the number of forward nodes duplicated into the backward.
 	RecomputedOps int `json:"recomputed_ops"`
-	// RecomputedFLOPs is their work (plan.NodeFLOPs), the cost auto minimises.
+	// RecomputedFLOPs is their work (cost.NodeFLOPs), the cost auto minimises.
 	RecomputedFLOPs int64 `json:"recomputed_flops"`
 	// SavedBytes is the reduction of the peak (PeakBefore − PeakAfter).
 	SavedBytes int64 `json:"saved_bytes"`
@@ -161,9 +161,9 @@ const maxKnapsackTrials = 24
 func Checkpoint(f *ir.Func, cfg CheckpointConfig) (CheckpointStats, error) {
 	peakOf := cfg.Peak
 	if peakOf == nil {
-		peakOf = func(g *ir.Func) int64 { return plan.Simulate(g).PeakBytes }
+		peakOf = func(g *ir.Func) int64 { return cost.Simulate(g).PeakBytes }
 	}
-	start := plan.BackwardStart(f)
+	start := cost.BackwardStart(f)
 	before := peakOf(f)
 	st := CheckpointStats{Policy: "none", PeakBefore: before, PeakAfter: before}
 	var tried []string
@@ -228,7 +228,7 @@ func Checkpoint(f *ir.Func, cfg CheckpointConfig) (CheckpointStats, error) {
 	// the step) and peaks 9 GiB lower.
 	var work int64
 	for _, n := range f.Body {
-		work += plan.NodeFLOPs(n)
+		work += cost.NodeFLOPs(n)
 	}
 	tol := work / 50
 	better := func(a, b CheckpointStats) bool {
@@ -391,7 +391,7 @@ func rematerialize(g *ir.Func, start int, recompute func(i int) bool) (int, int6
 		}
 		body = append(body, c)
 		count++
-		flops += plan.NodeFLOPs(c)
+		flops += cost.NodeFLOPs(c)
 		return copies[v]
 	}
 	for _, n := range g.Body[start:] {

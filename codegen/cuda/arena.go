@@ -13,7 +13,7 @@ const ArenaAlign = 256
 // returns the offsets (by buffer id; -1 for inline, alias and host buffers) and the
 // arena's size. A buffer lives from the first step that writes it to the last that
 // reads it; parameters, constants and outputs live throughout.
-func PlanArena(plan *Plan) (offs []int64, peak int64) {
+func PlanArena(plan *LaunchPlan) (offs []int64, peak int64) {
 	n := len(plan.Buffers)
 	first, last := lifetimes(plan)
 	var ids []int
@@ -59,7 +59,7 @@ func PlanArena(plan *Plan) (offs []int64, peak int64) {
 // lifetimes gives every buffer of plan the first and last step that holds it
 // (alias buffers count for the buffer they alias; parameters, constants and
 // outputs hold from -1 to len(plan.Steps)); a buffer no step touches has last -1.
-func lifetimes(plan *Plan) (first, last []int) {
+func lifetimes(plan *LaunchPlan) (first, last []int) {
 	n := len(plan.Buffers)
 	owner := func(id int) int {
 		if plan.Buffers[id].Kind == "alias" {
@@ -96,7 +96,7 @@ func lifetimes(plan *Plan) (first, last []int) {
 // ArenaUsage is the arena's occupancy over plan's schedule: element i is the
 // bytes (aligned as PlanArena aligns them) of the buffers live during step i.
 // Its maximum is at most PlanArena's size, which adds the layout's gaps.
-func ArenaUsage(plan *Plan) []int64 {
+func ArenaUsage(plan *LaunchPlan) []int64 {
 	first, last := lifetimes(plan)
 	delta := make([]int64, len(plan.Steps)+1)
 	for _, b := range plan.Buffers {

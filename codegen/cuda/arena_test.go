@@ -8,7 +8,7 @@ import (
 // TestArenaUsage: the occupancy over the schedule of a hand-made plan, and its
 // relation to PlanArena's size.
 func TestArenaUsage(t *testing.T) {
-	pl := &Plan{Buffers: []Buffer{
+	pl := &LaunchPlan{Buffers: []Buffer{
 		{ID: 0, Kind: "param", Bytes: 1000},  // 1024 aligned, throughout
 		{ID: 1, Kind: "value", Bytes: 512},   // steps 0-1
 		{ID: 2, Kind: "alias", AliasOf: 1},   // extends 1 to step 2

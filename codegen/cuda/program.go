@@ -128,8 +128,8 @@ type Output struct {
 	ID   int    `json:"id"`
 }
 
-// Plan is the ordered launch list of one function.
-type Plan struct {
+// LaunchPlan is the ordered launch list of one function.
+type LaunchPlan struct {
 	Func    string   `json:"func"`
 	Arch    string   `json:"arch"`
 	Storage string   `json:"storage"`
@@ -144,7 +144,7 @@ type Plan struct {
 // Program is what Build produces: the distinct kernels and the plan using them.
 type Program struct {
 	Kernels []Kernel
-	Plan    *Plan
+	Plan    *LaunchPlan
 	// Attention says, for every attention node in body order, which kernels it
 	// runs on (the report prints it).
 	Attention []AttentionChoice
@@ -173,7 +173,7 @@ func Build(f *ir.Func, opts Options) (*Program, error) {
 		return nil, fmt.Errorf("codegen/cuda: %w", err)
 	}
 	g := &gen{f: f, opts: opts, ids: map[*ir.Value]int{}, byName: map[string]int{},
-		uses: f.Uses(), prog: &Program{Plan: &Plan{Func: f.Name, Arch: opts.Arch,
+		uses: f.Uses(), prog: &Program{Plan: &LaunchPlan{Func: f.Name, Arch: opts.Arch,
 			Storage: opts.Storage.String(), Constants: map[int]*tensor.Tensor{}}}}
 	if err := g.buffers(); err != nil {
 		return nil, err
