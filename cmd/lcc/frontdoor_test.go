@@ -160,6 +160,18 @@ func TestREADMEFrontDoor(t *testing.T) {
 			t.Error(err)
 		}
 	}
+	// Every module go.mod requires directly has its reason in the README.
+	mod, err := os.ReadFile("../../go.mod")
+	if err != nil {
+		t.Fatal(err)
+	}
+	block := regexp.MustCompile(`(?s)require \((.*?)\)`).FindSubmatch(mod)
+	for _, line := range strings.Split(string(block[1]), "\n") {
+		if f := strings.Fields(line); len(f) >= 2 && !strings.Contains(line, "// indirect") &&
+			!strings.Contains(readme, "| `"+f[0]) {
+			t.Errorf("the README's dependency table does not give %s's reason", f[0])
+		}
+	}
 	// Prose paragraphs (not code, tables or lists) stay short.
 	n := 0
 	for i, l := range append(lines, "") {
