@@ -12,6 +12,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/lcc-dev/lcc/internal/userfile/fifotest"
 )
 
 // TestTrainStopsOnSignal: SIGTERM (and SIGINT) end lcc train after the step in
@@ -119,15 +121,19 @@ func TestOutputPathsCheckedFirst(t *testing.T) {
 			"--outputs " + dir + ": is a folder"},
 		{[]string{"run", model, "--inputs", filepath.Join(td, "ref", "gpt_mini.ref.safetensors"), "--outputs",
 			file + "/y.safetensors"}, "--outputs " + file + "/y.safetensors: its folder " + file + ": is a file"},
+		{append(train, "--metrics="+fifotest.Make(t, dir, "pipe")), "--metrics " + filepath.Join(dir, "pipe") +
+			": is a named pipe that no one reads"},
 	} {
 		out, stderr, code := lcc(t, c.args...)
 		if code != 1 || !strings.Contains(stderr, c.want) || out != "" {
 			t.Errorf("lcc %v: exit %d:\n%s%s\nwant %q before any output", c.args, code, out, stderr, c.want)
 		}
 	}
-	// A folder that does not exist yet is fine, and not created by the check.
-	out, stderr, code := lcc(t, append(train, "--plot="+filepath.Join(dir, "new", "loss.png"))...)
+	// A folder that does not exist yet is fine, and is made for the file; so is
+	// an existing file that can be written, /dev/null included.
+	out, stderr, code := lcc(t, append(train, "--plot="+filepath.Join(dir, "new", "loss.png"),
+		"--metrics=/dev/null")...)
 	if code != 0 {
-		t.Errorf("--plot in a new folder: exit %d:\n%s%s", code, out, stderr)
+		t.Errorf("--plot in a new folder, --metrics=/dev/null: exit %d:\n%s%s", code, out, stderr)
 	}
 }

@@ -35,8 +35,21 @@ func checkOutputDir(flag, path string) error {
 // checkOutputFile checks that the file flag names can be written: it is not a
 // folder, and its folder exists as one or can be created.
 func checkOutputFile(flag, path string) error {
-	if st, err := os.Stat(path); err == nil && st.IsDir() {
+	st, err := os.Stat(path)
+	switch {
+	case err == nil && st.IsDir():
 		return fmt.Errorf("%s %s: is a folder; want a file name", flag, path)
+	case err == nil:
+		// An existing file (or /dev/null) is opened for writing, neither truncated
+		// nor waited on: a named pipe no one reads fails at once.
+		f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|syscall.O_NONBLOCK, 0)
+		if errors.Is(err, syscall.ENXIO) {
+			return fmt.Errorf("%s %s: is a named pipe that no one reads", flag, path)
+		}
+		if err != nil {
+			return fmt.Errorf("%s %s: cannot be written: %w", flag, path, fserr.Cause(err))
+		}
+		return f.Close()
 	}
 	return checkOutputDir(flag+" "+path+": its folder", filepath.Dir(path))
 }
