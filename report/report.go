@@ -44,7 +44,7 @@ type Training struct {
 	// FusedCrossEntropy counts fused linear cross-entropy rewrites.
 	FusedCrossEntropy int
 	// Checkpoints is what checkpoint insertion did (nil when it did not run).
-	Checkpoints *passes.CheckpointStats
+	Checkpoints *passes.RecomputeStats
 }
 
 // AdamWBytesPerParam is the optimizer state per trainable parameter: fp32 first
@@ -66,7 +66,7 @@ type Report struct {
 	Params      Params                 `json:"parameters"`
 	Attention   Attention              `json:"attention"`
 	FusedCE     int                    `json:"fused_cross_entropy"`
-	Checkpoints passes.CheckpointStats `json:"checkpoints"`
+	Checkpoints passes.RecomputeStats `json:"checkpoints"`
 	Memory      Memory                 `json:"memory"`
 	FLOPs       FLOPs                  `json:"flops"`
 	Kernels     []Kernel               `json:"kernels"`
@@ -328,7 +328,7 @@ func Build(f *ir.Func, in Input) *Report {
 		r.Attention = *in.Attention
 	}
 	r.FusedCE = in.Training.FusedCrossEntropy
-	r.Checkpoints = passes.CheckpointStats{Policy: "none"}
+	r.Checkpoints = passes.RecomputeStats{Policy: "none"}
 	if in.Training.Checkpoints != nil {
 		r.Checkpoints = *in.Training.Checkpoints
 	}
