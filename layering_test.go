@@ -29,6 +29,7 @@ var levels = map[string]int{
 	// Test fixtures that build IR (only tests import them).
 	"internal/llamagen": 2,
 	"internal/attntest": 2,
+	"internal/onnxgen":  5, // builds ONNX protobuf models (only tests import it)
 
 	"plan":    3,
 	"codegen": 3,
