@@ -92,9 +92,11 @@ func RewriteWithStats(name string, patterns []Pattern, maxIter int) (Pass, *Rewr
 // rule set that never settles is a bug in the rules, and silently stopping would
 // hide it. Within a sweep nodes are visited in body order and, for each node, the
 // patterns with its op in the order given; after a hit the node is not offered to
-// later patterns in that sweep. Dead code is removed before each sweep and after
-// each hit, so a pattern only ever sees live nodes. An error recorded by the
-// builder during a rewrite is returned, naming the pattern and the node.
+// later patterns in that sweep; nodes built in a sweep are first visited in the
+// next. Dead code is removed before each sweep, and what a hit leaves unread is
+// dead at once (see Editor), so a pattern only ever sees live nodes. A sweep
+// costs time linear in the body plus what its patterns touch. An error recorded
+// by the builder during a rewrite is returned, naming the pattern and the node.
 func ApplyPatterns(f *ir.Func, patterns []Pattern, maxIter int) (RewriteStats, error) {
 	if maxIter <= 0 {
 		maxIter = DefaultMaxSweeps
