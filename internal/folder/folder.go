@@ -55,17 +55,27 @@ type File struct {
 // write into) and seals it with a manifest naming program. See the package
 // invariants.
 func Write(dir, program string, fill func(tmp string) error) (err error) {
-	dir = filepath.Clean(dir)
+	// The folder is replaced by renames in its parent, so it must have one:
+	// "-o ." names the current folder by its absolute path.
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return fmt.Errorf("-o %s: %w", dir, err)
+	}
+	if filepath.Dir(abs) == abs {
+		return fmt.Errorf("-o %s: the root folder cannot be an output folder", dir)
+	}
+	name := dir // as the user spelled it, for messages
+	dir = abs
 	parent, base := filepath.Dir(dir), filepath.Base(dir)
 	if err := os.MkdirAll(parent, 0o755); err != nil {
-		return fmt.Errorf("-o %s: %w", dir, err)
+		return fmt.Errorf("-o %s: %w", name, err)
 	}
 	unlock, err := lock(dir + ".lock")
 	if err != nil {
 		return err
 	}
 	defer unlock()
-	if err := replaceable(dir); err != nil {
+	if err := replaceable(dir, name); err != nil {
 		return err
 	}
 	removeLeftovers(parent, base)
@@ -87,7 +97,10 @@ func Write(dir, program string, fill func(tmp string) error) (err error) {
 	if err := seal(tmp, program); err != nil {
 		return err
 	}
-	return swap(tmp, dir)
+	if err := swap(tmp, dir); err != nil {
+		return fmt.Errorf("-o %s: %w", name, err)
+	}
+	return nil
 }
 
 // lock takes the exclusive lock of path, waiting for another writer to finish.
@@ -109,30 +122,31 @@ func lock(path string) (unlock func(), err error) {
 	return func() { f.Close() }, nil
 }
 
-// replaceable checks that dir is absent, an empty folder or a folder lcc wrote.
-func replaceable(dir string) error {
+// replaceable checks that dir (spelled name by the user) is absent, an empty
+// folder or a folder lcc wrote.
+func replaceable(dir, name string) error {
 	st, err := os.Lstat(dir)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		return nil
 	case err != nil:
-		return fmt.Errorf("-o %s: %w", dir, err)
+		return fmt.Errorf("-o %s: %w", name, err)
 	case st.Mode()&fs.ModeSymlink != 0:
-		return fmt.Errorf("-o %s: is a symbolic link; give the folder it points to", dir)
+		return fmt.Errorf("-o %s: is a symbolic link; give the folder it points to", name)
 	case !st.IsDir():
-		return fmt.Errorf("-o %s: exists and is not a folder", dir)
+		return fmt.Errorf("-o %s: exists and is not a folder", name)
 	}
 	if _, err := os.Stat(filepath.Join(dir, ManifestName)); err == nil {
 		return nil
 	}
 	ents, err := os.ReadDir(dir)
 	if err != nil {
-		return fmt.Errorf("-o %s: %w", dir, err)
+		return fmt.Errorf("-o %s: %w", name, err)
 	}
 	if len(ents) > 0 {
 		return fmt.Errorf("-o %s: the folder exists, is not empty and has no %s, so lcc did not write it "+
 			"(or wrote it before it kept manifests); lcc replaces only its own output folders: remove it "+
-			"or give another -o", dir, ManifestName)
+			"or give another -o", name, ManifestName)
 	}
 	return nil
 }
@@ -158,13 +172,13 @@ func swap(tmp, dir string) error {
 	if err := os.Rename(dir, aside); errors.Is(err, fs.ErrNotExist) {
 		hadOld = false
 	} else if err != nil {
-		return fmt.Errorf("-o %s: %w", dir, err)
+		return err
 	}
 	if err := os.Rename(tmp, dir); err != nil {
 		if hadOld {
 			os.Rename(aside, dir)
 		}
-		return fmt.Errorf("-o %s: %w", dir, err)
+		return err
 	}
 	syncDir(filepath.Dir(dir))
 	if hadOld {
