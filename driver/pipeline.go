@@ -179,7 +179,7 @@ type findings struct {
 	seedAxes map[string]passes.SeqAxis // sharded axes of the cotangent inputs autodiff added
 	fwdFLOPs int64
 	trained  bool // autodiff differentiated a loss
-	ckpt     *passes.CheckpointStats
+	ckpt     *passes.RecomputeStats
 	prog     *cudagen.Program // codegen's program (nil: no GPU target, or codegen failed)
 }
 
@@ -469,7 +469,7 @@ func (p *pipeline) table() []stage {
 			}
 			mem := cc.mem
 			mem.trained = true
-			stats, err := passes.Checkpoint(f, passes.CheckpointConfig{Policy: cc.Policy, BudgetBytes: cc.budget,
+			stats, err := passes.Recompute(f, passes.RecomputeConfig{Policy: cc.Policy, BudgetBytes: cc.budget,
 				Peak: mem.peak, Hints: cc.hints(len(fd.matches.Found) > 0)})
 			fd.ckpt = &stats
 			return err

@@ -87,7 +87,7 @@ type stepRecord struct {
 	} `json:"shapes"`
 	Pipeline []string `json:"pipeline"`
 	// Checkpoints is what checkpoint insertion did when the step was compiled.
-	Checkpoints *passes.CheckpointStats `json:"checkpoints"`
+	Checkpoints *passes.RecomputeStats `json:"checkpoints"`
 }
 
 // readStepRecord reads the report.json beside a .lcc model; nil without one.

@@ -40,10 +40,11 @@ func offloadKept(g *ir.Func, start int) int {
 	}
 	first := map[*ir.Value]int{} // kept value → index of its first backward reader
 	var kept []*ir.Value
+	outputs := g.OutputSet()
 	for i, n := range g.Body[start:] {
 		for _, a := range n.Args {
 			d := a.Def
-			if d == nil || pos[d] >= start || isConstant(d.Op) || d.Op == ir.OpReshape || g.IsOutput(a) {
+			if d == nil || pos[d] >= start || isConstant(d.Op) || d.Op == ir.OpReshape || outputs[a] {
 				continue // parameters, backward values, constants, views, outputs (live anyway)
 			}
 			if _, ok := first[a]; !ok {

@@ -44,7 +44,7 @@ type Training struct {
 	// FusedCrossEntropy counts fused linear cross-entropy rewrites.
 	FusedCrossEntropy int
 	// Checkpoints is what checkpoint insertion did (nil when it did not run).
-	Checkpoints *passes.CheckpointStats
+	Checkpoints *passes.RecomputeStats
 }
 
 // AdamWBytesPerParam is the optimizer state per trainable parameter: fp32 first
@@ -58,18 +58,18 @@ type Report struct {
 	Warnings []string `json:"warnings,omitempty"`
 	// Notes say what the importer changed to keep the model the framework's (for
 	// example parameters the exporter merged, trained separately again).
-	Notes       []string               `json:"notes,omitempty"`
-	Mode        string                 `json:"mode"`
-	Target      Target                 `json:"target"`
-	Shapes      Shapes                 `json:"shapes"`
-	Ops         map[string]int         `json:"ops"`
-	Params      Params                 `json:"parameters"`
-	Attention   Attention              `json:"attention"`
-	FusedCE     int                    `json:"fused_cross_entropy"`
-	Checkpoints passes.CheckpointStats `json:"checkpoints"`
-	Memory      Memory                 `json:"memory"`
-	FLOPs       FLOPs                  `json:"flops"`
-	Kernels     []Kernel               `json:"kernels"`
+	Notes       []string              `json:"notes,omitempty"`
+	Mode        string                `json:"mode"`
+	Target      Target                `json:"target"`
+	Shapes      Shapes                `json:"shapes"`
+	Ops         map[string]int        `json:"ops"`
+	Params      Params                `json:"parameters"`
+	Attention   Attention             `json:"attention"`
+	FusedCE     int                   `json:"fused_cross_entropy"`
+	Checkpoints passes.RecomputeStats `json:"checkpoints"`
+	Memory      Memory                `json:"memory"`
+	FLOPs       FLOPs                 `json:"flops"`
+	Kernels     []Kernel              `json:"kernels"`
 	// AttentionKernels says, for every attention node of the GPU step in body
 	// order, which kernels it runs on (empty when no CUDA code was generated).
 	AttentionKernels []AttentionKernel `json:"attention_kernels,omitempty"`
@@ -328,7 +328,7 @@ func Build(f *ir.Func, in Input) *Report {
 		r.Attention = *in.Attention
 	}
 	r.FusedCE = in.Training.FusedCrossEntropy
-	r.Checkpoints = passes.CheckpointStats{Policy: "none"}
+	r.Checkpoints = passes.RecomputeStats{Policy: "none"}
 	if in.Training.Checkpoints != nil {
 		r.Checkpoints = *in.Training.Checkpoints
 	}

@@ -32,7 +32,7 @@ func lowerOffload(g *gen, n *ir.Node) error {
 			return fmt.Errorf("host value read by %s: only prefetch may read an offload's result", u.Where())
 		}
 	}
-	if g.f.IsOutput(n.Result()) {
+	if g.outputs[n.Result()] {
 		return fmt.Errorf("an offload's result (host memory) cannot be an output")
 	}
 	g.prog.Plan.Steps = append(g.prog.Plan.Steps, Step{Kind: "d2h", Node: g.node, Op: n.Op.String(),

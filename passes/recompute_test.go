@@ -47,7 +47,7 @@ func TestInsertCheckpointsBitwise(t *testing.T) {
 	for _, policy := range []string{"selective", "sublayers", "layers", "sublayers+offload", "layers+offload"} {
 		t.Run(policy, func(t *testing.T) {
 			g := base.Clone()
-			p, st := passes.InsertCheckpointsWithStats(passes.CheckpointConfig{Policy: policy})
+			p, st := passes.InsertRecomputeWithStats(passes.RecomputeConfig{Policy: policy})
 			if _, err := passes.Run(g, []passes.Pass{p, passes.EliminateDeadCode},
 				passes.Options{VerifyEach: true}); err != nil {
 				t.Fatal(err)
@@ -93,9 +93,9 @@ func TestInsertCheckpointsBitwise(t *testing.T) {
 func TestInsertCheckpointsAuto(t *testing.T) {
 	base := trainGraph(t)
 	peak0 := cost.Simulate(base).PeakBytes
-	fixed := map[string]passes.CheckpointStats{}
+	fixed := map[string]passes.RecomputeStats{}
 	for _, policy := range []string{"selective", "sublayers", "layers"} {
-		st, err := passes.Checkpoint(base.Clone(), passes.CheckpointConfig{Policy: policy})
+		st, err := passes.Recompute(base.Clone(), passes.RecomputeConfig{Policy: policy})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -108,9 +108,9 @@ func TestInsertCheckpointsAuto(t *testing.T) {
 		t.Fatalf("the fixture no longer trades memory for recompute: %+v %+v", sel, lay)
 	}
 	perLayer := min(sub.PeakAfter, lay.PeakAfter)
-	auto := func(budget int64) (passes.CheckpointStats, *ir.Func, error) {
+	auto := func(budget int64) (passes.RecomputeStats, *ir.Func, error) {
 		g := base.Clone()
-		st, err := passes.Checkpoint(g, passes.CheckpointConfig{Policy: "auto", BudgetBytes: budget})
+		st, err := passes.Recompute(g, passes.RecomputeConfig{Policy: "auto", BudgetBytes: budget})
 		return st, g, err
 	}
 	for _, c := range []struct {
@@ -131,7 +131,7 @@ func TestInsertCheckpointsAuto(t *testing.T) {
 	// memory, then the sublayers'.
 	offload := map[string]int64{}
 	for _, policy := range []string{"layers+offload", "sublayers+offload"} {
-		st, err := passes.Checkpoint(base.Clone(), passes.CheckpointConfig{Policy: policy})
+		st, err := passes.Recompute(base.Clone(), passes.RecomputeConfig{Policy: policy})
 		if err != nil || st.PeakAfter >= perLayer {
 			t.Fatalf("%s: %+v, %v: no lower than the in-device plans (%d)", policy, st, err, perLayer)
 		}
@@ -152,7 +152,7 @@ func TestInsertCheckpointsAuto(t *testing.T) {
 	if err != nil || st.Policy != "knapsack" || st.PeakAfter > low || cost.Simulate(g).PeakBytes != st.PeakAfter {
 		t.Errorf("budget %d: %+v, %v", low, st, err)
 	}
-	var ce *passes.CheckpointError
+	var ce *passes.RecomputeError
 	// Nothing fits: the smallest plan is applied and the error says so.
 	st, g, err = auto(1000)
 	if !errors.As(err, &ce) || ce.Smallest.PeakAfter != st.PeakAfter || ce.NoneBytes != peak0 {
@@ -182,15 +182,15 @@ func TestInsertCheckpointsPeakModel(t *testing.T) {
 	// Under the simulation 2·peak0−1 fits without checkpoints; under the
 	// doubled model it does not, and selective (the least recompute) does.
 	budget := 2*peak0 - 1
-	st, err := passes.Checkpoint(base.Clone(), passes.CheckpointConfig{Policy: "auto", BudgetBytes: budget})
+	st, err := passes.Recompute(base.Clone(), passes.RecomputeConfig{Policy: "auto", BudgetBytes: budget})
 	if err != nil || st.Policy != "none" {
 		t.Errorf("simulated: %+v, %v", st, err)
 	}
-	st, err = passes.Checkpoint(base.Clone(), passes.CheckpointConfig{Policy: "auto", BudgetBytes: budget, Peak: double})
+	st, err = passes.Recompute(base.Clone(), passes.RecomputeConfig{Policy: "auto", BudgetBytes: budget, Peak: double})
 	if err != nil || st.Policy != "selective" || st.PeakBefore != 2*peak0 || st.PeakAfter > budget || calls < 2 {
 		t.Errorf("doubled: %+v, %v, %d calls", st, err, calls)
 	}
-	_, err = passes.Checkpoint(base.Clone(), passes.CheckpointConfig{Policy: "auto", BudgetBytes: 1000,
+	_, err = passes.Recompute(base.Clone(), passes.RecomputeConfig{Policy: "auto", BudgetBytes: 1000,
 		Peak: double, Hints: []string{"--hint-flag"}})
 	if err == nil || !strings.Contains(err.Error(), "try --hint-flag") {
 		t.Errorf("hints: %v", err)
