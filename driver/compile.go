@@ -363,6 +363,11 @@ func compileOne(f *ir.Func, opts CompileOptions) (*Result, *pipeline, error) {
 	}
 	res.Hash = ProgramHash(f, res.Program)
 	rep.ProgramHash = res.Hash
+	if _, compiled := CompiledStep(f); compiled {
+		if err := checkSealedProgram(opts.Model, res.Hash, res.Program); err != nil {
+			return nil, nil, err
+		}
+	}
 	return res, p, nil
 }
 
