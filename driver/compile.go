@@ -221,9 +221,15 @@ func CompileStep(f *ir.Func, opts CompileOptions) (*Result, error) {
 		return nil, fmt.Errorf("--ranks=%d: %s is a compiled one-GPU step; give the model it came from",
 			opts.Ranks, opts.Model)
 	}
+	_, compiled := CompiledStep(f)
 	res, p, err := compileOne(f, opts)
 	if err != nil {
 		return nil, err
+	}
+	if compiled {
+		if err := checkSealedProgram(opts.Model, res.Hash, res.Program); err != nil {
+			return nil, err
+		}
 	}
 	if opts.sharded() {
 		res.Rank = &ShardedProgram{Func: res.Func, Layout: p.found.shard, Objective: Objective{Loss: res.Loss},
@@ -363,11 +369,6 @@ func compileOne(f *ir.Func, opts CompileOptions) (*Result, *pipeline, error) {
 	}
 	res.Hash = ProgramHash(f, res.Program)
 	rep.ProgramHash = res.Hash
-	if _, compiled := CompiledStep(f); compiled {
-		if err := checkSealedProgram(opts.Model, res.Hash, res.Program); err != nil {
-			return nil, nil, err
-		}
-	}
 	return res, p, nil
 }
 
