@@ -247,7 +247,7 @@ TESTDATA = {
 }
 # new exports: name -> (reference batch, reference seq, export variants)
 EXPORTS = {
-    "gemma": (2, 16, {"": True}),
+    "gemma": (2, 16, {"": True, "_noopt": False}),
     "gpt_neox": (2, 16, {"": True, "_noopt": False}),
     "qwen2_d64": (2, 160, {"": True}),
 }

@@ -808,7 +808,7 @@ func lowerGather(c *nodeCtx) ([]*ir.Value, error) {
 				data.Type.Shape, d, ax)
 		}
 	}
-	return one(c.b.Apply1(ir.OpGather, ir.A("axis", axis), data, idx))
+	return one(c.withPadding(c.b.Apply1(ir.OpGather, ir.A("axis", axis), data, idx), data, idx))
 }
 
 // indexRange returns the smallest and largest index of v when they are known at

@@ -172,3 +172,25 @@ func importFile(t *testing.T, model string, edit func(*Model)) *ir.Func {
 	}
 	return f
 }
+
+// TestEmbeddingPaddingIdx: Gemma's embedding pads with token 0 (nn.Embedding's
+// padding_idx, the FX node's third argument); the positions reading row 0 read it
+// through stop_gradient, so that row learns only through the tied head, as in
+// PyTorch. GPT-2's embedding has no padding_idx and no stop_gradient.
+func TestEmbeddingPaddingIdx(t *testing.T) {
+	for model, want := range map[string]int{"trajectory/gemma_noopt.onnx": 1, "hf/hf_gpt2.onnx": 0} {
+		f := importFile(t, model, nil)
+		n := 0
+		for _, node := range f.Body {
+			if node.Op == ir.OpStopGradient {
+				n++
+				if u := f.Uses()[node.Result()]; len(u) != 1 || u[0].Op != ir.OpWhere {
+					t.Errorf("%s: stop_gradient read by %v, want one where", model, u)
+				}
+			}
+		}
+		if n != want {
+			t.Errorf("%s: %d stop_gradient nodes, want %d", model, n, want)
+		}
+	}
+}
