@@ -15,39 +15,41 @@ import (
 // overloaded for both), intExpr int64 operands, boolExpr bools. A missing entry
 // is an op the IR does not allow on that kind (Infer rejects it).
 var floatExpr = map[ir.Op]string{
-	ir.OpNeg:          "(-$0)",
-	ir.OpStopGradient: "$0",
-	ir.OpExp:          "lcc_exp($0)",
-	ir.OpLog:          "lcc_log($0)",
-	ir.OpSqrt:         "lcc_sqrt($0)",
-	ir.OpRsqrt:        "lcc_rsqrt($0)",
-	ir.OpRecip:        "(1 / $0)",
-	ir.OpTanh:         "lcc_tanh($0)",
-	ir.OpErf:          "lcc_erf($0)",
-	ir.OpSigmoid:      "lcc_sigmoid($0)",
-	ir.OpRelu:         "lcc_relu($0)",
-	ir.OpAbs:          "lcc_abs($0)",
-	ir.OpCos:          "lcc_cos($0)",
-	ir.OpSin:          "lcc_sin($0)",
-	ir.OpSilu:         "lcc_silu($0)",
-	ir.OpGelu:         "lcc_gelu($0)", // gelu {tanh} is geluTanhExpr
-	ir.OpIsNaN:        "($0 != $0)",
-	ir.OpAdd:          "($0 + $1)",
-	ir.OpSub:          "($0 - $1)",
-	ir.OpMul:          "($0 * $1)",
-	ir.OpDiv:          "($0 / $1)",
-	ir.OpPow:          "lcc_pow($0, $1)",
-	ir.OpMax:          "lcc_max($0, $1)",
-	ir.OpMin:          "lcc_min($0, $1)",
-	ir.OpEq:           "($0 == $1)",
-	ir.OpLt:           "($0 < $1)",
-	ir.OpLe:           "($0 <= $1)",
-	ir.OpGt:           "($0 > $1)",
-	ir.OpGe:           "($0 >= $1)",
-	ir.OpWhere:        "($0 ? $1 : $2)",
+	ir.OpNeg:     "(-$0)",
+	ir.OpExp:     "lcc_exp($0)",
+	ir.OpLog:     "lcc_log($0)",
+	ir.OpSqrt:    "lcc_sqrt($0)",
+	ir.OpRsqrt:   "lcc_rsqrt($0)",
+	ir.OpRecip:   "(1 / $0)",
+	ir.OpTanh:    "lcc_tanh($0)",
+	ir.OpErf:     "lcc_erf($0)",
+	ir.OpSigmoid: "lcc_sigmoid($0)",
+	ir.OpRelu:    "lcc_relu($0)",
+	ir.OpAbs:     "lcc_abs($0)",
+	ir.OpCos:     "lcc_cos($0)",
+	ir.OpSin:     "lcc_sin($0)",
+	ir.OpSilu:    "lcc_silu($0)",
+	ir.OpGelu:    "lcc_gelu($0)", // gelu {tanh} is geluTanhExpr
+	ir.OpIsNaN:   "($0 != $0)",
+	ir.OpAdd:     "($0 + $1)",
+	ir.OpSub:     "($0 - $1)",
+	ir.OpMul:     "($0 * $1)",
+	ir.OpDiv:     "($0 / $1)",
+	ir.OpPow:     "lcc_pow($0, $1)",
+	ir.OpMax:     "lcc_max($0, $1)",
+	ir.OpMin:     "lcc_min($0, $1)",
+	ir.OpEq:      "($0 == $1)",
+	ir.OpLt:      "($0 < $1)",
+	ir.OpLe:      "($0 <= $1)",
+	ir.OpGt:      "($0 > $1)",
+	ir.OpGe:      "($0 >= $1)",
+	ir.OpWhere:   "($0 ? $1 : $2)",
 }
 
 const geluTanhExpr = "lcc_gelu_tanh($0)"
+
+// stop_gradient is the identity on values (its gradient is autodiff's business).
+func init() { floatExpr[ir.OpStopGradient] = "$0" }
 
 var intExpr = map[ir.Op]string{
 	ir.OpIsNaN: "false",

@@ -763,12 +763,10 @@ func lowerConcat(c *nodeCtx) ([]*ir.Value, error) {
 }
 
 func lowerSplit(c *nodeCtx) ([]*ir.Value, error) {
-	x := c.in(0)
-	ax, err := ir.AxisIndex(c.aInt("axis", 0), x.Type.Rank())
+	x, ax, d, err := c.splitInput()
 	if err != nil {
 		return nil, err
 	}
-	d := x.Type.Shape[ax]
 	var sizes []int64
 	switch {
 	case c.has(1):
@@ -783,10 +781,7 @@ func lowerSplit(c *nodeCtx) ([]*ir.Value, error) {
 			return nil, fmt.Errorf("num_outputs %d", k)
 		}
 		// ONNX: ceil(d/k) each, the last one smaller.
-		chunk := (d + k - 1) / k
-		for rest := d; rest > 0; rest -= chunk {
-			sizes = append(sizes, min(chunk, rest))
-		}
+		sizes = chunks(d, (d+k-1)/k)
 	}
 	if len(sizes) != len(c.n.Outputs) {
 		return nil, fmt.Errorf("split into %d parts %v for %d outputs", len(sizes), sizes, len(c.n.Outputs))

@@ -11,22 +11,24 @@ import (
 
 // Unary float functions, in float64.
 var unaryFloat = map[ir.Op]func(float64) float64{
-	ir.OpNeg:          func(x float64) float64 { return -x },
-	ir.OpStopGradient: func(x float64) float64 { return x },
-	ir.OpExp:          math.Exp,
-	ir.OpLog:          math.Log,
-	ir.OpSqrt:         math.Sqrt,
-	ir.OpRsqrt:        func(x float64) float64 { return 1 / math.Sqrt(x) },
-	ir.OpRecip:        func(x float64) float64 { return 1 / x },
-	ir.OpTanh:         math.Tanh,
-	ir.OpErf:          math.Erf,
-	ir.OpSigmoid:      sigmoid,
-	ir.OpRelu:         relu,
-	ir.OpAbs:          math.Abs,
-	ir.OpCos:          math.Cos,
-	ir.OpSin:          math.Sin,
-	ir.OpSilu:         func(x float64) float64 { return x * sigmoid(x) },
+	ir.OpNeg:     func(x float64) float64 { return -x },
+	ir.OpExp:     math.Exp,
+	ir.OpLog:     math.Log,
+	ir.OpSqrt:    math.Sqrt,
+	ir.OpRsqrt:   func(x float64) float64 { return 1 / math.Sqrt(x) },
+	ir.OpRecip:   func(x float64) float64 { return 1 / x },
+	ir.OpTanh:    math.Tanh,
+	ir.OpErf:     math.Erf,
+	ir.OpSigmoid: sigmoid,
+	ir.OpRelu:    relu,
+	ir.OpAbs:     math.Abs,
+	ir.OpCos:     math.Cos,
+	ir.OpSin:     math.Sin,
+	ir.OpSilu:    func(x float64) float64 { return x * sigmoid(x) },
 }
+
+// stop_gradient is the identity on values (its gradient is autodiff's business).
+func init() { unaryFloat[ir.OpStopGradient] = func(x float64) float64 { return x } }
 
 // sigmoid is 1/(1+e^-x), evaluated so that neither branch overflows.
 func sigmoid(x float64) float64 {
