@@ -32,11 +32,15 @@ func TestWeightsArePyTorchParameters(t *testing.T) {
 		// Parallel residual: the exporter merged and CSE'd each layer's two LayerNorms.
 		{"trajectory/gpt_neox.onnx", "trajectory/gpt_neox.ref.safetensors"},
 		{"trajectory/qwen2_d64.onnx", "trajectory/qwen2_d64.ref.safetensors"},
+		{"trajectory/gemma_noopt.onnx", "trajectory/gemma.ref.safetensors"},
 	}
-	// GPT-2 ties its head to the embedding: one PyTorch parameter, which
+	// GPT-2 and Gemma tie their head to the embedding: one PyTorch parameter, which
 	// named_parameters() lists under its first name and the graph reads under its
 	// last.
-	alias := map[string]string{"lm_head.weight": "transformer.wte.weight"}
+	alias := map[string]map[string]string{
+		"hf/hf_gpt2.onnx":             {"lm_head.weight": "transformer.wte.weight"},
+		"trajectory/gemma_noopt.onnx": {"lm_head.weight": "model.embed_tokens.weight"},
+	}
 	root := filepath.Join("..", "..", "testdata")
 	for _, c := range cases {
 		t.Run(filepath.Base(c.model), func(t *testing.T) {
@@ -64,7 +68,7 @@ func TestWeightsArePyTorchParameters(t *testing.T) {
 					continue
 				}
 				name := strings.TrimPrefix(p.Name, "m.")
-				if a, ok := alias[name]; ok && strings.HasPrefix(c.model, "hf/hf_gpt2") {
+				if a, ok := alias[c.model][name]; ok {
 					name = a
 				}
 				got[name] = int(p.Value.Type.Numel())
