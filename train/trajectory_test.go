@@ -3,9 +3,11 @@ package train
 import (
 	"bufio"
 	"encoding/json"
+	"maps"
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -59,7 +61,8 @@ func TestTrajectoryMatchesPyTorch(t *testing.T) {
 	for model, ref := range trajectoryModels {
 		runs[model] = runs[ref]
 	}
-	for name, file := range runs {
+	for _, name := range slices.Sorted(maps.Keys(runs)) {
+		file := runs[name]
 		if refused[name] != "" {
 			continue
 		}
