@@ -26,6 +26,7 @@ package onnx
 import (
 	"fmt"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 )
@@ -114,7 +115,14 @@ func splitCSE(m *Model, prov *provenance) (*Model, cseSplit) {
 			if !done {
 				params, ok := pickUnread(own, unread, moduleScope(c), claimed)
 				if !ok || g.Nodes[i].Outputs[0] != x {
-					out.unread = append(out.unread, unread...)
+					// Which of the unread parameters of these kinds y read is unknown.
+					for _, u := range unread {
+						if !claimed[u] && slices.ContainsFunc(own, func(p string) bool {
+							return lastComponent(p) == lastComponent(u)
+						}) {
+							out.unread = append(out.unread, u)
+						}
+					}
 					continue
 				}
 				cp = &copyOf{node: i, params: params}
