@@ -290,7 +290,7 @@ func TestConfigErrors(t *testing.T) {
 		{func(c *Config) { c.Data = "" }, "--data"},
 		{func(c *Config) { c.Data = "synthetic:nope" }, "--data"},
 		{func(c *Config) { c.SeqLen = 0 }, "--seq-len"},
-		{func(c *Config) { c.Batch = 0 }, "--batch"},
+		{func(c *Config) { c.Batch = -1 }, "--batch"},
 		{func(c *Config) { c.Steps = 0 }, "--steps"},
 		{func(c *Config) { c.StopAt = 99 }, "--stop-at"},
 		{func(c *Config) { c.LR = 0 }, "--lr"},
