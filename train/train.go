@@ -402,7 +402,8 @@ func newTrainer(cfg Config) (*trainer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", cfg.Model, err)
 	}
-	t := &trainer{cfg: cfg, grad: grad, upd: upd, adamw: o, lossName: lossName, hash: ModelHash(loaded, grad, cfg.compileOptions().Options),
+	t := &trainer{cfg: cfg, grad: grad, upd: upd, adamw: o, lossName: lossName,
+		hash:    ModelHash(loaded, grad, cfg.compileOptions().Options),
 		program: step.Hash, plannedPeak: step.Report.Memory.PerGPUPeakBytes, shard: shard, rank: rank,
 		plan: fmt.Sprintf("checkpoint policy %s, %s pinned host memory", step.Report.Checkpoints.Policy,
 			report.Bytes(step.Report.Memory.HostBytes)),

@@ -100,8 +100,9 @@ func TestNamedPipesRefused(t *testing.T) {
 func TestExportRefusesInconsistent(t *testing.T) {
 	dir := t.TempDir()
 	ck := filepath.Join(dir, "ck")
-	if _, stderr, code := lcc(t, "train", filepath.Join(td, "onnx", "gpt_mini.onnx"), "--data=synthetic:copy",
-		"--seq-len=16", "--steps=2", "--checkpoint-every=1", "--checkpoint-dir="+ck); code != 0 {
+	gpt := filepath.Join(td, "onnx", "gpt_mini.onnx")
+	if _, stderr, code := lcc(t, "train", gpt, "--data=synthetic:copy", "--seq-len=16", "--steps=2",
+		"--checkpoint-every=1", "--checkpoint-dir="+ck); code != 0 {
 		t.Fatalf("train: exit %d: %s", code, stderr)
 	}
 	newest := filepath.Join(ck, "ckpt-00000002")

@@ -273,7 +273,8 @@ func Load(path string, want Want) (*Checkpoint, error) {
 	case want.ModelHash != "" && m.ModelHash != want.ModelHash:
 		return nil, fmt.Errorf("checkpoint %s is of another model (model hash %.12s…, "+
 			"this model's %.12s…): the graph, its shapes (--seq-len, --batch), its weights' "+
-			"names or --loss, --attention, --precision or --ranks differ", path, m.ModelHash, want.ModelHash)
+			"names or --loss, --attention, --precision or --ranks differ", path, m.ModelHash,
+			want.ModelHash)
 	}
 	if err := consistentMeta(path, m); err != nil {
 		return nil, fmt.Errorf("checkpoint %s: %w", path, err)
