@@ -43,6 +43,9 @@ var levels = map[string]int{
 	"passes":    4,
 	"frontends": 4,
 
+	// Test fixture: hostile ONNX models, built with frontends/onnx/onnxpb.
+	"internal/hostile": 4,
+
 	"codegen": 5,
 	"report":  5,
 

@@ -119,6 +119,8 @@ type CheckOptions struct {
 	// Each tensor's error against REF is printed beside it, not held to the
 	// tolerance; `--precision=fp32` holds the program to REF (1e-4).
 	Storage tensor.DType
+	// HostBudget bounds the host memory of a run on the CPU interpreter (Run nil).
+	HostBudget HostBudget
 }
 
 // narrow reports whether the check runs with a storage narrower than f32.
@@ -128,13 +130,17 @@ func (o CheckOptions) run(f *ir.Func, in map[string]*tensor.Tensor) (map[string]
 	if o.Run != nil {
 		return o.Run(f, in)
 	}
-	return RunCPU(f, in, o.Storage)
+	return RunCPU(f, in, o.Storage, o.HostBudget)
 }
 
 // RunCPU runs f on the CPU interpreter in f32 with the GPU's storage of its
 // values: storage tensor.BF16 rounds to bf16 exactly the values the GPU stores
-// in bf16 (storedAs).
-func RunCPU(f *ir.Func, in map[string]*tensor.Tensor, storage tensor.DType) (map[string]*tensor.Tensor, error) {
+// in bf16 (storedAs). A run whose estimated peak passes budget is refused.
+func RunCPU(f *ir.Func, in map[string]*tensor.Tensor, storage tensor.DType,
+	budget HostBudget) (map[string]*tensor.Tensor, error) {
+	if err := budget.Fit(f, 0); err != nil {
+		return nil, err
+	}
 	store, err := storedAs(f, storage)
 	if err != nil {
 		return nil, err
@@ -152,7 +158,7 @@ func (o CheckOptions) expected(f *ir.Func, in, outs map[string]*tensor.Tensor) (
 	case o.Run == nil:
 		return outs, nil
 	}
-	return RunCPU(f, in, o.Storage)
+	return RunCPU(f, in, o.Storage, o.HostBudget)
 }
 
 // CheckResult summarises a check.

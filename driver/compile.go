@@ -3,6 +3,7 @@ package driver
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -30,6 +31,10 @@ type CompileOptions struct {
 	Model      string // the model path, for the report
 	// TimePasses keeps pass timings in the report (which then differs run to run).
 	TimePasses bool
+	// Snapshots says the trainer checkpoints the step with its optimizer state
+	// on the GPU (lcc train --checkpoint-dir, rank 0): the memory model then
+	// holds the checkpoints' pinned buffer and staging copy (WithSnapshots).
+	Snapshots bool
 	// DefaultShard shards the step over the target's GPUs when one GPU cannot
 	// hold it and Ranks is 0 (lcc compile's default on multi-GPU targets).
 	DefaultShard bool
@@ -123,21 +128,21 @@ func Prepare(f *ir.Func, a AttentionOptions, popts passes.Options) (*Prepared, e
 
 // attention summarises what the attention passes did, for the report.
 func (p *pipeline) attention() (report.Attention, error) {
-	am := p.matches
+	am := p.found.matches
 	att := report.Attention{Found: len(am.Found), Rewritten: map[string]int{}, Unmatched: am.UnmatchedNames()}
 	if att.Unmatched == nil {
 		att.Unmatched = []string{}
 	}
 	if p.opts.Attention.Mode == "dilated" {
-		if len(p.layers) == 0 && len(am.Found) > 0 {
+		if len(p.found.layers) == 0 && len(am.Found) > 0 {
 			return att, fmt.Errorf("--attention=dilated: no attention layer could be rewritten")
 		}
 		a := p.opts.Attention
 		cfg := a.dilate()
 		att.Dilated = &report.Dilated{Segments: cfg.Segments, Dilations: cfg.Dilations,
 			Offsets: cfg.Offsets, Defaulted: len(a.Segments) == 0 && len(a.Dilations) == 0}
-		att.Rewritten["dilated"] = len(p.layers)
-		if d := len(am.Found) - len(p.layers); d > 0 {
+		att.Rewritten["dilated"] = len(p.found.layers)
+		if d := len(am.Found) - len(p.found.layers); d > 0 {
 			att.Rewritten["dense"] = d
 		}
 	} else if len(am.Found) > 0 {
@@ -224,7 +229,7 @@ func CompileStep(f *ir.Func, opts CompileOptions) (*Result, error) {
 		return nil, err
 	}
 	if opts.sharded() {
-		res.Rank = &ShardedProgram{Func: res.Func, Layout: p.shard, Objective: Objective{Loss: res.Loss},
+		res.Rank = &ShardedProgram{Func: res.Func, Layout: p.found.shard, Objective: Objective{Loss: res.Loss},
 			seedAxes: map[string]passes.SeqAxis{}}
 	}
 	return res, nil
@@ -289,6 +294,7 @@ func compileOne(f *ir.Func, opts CompileOptions) (*Result, *pipeline, error) {
 	}
 	popts := passes.Options{VerifyEach: true, PrintAfter: opts.PrintAfter}
 	var stats []passes.Stat
+	var codegenErr error // an op without a GPU lowering: the report names it
 	training := report.Training{}
 	if l, ok := CompiledStep(f); ok {
 		// Only codegen runs: the passes before it ran when the step was compiled.
@@ -301,21 +307,20 @@ func compileOne(f *ir.Func, opts CompileOptions) (*Result, *pipeline, error) {
 				rest = append(rest, ps)
 			}
 		}
-		if stats, err = passes.Run(f, rest, popts); err != nil {
+		var kernelErr error
+		if stats, kernelErr, err = runStages(f, rest, popts); err != nil {
 			return nil, nil, err
 		}
-		p.loss = loss.Choice{Loss: l}
+		codegenErr = kernelErr
+		p.found.loss = loss.Choice{Loss: l}
 		training = report.Training{Enabled: true, Loss: l}
 	} else {
-		if stats, err = passes.Run(f, p.passes, popts); err != nil {
+		if stats, codegenErr, err = runStages(f, p.passes, popts); err != nil {
 			return nil, nil, err
 		}
-		if p.trained {
-			training = report.Training{Enabled: true, Loss: p.loss.Loss, ForwardFLOPs: p.fwdFLOPs,
-				FusedCrossEntropy: p.fused}
-			if p.ckptRan {
-				training.Checkpoints = p.ckpt
-			}
+		if p.found.trained {
+			training = report.Training{Enabled: true, Loss: p.found.loss.Loss, ForwardFLOPs: p.found.fwdFLOPs,
+				FusedCrossEntropy: p.found.fused, Checkpoints: p.found.ckpt}
 		}
 	}
 	if err := ir.Verify(f); err != nil {
@@ -331,37 +336,49 @@ func compileOne(f *ir.Func, opts CompileOptions) (*Result, *pipeline, error) {
 		}
 	}
 	p.mem.trained = training.Enabled
-	var prog *cudagen.Program
-	if p.codegenErr == nil {
-		prog = p.prog
-	}
+	prog := p.found.prog
 	mem := p.mem.of(f, prog)
+	if opts.Snapshots && training.Enabled && mem.Model == "arena" {
+		mem = mem.WithSnapshots(p.budget())
+	}
 	in := report.Input{Model: filepath.Base(opts.Model), Target: opts.Target,
 		Passes: stats, Training: training, Attention: &att, Memory: &mem}
 	if mem.Model == "arena" {
 		in.ArenaWeightsBytes, in.ArenaGradientsBytes = arenaParts(prog)
 	}
 	rep := report.Build(f, in)
-	res := &Result{Func: f, Report: rep, Loss: p.loss.Loss, Pipeline: p.passes, Program: p.prog}
+	res := &Result{Func: f, Report: rep, Loss: p.found.loss.Loss, Pipeline: p.passes, Program: p.found.prog}
 	for _, ps := range p.passes {
 		rep.Pipeline = append(rep.Pipeline, strings.TrimSpace(ps.Name+" "+ps.Config))
 	}
-	if p.codegenErr != nil {
-		rep.KernelError = p.codegenErr.Error()
-	} else if p.prog != nil {
+	if codegenErr != nil {
+		rep.KernelError = codegenErr.Error()
+	} else if p.found.prog != nil {
 		rep.Kernels = rep.Kernels[:0]
-		for _, k := range p.prog.Kernels {
+		for _, k := range p.found.prog.Kernels {
 			rep.Kernels = append(rep.Kernels, report.Kernel{Name: k.Name, Op: k.Op})
 		}
-		for _, a := range p.prog.Attention {
+		for _, a := range p.found.prog.Attention {
 			rep.AttentionKernels = append(rep.AttentionKernels, report.AttentionKernel{Node: a.Node, Op: a.Op,
 				Name: a.Name, Kernel: a.Kernel, Tier: a.Tier, Why: a.Why})
 		}
-		rep.Kernels = append(rep.Kernels, libraryKernels(p.prog.Plan)...)
+		rep.Kernels = append(rep.Kernels, libraryKernels(p.found.prog.Plan)...)
 	}
 	res.Hash = ProgramHash(f, res.Program)
 	rep.ProgramHash = res.Hash
 	return res, p, nil
+}
+
+// runStages runs a pipeline's passes. Codegen's failure (an op without a GPU
+// lowering, a *codegenError from the last stage) is not the compile's: it comes
+// back as kernelErr beside the statistics, and the report names the op.
+func runStages(f *ir.Func, ps []passes.Pass, popts passes.Options) (stats []passes.Stat, kernelErr, err error) {
+	stats, err = passes.Run(f, ps, popts)
+	var ce *codegenError
+	if errors.As(err, &ce) {
+		return stats, ce.err, nil
+	}
+	return stats, nil, err
 }
 
 // libraryKernels lists what plan launches besides its generated kernels: a

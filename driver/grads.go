@@ -138,13 +138,15 @@ func CheckGrads(f *ir.Func, ref *safetensors.File, refPath string, opts CheckOpt
 //
 // A gradient that is zero in exact arithmetic (a key projection's bias: softmax
 // ignores a shift that is equal for every key) holds only rounding noise in both
-// lcc and the reference, so its relative error says nothing. One whose REF norm
-// is below ZeroGradFloor(REF's dtype) times the largest REF gradient's norm is
-// zero up to REF's rounding; its error is measured against ZeroGradFloor(storage)
-// times that norm, the noise the run's storage may leave on it.
+// lcc and the reference, so its relative error says nothing. One the graph's
+// structure makes zero (exactZeroGrads), or whose REF norm is below
+// ZeroGradFloor(REF's dtype) times the largest REF gradient's norm, has its error
+// measured against ZeroGradFloor(storage) times that norm, the noise the run's
+// storage may leave on it.
 func compareGrads(f *ir.Func, ref *safetensors.File, refPath string, out io.Writer,
 	grad, expect func(*ir.Param) *tensor.Tensor, storage tensor.DType, record func(Comparison)) error {
 	groups, order, missing := matchGrads(f, ref)
+	zero := exactZeroGrads(f)
 	largest := 0.0
 	for _, key := range ref.Names {
 		if strings.HasPrefix(key, autodiff.GradPrefix) {
@@ -186,7 +188,11 @@ func compareGrads(f *ir.Func, ref *safetensors.File, refPath string, out io.Writ
 			label += " (as " + p.Name + ")"
 		}
 		floor := ZeroGradFloor(refDType) * largest
-		if norm(want) < floor {
+		switch why, exact := zero[p]; {
+		case exact:
+			label += " (zero in exact arithmetic: " + why + ")"
+			floor = max(floor, ZeroGradFloor(storage)*largest)
+		case norm(want) < floor:
 			label += " (zero up to rounding)"
 			floor = max(floor, ZeroGradFloor(storage)*largest)
 		}

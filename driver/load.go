@@ -9,8 +9,10 @@ package driver
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 
@@ -63,8 +65,9 @@ func ParseShapeFlags(vals []string) (map[string]int64, error) {
 	return out, nil
 }
 
-// dims resolves the bindings against the dim names the model actually uses.
-func (b Bindings) dims(used []string) (map[string]int64, error) {
+// dims resolves the bindings against the dim names the model actually uses;
+// static is the model's static batch, when it has one (staticBatch).
+func (b Bindings) dims(used []string, static *staticDim) (map[string]int64, error) {
 	dims := map[string]int64{}
 	has := map[string]bool{}
 	for _, u := range used {
@@ -84,7 +87,8 @@ func (b Bindings) dims(used []string) (map[string]int64, error) {
 				found = true
 			}
 		}
-		if !found && len(used) > 0 {
+		if !found && len(used) > 0 && !slices.Contains(slices.Collect(maps.Values(b.Shape)), v) {
+			// (--shape binding a dim to the same size names the dim this flag means.)
 			return fmt.Errorf("%s: the model has no dim named %s (its dims: %s); use --shape NAME=%d",
 				flag, strings.Join(names[:3], ", "), strings.Join(used, ", "), v)
 		}
@@ -93,8 +97,17 @@ func (b Bindings) dims(used []string) (map[string]int64, error) {
 	if err := bind("--seq-len", b.SeqLen, seqNames); err != nil {
 		return nil, err
 	}
-	if err := bind("--batch", b.Batch, batchNames); err != nil {
-		return nil, err
+	switch {
+	case static != nil && b.Batch != 0 && b.Batch != static.size:
+		return nil, fmt.Errorf("--batch %d: the model's batch is static: dim 0 of input %q is %d (torch.export "+
+			"specialises a dim whose example size is 1); use --batch %d, or export with a dynamic batch",
+			b.Batch, static.input, static.size, static.size)
+	case static != nil:
+		// The model's own batch: nothing to bind.
+	default:
+		if err := bind("--batch", b.Batch, batchNames); err != nil {
+			return nil, err
+		}
 	}
 	for k, v := range b.Shape {
 		if !has[k] && len(used) > 0 {
@@ -123,7 +136,7 @@ func Load(path string, b Bindings) (*ir.Func, error) {
 		if err != nil {
 			return nil, err
 		}
-		dims, err := b.dims(dimNames(m))
+		dims, err := b.dims(dimNames(m), staticBatch(m))
 		if err != nil {
 			return nil, err
 		}
@@ -158,6 +171,35 @@ func missingInputs(m *onnx.Model, shapes map[string][]int64) []string {
 		}
 		if _, ok := shapes[in.Name]; !ok {
 			out = append(out, in.Name)
+		}
+	}
+	return out
+}
+
+// staticDim is a dim an input fixes: its size and the input's name.
+type staticDim struct {
+	size  int64
+	input string
+}
+
+// staticBatch returns the model's static batch: dim 0 of its inputs when no
+// input names a batch dim (batchNames) and every input of rank >= 2 has the
+// same fixed size there (a model exported with one example sequence); nil
+// otherwise.
+func staticBatch(m *onnx.Model) *staticDim {
+	var out *staticDim
+	for _, in := range m.Graph.Inputs {
+		if _, init := m.Graph.Initializers[in.Name]; init || len(in.Dims) < 2 {
+			continue
+		}
+		d := in.Dims[0]
+		switch {
+		case d.Param != "" && slices.Contains(batchNames, d.Param):
+			return nil
+		case !d.Known || d.Value <= 0 || (out != nil && out.size != d.Value):
+			return nil
+		case out == nil:
+			out = &staticDim{size: d.Value, input: in.Name}
 		}
 	}
 	return out
@@ -228,6 +270,20 @@ func MissingWeights(f *ir.Func) []string {
 		}
 	}
 	return out
+}
+
+// CheckTrainable refuses a model that would not train as its framework trains
+// it: one with framework parameters the import could not give a weight of their
+// own (ir.Func.Untrained), which training would leave frozen or tied.
+func CheckTrainable(f *ir.Func) error {
+	if len(f.Untrained) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%d PyTorch parameter(s) have no weight of their own in this export, so training it "+
+		"would not train them as PyTorch does: %s. The exporter's optimizer merged or folded them (it merges "+
+		"parameters with equal initial values, then the nodes reading them, and folds a parameter's "+
+		"arithmetic into constants); export with torch.onnx.export(..., optimize=False), or give those "+
+		"parameters distinct initial values before exporting", len(f.Untrained), strings.Join(f.Untrained, ", "))
 }
 
 // Warnings lists what looks wrong in a loaded model without being an error: an

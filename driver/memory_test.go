@@ -8,6 +8,7 @@ import (
 	"github.com/lcc-dev/lcc/internal/llamagen"
 	"github.com/lcc-dev/lcc/ir"
 	"github.com/lcc-dev/lcc/plan"
+	"github.com/lcc-dev/lcc/report"
 	"github.com/lcc-dev/lcc/targets"
 	"github.com/lcc-dev/lcc/tensor"
 )
@@ -109,6 +110,41 @@ func TestBudgetIsCheckedAgainstTheArena(t *testing.T) {
 	checkOneModel(t, res, tensor.BF16)
 	if p := res.Report.Memory.PerGPUPeakBytes; res.Report.Checkpoints.Policy == "none" || p > opts.MemoryBudget {
 		t.Errorf("budget %d: policy %s, peak %d", opts.MemoryBudget, res.Report.Checkpoints.Policy, p)
+	}
+}
+
+// TestSnapshotsInThePlan: a step trained with checkpoints holds their pinned
+// host buffer and, when it fits the budget, their device staging copy in its
+// planned peak (the trainer adds nothing of its own); without room the staging
+// copy is dropped and the peak is the plain step's.
+func TestSnapshotsInThePlan(t *testing.T) {
+	compile := func(snap bool, budget int64) report.Memory {
+		t.Helper()
+		f, err := Load("../testdata/onnx/gpt_mini.onnx", Bindings{SeqLen: 32, Batch: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := Compile(f, CompileOptions{Target: h200(t), Snapshots: snap,
+			Options: Options{Loss: "cross-entropy", Checkpoint: "none", MemoryBudget: budget}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res.Report.Memory
+	}
+	plain, staged := compile(false, 0), compile(true, 0)
+	if plain.SnapshotHostBytes != 0 || plain.SnapshotStagingBytes != 0 {
+		t.Errorf("without checkpoints: %+v", plain)
+	}
+	if staged.SnapshotHostBytes != plain.OptimizerBytes || staged.SnapshotStagingBytes != plain.OptimizerBytes ||
+		staged.PerGPUPeakBytes != plain.PerGPUPeakBytes+plain.OptimizerBytes {
+		t.Errorf("with checkpoints: host %d, staging %d, peak %d; want %d, %d, %d", staged.SnapshotHostBytes,
+			staged.SnapshotStagingBytes, staged.PerGPUPeakBytes, plain.OptimizerBytes, plain.OptimizerBytes,
+			plain.PerGPUPeakBytes+plain.OptimizerBytes)
+	}
+	tight := compile(true, plain.PerGPUPeakBytes) // the step fits, its staging copy does not
+	if tight.SnapshotStagingBytes != 0 || tight.SnapshotHostBytes != plain.OptimizerBytes ||
+		tight.PerGPUPeakBytes != plain.PerGPUPeakBytes {
+		t.Errorf("tight budget: %+v", tight)
 	}
 }
 

@@ -155,62 +155,213 @@ func CheckOrder(ps []passes.Pass) error {
 	return nil
 }
 
-// codegenPass describes the codegen step for `lcc passes`; Pipeline builds the
-// instance that runs.
-var _ = passes.Register(passes.Pass{Name: "codegen",
-	Doc: "lower the final program to CUDA kernels and a launch plan (GPU targets)",
-	Run: func(*ir.Func) error { return nil }})
+// The pipeline is a table: one stage per row, each a pass by name, its
+// configuration as a typed value that prints itself (what `lcc passes
+// --pipeline` shows is what runs), and a run over the function and the
+// compile's findings. A run reads what earlier rows found (the loss insert-loss
+// chose, the sharding shard-sequence made) and records what it finds; nothing
+// else passes between rows. passList binds the rows to one findings value for
+// passes.Run, which verifies, times and prints after each.
+type stage struct {
+	name, doc string
+	cfg       fmt.Stringer
+	run       func(f *ir.Func, fd *findings) error
+}
 
-// autodiffPass returns the autodiff pass: it replaces f by autodiff.Grad(f, o),
-// o coming from opts when the pass runs, since an earlier pass of the pipeline
-// (insert-loss, shard-sequence) names the loss; ok false means there is nothing
-// to differentiate (an inference compile), and the pass changes nothing.
-func autodiffPass(opts func(f *ir.Func) (o autodiff.Options, ok bool, err error)) passes.Pass {
-	return passes.Pass{Name: "autodiff",
-		Doc: "append the backward (reverse-mode) of the loss: outputs grad.<weight>",
-		Run: func(f *ir.Func) error {
-			o, ok, err := opts(f)
-			if err != nil || !ok {
-				return err
-			}
-			g, err := autodiff.Grad(f, o)
+// findings are what the stages of one compile found, for later stages and for
+// the report.
+type findings struct {
+	matches  passes.AttentionMatches
+	layers   []string // attention layers dilate-attention rewrote
+	loss     loss.Choice
+	fused    int // fused_linear_cross_entropy ops fuse-cross-entropy made
+	shard    passes.ShardResult
+	seedAxes map[string]passes.SeqAxis // sharded axes of the cotangent inputs autodiff added
+	fwdFLOPs int64
+	trained  bool // autodiff differentiated a loss
+	ckpt     *passes.CheckpointStats
+	prog     *cudagen.Program // codegen's program (nil: no GPU target, or codegen failed)
+}
+
+// words is a configuration already in words: a pass of package passes whose
+// Config string is all it has.
+type words string
+
+func (w words) String() string { return string(w) }
+
+// plain is the stage of a pass that needs no findings.
+func plain(p passes.Pass) stage {
+	return stage{name: p.Name, doc: p.Doc, cfg: words(p.Config),
+		run: func(f *ir.Func, _ *findings) error { return p.Run(f) }}
+}
+
+// matchConfig configures match-attention.
+type matchConfig struct{ Require bool }
+
+func (c matchConfig) String() string {
+	if c.Require {
+		return "require=true"
+	}
+	return ""
+}
+
+// dilateConfig configures dilate-attention.
+type dilateConfig struct{ passes.DilateConfig }
+
+func (c dilateConfig) String() string {
+	return fmt.Sprintf("segments=%s dilations=%s offsets=%s", joinInts(c.Segments), joinInts(c.Dilations), c.Offsets)
+}
+
+// lossConfig configures insert-loss (package loss's rules).
+type lossConfig struct {
+	Kind        string
+	KeepOutputs bool
+}
+
+func (c lossConfig) String() string {
+	return loss.Insert(c.Kind, c.KeepOutputs, nil).Config
+}
+
+// shardConfig configures shard-sequence.
+type shardConfig struct {
+	Ranks int
+	Mode  string
+}
+
+func (c shardConfig) String() string { return fmt.Sprintf("ranks=%d mode=%s", c.Ranks, c.Mode) }
+
+// autodiffConfig is what autodiff differentiates: the loss insert-loss chose,
+// each rank's partial sum of it in a sharded step, or lcc check's objective.
+type autodiffConfig struct {
+	Objective *Objective
+	Sharded   bool
+	Ranks     int
+}
+
+func (autodiffConfig) String() string { return "" }
+
+// checkpointConfig configures insert-checkpoints: the policy and --memory-budget
+// as given, and, derived from the target and flags (so not printed), the
+// budget in bytes, the memory model the plan is measured with and the flags
+// that would lower the peak, for a refusal.
+type checkpointConfig struct {
+	Policy string
+	Budget int64 // --memory-budget (0: the target's)
+
+	budget int64
+	mem    memoryModel
+	hints  func(attention bool) []string
+}
+
+func (c checkpointConfig) String() string {
+	s := "policy=" + c.Policy
+	if c.Budget > 0 {
+		s += fmt.Sprintf(" budget=%d", c.Budget)
+	}
+	return s
+}
+
+// codegenConfig configures codegen: the target's arch, the storage dtype and the
+// rank whose build of a sharded program it makes.
+type codegenConfig struct {
+	Arch    string
+	Storage tensor.DType
+	Rank    int
+}
+
+func (c codegenConfig) String() string {
+	s := "arch=" + c.Arch
+	if c.Storage != tensor.F32 && c.Storage != tensor.Invalid {
+		s += " storage=" + c.Storage.String()
+	}
+	if c.Rank > 0 {
+		s += fmt.Sprintf(" rank=%d", c.Rank)
+	}
+	return s
+}
+
+// codegenError is codegen's failure: an op without a GPU lowering. The compile
+// still reports the plan, naming the op (Report.KernelError).
+type codegenError struct{ err error }
+
+func (e *codegenError) Error() string { return e.err.Error() }
+func (e *codegenError) Unwrap() error { return e.err }
+
+// codegenStage lowers the final program to kernels and a launch plan; it is the
+// pipeline's last stage, and its error is returned as a *codegenError.
+func codegenStage(c codegenConfig) stage {
+	return stage{name: "codegen", doc: "lower the final program to CUDA kernels and a launch plan (GPU targets)",
+		cfg: c, run: func(f *ir.Func, fd *findings) error {
+			prog, err := cudagen.Build(f, cudagen.Options{Arch: c.Arch, Storage: c.Storage, Rank: c.Rank})
 			if err != nil {
-				return err
+				return &codegenError{err}
 			}
-			// A Func holds no pointers back to itself, so the gradient function can
-			// take f's place.
-			*f = *g
+			fd.prog = prog
 			return nil
 		}}
 }
 
-var _ = passes.RegisterConfigurable(autodiffPass(func(*ir.Func) (autodiff.Options, bool, error) {
-	return autodiff.Options{Loss: loss.Output, KeepOutputs: true}, true, nil
-}), func(a *passes.Args) (passes.Pass, error) {
+// codegen in a pass list of its own (lcc passes, golden tests) builds the
+// program and checks that every op lowers, keeping nothing.
+var _ = passes.RegisterConfigurable(bindStage(codegenStage(codegenConfig{Arch: "sm_90a"}), &findings{}),
+	func(a *passes.Args) (passes.Pass, error) {
+		st, err := tensor.ParseDType(a.String("storage", "f32"))
+		if err != nil {
+			return passes.Pass{}, err
+		}
+		c := codegenConfig{Arch: a.String("arch", "sm_90a"), Storage: st, Rank: int(a.Int("rank", 0))}
+		return bindStage(codegenStage(c), &findings{}), nil
+	})
+
+// autodiffStage replaces f by the gradient function of what c says to
+// differentiate; with nothing to differentiate (an inference compile) it
+// changes nothing.
+func autodiffStage(c autodiffConfig) stage {
+	return stage{name: "autodiff", doc: "append the backward (reverse-mode) of the loss: outputs grad.<weight>",
+		cfg: c, run: func(f *ir.Func, fd *findings) error {
+			o, ok, err := c.options(f, fd)
+			if err != nil || !ok {
+				return err
+			}
+			return gradInPlace(f, o)
+		}}
+}
+
+// gradInPlace replaces f by autodiff.Grad(f, o). A Func holds no pointers back
+// to itself, so the gradient function can take f's place.
+func gradInPlace(f *ir.Func, o autodiff.Options) error {
+	g, err := autodiff.Grad(f, o)
+	if err != nil {
+		return err
+	}
+	*f = *g
+	return nil
+}
+
+var _ = passes.RegisterConfigurable(passes.Pass{Name: "autodiff",
+	Doc: "append the backward (reverse-mode) of the loss: outputs grad.<weight>",
+	Run: func(f *ir.Func) error { return gradInPlace(f, autodiff.Options{Loss: loss.Output, KeepOutputs: true}) },
+}, func(a *passes.Args) (passes.Pass, error) {
 	o := autodiff.Options{Loss: a.String("loss", loss.Output), KeepOutputs: a.Bool("keep-outputs", true)}
-	return autodiffPass(func(*ir.Func) (autodiff.Options, bool, error) { return o, true, nil }), nil
+	return passes.Pass{Name: "autodiff", Run: func(f *ir.Func) error { return gradInPlace(f, o) }}, nil
 })
 
-// pipeline is a pass list and what its passes found while running.
+// bindStage is s as a pass whose runs record into fd.
+func bindStage(s stage, fd *findings) passes.Pass {
+	return passes.Pass{Name: s.name, Doc: s.doc, Config: s.cfg.String(),
+		Run: func(f *ir.Func) error { return s.run(f, fd) }}
+}
+
+// pipeline is the table of a compile's stages, the findings its run records,
+// and the memory model of its report.
 type pipeline struct {
 	opts   Options
 	target targets.Target
+	stages []stage
+	found  findings
+	// passes are the stages bound to found, as passes.Run runs them.
 	passes []passes.Pass
-
-	matches    passes.AttentionMatches
-	layers     []string // attention layers dilate-attention rewrote
-	loss       loss.Choice
-	fused      int
-	shard      passes.ShardResult
-	seedAxes   map[string]passes.SeqAxis // sharded axes of the cotangent inputs autodiff added
-	fwdFLOPs   int64
-	trained    bool
-	ckpt       *passes.CheckpointStats
-	ckptRan    bool
-	prog       *cudagen.Program
-	codegenErr error
-	// mem is the memory model of the report and of checkpointing's budget.
-	mem memoryModel
+	mem    memoryModel
 }
 
 // Pipeline returns the passes of a compile for target t with options o, in the
@@ -236,158 +387,176 @@ func newPipeline(t targets.Target, o Options) (*pipeline, error) {
 	if !p.hasCodegen() {
 		p.mem.target.Arch = targets.ArchCPU // no GPU program: the simulated model
 	}
-	add := func(ps ...passes.Pass) { p.passes = append(p.passes, ps...) }
+	p.stages = p.table()
+	for _, s := range p.stages {
+		p.passes = append(p.passes, bindStage(s, &p.found))
+	}
+	if err := CheckOrder(p.passes); err != nil {
+		return nil, fmt.Errorf("lcc: BUG: %w", err)
+	}
+	return p, nil
+}
+
+// table is the pipeline's rows for its options.
+func (p *pipeline) table() []stage {
+	o := p.opts
+	var rows []stage
+	add := func(s ...stage) { rows = append(rows, s...) }
+	plains := func(ps ...passes.Pass) {
+		for _, ps := range ps {
+			add(plain(ps))
+		}
+	}
 	if o.Objective != nil {
-		p.addGradTail()
-		return p, p.finish()
+		add(p.gradTail()...)
+		return append(rows, p.codegenRows()...)
 	}
 	a := o.Attention
-	match := passes.MatchAttention(passes.MatchConfig{RequireAttention: a.Require, Result: &p.matches})
-	if a.Require {
-		match.Config = "require=true"
-	}
-	add(match, passes.MatchNorms)
+	mc := matchConfig{Require: a.Require}
+	add(stage{name: "match-attention", doc: passes.MatchAttention(passes.MatchConfig{}).Doc, cfg: mc,
+		run: func(f *ir.Func, fd *findings) error {
+			return passes.MatchAttention(passes.MatchConfig{RequireAttention: mc.Require, Result: &fd.matches}).Run(f)
+		}})
+	plains(passes.MatchNorms)
 	if a.Mode == "dilated" {
-		cfg := a.dilate()
-		cfg.Layers = &p.layers
-		d := passes.DilateAttention(cfg)
-		d.Config = fmt.Sprintf("segments=%s dilations=%s offsets=%s", joinInts(cfg.Segments),
-			joinInts(cfg.Dilations), cfg.Offsets)
-		add(d)
+		dc := dilateConfig{a.dilate()}
+		add(stage{name: "dilate-attention", doc: passes.DilateAttention(dc.DilateConfig).Doc, cfg: dc,
+			run: func(f *ir.Func, fd *findings) error {
+				cfg := dc.DilateConfig
+				cfg.Layers = &fd.layers
+				return passes.DilateAttention(cfg).Run(f)
+			}})
 	}
-	add(passes.CancelTransposes)
-	add(passes.Cleanup...)
+	plains(passes.CancelTransposes)
+	plains(passes.Cleanup...)
 	if o.Forward || o.Loss == loss.None {
-		return p, p.finish()
+		return append(rows, p.codegenRows()...)
 	}
-	add(loss.Insert(o.Loss, o.KeepLogits, &p.loss))
-	fuse := passes.FuseCrossEntropy
-	fuse.Run = func(f *ir.Func) error {
-		if p.loss.Loss == "" {
-			return nil
-		}
-		before := countOp(f, ir.OpFusedLinearCrossEntropy)
-		err := passes.FuseCrossEntropy.Run(f)
-		p.fused = countOp(f, ir.OpFusedLinearCrossEntropy) - before
-		return err
+	lc := lossConfig{Kind: o.Loss, KeepOutputs: o.KeepLogits}
+	if lc.Kind == "" {
+		lc.Kind = loss.Auto
 	}
-	add(fuse, passes.EliminateDeadCode)
-	p.addGradTail()
-	add(passes.SumConcats)
-	add(passes.Cleanup...)
+	add(stage{name: "insert-loss", doc: loss.Insert(lc.Kind, lc.KeepOutputs, nil).Doc, cfg: lc,
+		run: func(f *ir.Func, fd *findings) error {
+			var err error
+			fd.loss, err = loss.Apply(f, lc.Kind, lc.KeepOutputs)
+			return err
+		}})
+	add(stage{name: passes.FuseCrossEntropy.Name, doc: passes.FuseCrossEntropy.Doc, cfg: words(passes.FuseCrossEntropy.Config),
+		run: func(f *ir.Func, fd *findings) error {
+			if fd.loss.Loss == "" {
+				return nil
+			}
+			before := countOp(f, ir.OpFusedLinearCrossEntropy)
+			err := passes.FuseCrossEntropy.Run(f)
+			fd.fused = countOp(f, ir.OpFusedLinearCrossEntropy) - before
+			return err
+		}})
+	plains(passes.EliminateDeadCode)
+	add(p.gradTail()...)
+	plains(passes.SumConcats)
+	plains(passes.Cleanup...)
 	policy := o.Checkpoint
 	if policy == "" {
 		policy = "auto"
 	}
-	ck := passes.Pass{Name: "insert-checkpoints", Config: "policy=" + policy,
-		Doc: "recompute forward activations in the backward to fit the memory budget",
-		Run: func(f *ir.Func) error {
-			if !p.trained {
+	cc := checkpointConfig{Policy: policy, Budget: o.MemoryBudget, budget: p.budget(), mem: p.mem,
+		hints: p.memoryHints}
+	add(stage{name: "insert-checkpoints", doc: "recompute forward activations in the backward to fit the memory budget",
+		cfg: cc, run: func(f *ir.Func, fd *findings) error {
+			if !fd.trained {
 				return nil
 			}
-			p.mem.trained = true
-			run, stats := passes.InsertCheckpointsWithStats(passes.CheckpointConfig{Policy: policy,
-				BudgetBytes: p.budget(), Peak: p.mem.peak, Hints: p.memoryHints()})
-			p.ckpt, p.ckptRan = stats, true
-			return run.Run(f)
-		}}
-	if o.MemoryBudget > 0 {
-		ck.Config += fmt.Sprintf(" budget=%d", o.MemoryBudget)
-	}
-	add(ck, passes.EliminateDeadCode)
-	return p, p.finish()
+			mem := cc.mem
+			mem.trained = true
+			stats, err := passes.Checkpoint(f, passes.CheckpointConfig{Policy: cc.Policy, BudgetBytes: cc.budget,
+				Peak: mem.peak, Hints: cc.hints(len(fd.matches.Found) > 0)})
+			fd.ckpt = &stats
+			return err
+		}})
+	plains(passes.EliminateDeadCode)
+	return append(rows, p.codegenRows()...)
 }
 
-// addGradTail appends shard-sequence (when sharded), autodiff and
-// all-reduce-gradients (when sharded).
-func (p *pipeline) addGradTail() {
+// gradTail is shard-sequence (when sharded), autodiff and all-reduce-gradients
+// (when sharded).
+func (p *pipeline) gradTail() []stage {
 	o := p.opts
+	ranks := max(o.Ranks, 1)
+	var rows []stage
 	if o.sharded() {
-		s := passes.ShardSequence(passes.ShardConfig{Ranks: max(o.Ranks, 1), Mode: o.ShardMode,
-			Result: &p.shard})
-		s.Config = fmt.Sprintf("ranks=%d mode=%s", max(o.Ranks, 1), o.ShardMode)
-		p.passes = append(p.passes, s)
-	}
-	p.passes = append(p.passes, autodiffPass(p.autodiffOptions))
-	if o.sharded() {
-		ar := passes.AllReduceGradientsPass(max(o.Ranks, 1), autodiff.GradPrefix)
-		run := ar.Run
-		ar.Run = func(f *ir.Func) error {
-			if !p.trained {
-				return nil
-			}
-			return run(f)
-		}
-		p.passes = append(p.passes, ar)
-	}
-}
-
-// finish appends codegen for a GPU target and checks the order.
-func (p *pipeline) finish() error {
-	if p.hasCodegen() {
-		storage, _ := p.opts.Storage()
-		cfg := "arch=" + p.target.Arch
-		if storage != tensor.F32 {
-			cfg += " storage=" + storage.String()
-		}
-		if p.opts.Rank > 0 {
-			cfg += fmt.Sprintf(" rank=%d", p.opts.Rank)
-		}
-		p.passes = append(p.passes, passes.Pass{Name: "codegen", Config: cfg,
-			Doc: "lower the final program to CUDA kernels and a launch plan (GPU targets)",
-			Run: func(f *ir.Func) error {
-				// An op without a GPU lowering leaves the plan standing; the report says
-				// which op is missing.
-				p.prog, p.codegenErr = cudagen.Build(f, cudagen.Options{Arch: p.target.Arch, Storage: storage,
-					Rank: p.opts.Rank})
-				return nil
+		sc := shardConfig{Ranks: ranks, Mode: o.ShardMode}
+		rows = append(rows, stage{name: "shard-sequence", doc: passes.ShardSequence(passes.ShardConfig{}).Doc,
+			cfg: sc, run: func(f *ir.Func, fd *findings) error {
+				res, err := passes.Shard(f, passes.ShardConfig{Ranks: sc.Ranks, Mode: sc.Mode})
+				if err == nil {
+					fd.shard = *res
+				}
+				return err
 			}})
 	}
-	if err := CheckOrder(p.passes); err != nil {
-		return fmt.Errorf("lcc: BUG: %w", err)
+	rows = append(rows, autodiffStage(autodiffConfig{Objective: o.Objective, Sharded: o.sharded(), Ranks: ranks}))
+	if o.sharded() {
+		ar := passes.AllReduceGradientsPass(ranks, autodiff.GradPrefix)
+		rows = append(rows, stage{name: ar.Name, doc: ar.Doc, cfg: words(ar.Config),
+			run: func(f *ir.Func, fd *findings) error {
+				if !fd.trained {
+					return nil
+				}
+				return ar.Run(f)
+			}})
 	}
-	return nil
+	return rows
 }
 
-// autodiffOptions is what the autodiff pass differentiates: the loss insert-loss
-// chose, or each rank's partial sum of it in a sharded step.
-func (p *pipeline) autodiffOptions(f *ir.Func) (autodiff.Options, bool, error) {
-	l := p.loss.Loss
+// codegenRows is the codegen stage for a GPU target's compile or step, last.
+func (p *pipeline) codegenRows() []stage {
+	if !p.hasCodegen() {
+		return nil
+	}
+	storage, _ := p.opts.Storage()
+	return []stage{codegenStage(codegenConfig{Arch: p.target.Arch, Storage: storage, Rank: p.opts.Rank})}
+}
+
+// options is what autodiff differentiates in f, given what the stages before
+// it found; ok false means nothing.
+func (c autodiffConfig) options(f *ir.Func, fd *findings) (autodiff.Options, bool, error) {
+	l := fd.loss.Loss
 	var seeds map[string]string
-	if obj := p.opts.Objective; obj != nil {
+	if obj := c.Objective; obj != nil {
 		l, seeds = obj.Loss, obj.Seeds
 	}
 	if l == "" && len(seeds) == 0 {
 		return autodiff.Options{}, false, nil
 	}
-	if p.opts.sharded() {
-		ranks := max(p.opts.Ranks, 1)
+	if c.Sharded {
 		if l != "" {
-			local, ok := p.shard.Partial[l]
+			local, ok := fd.shard.Partial[l]
 			if !ok {
 				return autodiff.Options{}, false, fmt.Errorf("--ranks=%d: the loss %q is not a sum over "+
-					"positions, so its gradient cannot be split over ranks", ranks, l)
+					"positions, so its gradient cannot be split over ranks", c.Ranks, l)
 			}
 			l = local
 		}
-		p.seedAxes = map[string]passes.SeqAxis{}
+		fd.seedAxes = map[string]passes.SeqAxis{}
 		for out, dy := range seeds {
-			a, ok := p.shard.Outputs[out]
+			a, ok := fd.shard.Outputs[out]
 			if !ok {
 				return autodiff.Options{}, false, fmt.Errorf("--ranks=%d: output %q seeded by %s is not "+
-					"sharded along the sequence", ranks, out, dy)
+					"sharded along the sequence", c.Ranks, out, dy)
 			}
-			p.seedAxes[dy] = a
+			fd.seedAxes[dy] = a
 		}
 	}
-	p.trained = true
-	p.fwdFLOPs = countFLOPs(f)
+	fd.trained = true
+	fd.fwdFLOPs = countFLOPs(f)
 	return autodiff.Options{Loss: l, Seeds: seeds, KeepOutputs: true}, true, nil
 }
 
 // memoryHints are the flags that would lower this compile's peak, for
-// checkpointing's refusal.
-func (p *pipeline) memoryHints() []string {
+// checkpointing's refusal; attention says the model has attention layers (what
+// match-attention found).
+func (p *pipeline) memoryHints(attention bool) []string {
 	o := p.opts
 	var h []string
 	if o.MemoryBudget > 0 && (p.target.MemoryBytes == 0 || o.MemoryBudget < p.target.MemoryBytes) {
@@ -396,7 +565,7 @@ func (p *pipeline) memoryHints() []string {
 	if p.mem.storage == tensor.F32 {
 		h = append(h, "--precision=bf16")
 	}
-	if o.Attention.Mode != "dilated" && len(p.matches.Found) > 0 {
+	if o.Attention.Mode != "dilated" && attention {
 		h = append(h, "--attention=dilated")
 	}
 	if p.target.GPUs > 1 && o.Ranks <= 1 {
@@ -424,11 +593,6 @@ func (p *pipeline) budget() int64 {
 		return p.target.MemoryBytes - plan.CUDAContextBytes
 	}
 	return p.target.MemoryBytes
-}
-
-// run runs the pipeline over f in place.
-func (p *pipeline) run(f *ir.Func, popts passes.Options) ([]passes.Stat, error) {
-	return passes.Run(f, p.passes, popts)
 }
 
 // Describe renders a pass list one pass a line with its configuration, in the

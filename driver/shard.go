@@ -95,7 +95,7 @@ func shardObjective(g *ir.Func, obj Objective, so ShardOptions) (*ShardedProgram
 	if _, err := passes.Run(g, p.passes, passes.Options{VerifyEach: true}); err != nil {
 		return nil, err
 	}
-	sp := &ShardedProgram{Func: g, Layout: p.shard, Objective: obj, seedAxes: p.seedAxes}
+	sp := &ShardedProgram{Func: g, Layout: p.found.shard, Objective: obj, seedAxes: p.found.seedAxes}
 	if sp.seedAxes == nil {
 		sp.seedAxes = map[string]passes.SeqAxis{}
 	}

@@ -68,7 +68,7 @@ func PlanSharded(f *ir.Func, opts CompileOptions, so ShardOptions) (*ShardPlan, 
 	if err != nil {
 		return nil, err
 	}
-	sres := p.shard
+	sres := p.found.shard
 	return &ShardPlan{Ranks: so.Ranks, Mode: sres.Mode, Layout: sres.Layout, SeqLen: sres.SeqLen,
 		LocalSeqLen: sres.SeqLen / int64(so.Ranks), Memory: res.Report.Memory,
 		Communication: CommunicationOf(res.Func), Rank: opts.Rank, Report: res.Report, Func: res.Func,

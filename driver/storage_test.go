@@ -6,8 +6,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/lcc-dev/lcc/interp"
 	"github.com/lcc-dev/lcc/ir"
 	"github.com/lcc-dev/lcc/passes"
+	"github.com/lcc-dev/lcc/targets"
 	"github.com/lcc-dev/lcc/tensor"
 )
 
@@ -91,7 +93,7 @@ func TestCheckBF16Emulated(t *testing.T) {
 	// A device that differs from the emulation by 5% on one gradient.
 	const bad = "grad.m.model.layers.1.mlp.up_proj.weight"
 	opts.Run = func(f *ir.Func, in map[string]*tensor.Tensor) (map[string]*tensor.Tensor, error) {
-		outs, err := RunCPU(f, in, tensor.BF16)
+		outs, err := RunCPU(f, in, tensor.BF16, HostBudget{})
 		if err != nil {
 			return nil, err
 		}
@@ -106,5 +108,51 @@ func TestCheckBF16Emulated(t *testing.T) {
 	_, err = CheckGrads(f, rf, model, opts)
 	if !errors.Is(err, ErrTolerance) || !strings.Contains(err.Error(), "up_proj") {
 		t.Errorf("a 5%% error on %s: got %v, want ErrTolerance naming it", bad, err)
+	}
+}
+
+// TestLossStoredF32: under bf16 storage the training step's loss stays f32 on the
+// device (and so in the CPU's emulation of it): lcc train prints and records it
+// unrounded, not 10.5, 9.25, 7.5625.
+func TestLossStoredF32(t *testing.T) {
+	tg, err := targets.Lookup("h200x1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := Load("../testdata/onnx/gpt_mini.onnx", Bindings{SeqLen: 16, Batch: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := CompileStep(f, CompileOptions{Target: tg, Options: Options{Precision: "bf16", Loss: "auto"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	store, err := storedAs(st.Func, tensor.BF16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	loss := st.Func.Output(st.Loss)
+	if loss == nil || store(loss) != tensor.F32 {
+		t.Fatalf("loss %q stored as %v, want f32", st.Loss, store(loss))
+	}
+	in := map[string]*tensor.Tensor{}
+	for _, p := range st.Func.Params {
+		if p.Data != nil {
+			in[p.Name] = p.Data
+		} else if p.Role == ir.RoleInput || p.Role == ir.RoleLabel {
+			ids := tensor.New(tensor.I64, p.Value.Type.Shape...)
+			for i := range ids.I {
+				ids.I[i] = int64(i*7) % 512
+			}
+			in[p.Name] = ids
+		}
+	}
+	out, err := interp.Run(st.Func, in, interp.Options{Precision: tensor.F32, Store: store})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := out[st.Loss].F[0]
+	if r := float64(tensor.BF16ToFloat32(tensor.Float32ToBF16(float32(l)))); r == l {
+		t.Errorf("loss %v is a bf16 number: rounded to bf16 storage", l)
 	}
 }

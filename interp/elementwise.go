@@ -99,7 +99,7 @@ var binaryInt = map[ir.Op]func(a, b int64) int64{
 	ir.OpAdd: func(a, b int64) int64 { return a + b },
 	ir.OpSub: func(a, b int64) int64 { return a - b },
 	ir.OpMul: func(a, b int64) int64 { return a * b },
-	ir.OpDiv: func(a, b int64) int64 { return a / b }, // truncates, as ONNX Div; b == 0 panics → error
+	ir.OpDiv: func(a, b int64) int64 { return a / b }, // truncates, as ONNX Div; kernelArith refuses b == 0
 	ir.OpPow: ipow,
 	ir.OpMax: func(a, b int64) int64 { return max(a, b) },
 	ir.OpMin: func(a, b int64) int64 { return min(a, b) },
@@ -262,6 +262,12 @@ func kernelArith(n *ir.Node, args []*tensor.Tensor, _ Options) ([]*tensor.Tensor
 	if out.DType.IsFloat() {
 		arithFloat(n.Op, out, a, b)
 		return one(out), nil
+	}
+	if n.Op == ir.OpDiv && len(out.I) > 0 {
+		if j := slices.Index(b.I, 0); j >= 0 {
+			return nil, fmt.Errorf("integer division by zero (element %d of the divisor %v%s)", j,
+				b.DType, tensor.ShapeString(b.Shape))
+		}
 	}
 	fn, dt := binaryInt[n.Op], out.DType
 	binary(out.Shape, a, b, func(o, i, j int) { out.I[o] = tensor.WrapInt(fn(a.I[i], b.I[j]), dt) })

@@ -161,18 +161,7 @@ func run(f *ir.Func, inputs map[string]*tensor.Tensor, opts Options,
 	if err := bindParams(f, inputs, opts, vals); err != nil {
 		return nil, err
 	}
-	// last[v] is the index of the last node reading v; values read by no node and
-	// not returned die as soon as they are made.
-	last := make(map[*ir.Value]int)
-	for i, n := range f.Body {
-		for _, a := range n.Args {
-			last[a] = i
-		}
-	}
-	outputs := make(map[*ir.Value]bool, len(f.Outputs))
-	for _, o := range f.Outputs {
-		outputs[o.Value] = true
-	}
+	last, outputs := liveness(f)
 	keep := func(v *ir.Value) bool { return keepAll || outputs[v] }
 	args := make([]*tensor.Tensor, 0, 8)
 	for i, n := range f.Body {
@@ -196,6 +185,24 @@ func run(f *ir.Func, inputs map[string]*tensor.Tensor, opts Options,
 		}
 	}
 	return vals, nil
+}
+
+// liveness returns, for each value some node reads, the index of the last node
+// reading it, and the set of f's outputs. A run drops a value after its last
+// reader, and one read by no node and not returned as soon as it is made
+// (HostPeak follows the same rule).
+func liveness(f *ir.Func) (last map[*ir.Value]int, outputs map[*ir.Value]bool) {
+	last = make(map[*ir.Value]int)
+	for i, n := range f.Body {
+		for _, a := range n.Args {
+			last[a] = i
+		}
+	}
+	outputs = make(map[*ir.Value]bool, len(f.Outputs)+len(f.Params))
+	for _, o := range f.Outputs {
+		outputs[o.Value] = true
+	}
+	return last, outputs
 }
 
 // bindParams resolves every parameter to a tensor from inputs or its Data.
@@ -283,6 +290,12 @@ func exec(n *ir.Node, args []*tensor.Tensor, opts Options) (res []*tensor.Tensor
 	k := lookup(n.Op)
 	if k == nil {
 		return nil, fmt.Errorf("%s: no CPU kernel for op %s", n.Where(), n.Op)
+	}
+	for _, r := range n.Results {
+		// Checked before the kernel allocates: a type may be far larger than a host holds.
+		if _, err := tensor.HostBytes(r.Type.DType, r.Type.Shape); err != nil {
+			return nil, fmt.Errorf("%s: result %w", n.Where(), err)
+		}
 	}
 	defer func() {
 		if r := recover(); r != nil {

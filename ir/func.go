@@ -40,6 +40,10 @@ func (t Type) Equal(u Type) bool { return t.DType == u.DType && t.SameShape(u) }
 // String renders the type as in the text form: "f32[2,16,64]" or, with labels,
 // "i64[batch=2,seq=16]".
 func (t Type) String() string {
+	if len(t.Shape) > MaxRank {
+		// Not a valid type (ShapeNumel refuses it): in a message, cut it short.
+		return t.DType.String() + tensor.Brief(t.Shape)
+	}
 	var sb strings.Builder
 	sb.WriteString(t.DType.String())
 	sb.WriteByte('[')
@@ -154,6 +158,10 @@ type Func struct {
 	// Remarks say what the importer changed to keep the model the framework's,
 	// for the user to know (not warnings): e.g. merged parameters it untied.
 	Remarks []string
+	// Untrained lists framework parameters the function has no weight of its own
+	// for (the exporter folded or merged them beyond undoing): training the
+	// function would not train them as the framework does, so lcc train refuses.
+	Untrained []string
 }
 
 // Param returns the parameter called name, or nil.
@@ -262,7 +270,7 @@ func (f *Func) RemoveDeadNodes() int {
 // Clone returns a deep copy of f's structure; parameter Data tensors are shared.
 func (f *Func) Clone() *Func {
 	g := &Func{Name: f.Name, Notes: append([]string(nil), f.Notes...),
-		Remarks: append([]string(nil), f.Remarks...)}
+		Remarks: append([]string(nil), f.Remarks...), Untrained: append([]string(nil), f.Untrained...)}
 	m := make(map[*Value]*Value)
 	for _, p := range f.Params {
 		q := &Param{Name: p.Name, Role: p.Role, Data: p.Data, Frozen: p.Frozen, Origin: p.Origin,
@@ -295,8 +303,15 @@ func (f *Func) Clone() *Func {
 // Host allocations are bounded separately by tensor.MaxElements.
 const MaxTypeElements = 1 << 56
 
-// ShapeNumel returns the element count of shape, or an error if a dim is negative
-// or the count exceeds MaxTypeElements.
+// MaxRank bounds the rank of an IR type. No model needs more; a file's million
+// unsqueezed axes would otherwise make every message and printed type megabytes.
+const MaxRank = 64
+
+// ShapeNumel returns the element count of shape, or an error if a dim is negative,
+// the count exceeds MaxTypeElements or the rank MaxRank.
 func ShapeNumel(shape []int64) (int64, error) {
+	if len(shape) > MaxRank {
+		return 0, fmt.Errorf("rank %d exceeds the limit of %d", len(shape), MaxRank)
+	}
 	return tensor.NumelAtMost(shape, MaxTypeElements)
 }

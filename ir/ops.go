@@ -324,16 +324,16 @@ func init() {
 		Attrs: []AttrSpec{{"repeats", AttrInts}}, Infer: inferTile})
 	def(OpCumSum, OpInfo{Name: "cumsum", MinArgs: 1, MaxArgs: 1,
 		Attrs: []AttrSpec{{"axis", AttrInt}, {"exclusive", AttrBool}, {"reverse", AttrBool}},
-		Infer: inferSame})
+		Infer: withAxis(inferSame)})
 	def(OpTrilu, OpInfo{Name: "trilu", MinArgs: 1, MaxArgs: 1,
 		Attrs: []AttrSpec{{"upper", AttrBool}, {"k", AttrInt}}, Infer: inferTrilu})
 	def(OpScatterAdd, OpInfo{Name: "scatter_add", MinArgs: 2, MaxArgs: 2,
 		Attrs: []AttrSpec{{"axis", AttrInt}, {"size", AttrInt}}, Infer: inferScatterAdd})
 
 	def(OpSoftmax, OpInfo{Name: "softmax", MinArgs: 1, MaxArgs: 1, Attrs: axisAttr,
-		Defaults: lastAxis, Infer: inferFloatUnary})
+		Defaults: lastAxis, Infer: withAxis(inferFloatUnary)})
 	def(OpLogSoftmax, OpInfo{Name: "log_softmax", MinArgs: 1, MaxArgs: 1, Attrs: axisAttr,
-		Defaults: lastAxis, Infer: inferFloatUnary})
+		Defaults: lastAxis, Infer: withAxis(inferFloatUnary)})
 	def(OpLayerNorm, OpInfo{Name: "layer_norm", MinArgs: 1, MaxArgs: 3, Attrs: normAt,
 		Defaults: normDefaults, Infer: inferNorm})
 	def(OpRMSNorm, OpInfo{Name: "rms_norm", MinArgs: 1, MaxArgs: 2, Attrs: normAt,
@@ -355,6 +355,17 @@ func init() {
 		Attrs: lossAt, Defaults: lossDefaults, Infer: inferLoss})
 	def(OpNLLLoss, OpInfo{Name: "nll_loss", MinArgs: 2, MaxArgs: 2, Attrs: lossAt,
 		Defaults: lossDefaults, Infer: inferLoss})
+}
+
+// withAxis is infer for an op whose axis attribute must index its first argument:
+// a kernel never sees an axis out of range.
+func withAxis(infer func(*Node) ([]Type, error)) func(*Node) ([]Type, error) {
+	return func(n *Node) ([]Type, error) {
+		if _, err := AxisIndex(n.AttrInt("axis"), n.Args[0].Type.Rank()); err != nil {
+			return nil, err
+		}
+		return infer(n)
+	}
 }
 
 // AxisIndex normalises a possibly negative axis for a rank, or reports it out of range.
@@ -386,7 +397,7 @@ func Broadcast(shapes ...[]int64) ([]int64, error) {
 			case out[j] == 1:
 				out[j] = d
 			default:
-				return nil, fmt.Errorf("shapes %v do not broadcast", shapes)
+				return nil, fmt.Errorf("shapes %s do not broadcast", tensor.Brief(shapes))
 			}
 		}
 	}
@@ -607,7 +618,7 @@ func inferReshape(n *Node) ([]Type, error) {
 		return nil, err
 	}
 	if c != x.Numel() {
-		return nil, fmt.Errorf("cannot reshape %v (%d elements) to %v", x, x.Numel(), shape)
+		return nil, fmt.Errorf("cannot reshape %v (%d elements) to %s", x, x.Numel(), tensor.Brief(shape))
 	}
 	return one(T(x.DType, shape...)), nil
 }
@@ -616,13 +627,13 @@ func inferTranspose(n *Node) ([]Type, error) {
 	x := n.Args[0].Type
 	perm := n.AttrInts("perm")
 	if len(perm) != x.Rank() {
-		return nil, fmt.Errorf("perm %v does not fit %v", perm, x)
+		return nil, fmt.Errorf("perm %s does not fit %v", tensor.Brief(perm), x)
 	}
 	seen := make([]bool, len(perm))
 	shape := make([]int64, len(perm))
 	for i, p := range perm {
 		if p < 0 || int(p) >= len(perm) || seen[p] {
-			return nil, fmt.Errorf("perm %v is not a permutation", perm)
+			return nil, fmt.Errorf("perm %s is not a permutation", tensor.Brief(perm))
 		}
 		seen[p] = true
 		shape[i] = x.Shape[p]
@@ -638,7 +649,7 @@ func inferExpand(n *Node) ([]Type, error) {
 		return nil, err
 	}
 	if !slices.Equal(s, shape) {
-		return nil, fmt.Errorf("cannot expand %v to %v", x, shape)
+		return nil, fmt.Errorf("cannot expand %v to %s", x, tensor.Brief(shape))
 	}
 	if _, err := ShapeNumel(s); err != nil {
 		return nil, err
@@ -723,7 +734,7 @@ func inferSplit(n *Node) ([]Type, error) {
 		out = append(out, T(x.DType, shape...))
 	}
 	if sum != x.Shape[ax] || len(sizes) == 0 {
-		return nil, fmt.Errorf("split sizes %v do not add up to %d", sizes, x.Shape[ax])
+		return nil, fmt.Errorf("split sizes %s do not add up to %d", tensor.Brief(sizes), x.Shape[ax])
 	}
 	return out, nil
 }
@@ -770,7 +781,7 @@ func inferTile(n *Node) ([]Type, error) {
 	x := n.Args[0].Type
 	r := n.AttrInts("repeats")
 	if len(r) != x.Rank() {
-		return nil, fmt.Errorf("repeats %v do not fit %v", r, x)
+		return nil, fmt.Errorf("repeats %s do not fit %v", tensor.Brief(r), x)
 	}
 	shape := make([]int64, len(r))
 	for i := range r {

@@ -6,8 +6,8 @@ import (
 	"strings"
 
 	fk "github.com/lcc-dev/lcc/codegen/cuda/flash"
-	"github.com/lcc-dev/lcc/runtime/cuda"
 	"github.com/lcc-dev/lcc/perf/flash"
+	"github.com/lcc-dev/lcc/runtime/cuda"
 )
 
 // AttentionShape is one attention benchmark: bf16, [B, T, H, D] queries over

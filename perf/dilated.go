@@ -4,8 +4,8 @@ import (
 	"fmt"
 
 	fk "github.com/lcc-dev/lcc/codegen/cuda/flash"
-	"github.com/lcc-dev/lcc/runtime/cuda"
 	"github.com/lcc-dev/lcc/perf/flash"
+	"github.com/lcc-dev/lcc/runtime/cuda"
 )
 
 // DilatedShape is one LongNet benchmark: bf16 [1, T, H, D], causal, with

@@ -65,6 +65,25 @@ type StepMemory struct {
 	// HostBytes is the pinned host memory of offloaded activations (ir.IsHost
 	// values), beside the device: not in PeakBytes.
 	HostBytes int64
+	// SnapshotHostBytes is the pinned host buffer checkpoints of a resident
+	// step are copied into, and SnapshotStagingBytes the device copy they are
+	// staged through (in PeakBytes; 0 when it would not fit): see WithSnapshots.
+	SnapshotHostBytes, SnapshotStagingBytes int64
+}
+
+// WithSnapshots adds what writing checkpoints of a step whose optimizer state
+// stays on the GPU takes: a pinned host buffer the size of that state (fp32
+// masters and moments, OptimizerBytes), and a staging copy of it on the device
+// while a checkpoint is copied out, when the peak with it stays within budget
+// (≤ 0: no budget). Without the staging copy the next update waits for the copy
+// to the host instead, so the plan, not the trainer, decides.
+func (m StepMemory) WithSnapshots(budget int64) StepMemory {
+	m.SnapshotHostBytes = m.OptimizerBytes
+	if budget <= 0 || m.PeakBytes+m.OptimizerBytes <= budget {
+		m.SnapshotStagingBytes = m.OptimizerBytes
+		m.PeakBytes += m.OptimizerBytes
+	}
+	return m
 }
 
 // NewStepMemory sums the components (fixed is 0 for a CPU target); host is

@@ -172,6 +172,12 @@ type Memory struct {
 	// HostBytes is the pinned host memory the offloaded activations take beside
 	// the device (a "+offload" checkpoint policy); not in PerGPUPeakBytes.
 	HostBytes int64 `json:"host_bytes"`
+	// SnapshotHostBytes is the pinned host buffer lcc train copies its
+	// checkpoints into, and SnapshotStagingBytes the device copy they are staged
+	// through, in PerGPUPeakBytes (0: the update waits for the copy instead).
+	// Both are 0 for a compile without checkpoints (plan.StepMemory.WithSnapshots).
+	SnapshotHostBytes    int64 `json:"snapshot_host_bytes,omitempty"`
+	SnapshotStagingBytes int64 `json:"snapshot_staging_bytes,omitempty"`
 }
 
 // FLOPs counts floating-point operations of one step on one GPU: the whole step
@@ -363,6 +369,7 @@ func Build(f *ir.Func, in Input) *Report {
 		r.Memory.OptimizerBytes = m.OptimizerBytes
 		r.Memory.FixedBytes = m.FixedBytes
 		r.Memory.HostBytes = m.HostBytes
+		r.Memory.SnapshotHostBytes, r.Memory.SnapshotStagingBytes = m.SnapshotHostBytes, m.SnapshotStagingBytes
 		if m.Model == "arena" {
 			r.Memory.ContextBytes = plan.CUDAContextBytes
 		}
@@ -479,6 +486,13 @@ func (r *Report) WriteText(w io.Writer) {
 	if r.Memory.HostBytes > 0 {
 		fmt.Fprintf(w, "memory     host (pinned) %s of offloaded activations beside the GPU, not in its peak\n",
 			Bytes(r.Memory.HostBytes))
+	}
+	if m := r.Memory; m.SnapshotHostBytes > 0 {
+		how := fmt.Sprintf("staged through %s on the GPU (in its peak)", Bytes(m.SnapshotStagingBytes))
+		if m.SnapshotStagingBytes == 0 {
+			how = "unstaged (a staging copy would pass the budget: the next update waits for the copy)"
+		}
+		fmt.Fprintf(w, "memory     checkpoints: host (pinned) %s, %s\n", Bytes(m.SnapshotHostBytes), how)
 	}
 	fmt.Fprintf(w, "flops      per GPU: forward %s, backward %s, per step %s\n", FLOPString(r.FLOPs.Forward),
 		FLOPString(r.FLOPs.Backward), FLOPString(r.FLOPs.PerStep))

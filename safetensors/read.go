@@ -8,6 +8,9 @@ import (
 	"fmt"
 	"io"
 	"sort"
+	"strconv"
+	"strings"
+	"unicode/utf8"
 
 	"github.com/lcc-dev/lcc/internal/fserr"
 	"github.com/lcc-dev/lcc/internal/userfile"
@@ -65,87 +68,250 @@ func headerLen(prefix []byte, size int64) (int64, error) {
 
 // entry is one tensor's header record. Pointers tell a missing field from a zero one.
 type entry struct {
-	DType       *string  `json:"dtype"`
-	Shape       *[]int64 `json:"shape"`
-	DataOffsets *[]int64 `json:"data_offsets"`
+	DType       *string
+	Shape       *[]int64
+	DataOffsets *[]int64
 }
 
 // header is the parsed JSON header: tensors in header order, and the metadata.
 type header struct {
 	names    []string
-	entries  map[string]entry
+	entries  []entry // entries[i] is names[i]'s
 	metadata map[string]string
 }
 
+// maxTensors bounds the tensors of one file. Real files hold at most tens of
+// thousands (a sharded checkpoint's file, an lcc checkpoint's weights and moments);
+// a header of a million empty entries is an attack on memory (each costs ~200 bytes
+// decoded, the header 50).
+const maxTensors = 1 << 17
+
 // parseHeader parses the JSON object, rejecting duplicate keys (encoding/json would
-// silently keep the last), unknown fields and anything after the object but padding.
+// silently keep the last), unknown fields and anything after the object but
+// padding. It scans the bytes itself (scanner): nothing is held but the result, and
+// a list (a shape, offsets) stops at its limit, so a 100 MB header of a hundred
+// thousand entries or of one long shape needs about its own size in memory, where
+// encoding/json's copies of every entry and whole decoded lists took ten times it.
 func parseHeader(file string, js []byte) (*header, error) {
-	h := &header{entries: map[string]entry{}, metadata: map[string]string{}}
-	dec := json.NewDecoder(bytes.NewReader(js))
-	dec.UseNumber()
-	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+	h := &header{metadata: map[string]string{}}
+	p := &scanner{js: js}
+	if !p.next('{') {
 		return nil, errorf(file, "", "header is not a JSON object (starts %q)", clip(js, 16))
 	}
-	seenMeta := false
-	for dec.More() {
-		tok, err := dec.Token()
+	seen := map[string]bool{}
+	for first := true; !p.next('}'); first = false {
+		if !first && !p.next(',') {
+			return nil, errorf(file, "", "bad header JSON: %v", p.fail("',' or '}'"))
+		}
+		name, err := p.str()
+		if err == nil && !p.next(':') {
+			err = p.fail("':'")
+		}
 		if err != nil {
 			return nil, errorf(file, "", "bad header JSON: %w", err)
 		}
-		name, ok := tok.(string)
-		if !ok {
-			return nil, errorf(file, "", "bad header JSON: key %v is not a string", tok)
-		}
-		var raw json.RawMessage
-		if err := dec.Decode(&raw); err != nil {
-			return nil, errorf(file, name, "bad header JSON: %w", err)
-		}
-		if name == metadataKey {
-			if seenMeta {
+		if seen[name] {
+			if name == metadataKey {
 				return nil, errorf(file, "", "%s appears twice in the header", metadataKey)
 			}
-			seenMeta = true
-			if err := strictUnmarshal(raw, &h.metadata); err != nil {
+			return nil, errorf(file, name, "appears twice in the header")
+		}
+		seen[name] = true
+		if name == metadataKey {
+			if err := p.metadata(h.metadata); err != nil {
 				return nil, errorf(file, "", "%s must map strings to strings: %w", metadataKey, err)
-			}
-			if h.metadata == nil { // "__metadata__": null
-				h.metadata = map[string]string{}
 			}
 			continue
 		}
-		if _, dup := h.entries[name]; dup {
-			return nil, errorf(file, name, "appears twice in the header")
+		if len(h.names) == maxTensors {
+			return nil, errorf(file, name, "more than %d tensors in the header", maxTensors)
 		}
-		var e entry
-		if err := strictUnmarshal(raw, &e); err != nil {
-			return nil, errorf(file, name, "bad header entry %s: %w", clip(raw, 80), err)
+		e, err := p.entry()
+		if err != nil {
+			return nil, errorf(file, name, "bad header entry: %w", err)
 		}
 		h.names = append(h.names, name)
-		h.entries[name] = e
-	}
-	if _, err := dec.Token(); err != nil { // the closing '}'
-		return nil, errorf(file, "", "bad header JSON: %w", err)
+		h.entries = append(h.entries, e)
 	}
 	// The format pads the header with spaces; allow any JSON whitespace, nothing else.
-	rest := js[dec.InputOffset():]
-	if len(bytes.TrimLeft(rest, " \t\r\n")) != 0 {
+	if p.skip(); p.i < len(js) {
 		return nil, errorf(file, "", "bad header JSON: trailing data %q after the object",
-			clip(rest, 16))
+			clip(js[p.i:], 16))
 	}
 	return h, nil
 }
 
-// strictUnmarshal is json.Unmarshal that rejects unknown fields and trailing data.
-func strictUnmarshal(raw []byte, v any) error {
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		return err
+// scanner reads the header's JSON, a byte offset at a time.
+type scanner struct {
+	js []byte
+	i  int
+}
+
+// skip passes JSON whitespace.
+func (p *scanner) skip() {
+	for p.i < len(p.js) && strings.IndexByte(" \t\r\n", p.js[p.i]) >= 0 {
+		p.i++
 	}
-	if dec.More() {
-		return errors.New("trailing data")
+}
+
+// next consumes byte c after whitespace, reporting whether it was there.
+func (p *scanner) next(c byte) bool {
+	p.skip()
+	if p.i < len(p.js) && p.js[p.i] == c {
+		p.i++
+		return true
+	}
+	return false
+}
+
+// null consumes a JSON null, reporting whether it was there.
+func (p *scanner) null() bool {
+	p.skip()
+	if bytes.HasPrefix(p.js[p.i:], []byte("null")) {
+		p.i += 4
+		return true
+	}
+	return false
+}
+
+// fail is the error of finding something other than want at the offset.
+func (p *scanner) fail(want string) error {
+	if p.i >= len(p.js) {
+		return fmt.Errorf("unexpected end of JSON input, want %s", want)
+	}
+	return fmt.Errorf("offset %d: want %s, found %q", p.i, want, clip(p.js[p.i:], 8))
+}
+
+// str reads a JSON string. Escapes are decoded by encoding/json, on the string alone.
+func (p *scanner) str() (string, error) {
+	if !p.next('"') {
+		return "", p.fail("a string")
+	}
+	start, escaped := p.i-1, false
+	for ; p.i < len(p.js) && p.js[p.i] != '"'; p.i++ {
+		if p.js[p.i] == '\\' {
+			escaped = true
+			p.i++
+		}
+	}
+	if p.i >= len(p.js) {
+		return "", p.fail("the end of a string")
+	}
+	p.i++
+	raw := p.js[start:p.i]
+	if !escaped && utf8.Valid(raw) && bytes.IndexFunc(raw, func(r rune) bool { return r < 0x20 }) < 0 {
+		return string(raw[1 : len(raw)-1]), nil
+	}
+	var s string
+	if err := json.Unmarshal(raw, &s); err != nil {
+		return "", fmt.Errorf("string %s: %w", clip(raw, 16), err)
+	}
+	return s, nil
+}
+
+// metadata reads "__metadata__": an object of strings, or null.
+func (p *scanner) metadata(into map[string]string) error {
+	if p.null() {
+		return nil
+	}
+	if !p.next('{') {
+		return p.fail("an object")
+	}
+	for first := true; !p.next('}'); first = false {
+		if !first && !p.next(',') {
+			return p.fail("',' or '}'")
+		}
+		k, err := p.str()
+		if err == nil && !p.next(':') {
+			err = p.fail("':'")
+		}
+		if err != nil {
+			return err
+		}
+		v, err := p.str()
+		if err != nil {
+			return fmt.Errorf("%q: %w", k, err)
+		}
+		into[k] = v
 	}
 	return nil
+}
+
+// entry reads a tensor's {"dtype", "shape", "data_offsets"}; null is an entry
+// missing all three, which checkEntry reports, and so is a null field.
+func (p *scanner) entry() (entry, error) {
+	var e entry
+	if p.null() {
+		return e, nil
+	}
+	if !p.next('{') {
+		return e, p.fail("an object")
+	}
+	for first := true; !p.next('}'); first = false {
+		if !first && !p.next(',') {
+			return e, p.fail("',' or '}'")
+		}
+		k, err := p.str()
+		if err == nil && !p.next(':') {
+			err = p.fail("':'")
+		}
+		if err != nil {
+			return e, err
+		}
+		switch {
+		case p.null():
+		case k == "dtype":
+			s, err := p.str()
+			if err != nil {
+				return e, err
+			}
+			e.DType = &s
+		case k == "shape":
+			if e.Shape, err = p.ints("shape", maxRank); err != nil {
+				return e, err
+			}
+		case k == "data_offsets":
+			if e.DataOffsets, err = p.ints("data_offsets", 2); err != nil {
+				return e, err
+			}
+		default:
+			return e, fmt.Errorf("unknown field %q", k)
+		}
+	}
+	return e, nil
+}
+
+// ints reads an array of at most limit 64-bit integers.
+func (p *scanner) ints(what string, limit int) (*[]int64, error) {
+	if !p.next('[') {
+		return nil, fmt.Errorf("%s: %w", what, p.fail("an array"))
+	}
+	out := []int64{}
+	for first := true; !p.next(']'); first = false {
+		if !first && !p.next(',') {
+			return nil, fmt.Errorf("%s: %w", what, p.fail("',' or ']'"))
+		}
+		if len(out) == limit {
+			if what == "shape" {
+				return nil, fmt.Errorf("rank exceeds the limit of %d", limit)
+			}
+			return nil, fmt.Errorf("%s %v... must be [begin, end]", what, out)
+		}
+		p.skip()
+		start := p.i
+		for p.i < len(p.js) && strings.IndexByte("+-0123456789.eE", p.js[p.i]) >= 0 {
+			p.i++
+		}
+		if p.i == start {
+			return nil, fmt.Errorf("%s: %w", what, p.fail("an integer"))
+		}
+		v, err := strconv.ParseInt(string(p.js[start:p.i]), 10, 64)
+		if err != nil || p.js[start] == '+' || (p.js[start] == '0' && p.i-start > 1) {
+			return nil, fmt.Errorf("%s holds %q, not a 64-bit integer", what, clip(p.js[start:p.i], 24))
+		}
+		out = append(out, v)
+	}
+	return &out, nil
 }
 
 // span is one tensor's validated place in the data section.
@@ -172,8 +338,8 @@ func decode(file string, data []byte) (*File, error) {
 	}
 	body := data[8+n:]
 	spans := make([]span, 0, len(h.names))
-	for _, name := range h.names {
-		s, err := checkEntry(name, h.entries[name], int64(len(body)))
+	for i, name := range h.names {
+		s, err := checkEntry(name, h.entries[i], int64(len(body)))
 		if err != nil {
 			return nil, wrap(file, name, err)
 		}

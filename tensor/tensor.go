@@ -87,10 +87,10 @@ func NumelAtMost(shape []int64, limit int64) (int64, error) {
 	n := int64(1)
 	for _, d := range shape {
 		if d < 0 {
-			return 0, fmt.Errorf("negative dimension %d in shape %v", d, shape)
+			return 0, fmt.Errorf("negative dimension %d in shape %s", d, Brief(shape))
 		}
 		if d != 0 && n > limit/d {
-			return 0, fmt.Errorf("shape %v has more than %d elements", shape, limit)
+			return 0, fmt.Errorf("shape %s has more than %d elements", Brief(shape), limit)
 		}
 		n *= d
 	}

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/lcc-dev/lcc/plan"
 	"github.com/lcc-dev/lcc/runtime/cuda"
 	"github.com/lcc-dev/lcc/runtime/exec"
 	"github.com/lcc-dev/lcc/train/checkpoint"
@@ -49,11 +48,8 @@ func (t *trainer) newSaver() (*saver, error) {
 	if err != nil {
 		return nil, fmt.Errorf("checkpoint buffer: %w", err)
 	}
-	budget := t.cfg.MemoryBudget
-	if budget <= 0 {
-		budget = t.cfg.Target.MemoryBytes - plan.CUDAContextBytes
-	}
-	return &saver{host: host, stage: t.plannedPeak+int64(opt.SnapshotBytes()) <= budget}, nil
+	// The plan decided whether the staging copy fits (plan.StepMemory.WithSnapshots).
+	return &saver{host: host, stage: t.stageSnapshots}, nil
 }
 
 // startSave queues the checkpoint of step and starts its writer; the previous

@@ -45,7 +45,10 @@ type Config struct {
 	RunOptimizer func(f *ir.Func, in map[string]*tensor.Tensor) (map[string]*tensor.Tensor, error)
 	Data         string // data spec: see package data
 
+	// SeqLen binds the model's seq dim; Batch its batch dim, 0 meaning the model's
+	// static batch if it has one, else 1. Shape binds other named dims (--shape).
 	SeqLen, Batch int
+	Shape         map[string]int64
 	// Steps is the number of optimizer steps the run (and its schedule) spans.
 	Steps int
 	// StopAt, if > 0, stops after that step, checkpointing there, with the
@@ -101,6 +104,9 @@ type Config struct {
 	// the budget derived from Target.
 	Checkpoint   string
 	MemoryBudget int64
+	// HostBudget bounds the host memory of a step on the CPU interpreter (Run nil);
+	// the zero value checks nothing.
+	HostBudget driver.HostBudget
 	// Precision is the device storage (fp32 or bf16); it chooses the kernels.
 	Precision string
 	// Ranks > 1 shards every step's sequence over that many ranks with ShardMode
@@ -200,7 +206,7 @@ func (c *Config) check() error {
 		return errors.New("--data: required (synthetic:copy, synthetic:passkey, tokens:FILE, bytes:FILE)")
 	case c.SeqLen < 2:
 		return fmt.Errorf("--seq-len %d: want >= 2", c.SeqLen)
-	case c.Batch < 1:
+	case c.Batch < 0:
 		return fmt.Errorf("--batch %d: want >= 1", c.Batch)
 	case c.Steps < 1:
 		return fmt.Errorf("--steps %d: want >= 1", c.Steps)
@@ -286,7 +292,9 @@ type trainer struct {
 	// plannedPeak is the compile report's per-GPU peak of the step; plan its
 	// checkpoint policy and pinned host memory, for the progress lines.
 	plannedPeak int64
-	plan        string
+	// stageSnapshots: the plan holds a device staging copy for checkpoints.
+	stageSnapshots bool
+	plan           string
 	// shard is the sharded step of a multi-rank run (nil with one rank), rank
 	// this process's rank in it.
 	shard *driver.ShardedProgram
@@ -327,6 +335,9 @@ func (c *Config) compileOptions() driver.CompileOptions {
 	if c.Comm != nil {
 		o.Ranks, o.SPMD, o.Rank = c.Comm.Size(), true, c.Comm.Rank()
 	}
+	// A resident run's checkpoints take a pinned buffer and maybe a staging
+	// copy: the plan's memory holds them.
+	o.Snapshots = c.CheckpointDir != "" && c.Session != nil && o.Rank == 0
 	return o
 }
 
@@ -344,7 +355,7 @@ func Step(cfg Config) (*driver.Result, error) {
 // loadModel loads cfg's model with cfg's bindings, printing its warnings and
 // the importer's notes to cfg.Log.
 func loadModel(cfg Config) (*ir.Func, error) {
-	bind := driver.Bindings{SeqLen: int64(cfg.SeqLen), Batch: int64(cfg.Batch)}
+	bind := driver.Bindings{SeqLen: int64(cfg.SeqLen), Batch: int64(cfg.Batch), Shape: cfg.Shape}
 	model, err := driver.Load(cfg.Model, bind)
 	if err != nil {
 		return nil, err
@@ -356,6 +367,9 @@ func loadModel(cfg Config) (*ir.Func, error) {
 		for _, n := range model.Remarks {
 			fmt.Fprintf(cfg.Log, "lcc: note: %s\n", n)
 		}
+	}
+	if err := driver.CheckTrainable(model); err != nil {
+		return nil, fmt.Errorf("%s: %w", cfg.Model, err)
 	}
 	if miss := driver.MissingWeights(model); len(miss) > 0 {
 		return nil, fmt.Errorf("%s: weights without data: %s", cfg.Model, strings.Join(miss, ", "))
@@ -374,6 +388,24 @@ func compileStep(cfg Config, model *ir.Func) (*driver.Result, error) {
 			"logits to add cross-entropy to (outputs: %s)", cfg.Model, cfg.Loss, loss.OutputList(res.Func))
 	}
 	return res, nil
+}
+
+// fitHost refuses a run on the CPU interpreter whose step or update would pass
+// the host budget: the step holds the optimizer's state beside its own values.
+func (c *Config) fitHost(grad, upd *ir.Func) error {
+	if c.Run != nil {
+		return nil
+	}
+	var state int64
+	for _, p := range upd.Params {
+		if p.Role == ir.RoleState {
+			state += int64(tensor.HostElemBytes) * p.Value.Type.Numel()
+		}
+	}
+	if err := c.HostBudget.Fit(grad, state); err != nil {
+		return err
+	}
+	return c.HostBudget.Fit(upd, 0)
 }
 
 func newTrainer(cfg Config) (*trainer, error) {
@@ -402,9 +434,13 @@ func newTrainer(cfg Config) (*trainer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", cfg.Model, err)
 	}
+	if err := cfg.fitHost(grad, upd.Func); err != nil {
+		return nil, fmt.Errorf("%s: %w", cfg.Model, err)
+	}
 	t := &trainer{cfg: cfg, grad: grad, upd: upd, adamw: o, lossName: lossName,
 		hash:    ModelHash(loaded, grad, cfg.compileOptions().Options),
 		program: step.Hash, plannedPeak: step.Report.Memory.PerGPUPeakBytes, shard: shard, rank: rank,
+		stageSnapshots: step.Report.Memory.SnapshotStagingBytes > 0,
 		plan: fmt.Sprintf("checkpoint policy %s, %s pinned host memory", step.Report.Checkpoints.Policy,
 			report.Bytes(step.Report.Memory.HostBytes)),
 		sched:   optim.Schedule{LR: cfg.LR, MinLR: cfg.MinLR, Warmup: cfg.Warmup, Total: cfg.Steps},
@@ -416,6 +452,9 @@ func newTrainer(cfg Config) (*trainer, error) {
 		if t.acc, err = optim.Accumulate(grad); err != nil {
 			return nil, err
 		}
+	}
+	if t.cfg.Batch == 0 {
+		t.cfg.Batch = modelBatch(grad)
 	}
 	if err := t.bindData(grad); err != nil {
 		return nil, fmt.Errorf("%s: %w", cfg.Model, err)
@@ -442,12 +481,23 @@ func newTrainer(cfg Config) (*trainer, error) {
 	if rank != 0 {
 		dataLog = nil // every rank checks the file; one reports
 	}
-	t.stream, err = data.Open(cfg.Data, data.Options{SeqLen: cfg.SeqLen, Batch: cfg.Batch,
+	t.stream, err = data.Open(cfg.Data, data.Options{SeqLen: cfg.SeqLen, Batch: t.cfg.Batch,
 		Vocab: vocab, Seed: cfg.Seed, TokenBytes: cfg.TokenBytes, Log: dataLog})
 	if err != nil {
 		return nil, fmt.Errorf("--data: %w", err)
 	}
 	return t, nil
+}
+
+// modelBatch is the batch f was bound to when --batch was not given: dim 0 of
+// its first input (1 for a named batch dim, else the model's static batch).
+func modelBatch(f *ir.Func) int {
+	for _, p := range f.Params {
+		if p.Role == ir.RoleInput && len(p.Value.Type.Shape) > 0 {
+			return int(p.Value.Type.Shape[0])
+		}
+	}
+	return 1
 }
 
 // bindData finds the token input and the label parameter the batches feed, and
@@ -882,13 +932,7 @@ func (t *trainer) run() (*Result, error) {
 			defer t.closeSaver()
 			how := "the next update waits for the copy (a staging copy would exceed the memory budget)"
 			if t.dev.saver.stage {
-				how = "through a staging copy on the device, freed once copied"
-				// The staging copy lives beside the step while a checkpoint's
-				// copy is in flight: the run's planned peak holds it.
-				t.plannedPeak += int64(t.dev.opt.SnapshotBytes())
-				res.PlannedPeakBytes = t.plannedPeak
-				fmt.Fprintf(cfg.Progress, "memory  planned peak %s with the checkpoints' staging copy (%s)\n",
-					report.Bytes(t.plannedPeak), report.Bytes(int64(t.dev.opt.SnapshotBytes())))
+				how = "through a staging copy on the device (in the planned peak), freed once copied"
 			}
 			fmt.Fprintf(cfg.Progress, "checkpoints copied in the background on a copy stream into %s of "+
 				"pinned host memory, %s, and written by a goroutine\n",

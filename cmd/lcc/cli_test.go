@@ -502,3 +502,26 @@ func TestCheckBF16OnCPU(t *testing.T) {
 		t.Errorf("CPU bf16 training: exit %d: %s", code, stderr)
 	}
 }
+
+// TestTrainStaticBatchAndShape: lcc train takes a static batch as the model's
+// (without --batch, or with --batch equal to it), refuses another naming the input,
+// and binds dims by --shape as compile does.
+func TestTrainStaticBatchAndShape(t *testing.T) {
+	long := filepath.Join(td, "hf", "hf_llama_gqa_eager_long.onnx")
+	args := []string{"train", long, "--data=tokens:" + filepath.Join(td, "trajectory", "tokens.bin"),
+		"--seq-len=16", "--steps=2", "--progress-every=1"}
+	for _, extra := range [][]string{nil, {"--batch=1"}, {"--shape=seq=16"}} {
+		stdout, stderr, code := lcc(t, append(args, extra...)...)
+		if code != 0 || !strings.Contains(stdout, "step 2/2") {
+			t.Errorf("train %v: exit %d: %s%s", extra, code, stdout, stderr)
+		}
+	}
+	_, stderr, code := lcc(t, append(args, "--batch=2")...)
+	if code != 1 || !strings.Contains(stderr, `dim 0 of input "input_ids" is 1`) {
+		t.Errorf("--batch=2: exit %d, want 1 naming the static dim: %s", code, stderr)
+	}
+	_, stderr, code = lcc(t, append(args, "--shape=nosuch=3")...)
+	if code != 1 || !strings.Contains(stderr, `no dim "nosuch"`) {
+		t.Errorf("--shape=nosuch=3: exit %d: %s", code, stderr)
+	}
+}

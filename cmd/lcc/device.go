@@ -18,12 +18,22 @@ type deviceFlags struct {
 	device, precision string
 	// attentionKernels is check's --attention-kernels: "auto" or "scalar".
 	attentionKernels string
+	// hostBudget is --host-memory-budget (0: the host's available memory).
+	hostBudget byteSize
 }
 
 func (d *deviceFlags) add(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&d.device, "device", "cpu", "where to run: cpu (reference interpreter) or cuda (GPU 0)")
 	cmd.Flags().StringVar(&d.precision, "precision", "fp32",
 		"storage precision: fp32, or bf16 (bf16 storage, fp32 math and accumulation; on the CPU, emulated)")
+	addHostBudget(cmd, &d.hostBudget)
+}
+
+// addHostBudget adds --host-memory-budget, which bounds a CPU run's host memory.
+func addHostBudget(cmd *cobra.Command, b *byteSize) {
+	cmd.Flags().Var(b, "host-memory-budget", "host memory a --device=cpu run may hold at its peak, "+
+		"e.g. 8GiB (default: what the host has available, or its cgroup's limit if smaller); "+
+		"a run whose estimated peak passes it is refused before it starts")
 }
 
 // runner returns the driver.Runner for the flags and a function that releases the
@@ -38,7 +48,7 @@ func (d *deviceFlags) runner() (driver.Runner, func(), error) {
 	case "cpu":
 		// --precision=bf16 on the CPU rounds what the GPU stores in bf16.
 		return func(f *ir.Func, in map[string]*tensor.Tensor) (map[string]*tensor.Tensor, error) {
-			return driver.RunCPU(f, in, storage)
+			return driver.RunCPU(f, in, storage, driver.NewHostBudget(int64(d.hostBudget)))
 		}, func() {}, nil
 	case "cuda":
 		dev, err := cuda.Open(0)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/lcc-dev/lcc/driver"
 	"github.com/lcc-dev/lcc/report"
 	"github.com/lcc-dev/lcc/runtime/exec"
 	"github.com/lcc-dev/lcc/tensor"
@@ -26,6 +27,8 @@ func trainCmd() *cobra.Command {
 	var commTimeout time.Duration
 	var plotPath string
 	var profile, sharedGPU bool
+	var shapes []string
+	var hostBudget byteSize
 	cmd := &cobra.Command{
 		Use:   "train MODEL --data=SPEC --seq-len N --batch N --steps N --lr X",
 		Short: "train a model (.onnx or .lcc): AdamW, warmup+cosine, checkpoints, bit-identical resume",
@@ -55,8 +58,11 @@ when torchrun's agent holds it: TORCHELASTIC_USE_AGENT_STORE=True), the others
 join, and on the CPU the ranks exchange tensors over TCP. A rank that dies, fails or
 stays silent for --comm-timeout ends every other rank with an error naming it.`,
 		Args: cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
+		RunE: func(cmd *cobra.Command, args []string) (err error) {
 			cfg.Model = args[0]
+			if cfg.Shape, err = driver.ParseShapeFlags(shapes); err != nil {
+				return err
+			}
 			cfg.Progress = cmd.OutOrStdout()
 			cfg.Log = cmd.ErrOrStderr()
 			cfg.Version = version
@@ -87,6 +93,9 @@ stays silent for --comm-timeout ends every other rank with an error naming it.`,
 			}
 			cfg.Target, cfg.Loss, cfg.Attention, cfg.Checkpoint = t, o.Loss, o.Attention, o.Checkpoint
 			cfg.MemoryBudget, cfg.Precision, cfg.Ranks, cfg.ShardMode = o.MemoryBudget, o.Precision, o.Ranks, o.ShardMode
+			if cfg.Device == "cpu" {
+				cfg.HostBudget = driver.NewHostBudget(int64(hostBudget))
+			}
 			precision := o.Precision
 			var res *train.Result
 			storage := tensor.F32
@@ -127,6 +136,7 @@ stays silent for --comm-timeout ends every other rank with an error naming it.`,
 		},
 	}
 	cf.add(cmd)
+	addHostBudget(cmd, &hostBudget)
 	f := cmd.Flags()
 	f.BoolVar(&profile, "profile", false, "with --device=cuda: print the wall-clock step time and the GPU "+
 		"time per kernel family per step (CUDA events)")
@@ -139,7 +149,9 @@ stays silent for --comm-timeout ends every other rank with an error naming it.`,
 	f.StringVar(&cfg.Data, "data", "",
 		"training data: synthetic:copy, synthetic:passkey, tokens:FILE or bytes:FILE")
 	f.IntVar(&cfg.SeqLen, "seq-len", 0, "tokens per sequence (binds the model's seq dim)")
-	f.IntVar(&cfg.Batch, "batch", 1, "sequences per micro-batch (binds the model's batch dim)")
+	f.IntVar(&cfg.Batch, "batch", 0, "sequences per micro-batch (binds the model's batch dim; default 1, "+
+		"or the model's static batch, which a given --batch must equal)")
+	f.StringArrayVar(&shapes, "shape", nil, "bind a named dim: NAME=VALUE (repeatable), as lcc compile does")
 	f.IntVar(&cfg.Steps, "steps", 0, "optimizer steps; the learning-rate schedule spans them")
 	f.IntVar(&cfg.StopAt, "stop-at", 0,
 		"stop after this step (checkpointing there), keeping the schedule of --steps")

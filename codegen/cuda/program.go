@@ -214,8 +214,8 @@ type gen struct {
 }
 
 // storageOf is the device dtype of v: f32 values take Options.Storage, except
-// attention's lse, which stays f32 for the backward's exp(s − lse), and reshapes,
-// which share their operand's memory and so its dtype.
+// attention's lse, which stays f32 for the backward's exp(s − lse), a loss
+// (scalarF32), and reshapes, which share their operand's memory and so its dtype.
 func (g *gen) storageOf(v *ir.Value) tensor.DType {
 	dt := v.Type.DType
 	if dt != tensor.F32 || g.opts.Storage == tensor.F32 {
@@ -228,7 +228,19 @@ func (g *gen) storageOf(v *ir.Value) tensor.DType {
 		v.Def.Op == ir.OpRingAttention || v.Def.Op == ir.OpShardedDilatedAttention) {
 		return tensor.F32
 	}
+	if v.Def != nil && v.Type.Numel() == 1 && scalarF32[v.Def.Op] {
+		return tensor.F32
+	}
 	return g.opts.Storage
+}
+
+// scalarF32 are the ops whose one-element results stay f32 whatever the storage:
+// the loss (a reduction, never a view of another buffer), which the host reads
+// back, prints and records, and which bf16 would round to three digits (10.5,
+// 9.25, 7.5625); one number costs nothing to keep.
+var scalarF32 = map[ir.Op]bool{
+	ir.OpReduceSum: true, ir.OpReduceMean: true, ir.OpSoftmaxCrossEntropy: true, ir.OpNLLLoss: true,
+	ir.OpFusedLinearCrossEntropy: true,
 }
 
 // inlinable reports whether v can be folded into elementwise kernels as a

@@ -55,7 +55,11 @@ func Import(m *Model, opts ImportOptions) (*ir.Func, error) {
 	if name == "" {
 		name = "main"
 	}
-	l := &lowerer{m: m, opts: opts, b: ir.NewBuilder(name), env: make(map[string]*val)}
+	var cse cseSplit
+	if prov := readProvenance(m); prov != nil {
+		m, cse = splitCSE(m, prov)
+	}
+	l := &lowerer{m: m, opts: opts, b: ir.NewBuilder(name), env: make(map[string]*val), cse: cse}
 	if err := l.params(); err != nil {
 		return nil, err
 	}
@@ -80,8 +84,8 @@ func Import(m *Model, opts ImportOptions) (*ir.Func, error) {
 		return nil, fmt.Errorf("%s: %w", m.Source, err)
 	}
 	if l.plan != nil {
-		f.Notes = l.paramNotes(l.prov)
-		f.Remarks = l.plan.remarks()
+		f.Notes, f.Untrained = l.paramNotes(l.prov)
+		f.Remarks = append(l.plan.remarks(), l.cse.remarks...)
 	} else {
 		f.Notes = foldedParameters(m, f)
 	}
@@ -202,7 +206,7 @@ func checkOps(m *Model) error {
 	seen := map[string]bool{}
 	for i := range m.Graph.Nodes {
 		n := &m.Graph.Nodes[i]
-		if n.Domain == "" && lowerings[n.OpType] != nil {
+		if n.Domain == "" && (lowerings[n.OpType] != nil || sequenceLowerings[n.OpType] != nil) {
 			if err := opVersionError(n.OpType, m.Opsets[""]); err != nil {
 				bad = append(bad, fmt.Sprintf("%v at %s", err, n.String()))
 			}
@@ -233,6 +237,8 @@ type val struct {
 	v  *ir.Value
 	c  *tensor.Tensor
 	wt *ir.Value
+	// seq holds the elements of a sequence known at compile time (lower_sequence.go).
+	seq []*val
 }
 
 type lowerer struct {
@@ -246,6 +252,8 @@ type lowerer struct {
 	// importer made of it (see params.go); nil for files without it.
 	prov *provenance
 	plan *paramPlan
+	// cse is what splitCSE gave back to readers of nodes the exporter merged.
+	cse cseSplit
 	// clipped describes the first Slice that asked for more than its input holds
 	// (see lowerSlice): a later shape error is then most likely a sequence longer
 	// than a learned table, and the error says so.
@@ -314,8 +322,8 @@ func (l *lowerer) inputType(in ValueInfo) (ir.Type, error) {
 			s = nil // one element given for a declared scalar (ONNX's own tests do this)
 		}
 		if in.HasShape && len(s) != len(in.Dims) {
-			return ir.Type{}, fmt.Errorf("given shape %v has rank %d, the model declares rank %d",
-				s, len(s), len(in.Dims))
+			return ir.Type{}, fmt.Errorf("given shape %s has rank %d, the model declares rank %d",
+				tensor.Brief(s), len(s), len(in.Dims))
 		}
 		t.Shape = append([]int64{}, s...)
 	} else if !in.HasShape {
@@ -329,6 +337,11 @@ func (l *lowerer) inputType(in ValueInfo) (ir.Type, error) {
 		if t.Shape != nil && len(t.Shape) == len(in.Dims) && l.opts.InputShapes[in.Name] != nil {
 			if d.Known && d.Value != t.Shape[i] {
 				return ir.Type{}, fmt.Errorf("given dim %d is %d, the model fixes it at %d", i, t.Shape[i], d.Value)
+			}
+			if d.Param != "" && t.Shape[i] <= 0 {
+				// An empty sequence would import, then fail far away (a reshape's "rank").
+				return ir.Type{}, fmt.Errorf("the given tensor has %s=%d (shape %v); %s needs a positive size",
+					d.Param, t.Shape[i], tensor.Brief(t.Shape), d.Param)
 			}
 			if v, ok := l.opts.Dims[d.Param]; ok && d.Param != "" && v != t.Shape[i] {
 				return ir.Type{}, fmt.Errorf("the given tensor has %s=%d but the flags bind %s to %d",
@@ -379,11 +392,23 @@ func (l *lowerer) value(b *ir.Builder, name string) (*ir.Value, error) {
 	if !ok {
 		return nil, fmt.Errorf("value %q is not defined", name)
 	}
+	if e.seq != nil {
+		return nil, fmt.Errorf("value %q is a sequence, read here as a tensor (lcc lowers sequences only "+
+			"into the sequence ops that read them)", name)
+	}
+	return l.valueOf(b, e)
+}
+
+// valueOf is e, a tensor, as a value of b.
+func (l *lowerer) valueOf(b *ir.Builder, e *val) (*ir.Value, error) {
+	if e.seq != nil {
+		return nil, fmt.Errorf("a sequence holds a sequence; lcc lowers sequences of tensors only")
+	}
 	if b != l.b {
 		if e.c != nil {
 			return b.Const(e.c), nil
 		}
-		return nil, fmt.Errorf("lcc: BUG: folding reads a non-constant %q", name)
+		return nil, fmt.Errorf("lcc: BUG: folding reads a non-constant value")
 	}
 	if e.v == nil && e.wt != nil {
 		e.v = b.Transpose(e.wt, 1, 0)
@@ -398,6 +423,9 @@ func (l *lowerer) value(b *ir.Builder, name string) (*ir.Value, error) {
 // lowered into a scratch function and evaluated on the CPU; results within the
 // fold limit become constants.
 func (l *lowerer) node(n *Node) error {
+	if seq, ok := sequenceLowerings[n.OpType]; ok && n.Domain == "" {
+		return l.sequenceNode(n, seq)
+	}
 	lower := lowerings[n.OpType]
 	allConst := true
 	for _, in := range n.Inputs {
@@ -495,6 +523,15 @@ func (l *lowerer) fold(n *Node, lower lowerFunc) (bool, error) {
 	f, err := sb.Build()
 	if err != nil {
 		return false, err
+	}
+	// The lowering's own steps are bounded too: a constant Pad's padding block is
+	// as large as the file's pads say, whatever the size of the result.
+	for _, n := range f.Body {
+		for _, r := range n.Results {
+			if r.Type.Numel() > l.opts.FoldLimit {
+				return false, nil
+			}
+		}
 	}
 	res, err := interp.Run(f, nil, interp.Options{Precision: tensor.F32})
 	if err != nil {

@@ -126,13 +126,11 @@ func lowerAttentionExplicit(c *nodeCtx) ([]*ir.Value, error) {
 		if n := m.Type.Shape[m.Type.Rank()-1]; n < tk {
 			ps := append([]int64{}, m.Type.Shape...)
 			ps[len(ps)-1] = tk - n
-			pad := tensor.New(m.Type.DType, ps...)
+			hide := 0.0 // a bool mask hides with false
 			if m.Type.DType.IsFloat() {
-				for i := range pad.F {
-					pad.F[i] = math.Inf(-1)
-				}
+				hide = math.Inf(-1)
 			}
-			m = b.Apply1(ir.OpConcat, ir.A("axis", -1), m, b.Const(pad))
+			m = b.Apply1(ir.OpConcat, ir.A("axis", -1), m, b.Full(ir.T(m.Type.DType, ps...), hide))
 		}
 		switch {
 		case m.Type.DType == tensor.Bool:
@@ -163,7 +161,10 @@ func lowerAttentionExplicit(c *nodeCtx) ([]*ir.Value, error) {
 		if nonpad != nil {
 			nb = qs[0]
 		}
-		cm := tensor.New(dt, nb, 1, tq, tk)
+		cm, err := tensor.Alloc(dt, nb, 1, tq, tk)
+		if err != nil {
+			return nil, fmt.Errorf("Attention's mask: %w", err)
+		}
 		for bi := int64(0); bi < nb; bi++ {
 			off := past
 			if !c.has(4) && nonpad != nil {

@@ -337,17 +337,17 @@ func lowerReshape(c *nodeCtx) ([]*ir.Value, error) {
 		switch {
 		case d == 0 && !allowZero:
 			if i >= x.Type.Rank() {
-				return nil, fmt.Errorf("shape %v copies dim %d of a rank-%d input", spec, i, x.Type.Rank())
+				return nil, fmt.Errorf("shape %s copies dim %d of a rank-%d input", tensor.Brief(spec), i, x.Type.Rank())
 			}
 			shape[i] = x.Type.Shape[i]
 		case d == -1:
 			if infer >= 0 {
-				return nil, fmt.Errorf("shape %v has two -1 dims", spec)
+				return nil, fmt.Errorf("shape %s has two -1 dims", tensor.Brief(spec))
 			}
 			infer = i
 			continue
 		case d < -1:
-			return nil, fmt.Errorf("shape %v has a negative dim", spec)
+			return nil, fmt.Errorf("shape %s has a negative dim", tensor.Brief(spec))
 		default:
 			shape[i] = d
 		}
@@ -355,7 +355,7 @@ func lowerReshape(c *nodeCtx) ([]*ir.Value, error) {
 	}
 	if infer >= 0 {
 		if known == 0 || x.Type.Numel()%known != 0 {
-			return nil, fmt.Errorf("cannot reshape %v to %v", x.Type, spec)
+			return nil, fmt.Errorf("cannot reshape %v to %s", x.Type, tensor.Brief(spec))
 		}
 		shape[infer] = x.Type.Numel() / known
 	}
@@ -550,7 +550,7 @@ func lowerIsInf(c *nodeCtx) ([]*ir.Value, error) {
 		}
 	}
 	if out == nil {
-		out = c.b.Const(tensor.New(tensor.Bool, x.Type.Shape...)) // detecting neither: all false
+		out = c.b.Full(ir.T(tensor.Bool, x.Type.Shape...), 0) // detecting neither: all false
 	}
 	return one(out)
 }
@@ -701,17 +701,12 @@ func lowerPad(c *nodeCtx) ([]*ir.Value, error) {
 	if len(sa) > 0 {
 		x = c.b.Apply1(ir.OpSlice, ir.A("axes", sa, "starts", ss, "ends", se, "steps", st), x)
 	}
+	// The padding is a full, not a constant: a file's pads decide its size, and a
+	// constant would hold it at import.
 	fill := func(shape []int64) *ir.Value {
 		if c.has(2) {
 			if cv, err := c.constIn(2); err == nil && cv.Numel() == 1 {
-				t := tensor.New(x.Type.DType, shape...)
-				for i := range t.F {
-					t.F[i] = cv.Float(0)
-				}
-				for i := range t.I {
-					t.I[i] = cv.Int(0)
-				}
-				return c.b.Const(t)
+				return c.b.Full(ir.T(x.Type.DType, shape...), cv.Float(0))
 			}
 			ones := make([]int64, r)
 			for i := range ones {
@@ -719,7 +714,14 @@ func lowerPad(c *nodeCtx) ([]*ir.Value, error) {
 			}
 			return c.b.Expand(c.b.Reshape(c.b.Cast(c.in(2), x.Type.DType), ones...), shape...)
 		}
-		return c.b.Const(tensor.New(x.Type.DType, shape...))
+		return c.b.Full(ir.T(x.Type.DType, shape...), 0)
+	}
+	out := append([]int64{}, x.Type.Shape...)
+	for ax := range out {
+		out[ax] = addDims(out[ax], max(begin[ax], 0), max(end[ax], 0))
+	}
+	if _, err := ir.ShapeNumel(out); err != nil {
+		return nil, fmt.Errorf("Pad: pads %s make %w", tensor.Brief(pads), err)
 	}
 	for ax := 0; ax < r; ax++ {
 		if begin[ax] <= 0 && end[ax] <= 0 {
@@ -742,6 +744,19 @@ func lowerPad(c *nodeCtx) ([]*ir.Value, error) {
 	return one(x)
 }
 
+// addDims is the sum of non-negative dims, or -1 where it overflows (a shape check
+// then refuses it).
+func addDims(ds ...int64) int64 {
+	var sum int64
+	for _, d := range ds {
+		if sum > math.MaxInt64-d {
+			return -1
+		}
+		sum += d
+	}
+	return sum
+}
+
 func lowerConcat(c *nodeCtx) ([]*ir.Value, error) {
 	var args []*ir.Value
 	for i := range c.n.Inputs {
@@ -754,7 +769,10 @@ func lowerConcat(c *nodeCtx) ([]*ir.Value, error) {
 		}
 	}
 	if len(args) == 0 {
-		return one(c.in(0))
+		args = append(args, c.in(0))
+	}
+	if _, err := ir.AxisIndex(c.aInt("axis", 0), args[0].Type.Rank()); err != nil {
+		return nil, err // also where one input is left and no concat is made
 	}
 	if len(args) == 1 {
 		return one(args[0])
@@ -789,7 +807,7 @@ func lowerSplit(c *nodeCtx) ([]*ir.Value, error) {
 		}
 	}
 	if len(sizes) != len(c.n.Outputs) {
-		return nil, fmt.Errorf("split into %d parts %v for %d outputs", len(sizes), sizes, len(c.n.Outputs))
+		return nil, fmt.Errorf("split into %d parts %s for %d outputs", len(sizes), tensor.Brief(sizes), len(c.n.Outputs))
 	}
 	return c.b.Apply(ir.OpSplit, ir.A("axis", int64(ax), "sizes", sizes), x)[:len(sizes)], nil
 }
@@ -1290,11 +1308,7 @@ func lowerDropout(c *nodeCtx) ([]*ir.Value, error) {
 	if !c.usedLater(1) {
 		return one(x)
 	}
-	mask := tensor.New(tensor.Bool, x.Type.Shape...)
-	for i := range mask.I {
-		mask.I[i] = 1
-	}
-	return []*ir.Value{x, c.b.Const(mask)}, nil
+	return []*ir.Value{x, c.b.Full(ir.T(tensor.Bool, x.Type.Shape...), 1)}, nil
 }
 
 func lowerAttention(c *nodeCtx) ([]*ir.Value, error) {

@@ -243,7 +243,12 @@ func (l *lowerer) planParams(prov *provenance) {
 	for _, name := range g.InitializerNames {
 		t := g.Initializers[name]
 		p, isParam := plan.initParam[name]
+		held, tied := plan.held[p]
 		switch {
+		case isParam && tied && (p == name || transposed[name]) && heldAsParam(held.w, p):
+			// A tied weight (Gemma's embedding and head) the exporter stored twice, as
+			// W for the Gather and as its folded Wᵀ for the MatMul: one weight.
+			l.env[name] = weightRef{held.w, transposed[name]}.val()
 		case isParam && transposed[name]:
 			w := l.weight(p, transpose2D(t), prov, name)
 			plan.held[p] = weightRef{w, true}
@@ -285,6 +290,12 @@ func (l *lowerer) planParams(prov *provenance) {
 			plan.restoredNames = append(plan.restoredNames, bias)
 		}
 	}
+}
+
+// heldAsParam reports whether w holds parameter p in PyTorch's layout (p's own
+// initializer or its folded transpose), so that another copy of p can read it.
+func heldAsParam(w *ir.Value, p string) bool {
+	return w.Param.Name == p && w.Param.Origin == ""
 }
 
 // weight adds a weight named name holding t; init is the initializer it comes
@@ -395,28 +406,52 @@ func transpose2D(t *tensor.Tensor) *tensor.Tensor {
 	return out
 }
 
-// paramNotes warns, after lowering, about the parameters the FX nodes read that
-// no weight stands for: the exporter folded them into constants in a way the
-// importer cannot undo, so training leaves them frozen.
-func (l *lowerer) paramNotes(prov *provenance) []string {
+// paramNotes warns, after lowering, about the parameters no weight stands for:
+// read by the FX nodes or named by a fold, the exporter folded them into constants
+// in a way the importer cannot undo; or read through a node the exporter's CSE
+// merged that splitCSE could not tell apart. Training leaves them frozen, so they
+// are also returned as the function's Untrained parameters.
+func (l *lowerer) paramNotes(prov *provenance) (notes, untrained []string) {
 	var missing []string
 	seen := map[string]bool{}
+	add := func(p string) {
+		if _, ok := l.plan.held[p]; !ok && prov.isParam(p) && !seen[p] {
+			seen[p] = true
+			missing = append(missing, p)
+		}
+	}
 	for i := range l.m.Graph.Nodes {
 		for _, p := range prov.nodeParams(&l.m.Graph.Nodes[i]) {
-			if _, ok := l.plan.held[p]; !ok && !seen[p] {
-				seen[p] = true
-				missing = append(missing, p)
+			add(p)
+		}
+	}
+	for _, vs := range [][]ValueInfo{l.m.Graph.ValueInfo, l.m.Graph.Inputs, l.m.Graph.Outputs} {
+		for _, v := range vs {
+			for _, p := range parseList(v.Metadata[foldedFrom]) {
+				add(p)
 			}
 		}
 	}
 	sort.Strings(missing)
-	var notes []string
 	if len(missing) > 0 {
 		notes = append(notes, fmt.Sprintf("%d parameter(s) have no initializer of their own (the exporter "+
 			"folded them into constants), so training this graph will not update them as PyTorch does: %s",
 			len(missing), strings.Join(missing, ", ")))
 	}
-	return notes
+	var merged []string
+	for _, p := range l.cse.unread {
+		if _, ok := l.plan.held[p]; !ok && !seen[p] {
+			seen[p] = true
+			merged = append(merged, p)
+		}
+	}
+	if len(merged) > 0 {
+		notes = append(notes, fmt.Sprintf("%d parameter(s) are read by no node: the exporter merged their "+
+			"nodes or folded constants with another parameter's (common-subexpression elimination) in a way "+
+			"the file does not let lcc undo, so training this graph will not update them as PyTorch does: %s",
+			len(merged), strings.Join(merged, ", ")))
+	}
+	return notes, uniqueSorted(append(missing, merged...))
 }
 
 // redirect points n's reads of merged initializers at the parameters n's FX node

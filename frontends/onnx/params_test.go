@@ -29,6 +29,9 @@ func TestWeightsArePyTorchParameters(t *testing.T) {
 		{"hf/hf_llama_gqa_eager.onnx", "hf/hf_llama_gqa_eager.ref.safetensors"},
 		{"hf/hf_llama_gqa_sdpa.onnx", "hf/hf_llama_gqa_sdpa.ref.safetensors"},
 		{"hf/hf_llama_gqa_d128_sdpa.onnx", "hf/hf_llama_gqa_d128_sdpa.ref.safetensors"},
+		// Parallel residual: the exporter merged and CSE'd each layer's two LayerNorms.
+		{"trajectory/gpt_neox.onnx", "trajectory/gpt_neox.ref.safetensors"},
+		{"trajectory/qwen2_d64.onnx", "trajectory/qwen2_d64.ref.safetensors"},
 	}
 	// GPT-2 ties its head to the embedding: one PyTorch parameter, which
 	// named_parameters() lists under its first name and the graph reads under its
@@ -88,4 +91,84 @@ func keys(m map[string]int) []string {
 	}
 	sort.Strings(out)
 	return out
+}
+
+// TestCSESplit: GPT-NeoX's two LayerNorms per layer read the same input; the
+// exporter merged their initializers and then the two nodes. Each MLP reads its
+// own post_attention_layernorm again, computed by a copy of the merged node.
+func TestCSESplit(t *testing.T) {
+	f := importFile(t, "trajectory/gpt_neox.onnx", nil)
+	norms := map[string]bool{} // the norm weights some node reads
+	for _, n := range f.Body {
+		for _, a := range n.Args {
+			if a.Param != nil && strings.Contains(a.Param.Name, "layernorm") {
+				norms[a.Param.Name] = true
+			}
+		}
+	}
+	for _, layer := range []string{"0", "1"} {
+		for _, p := range []string{"input_layernorm", "post_attention_layernorm"} {
+			for _, kind := range []string{"weight", "bias"} {
+				if name := "m.gpt_neox.layers." + layer + "." + p + "." + kind; !norms[name] {
+					t.Errorf("no node reads %s (read: %v)", name, norms)
+				}
+			}
+		}
+	}
+	if !strings.Contains(strings.Join(f.Remarks, "\n"), "merged by the exporter's CSE into node_layer_norm") ||
+		len(f.Untrained) != 0 {
+		t.Errorf("remarks %q, untrained %v", f.Remarks, f.Untrained)
+	}
+
+	// Without the readers' module scopes the two norms of a layer cannot be told
+	// apart: the copies are not made, and the parameters are reported untrained.
+	f = importFile(t, "trajectory/gpt_neox.onnx", func(m *Model) {
+		for i := range m.Graph.Nodes {
+			delete(m.Graph.Nodes[i].Metadata, nameScopesKey)
+		}
+	})
+	want := "m.gpt_neox.layers.0.post_attention_layernorm.bias, m.gpt_neox.layers.0.post_attention_layernorm.weight, " +
+		"m.gpt_neox.layers.1.post_attention_layernorm.bias, m.gpt_neox.layers.1.post_attention_layernorm.weight"
+	if got := strings.Join(f.Untrained, ", "); got != want || !strings.Contains(strings.Join(f.Notes, " "), want) {
+		t.Errorf("untrained %q, notes %q; want %q", got, f.Notes, want)
+	}
+}
+
+// TestTiedAndFoldedGemma: Gemma ties its head to its embedding; the exporter keeps
+// the weight for the Gather and its folded transpose for the head's MatMul, which
+// must stay one weight. Its norms scale by 1 + w, which the exporter folds into one
+// constant for all five: lcc cannot get w back, and says which parameters.
+func TestTiedAndFoldedGemma(t *testing.T) {
+	f := importFile(t, "trajectory/gemma.onnx", nil)
+	var heads []string
+	for _, p := range f.Params {
+		if strings.Contains(p.Name, "lm_head") || strings.Contains(p.Name, "embed_tokens") {
+			heads = append(heads, p.Name)
+		}
+	}
+	if strings.Join(heads, " ") != "m.lm_head.weight" {
+		t.Errorf("embedding and head weights %v, want the one tied m.lm_head.weight", heads)
+	}
+	want := "m.model.layers.0.input_layernorm.weight, m.model.layers.0.post_attention_layernorm.weight, " +
+		"m.model.layers.1.input_layernorm.weight, m.model.layers.1.post_attention_layernorm.weight, m.model.norm.weight"
+	if got := strings.Join(f.Untrained, ", "); got != want {
+		t.Errorf("untrained %q, want %q", got, want)
+	}
+}
+
+// importFile imports a testdata model at batch 2 × 16 tokens, after edit.
+func importFile(t *testing.T, model string, edit func(*Model)) *ir.Func {
+	t.Helper()
+	m, err := Load(filepath.Join("..", "..", "testdata", model), LoadOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if edit != nil {
+		edit(m)
+	}
+	f, err := Import(m, ImportOptions{Dims: map[string]int64{"batch": 2, "seq": 16}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f
 }

@@ -190,4 +190,3 @@ func scalarOf(dt string, raw []byte) (float64, error) {
 type AdamWStep struct {
 	Decay, OneMinusBeta1, Beta2, OneMinusBeta2, Bc2Sqrt, Eps, StepSize float32
 }
-

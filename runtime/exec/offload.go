@@ -1,14 +1,11 @@
 package exec
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
-	"os"
-	"strconv"
-	"strings"
 
 	codegen "github.com/lcc-dev/lcc/codegen/cuda"
+	"github.com/lcc-dev/lcc/internal/hostmem"
 	"github.com/lcc-dev/lcc/runtime/cuda"
 )
 
@@ -41,10 +38,11 @@ func (r *runner) allocHost() error {
 	}
 	const hint = " (the step offloads checkpointed activations: try a --checkpoint policy without " +
 		"+offload, a shorter --seq-len or more GPUs)"
-	if avail, ok := hostAvailable(); ok && size > avail {
+	// Pinning more than the host has would push the process out of memory, not fail.
+	if avail, src, err := hostmem.Available(); err == nil && size > avail {
 		return fmt.Errorf("exec: the offloaded activations need %d bytes (%.2f GiB) of pinned host memory, "+
-			"but the host has %d bytes (%.2f GiB) available%s", size, float64(size)/(1<<30), avail,
-			float64(avail)/(1<<30), hint)
+			"but the host has %d bytes (%.2f GiB) available (%s)%s", size, float64(size)/(1<<30), avail,
+			float64(avail)/(1<<30), src, hint)
 	}
 	h, err := r.dev.AllocHost(int(size))
 	if err != nil {
@@ -53,25 +51,6 @@ func (r *runner) allocHost() error {
 	}
 	r.host, r.hostOffs = h, offs
 	return nil
-}
-
-// hostAvailable is the host memory the kernel says is available without
-// swapping (MemAvailable of /proc/meminfo); ok is false where that is unknown.
-// Pinning more than that would push the process out of memory, not fail.
-func hostAvailable() (bytes int64, ok bool) {
-	f, err := os.Open("/proc/meminfo")
-	if err != nil {
-		return 0, false
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if rest, found := strings.CutPrefix(sc.Text(), "MemAvailable:"); found {
-			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
-			return kb << 10, err == nil
-		}
-	}
-	return 0, false
 }
 
 // poisonHost fills the host block with 0xff bytes (NaN in every float dtype),
