@@ -367,13 +367,13 @@ func consistentTensors(m Meta, st *safetensors.File) error {
 		state, isState := strings.CutPrefix(name, OptimPrefix)
 		if !isState {
 			weights++
-			p, known := m.Params[name]
-			if m.Params != nil && !known {
+			if _, known := m.Params[name]; m.Params != nil && !known {
 				return fmt.Errorf("weight %q is not among the JSON's params (renamed?)", name)
 			}
-			// A constant the exporter stored as an initializer may be an integer.
+			// A weight with no optimizer state (a constant the exporter stored as an
+			// initializer, a weight no gradient reaches) may be an integer.
 			_, trained := st.Tensors[OptimPrefix+optim.MasterPrefix+name]
-			if !t.DType.IsFloat() && (trained || known && !p.Frozen) {
+			if !t.DType.IsFloat() && trained {
 				return fmt.Errorf("weight %q is %v, not floating point", name, t.DType)
 			}
 			continue
