@@ -341,7 +341,14 @@ func consistentMeta(path string, m Meta) error {
 	if want := strings.TrimSuffix(filepath.Base(path), ".json") + ".safetensors"; m.Tensors != want {
 		return fmt.Errorf("names tensors file %q, want %q", m.Tensors, want)
 	}
-	return m.Data.Check()
+	if err := m.Data.Check(); err != nil {
+		return err
+	}
+	// Every step draws at least one sequence (--batch and --accumulate are >= 1).
+	if m.Data.Sequences < int64(m.Step) {
+		return fmt.Errorf("data position %d is before step %d's", m.Data.Sequences, m.Step)
+	}
+	return nil
 }
 
 // consistentTensors checks that a checkpoint's tensors agree with its JSON m

@@ -137,6 +137,9 @@ func TestRefused(t *testing.T) {
 		}, "position -1", true},
 		{"bad rng state", func(b string) { editJSON(b, func(m *Meta) { m.Data.RNG = "zz" }) },
 			`rng state "zz"`, true},
+		{"data position before the step", func(b string) {
+			editJSON(b, func(m *Meta) { m.Data.Sequences = 3 })
+		}, "data position 3 is before step 20's", true},
 		{"optimizer step differs", func(b string) {
 			resave(b, func(ts map[string]*tensor.Tensor) {
 				ts["optim.step"] = tensor.Scalar(tensor.F64, 19)
