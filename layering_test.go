@@ -34,10 +34,12 @@ var levels = map[string]int{
 	"internal/gputest": 1,
 	// Named pipes for the tests of refusing them (only tests import it).
 	"internal/userfile/fifotest": 1,
+	// Builds ONNX protobuf models (only tests import it).
+	"internal/onnxgen": 4,
 
 	// The reference interpreter, which is also the compiler's constant folder, sits
 	// below the compiler that uses it.
-	"plan":   3,
+	"cost":   3,
 	"interp": 3,
 
 	"passes":    4,

@@ -5,15 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"slices"
 	"sort"
 	"strings"
 
 	cudagen "github.com/lcc-dev/lcc/codegen/cuda"
-	"github.com/lcc-dev/lcc/frontends/onnx"
-	"github.com/lcc-dev/lcc/internal/atomicfile"
 	"github.com/lcc-dev/lcc/ir"
 	"github.com/lcc-dev/lcc/passes"
 	"github.com/lcc-dev/lcc/passes/loss"
@@ -385,7 +382,7 @@ func runStages(f *ir.Func, ps []passes.Pass, popts passes.Options) (stats []pass
 // "cublaslt_gemm" entry when it has GEMMs, then one "nccl_<op>" entry per NCCL
 // collective it calls (send_recv for ring attention's k/v blocks, all_reduce for
 // gradients, ...), in the order the plan first calls each.
-func libraryKernels(pl *cudagen.Plan) []report.Kernel {
+func libraryKernels(pl *cudagen.LaunchPlan) []report.Kernel {
 	var ks []report.Kernel
 	if slices.ContainsFunc(pl.Steps, func(st cudagen.Step) bool { return st.Kind == "gemm" }) {
 		ks = append(ks, report.Kernel{Name: "cublaslt_gemm", Op: "matmul"})
@@ -438,73 +435,10 @@ func trainable(f *ir.Func) int64 {
 	return n
 }
 
-// WriteOutputs writes DIR/graph.lcc, DIR/weights.safetensors and
-// DIR/report.json; with a program, DIR/kernels, DIR/launch_plan.json and
-// DIR/constants.safetensors (for a sharded plan, those of the rank the report
-// names, whose program is DIR/rank.lcc);
-// and what emit asks for: "onnx" (DIR/graph.onnx) and "dot" (DIR/graph.dot).
-// Every file is written to a temporary name and renamed, so a failure leaves no
-// half-written file; the main files written before a failure are removed.
+// WriteOutputs is WriteFolder with only files emit asks for besides the
+// program's own.
 func WriteOutputs(dir string, res *Result, emit ...string) error {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return fmt.Errorf("-o %s: %w", dir, err)
-	}
-	js, err := json.MarshalIndent(res.Report, "", "  ")
-	if err != nil {
-		return err
-	}
-	weights, err := EncodeWeights(res.Func)
-	if err != nil {
-		return err
-	}
-	type file struct {
-		name string
-		data []byte
-	}
-	var extra []file
-	for _, e := range emit {
-		switch e {
-		case "onnx":
-			data, err := onnx.Export(res.Func)
-			if err != nil {
-				return err
-			}
-			extra = append(extra, file{"graph.onnx", data})
-		case "dot":
-			extra = append(extra, file{"graph.dot", []byte(ir.DOT(res.Func))})
-		default:
-			return fmt.Errorf("--emit %q: want onnx or dot", e)
-		}
-	}
-	if res.Sharded != nil {
-		extra = append(extra, file{"rank.lcc", []byte(ir.Print(res.Sharded.Func))})
-	}
-	if res.Program != nil {
-		if err := cudagen.WriteKernels(dir, res.Program.Kernels, res.Program.Plan); err != nil {
-			return err
-		}
-	}
-	for _, f := range extra {
-		if err := atomicfile.WriteFile(filepath.Join(dir, f.name), f.data, 0o644); err != nil {
-			return err
-		}
-	}
-	var written []string
-	for _, f := range []file{
-		{"graph.lcc", []byte(ir.Print(res.Func))},
-		{"weights.safetensors", weights},
-		{"report.json", append(js, '\n')},
-	} {
-		path := filepath.Join(dir, f.name)
-		if err := atomicfile.WriteFile(path, f.data, 0o644); err != nil {
-			for _, w := range written {
-				os.Remove(w)
-			}
-			return err
-		}
-		written = append(written, path)
-	}
-	return nil
+	return WriteFolder(dir, res, OutputOptions{Emit: emit})
 }
 
 // EncodeWeights serialises the data of every weight and state parameter.

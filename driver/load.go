@@ -221,6 +221,11 @@ func dimNames(m *onnx.Model) []string {
 }
 
 func loadText(path string) (*ir.Func, error) {
+	// A compiled folder is read only when it is as the compile wrote it, so
+	// that no loader runs a mix of two compiles or an edited file.
+	if err := verifySealed(path); err != nil {
+		return nil, err
+	}
 	src, err := userfile.ReadFile(path)
 	if err != nil {
 		return nil, err

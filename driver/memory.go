@@ -4,15 +4,15 @@ import (
 	"strings"
 
 	cudagen "github.com/lcc-dev/lcc/codegen/cuda"
+	"github.com/lcc-dev/lcc/cost"
 	"github.com/lcc-dev/lcc/ir"
-	"github.com/lcc-dev/lcc/plan"
 	"github.com/lcc-dev/lcc/targets"
 	"github.com/lcc-dev/lcc/tensor"
 )
 
 // memoryModel is the per-GPU memory of a step for one target and storage dtype:
 // the one model that the report prints, that checkpointing's budget is checked
-// against, and that the executor allocates (see plan.StepMemory).
+// against, and that the executor allocates (see cost.StepMemory).
 type memoryModel struct {
 	target  targets.Target
 	storage tensor.DType
@@ -30,10 +30,10 @@ func (m memoryModel) gpu() bool { return m.target.Arch != "" && m.target.Arch !=
 // fixed costs; for a CPU target, or when f has an op without a GPU lowering, the
 // simulated liveness peak of f in its own dtypes and the optimizer state. The
 // pinned host memory of offloaded activations is beside either (HostBytes).
-func (m memoryModel) of(f *ir.Func, prog *cudagen.Program) plan.StepMemory {
+func (m memoryModel) of(f *ir.Func, prog *cudagen.Program) cost.StepMemory {
 	var opt int64
 	if m.trained {
-		opt = plan.OptimizerStateBytes(trainable(f))
+		opt = cost.OptimizerStateBytes(trainable(f))
 	}
 	if m.gpu() {
 		if prog == nil {
@@ -41,11 +41,11 @@ func (m memoryModel) of(f *ir.Func, prog *cudagen.Program) plan.StepMemory {
 		}
 		if prog != nil {
 			_, arena := cudagen.PlanArena(prog.Plan)
-			return plan.NewStepMemory("arena", arena, opt, plan.FixedBytes, cudagen.HostBytes(prog.Plan))
+			return cost.NewStepMemory("arena", arena, opt, cost.FixedBytes, cudagen.HostBytes(prog.Plan))
 		}
 	}
-	sim := plan.Simulate(f)
-	return plan.NewStepMemory("simulated", sim.PeakBytes, opt, 0, sim.HostBytes)
+	sim := cost.Simulate(f)
+	return cost.NewStepMemory("simulated", sim.PeakBytes, opt, 0, sim.HostBytes)
 }
 
 // peak is of's total, the function checkpointing minimises.
@@ -61,7 +61,7 @@ func arenaParts(prog *cudagen.Program) (weights, grads int64) {
 		}
 	}
 	for _, o := range pl.Outputs {
-		if strings.HasPrefix(o.Name, plan.GradPrefix) {
+		if strings.HasPrefix(o.Name, cost.GradPrefix) {
 			id := o.ID
 			for pl.Buffers[id].Kind == "alias" {
 				id = pl.Buffers[id].AliasOf

@@ -5,9 +5,9 @@ import (
 	"testing"
 
 	cudagen "github.com/lcc-dev/lcc/codegen/cuda"
+	"github.com/lcc-dev/lcc/cost"
 	"github.com/lcc-dev/lcc/internal/llamagen"
 	"github.com/lcc-dev/lcc/ir"
-	"github.com/lcc-dev/lcc/plan"
 	"github.com/lcc-dev/lcc/report"
 	"github.com/lcc-dev/lcc/targets"
 	"github.com/lcc-dev/lcc/tensor"
@@ -32,10 +32,10 @@ func checkOneModel(t *testing.T, res *Result, storage tensor.DType) {
 	}
 	_, arena := cudagen.PlanArena(res.Program.Plan)
 	m := res.Report.Memory
-	opt := plan.OptimizerStateBytes(res.Report.Params.Trainable)
-	if m.Model != "arena" || m.ArenaBytes != arena || m.OptimizerBytes != opt || m.FixedBytes != plan.FixedBytes ||
-		m.PerGPUPeakBytes != arena+opt+plan.FixedBytes {
-		t.Errorf("memory %+v; want arena %d + optimizer %d + fixed %d", m, arena, opt, plan.FixedBytes)
+	opt := cost.OptimizerStateBytes(res.Report.Params.Trainable)
+	if m.Model != "arena" || m.ArenaBytes != arena || m.OptimizerBytes != opt || m.FixedBytes != cost.FixedBytes ||
+		m.PerGPUPeakBytes != arena+opt+cost.FixedBytes {
+		t.Errorf("memory %+v; want arena %d + optimizer %d + fixed %d", m, arena, opt, cost.FixedBytes)
 	}
 	// The weights' working copy is in the storage dtype.
 	if m.WeightsBytes != res.Report.Params.Count*int64(storage.Size()) {

@@ -143,7 +143,7 @@ func TestOffloadProgram(t *testing.T) {
 	}
 	// Offload adds copies and their waits, and changes no launch: the residual
 	// adds stay fused into the norms that read them.
-	launches := func(pl *cudagen.Plan) map[string]int {
+	launches := func(pl *cudagen.LaunchPlan) map[string]int {
 		m := map[string]int{}
 		for _, s := range pl.Steps {
 			if s.Kind == "kernel" || s.Kind == "gemm" {

@@ -5,11 +5,11 @@ import (
 	"strings"
 
 	cudagen "github.com/lcc-dev/lcc/codegen/cuda"
+	"github.com/lcc-dev/lcc/cost"
 	"github.com/lcc-dev/lcc/ir"
 	"github.com/lcc-dev/lcc/passes"
 	"github.com/lcc-dev/lcc/passes/autodiff"
 	"github.com/lcc-dev/lcc/passes/loss"
-	"github.com/lcc-dev/lcc/plan"
 	"github.com/lcc-dev/lcc/targets"
 	"github.com/lcc-dev/lcc/tensor"
 )
@@ -179,7 +179,7 @@ type findings struct {
 	seedAxes map[string]passes.SeqAxis // sharded axes of the cotangent inputs autodiff added
 	fwdFLOPs int64
 	trained  bool // autodiff differentiated a loss
-	ckpt     *passes.CheckpointStats
+	ckpt     *passes.RecomputeStats
 	prog     *cudagen.Program // codegen's program (nil: no GPU target, or codegen failed)
 }
 
@@ -469,7 +469,7 @@ func (p *pipeline) table() []stage {
 			}
 			mem := cc.mem
 			mem.trained = true
-			stats, err := passes.Checkpoint(f, passes.CheckpointConfig{Policy: cc.Policy, BudgetBytes: cc.budget,
+			stats, err := passes.Recompute(f, passes.RecomputeConfig{Policy: cc.Policy, BudgetBytes: cc.budget,
 				Peak: mem.peak, Hints: cc.hints(len(fd.matches.Found) > 0)})
 			fd.ckpt = &stats
 			return err
@@ -590,7 +590,7 @@ func (p *pipeline) budget() int64 {
 		return p.opts.MemoryBudget
 	}
 	if p.mem.gpu() && p.target.MemoryBytes > 0 {
-		return p.target.MemoryBytes - plan.CUDAContextBytes
+		return p.target.MemoryBytes - cost.CUDAContextBytes
 	}
 	return p.target.MemoryBytes
 }
@@ -617,7 +617,7 @@ func joinInts(xs []int64) string {
 func countFLOPs(f *ir.Func) int64 {
 	var n int64
 	for _, node := range f.Body {
-		n += plan.NodeFLOPs(node)
+		n += cost.NodeFLOPs(node)
 	}
 	return n
 }

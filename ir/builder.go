@@ -18,6 +18,8 @@ type Builder struct {
 	pos  int // insertion index into f.Body; -1 appends
 	err  error
 	name string
+	// sink, when set, takes each node instead of f.Body (see DeferInserts).
+	sink func(n *Node, before int)
 }
 
 // NewBuilder starts an empty function.
@@ -35,6 +37,14 @@ func (b *Builder) SetInsertPoint(i int) {
 	}
 	b.pos = i
 }
+
+// DeferInserts makes the builder hand each node it builds to sink, with the
+// index of the body node it goes before (len(Body) at the end), instead of
+// inserting it. An insert moves every later node, so a rewrite driver that edits
+// a large body collects the nodes and splices them in once per sweep: a rewrite
+// then costs what it builds, not the size of the body. Insertion points stay
+// indices into the unchanged body.
+func (b *Builder) DeferInserts(sink func(n *Node, before int)) { b.sink = sink }
 
 // SetName sets the source name given to the nodes built next (for error messages).
 func (b *Builder) SetName(name string) { b.name = name }
@@ -101,6 +111,14 @@ func (b *Builder) Apply(op Op, attrs Attrs, args ...*Value) []*Value {
 
 // Insert places an already-typed node at the insertion point.
 func (b *Builder) Insert(n *Node) {
+	if b.sink != nil {
+		before := b.pos
+		if before < 0 {
+			before = len(b.f.Body)
+		}
+		b.sink(n, before)
+		return
+	}
 	if b.pos < 0 {
 		b.f.Body = append(b.f.Body, n)
 		return

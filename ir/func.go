@@ -204,7 +204,18 @@ func (f *Func) Uses() map[*Value][]*Node {
 	return uses
 }
 
-// IsOutput reports whether v is one of f's results.
+// OutputSet is the set of f's result values. A pass that asks about many
+// values builds it once: IsOutput scans the outputs, and a training step has one
+// per weight's gradient.
+func (f *Func) OutputSet() map[*Value]bool {
+	set := make(map[*Value]bool, len(f.Outputs))
+	for _, o := range f.Outputs {
+		set[o.Value] = true
+	}
+	return set
+}
+
+// IsOutput reports whether v is one of f's results (see OutputSet).
 func (f *Func) IsOutput(v *Value) bool {
 	for _, o := range f.Outputs {
 		if o.Value == v {

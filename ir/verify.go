@@ -11,8 +11,8 @@ import (
 // declared kinds, and every result type equal to what the op infers. Messages name
 // the node and value, in the manner of Go's ssa.checkFunc.
 func Verify(f *Func) error {
-	defined := make(map[*Value]bool)
-	names := make(map[string]bool)
+	defined := make(map[*Value]bool, len(f.Params)+len(f.Body))
+	names := make(map[string]bool, len(f.Params))
 	for i, p := range f.Params {
 		if p.Name == "" {
 			return fmt.Errorf("func @%s: parameter %d has no name", f.Name, i)

@@ -116,13 +116,13 @@ func dilate(f *ir.Func, cfg DilateConfig) error {
 	patterns := []Pattern{
 		// attention(q, k, v) {causal, scale}
 		//   -> dilated_attention(q, k, v) {segments, dilations, offsets, causal, scale}
-		{Name: "dilate", Root: ir.OpAttention, Rewrite: func(f *ir.Func, n *ir.Node, b *ir.Builder) bool {
+		{Name: "dilate", Root: ir.OpAttention, Rewrite: func(e *Editor, n *ir.Node, b *ir.Builder) bool {
 			attrs := ir.A("segments", slices.Clone(cfg.Segments),
 				"dilations", slices.Clone(cfg.Dilations), "offsets", offsets,
 				"causal", true, "scale", ir.AttentionScale(n))
 			outs := b.Apply(ir.OpDilatedAttention, attrs, n.Args...)
-			f.ReplaceUses(n.Results[0], outs[0])
-			f.ReplaceUses(n.Results[1], outs[1])
+			e.Replace(n.Results[0], outs[0])
+			e.Replace(n.Results[1], outs[1])
 			layers = append(layers, n.Name)
 			return true
 		}},

@@ -354,18 +354,17 @@ type sdpaMatch struct {
 }
 
 // rewrite is the sdpa pattern: pv is a matmul whose first argument may be a softmax.
-func (m *attnMatcher) rewrite(f *ir.Func, pv *ir.Node, b *ir.Builder) bool {
+func (m *attnMatcher) rewrite(e *Editor, pv *ir.Node, b *ir.Builder) bool {
 	p, _ := nanGuarded(pv.Args[0])
 	if p.Def == nil || p.Def.Op != ir.OpSoftmax {
 		return false
 	}
-	uses := f.Uses()
-	a, reason := m.analyze(f, pv, uses)
+	a, reason := m.analyze(e, pv)
 	if a == nil {
 		m.reasons[p.Def] = reason
 		return false
 	}
-	m.emit(f, b, a, uses)
+	m.emit(e, b, a)
 	return true
 }
 
@@ -389,7 +388,7 @@ func nanGuarded(v *ir.Value) (*ir.Value, []*ir.Node) {
 
 // analyze matches the subgraph ending at pv, or says why it does not match.
 // It builds nothing.
-func (m *attnMatcher) analyze(f *ir.Func, pv *ir.Node, uses map[*ir.Value][]*ir.Node) (
+func (m *attnMatcher) analyze(e *Editor, pv *ir.Node) (
 	*sdpaMatch, string) {
 	p, guard := nanGuarded(pv.Args[0])
 	sm := p.Def
@@ -406,11 +405,11 @@ func (m *attnMatcher) analyze(f *ir.Func, pv *ir.Node, uses map[*ir.Value][]*ir.
 	if guard != nil {
 		wantUses = 2 // the isnan and the where of the guard
 		g := pv.Args[0]
-		if len(uses[g]) != 1 || f.IsOutput(g) || len(uses[guard[1].Result()]) != 1 {
+		if !e.ReadOnce(g) || e.NumUses(guard[1].Result()) != 1 {
 			return nil, "the attention probabilities are used elsewhere"
 		}
 	}
-	if len(uses[p]) != wantUses || f.IsOutput(p) {
+	if e.NumUses(p) != wantUses || e.IsOutput(p) {
 		return nil, "the attention probabilities are used elsewhere"
 	}
 	shape := p.Type.Shape
@@ -666,7 +665,7 @@ func scoreChain(v *ir.Value) []*ir.Node {
 }
 
 // emit builds the attention op for a before a.pv and redirects pv's uses.
-func (m *attnMatcher) emit(f *ir.Func, b *ir.Builder, a *sdpaMatch, uses map[*ir.Value][]*ir.Node) {
+func (m *attnMatcher) emit(e *Editor, b *ir.Builder, a *sdpaMatch) {
 	q := materialize(b, a.q.then(swapHT))
 	k := materialize(b, a.k.then(swapHT))
 	v := materialize(b, a.v.then(swapHT))
@@ -698,12 +697,12 @@ func (m *attnMatcher) emit(f *ir.Func, b *ir.Builder, a *sdpaMatch, uses map[*ir
 		o = b.Reshape(o, qs...)
 	}
 	old := a.pv.Result()
-	for _, u := range uses[old] {
+	for _, u := range slices.Clone(e.Uses(old)) {
 		if u.Op == ir.OpTranspose && slices.Equal(u.AttrInts("perm"), swapHT) {
-			f.ReplaceUses(u.Result(), o)
+			e.Replace(u.Result(), o)
 		}
 	}
-	f.ReplaceUses(old, b.Transpose(o, swapHT...))
+	e.Replace(old, b.Transpose(o, swapHT...))
 
 	rec := FoundAttention{Node: a.pv.Name, Form: "decomposed", Causal: a.causal, Scale: a.scale,
 		QHeads: qs[2], KVHeads: hkv}
@@ -713,8 +712,7 @@ func (m *attnMatcher) emit(f *ir.Func, b *ir.Builder, a *sdpaMatch, uses map[*ir
 			rec.Mask = "bool"
 		}
 	}
-	pos := bodyIndex(f)
-	slices.SortFunc(a.nodes, func(x, y *ir.Node) int { return pos[x] - pos[y] })
+	slices.SortFunc(a.nodes, e.Compare)
 	for _, n := range slices.Compact(a.nodes) {
 		rec.Nodes = append(rec.Nodes, n.Name)
 	}

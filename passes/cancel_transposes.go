@@ -47,19 +47,19 @@ type layoutRegion struct {
 	exits []*ir.Node
 }
 
-func cancelTransposePair(f *ir.Func, n *ir.Node, b *ir.Builder) bool {
-	r, ok := findLayoutRegion(f, n)
+func cancelTransposePair(e *Editor, n *ir.Node, b *ir.Builder) bool {
+	r, ok := findLayoutRegion(e, n)
 	if !ok {
 		return false
 	}
-	r.rewrite(f, b)
+	r.rewrite(e, b)
 	return true
 }
 
 // findLayoutRegion collects the region that starts at the transpose t1, or
 // reports false when some value of it escapes, some op in it is not
 // layout-agnostic, or it reaches no inverse transpose.
-func findLayoutRegion(f *ir.Func, t1 *ir.Node) (*layoutRegion, bool) {
+func findLayoutRegion(e *Editor, t1 *ir.Node) (*layoutRegion, bool) {
 	perm := t1.AttrInts("perm")
 	inv := inversePerm(perm)
 	if isIdentity(perm) {
@@ -67,17 +67,16 @@ func findLayoutRegion(f *ir.Func, t1 *ir.Node) (*layoutRegion, bool) {
 	}
 	r := &layoutRegion{entry: t1, perm: perm, inv: inv}
 	rank := len(perm)
-	uses := f.Uses()
 	in := map[*ir.Value]bool{t1.Result(): true}
 	seen := map[*ir.Node]bool{}
 	work := []*ir.Value{t1.Result()}
 	for len(work) > 0 {
 		v := work[len(work)-1]
 		work = work[:len(work)-1]
-		if v != t1.Result() && f.IsOutput(v) {
+		if v != t1.Result() && e.IsOutput(v) {
 			return nil, false // a region value escapes as an output
 		}
-		for _, u := range uses[v] {
+		for _, u := range e.Uses(v) {
 			if seen[u] {
 				continue
 			}
@@ -170,15 +169,11 @@ func (r *layoutRegion) invariant(shape []int64) bool {
 // rewrite builds each region node again in y's layout, just before the old
 // node (so every operand is defined before it), and points each exit's readers
 // at the new value. The old region and both transposes are left dead.
-func (r *layoutRegion) rewrite(f *ir.Func, b *ir.Builder) {
+func (r *layoutRegion) rewrite(e *Editor, b *ir.Builder) {
 	moved := map[*ir.Value]*ir.Value{r.entry.Result(): r.entry.Args[0]}
-	pos := map[*ir.Node]int{}
-	for i, n := range f.Body {
-		pos[n] = i
-	}
-	slices.SortFunc(r.nodes, func(x, y *ir.Node) int { return pos[x] - pos[y] })
+	slices.SortFunc(r.nodes, e.Compare)
 	for _, n := range r.nodes {
-		b.SetInsertPoint(slices.Index(f.Body, n))
+		b.SetInsertPoint(e.Pos(n))
 		b.SetName(n.Name)
 		args := make([]*ir.Value, len(n.Args))
 		for i, a := range n.Args {
@@ -203,7 +198,7 @@ func (r *layoutRegion) rewrite(f *ir.Func, b *ir.Builder) {
 			panic(fmt.Sprintf("lcc: BUG: cancel-transposes: %s is %v in the new layout, want %v",
 				t2.Where(), v.Type, t2.Result().Type))
 		}
-		f.ReplaceUses(t2.Result(), v)
+		e.Replace(t2.Result(), v)
 	}
 }
 

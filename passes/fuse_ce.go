@@ -23,29 +23,27 @@ var fuseCEPatterns = []Pattern{
 	{Name: "matmul-log-softmax-nll", Root: ir.OpNLLLoss, Rewrite: fuseLogSoftmaxNLL},
 }
 
-func fuseSoftmaxCE(f *ir.Func, n *ir.Node, b *ir.Builder) bool {
-	uses := f.Uses()
-	return fuseCE(f, uses, n, b, n.Args[0])
+func fuseSoftmaxCE(e *Editor, n *ir.Node, b *ir.Builder) bool {
+	return fuseCE(e, n, b, n.Args[0])
 }
 
-func fuseLogSoftmaxNLL(f *ir.Func, n *ir.Node, b *ir.Builder) bool {
-	uses := f.Uses()
-	ls := throughRowReshapes(f, uses, n.Args[0])
-	if ls == nil || ls.Def == nil || ls.Def.Op != ir.OpLogSoftmax || !onlyUse(f, uses, ls) {
+func fuseLogSoftmaxNLL(e *Editor, n *ir.Node, b *ir.Builder) bool {
+	ls := throughRowReshapes(e, n.Args[0])
+	if ls == nil || ls.Def == nil || ls.Def.Op != ir.OpLogSoftmax || !e.ReadOnce(ls) {
 		return false
 	}
 	r := ls.Type.Rank()
 	if ax, err := ir.AxisIndex(ls.Def.AttrInt("axis"), r); err != nil || ax != r-1 {
 		return false
 	}
-	return fuseCE(f, uses, n, b, ls.Def.Args[0])
+	return fuseCE(e, n, b, ls.Def.Args[0])
 }
 
 // fuseCE replaces the loss node n, whose logits are x [N, V] up to row-preserving
 // reshapes, by the fused op when x comes from a linear layer read only by n.
-func fuseCE(f *ir.Func, uses map[*ir.Value][]*ir.Node, n *ir.Node, b *ir.Builder, x *ir.Value) bool {
-	y := throughRowReshapes(f, uses, x)
-	if y == nil || y.Def == nil || y.Def.Op != ir.OpMatMul || !onlyUse(f, uses, y) {
+func fuseCE(e *Editor, n *ir.Node, b *ir.Builder, x *ir.Value) bool {
+	y := throughRowReshapes(e, x)
+	if y == nil || y.Def == nil || y.Def.Op != ir.OpMatMul || !e.ReadOnce(y) {
 		return false
 	}
 	m := y.Def
@@ -70,7 +68,7 @@ func fuseCE(f *ir.Func, uses map[*ir.Value][]*ir.Node, n *ir.Node, b *ir.Builder
 	if b.Err() != nil {
 		return true // the driver reports the builder's error
 	}
-	f.ReplaceUses(n.Result(), fused)
+	e.Replace(n.Result(), fused)
 	return true
 }
 
@@ -78,20 +76,15 @@ func fuseCE(f *ir.Func, uses map[*ir.Value][]*ir.Node, n *ir.Node, b *ir.Builder
 // rows map to rows in order) whose results are read only once; it returns the
 // first value that is not such a reshape, or nil when a reshape's result is read
 // elsewhere. The caller checks the returned value's uses.
-func throughRowReshapes(f *ir.Func, uses map[*ir.Value][]*ir.Node, v *ir.Value) *ir.Value {
+func throughRowReshapes(e *Editor, v *ir.Value) *ir.Value {
 	last := func(t ir.Type) int64 { return t.Shape[t.Rank()-1] }
 	for v.Def != nil && v.Def.Op == ir.OpReshape {
 		src := v.Def.Args[0]
 		if src.Type.Rank() == 0 || v.Type.Rank() == 0 || last(src.Type) != last(v.Type) ||
-			!onlyUse(f, uses, v) {
+			!e.ReadOnce(v) {
 			return nil
 		}
 		v = src
 	}
 	return v
-}
-
-// onlyUse reports whether v is read by exactly one node and is not an output.
-func onlyUse(f *ir.Func, uses map[*ir.Value][]*ir.Node, v *ir.Value) bool {
-	return len(uses[v]) == 1 && !f.IsOutput(v)
 }

@@ -138,7 +138,7 @@ func normAttrs(x *ir.Value, axis int, eps float64) ir.Attrs {
 	return ir.A("axis", int64(axis-x.Type.Rank()), "eps", eps)
 }
 
-func matchRMSNorm(f *ir.Func, n *ir.Node, b *ir.Builder) bool {
+func matchRMSNorm(e *Editor, n *ir.Node, b *ir.Builder) bool {
 	x, base, axis, eps, ok := normalised(n)
 	if !ok || base != x {
 		return false
@@ -150,7 +150,7 @@ func matchRMSNorm(f *ir.Func, n *ir.Node, b *ir.Builder) bool {
 	if b.Err() != nil {
 		return true // the driver reports the builder's error
 	}
-	f.ReplaceUses(n.Result(), y)
+	e.Replace(n.Result(), y)
 	return true
 }
 
@@ -168,7 +168,7 @@ func layerNormInput(xc *ir.Value, axis int) (*ir.Value, bool) {
 	return x, true
 }
 
-func matchLayerNorm(f *ir.Func, n *ir.Node, b *ir.Builder) bool {
+func matchLayerNorm(e *Editor, n *ir.Node, b *ir.Builder) bool {
 	xc, base, axis, eps, ok := normalised(n)
 	if !ok || base != xc {
 		return false
@@ -181,17 +181,16 @@ func matchLayerNorm(f *ir.Func, n *ir.Node, b *ir.Builder) bool {
 	if b.Err() != nil {
 		return true
 	}
-	f.ReplaceUses(n.Result(), y)
+	e.Replace(n.Result(), y)
 	return true
 }
 
 // normOperand finds in a binary node n an operand that is a norm op with want
 // arguments read only by n, and returns it and the other operand.
-func normOperand(f *ir.Func, n *ir.Node, want int, ops ...ir.Op) (norm *ir.Node, other *ir.Value, ok bool) {
-	uses := f.Uses()
+func normOperand(e *Editor, n *ir.Node, want int, ops ...ir.Op) (norm *ir.Node, other *ir.Value, ok bool) {
 	for i := range 2 {
 		d := n.Args[i].Def
-		if d == nil || len(d.Args) != want || !onlyUse(f, uses, n.Args[i]) {
+		if d == nil || len(d.Args) != want || !e.ReadOnce(n.Args[i]) {
 			continue
 		}
 		for _, op := range ops {
@@ -214,8 +213,8 @@ func spansNorm(d *ir.Node, p *ir.Value) bool {
 	return ir.T(p.Type.DType, x.Type.Shape[ax:]...).SameShape(p.Type)
 }
 
-func foldNormScale(f *ir.Func, n *ir.Node, b *ir.Builder) bool {
-	d, g, ok := normOperand(f, n, 1, ir.OpRMSNorm, ir.OpLayerNorm)
+func foldNormScale(e *Editor, n *ir.Node, b *ir.Builder) bool {
+	d, g, ok := normOperand(e, n, 1, ir.OpRMSNorm, ir.OpLayerNorm)
 	if !ok || !spansNorm(d, g) {
 		return false
 	}
@@ -223,12 +222,12 @@ func foldNormScale(f *ir.Func, n *ir.Node, b *ir.Builder) bool {
 	if b.Err() != nil {
 		return true
 	}
-	f.ReplaceUses(n.Result(), y)
+	e.Replace(n.Result(), y)
 	return true
 }
 
-func foldNormBias(f *ir.Func, n *ir.Node, b *ir.Builder) bool {
-	d, beta, ok := normOperand(f, n, 2, ir.OpLayerNorm)
+func foldNormBias(e *Editor, n *ir.Node, b *ir.Builder) bool {
+	d, beta, ok := normOperand(e, n, 2, ir.OpLayerNorm)
 	if !ok || !spansNorm(d, beta) {
 		return false
 	}
@@ -236,6 +235,6 @@ func foldNormBias(f *ir.Func, n *ir.Node, b *ir.Builder) bool {
 	if b.Err() != nil {
 		return true
 	}
-	f.ReplaceUses(n.Result(), y)
+	e.Replace(n.Result(), y)
 	return true
 }

@@ -3,8 +3,8 @@ package passes
 import (
 	"sort"
 
+	"github.com/lcc-dev/lcc/cost"
 	"github.com/lcc-dev/lcc/ir"
-	"github.com/lcc-dev/lcc/plan"
 )
 
 // Offloading checkpoints to pinned host memory (the "+offload" policies of
@@ -40,10 +40,11 @@ func offloadKept(g *ir.Func, start int) int {
 	}
 	first := map[*ir.Value]int{} // kept value → index of its first backward reader
 	var kept []*ir.Value
+	outputs := g.OutputSet()
 	for i, n := range g.Body[start:] {
 		for _, a := range n.Args {
 			d := a.Def
-			if d == nil || pos[d] >= start || isConstant(d.Op) || d.Op == ir.OpReshape || g.IsOutput(a) {
+			if d == nil || pos[d] >= start || isConstant(d.Op) || d.Op == ir.OpReshape || outputs[a] {
 				continue // parameters, backward values, constants, views, outputs (live anyway)
 			}
 			if _, ok := first[a]; !ok {
@@ -56,7 +57,7 @@ func offloadKept(g *ir.Func, start int) int {
 		return 0
 	}
 	sort.SliceStable(kept, func(i, j int) bool { return first[kept[i]] < first[kept[j]] })
-	live := plan.LiveBytes(g)
+	live := cost.LiveBytes(g)
 	// The first forward reader of each kept value: its offload goes after it, so
 	// that a kernel which fuses the value's producer into its reader (a residual
 	// add into the next norm: codegen/cuda/residual.go) still may.

@@ -65,25 +65,33 @@ func Run(f *ir.Func, pipeline []Pass, opts Options) ([]Stat, error) {
 		out = os.Stderr
 	}
 	var stats []Stat
-	before := ir.Print(f)
+	// Whether a pass changed f is told by digests; the text is printed only
+	// for --print-ir-after and for a dump of the IR a failed pass started from.
+	text := func() string {
+		if opts.DumpDir == "" {
+			return ""
+		}
+		return ir.Print(f)
+	}
+	before, beforeText := ir.Digest(f), text()
 	for _, p := range pipeline {
 		start := time.Now()
 		if err := runOne(f, p); err != nil {
-			return stats, fmt.Errorf("pass %s: %w%s", p.Name, err, dump(opts.DumpDir, p.Name, before))
+			return stats, fmt.Errorf("pass %s: %w%s", p.Name, err, dump(opts.DumpDir, p.Name, beforeText))
 		}
 		el := time.Since(start)
-		after := ir.Print(f)
+		after, afterText := ir.Digest(f), text()
 		st := Stat{Name: p.Name, Time: el, Micros: el.Microseconds(), Changed: after != before}
 		stats = append(stats, st)
 		if opts.VerifyEach {
 			if err := ir.Verify(f); err != nil {
-				return stats, fmt.Errorf("after pass %s: %w%s", p.Name, err, dump(opts.DumpDir, p.Name, after))
+				return stats, fmt.Errorf("after pass %s: %w%s", p.Name, err, dump(opts.DumpDir, p.Name, afterText))
 			}
 		}
 		if opts.PrintAfter == "all" || opts.PrintAfter == p.Name {
-			fmt.Fprintf(out, "// ----- IR after %s -----\n%s", p.Name, after)
+			fmt.Fprintf(out, "// ----- IR after %s -----\n%s", p.Name, ir.Print(f))
 		}
-		before = after
+		before, beforeText = after, afterText
 	}
 	return stats, nil
 }

@@ -22,9 +22,11 @@ type Pattern struct {
 	// Rewrite is called with a live node n whose op is Root and a builder b
 	// positioned just before n, with n's name set for the nodes it builds. On a
 	// match it builds the replacement with b, redirects n's results with
-	// f.ReplaceUses and returns true; the driver removes what became dead. When it
-	// does not match it must return false without changing f.
-	Rewrite func(f *ir.Func, n *ir.Node, b *ir.Builder) bool
+	// e.Replace and returns true; the driver removes what became dead. When it
+	// does not match it must return false without changing the function. It reads
+	// readers and outputs through e, whose queries cost what they return, not the
+	// size of the function.
+	Rewrite func(e *Editor, n *ir.Node, b *ir.Builder) bool
 }
 
 // RewriteStats says what one run of a rewrite pass did.
@@ -90,9 +92,11 @@ func RewriteWithStats(name string, patterns []Pattern, maxIter int) (Pass, *Rewr
 // rule set that never settles is a bug in the rules, and silently stopping would
 // hide it. Within a sweep nodes are visited in body order and, for each node, the
 // patterns with its op in the order given; after a hit the node is not offered to
-// later patterns in that sweep. Dead code is removed before each sweep and after
-// each hit, so a pattern only ever sees live nodes. An error recorded by the
-// builder during a rewrite is returned, naming the pattern and the node.
+// later patterns in that sweep; nodes built in a sweep are first visited in the
+// next. Dead code is removed before each sweep, and what a hit leaves unread is
+// dead at once (see Editor), so a pattern only ever sees live nodes. A sweep
+// costs time linear in the body plus what its patterns touch. An error recorded
+// by the builder during a rewrite is returned, naming the pattern and the node.
 func ApplyPatterns(f *ir.Func, patterns []Pattern, maxIter int) (RewriteStats, error) {
 	if maxIter <= 0 {
 		maxIter = DefaultMaxSweeps
@@ -109,24 +113,22 @@ func ApplyPatterns(f *ir.Func, patterns []Pattern, maxIter int) (RewriteStats, e
 	for stats.Sweeps < maxIter {
 		stats.Sweeps++
 		DeadCode(f)
-		pos := bodyIndex(f)
+		e := newEditor(f)
 		changed := false
-		for _, n := range append([]*ir.Node(nil), f.Body...) {
-			i, live := pos[n]
-			if !live {
-				continue // removed as dead by an earlier hit of this sweep
-			}
+		for i, n := range e.body {
 			for _, p := range byRoot[n.Op] {
-				before := len(f.Body)
-				b := ir.Edit(f)
-				b.SetInsertPoint(i)
+				if e.dead[n] {
+					break // left unread by an earlier hit of this sweep
+				}
+				before := e.added
+				b := e.builder(i)
 				b.SetName(n.Name)
-				ok := p.Rewrite(f, n, b)
+				ok := p.Rewrite(e, n, b)
 				if err := b.Err(); err != nil {
 					return stats, fmt.Errorf("pattern %s at %s: %w", p.Name, n.Where(), err)
 				}
 				if !ok {
-					if len(f.Body) != before {
+					if e.added != before {
 						panic(fmt.Sprintf("lcc: BUG: pattern %s declined %s after adding nodes",
 							p.Name, n.Where()))
 					}
@@ -134,24 +136,15 @@ func ApplyPatterns(f *ir.Func, patterns []Pattern, maxIter int) (RewriteStats, e
 				}
 				stats.Hits[p.Name]++
 				changed = true
-				DeadCode(f)
-				pos = bodyIndex(f)
+				e.removeDead()
 				break
 			}
 		}
+		e.splice()
 		if !changed {
 			return stats, nil
 		}
 	}
 	return stats, fmt.Errorf("rewrites did not reach a fixed point after %d sweeps (hits: %v)",
 		maxIter, stats)
-}
-
-// bodyIndex maps each node of f to its position in the body.
-func bodyIndex(f *ir.Func) map[*ir.Node]int {
-	pos := make(map[*ir.Node]int, len(f.Body))
-	for i, n := range f.Body {
-		pos[n] = i
-	}
-	return pos
 }

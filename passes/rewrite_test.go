@@ -15,12 +15,12 @@ func isConst(v *ir.Value, x float64) bool {
 
 // identityPatterns fold x*1 and x+0 in either argument order.
 func identityPatterns() []Pattern {
-	fold := func(unit float64) func(f *ir.Func, n *ir.Node, b *ir.Builder) bool {
-		return func(f *ir.Func, n *ir.Node, b *ir.Builder) bool {
+	fold := func(unit float64) func(e *Editor, n *ir.Node, b *ir.Builder) bool {
+		return func(e *Editor, n *ir.Node, b *ir.Builder) bool {
 			for i := range 2 {
 				x, c := n.Args[i], n.Args[1-i]
 				if isConst(c, unit) && x.Type.Equal(n.Result().Type) {
-					f.ReplaceUses(n.Result(), x)
+					e.Replace(n.Result(), x)
 					return true
 				}
 			}
@@ -82,8 +82,8 @@ func TestRewriteNoFixedPoint(t *testing.T) {
 	}
 	// exp(x) -> exp(x), a fresh copy every time: never settles.
 	churn := Pattern{Name: "churn", Root: ir.OpExp,
-		Rewrite: func(f *ir.Func, n *ir.Node, b *ir.Builder) bool {
-			f.ReplaceUses(n.Result(), b.Unary(ir.OpExp, n.Args[0]))
+		Rewrite: func(e *Editor, n *ir.Node, b *ir.Builder) bool {
+			e.Replace(n.Result(), b.Unary(ir.OpExp, n.Args[0]))
 			return true
 		}}
 	_, err = Run(f, []Pass{Rewrite("churn", []Pattern{churn}, 5)}, Options{})
@@ -99,7 +99,7 @@ func TestRewriteBuilderError(t *testing.T) {
 		t.Fatal(err)
 	}
 	bad := Pattern{Name: "bad", Root: ir.OpExp,
-		Rewrite: func(f *ir.Func, n *ir.Node, b *ir.Builder) bool {
+		Rewrite: func(e *Editor, n *ir.Node, b *ir.Builder) bool {
 			b.Reshape(n.Args[0], 3) // 4 elements do not fit [3]
 			return true
 		}}

@@ -25,7 +25,7 @@ var sumConcatPatterns = []Pattern{
 	{Name: "add-zero", Root: ir.OpAdd, Rewrite: addZero},
 }
 
-func addConcats(f *ir.Func, n *ir.Node, b *ir.Builder) bool {
+func addConcats(e *Editor, n *ir.Node, b *ir.Builder) bool {
 	x, y := n.Args[0].Def, n.Args[1].Def
 	if x == nil || y == nil || x.Op != ir.OpConcat || y.Op != ir.OpConcat || len(x.Args) != len(y.Args) ||
 		!n.Args[0].Type.Equal(n.Result().Type) || !n.Args[1].Type.Equal(n.Result().Type) {
@@ -46,15 +46,15 @@ func addConcats(f *ir.Func, n *ir.Node, b *ir.Builder) bool {
 	for i := range parts {
 		parts[i] = b.Add(x.Args[i], y.Args[i])
 	}
-	f.ReplaceUses(n.Result(), b.Apply1(ir.OpConcat, ir.A("axis", int64(ax)), parts...))
+	e.Replace(n.Result(), b.Apply1(ir.OpConcat, ir.A("axis", int64(ax)), parts...))
 	return true
 }
 
-func addZero(f *ir.Func, n *ir.Node, b *ir.Builder) bool {
+func addZero(e *Editor, n *ir.Node, b *ir.Builder) bool {
 	for i, a := range n.Args {
 		other := n.Args[1-i]
 		if a.Def != nil && a.Def.Op == ir.OpFull && a.Def.AttrFloat("value") == 0 && other.Type.Equal(n.Result().Type) {
-			f.ReplaceUses(n.Result(), other)
+			e.Replace(n.Result(), other)
 			return true
 		}
 	}

@@ -10,9 +10,9 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/lcc-dev/lcc/cost"
 	"github.com/lcc-dev/lcc/ir"
 	"github.com/lcc-dev/lcc/passes"
-	"github.com/lcc-dev/lcc/plan"
 	"github.com/lcc-dev/lcc/targets"
 )
 
@@ -27,7 +27,7 @@ type Input struct {
 	Attention *Attention
 	// Memory is the step's per-GPU memory by the one memory model (the driver's:
 	// codegen's arena, optimizer state and fixed costs); nil simulates f alone.
-	Memory *plan.StepMemory
+	Memory *cost.StepMemory
 	// ArenaWeightsBytes and ArenaGradientsBytes are the weights' working copy
 	// and the gradients in the arena, in their storage dtype (Memory.Model
 	// "arena").
@@ -44,7 +44,7 @@ type Training struct {
 	// FusedCrossEntropy counts fused linear cross-entropy rewrites.
 	FusedCrossEntropy int
 	// Checkpoints is what checkpoint insertion did (nil when it did not run).
-	Checkpoints *passes.CheckpointStats
+	Checkpoints *passes.RecomputeStats
 }
 
 // AdamWBytesPerParam is the optimizer state per trainable parameter: fp32 first
@@ -58,18 +58,18 @@ type Report struct {
 	Warnings []string `json:"warnings,omitempty"`
 	// Notes say what the importer changed to keep the model the framework's (for
 	// example parameters the exporter merged, trained separately again).
-	Notes       []string               `json:"notes,omitempty"`
-	Mode        string                 `json:"mode"`
-	Target      Target                 `json:"target"`
-	Shapes      Shapes                 `json:"shapes"`
-	Ops         map[string]int         `json:"ops"`
-	Params      Params                 `json:"parameters"`
-	Attention   Attention              `json:"attention"`
-	FusedCE     int                    `json:"fused_cross_entropy"`
-	Checkpoints passes.CheckpointStats `json:"checkpoints"`
-	Memory      Memory                 `json:"memory"`
-	FLOPs       FLOPs                  `json:"flops"`
-	Kernels     []Kernel               `json:"kernels"`
+	Notes       []string              `json:"notes,omitempty"`
+	Mode        string                `json:"mode"`
+	Target      Target                `json:"target"`
+	Shapes      Shapes                `json:"shapes"`
+	Ops         map[string]int        `json:"ops"`
+	Params      Params                `json:"parameters"`
+	Attention   Attention             `json:"attention"`
+	FusedCE     int                   `json:"fused_cross_entropy"`
+	Checkpoints passes.RecomputeStats `json:"checkpoints"`
+	Memory      Memory                `json:"memory"`
+	FLOPs       FLOPs                 `json:"flops"`
+	Kernels     []Kernel              `json:"kernels"`
 	// AttentionKernels says, for every attention node of the GPU step in body
 	// order, which kernels it runs on (empty when no CUDA code was generated).
 	AttentionKernels []AttentionKernel `json:"attention_kernels,omitempty"`
@@ -148,15 +148,15 @@ type Dilated struct {
 // executor allocates (codegen's layout of weights' working copy, inputs,
 // activations, gradients and kernel scratch in the storage dtype), the optimizer
 // state the trainer keeps beside it (fp32 masters and AdamW moments) and the
-// fixed costs (plan.ModuleBytes, plan.CuBLASLtWorkspaceBytes): what a run
-// allocates, as lcc train measures it. ContextBytes (plan.CUDAContextBytes) is
+// fixed costs (cost.ModuleBytes, cost.CuBLASLtWorkspaceBytes): what a run
+// allocates, as lcc train measures it. ContextBytes (cost.CUDAContextBytes) is
 // the device context beside it; FitsTarget counts both. WeightsBytes, GradientsBytes and
 // ActivationsBytes split the arena (activations: the rest of it, scratch
 // included).
 type Memory struct {
 	PerGPUPeakBytes int64 `json:"per_gpu_peak_bytes"`
 	// Model is "arena" or "simulated" (a CPU target, or a step with an op that
-	// has no GPU lowering: plan.Simulate's liveness peak in the IR's dtypes).
+	// has no GPU lowering: cost.Simulate's liveness peak in the IR's dtypes).
 	Model            string `json:"model,omitempty"`
 	ArenaBytes       int64  `json:"arena_bytes"`
 	FixedBytes       int64  `json:"fixed_bytes"`
@@ -166,7 +166,7 @@ type Memory struct {
 	OptimizerBytes   int64  `json:"optimizer_bytes"`
 	ActivationsBytes int64  `json:"activations_bytes"`
 	FitsTarget       bool   `json:"fits_target"`
-	// SimulatedPeakBytes is plan.Simulate's peak of the step graph alone, in the
+	// SimulatedPeakBytes is cost.Simulate's peak of the step graph alone, in the
 	// IR's dtypes (a cross-check of the arena; not the planned peak).
 	SimulatedPeakBytes int64 `json:"simulated_peak_bytes"`
 	// HostBytes is the pinned host memory the offloaded activations take beside
@@ -175,7 +175,7 @@ type Memory struct {
 	// SnapshotHostBytes is the pinned host buffer lcc train copies its
 	// checkpoints into, and SnapshotStagingBytes the device copy they are staged
 	// through, in PerGPUPeakBytes (0: the update waits for the copy instead).
-	// Both are 0 for a compile without checkpoints (plan.StepMemory.WithSnapshots).
+	// Both are 0 for a compile without checkpoints (cost.StepMemory.WithSnapshots).
 	SnapshotHostBytes    int64 `json:"snapshot_host_bytes,omitempty"`
 	SnapshotStagingBytes int64 `json:"snapshot_staging_bytes,omitempty"`
 }
@@ -314,7 +314,7 @@ func Build(f *ir.Func, in Input) *Report {
 	var fwd int64
 	for _, n := range f.Body {
 		r.Ops[n.Op.String()]++
-		fwd += plan.NodeFLOPs(n)
+		fwd += cost.NodeFLOPs(n)
 		switch n.Op {
 		case ir.OpAttention:
 			r.Attention.Found++
@@ -328,7 +328,7 @@ func Build(f *ir.Func, in Input) *Report {
 		r.Attention = *in.Attention
 	}
 	r.FusedCE = in.Training.FusedCrossEntropy
-	r.Checkpoints = passes.CheckpointStats{Policy: "none"}
+	r.Checkpoints = passes.RecomputeStats{Policy: "none"}
 	if in.Training.Checkpoints != nil {
 		r.Checkpoints = *in.Training.Checkpoints
 	}
@@ -351,7 +351,7 @@ func Build(f *ir.Func, in Input) *Report {
 	}
 	// One simulation of the whole step: weights, inputs, activations and
 	// gradients over the schedule, plus the optimizer state that lives throughout.
-	mem := plan.SimulateStep(f, optimizer)
+	mem := cost.SimulateStep(f, optimizer)
 	r.Memory = Memory{
 		PerGPUPeakBytes:    mem.PeakBytes,
 		SimulatedPeakBytes: mem.PeakBytes - optimizer,
@@ -371,7 +371,7 @@ func Build(f *ir.Func, in Input) *Report {
 		r.Memory.HostBytes = m.HostBytes
 		r.Memory.SnapshotHostBytes, r.Memory.SnapshotStagingBytes = m.SnapshotHostBytes, m.SnapshotStagingBytes
 		if m.Model == "arena" {
-			r.Memory.ContextBytes = plan.CUDAContextBytes
+			r.Memory.ContextBytes = cost.CUDAContextBytes
 		}
 		r.Memory.ActivationsBytes = m.ArenaBytes - mem.WeightsBytes
 		if m.Model == "arena" {

@@ -3,7 +3,7 @@ package report_test
 import (
 	"bytes"
 	"encoding/json"
-	"github.com/lcc-dev/lcc/plan"
+	"github.com/lcc-dev/lcc/cost"
 	"path/filepath"
 	"reflect"
 	"strings"
@@ -106,9 +106,9 @@ func TestReportOfCompile(t *testing.T) {
 	m := r.Memory
 	// One memory model: the arena (weights, gradients, the rest) plus the
 	// optimizer state (fp32 masters and moments) plus the fixed costs.
-	if m.Model != "arena" || m.OptimizerBytes != plan.OptimizerStateBytes(r.Params.Trainable) ||
-		m.ContextBytes != plan.CUDAContextBytes ||
-		m.FixedBytes != plan.FixedBytes || m.PerGPUPeakBytes != m.ArenaBytes+m.OptimizerBytes+m.FixedBytes ||
+	if m.Model != "arena" || m.OptimizerBytes != cost.OptimizerStateBytes(r.Params.Trainable) ||
+		m.ContextBytes != cost.CUDAContextBytes ||
+		m.FixedBytes != cost.FixedBytes || m.PerGPUPeakBytes != m.ArenaBytes+m.OptimizerBytes+m.FixedBytes ||
 		m.ArenaBytes != m.WeightsBytes+m.GradientsBytes+m.ActivationsBytes || !m.FitsTarget {
 		t.Errorf("memory %+v (trainable %d)", m, r.Params.Trainable)
 	}

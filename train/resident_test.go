@@ -77,7 +77,7 @@ func TestGPUTargetArch(t *testing.T) {
 	}
 	s := exec.NewSession(dev, exec.Options{})
 	defer s.Close()
-	foreign := &cudagen.Program{Plan: &cudagen.Plan{Arch: "sm_100a", Storage: "f32"},
+	foreign := &cudagen.Program{Plan: &cudagen.LaunchPlan{Arch: "sm_100a", Storage: "f32"},
 		Kernels: []cudagen.Kernel{{Name: "k", Arch: "sm_100a"}}}
 	if err := s.Adopt(&ir.Func{Name: "f"}, foreign); err == nil {
 		t.Fatal("a program for sm_100a was adopted on", dev.Name())

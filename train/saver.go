@@ -48,7 +48,7 @@ func (t *trainer) newSaver() (*saver, error) {
 	if err != nil {
 		return nil, fmt.Errorf("checkpoint buffer: %w", err)
 	}
-	// The plan decided whether the staging copy fits (plan.StepMemory.WithSnapshots).
+	// The plan decided whether the staging copy fits (cost.StepMemory.WithSnapshots).
 	return &saver{host: host, stage: t.stageSnapshots}, nil
 }
 

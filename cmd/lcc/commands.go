@@ -5,6 +5,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"text/tabwriter"
@@ -182,7 +183,7 @@ func compileCmd() *cobra.Command {
 			if err := checkPrintAfter(printAfter); err != nil {
 				return err
 			}
-			var files []string // what driver.WriteOutputs writes; memory is drawn here
+			var files []string // what driver.WriteFolder emits; memory is drawn here
 			plotMemory := false
 			for _, e := range emit {
 				switch e {
@@ -230,13 +231,14 @@ func compileCmd() *cobra.Command {
 			res.Report.Warnings = warnings
 			res.Report.Notes = f.Remarks
 			if out != "" {
-				if err := driver.WriteOutputs(out, res, files...); err != nil {
-					return err
-				}
+				wo := driver.OutputOptions{Emit: files}
 				if plotMemory {
-					if err := writeMemoryPlot(filepath.Join(out, "memory.png"), args[0], res, measured); err != nil {
-						return err
+					wo.Extra = func(dir string) error {
+						return writeMemoryPlot(filepath.Join(dir, "memory.png"), args[0], res, measured)
 					}
+				}
+				if err := driver.WriteFolder(out, res, wo); err != nil {
+					return err
 				}
 			}
 			w := cmd.OutOrStdout()
@@ -268,15 +270,11 @@ func compileCmd() *cobra.Command {
 	return cmd
 }
 
-// outputFiles are the files compile -o may write, in the order they are listed
-// (the README's table lists the same).
-var outputFiles = []string{"graph.lcc", "weights.safetensors", "report.json", "kernels/",
-	"launch_plan.json", "constants.safetensors", "rank.lcc", "graph.onnx", "graph.dot", "memory.png"}
-
-// written lists the outputFiles present in dir.
+// written lists the files and folders compile -o wrote to dir, in the order of
+// driver.OutputFiles, then the manifest.
 func written(dir string) []string {
 	var out []string
-	for _, name := range outputFiles {
+	for _, name := range append(slices.Clone(driver.OutputFiles), "manifest.json") {
 		if _, err := os.Stat(filepath.Join(dir, name)); err == nil {
 			out = append(out, name)
 		}

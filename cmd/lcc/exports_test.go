@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/lcc-dev/lcc/driver"
 	"github.com/lcc-dev/lcc/frontends/onnx"
 	"github.com/lcc-dev/lcc/ir"
 	"github.com/lcc-dev/lcc/safetensors"
@@ -341,7 +342,7 @@ func TestDocsStandAlone(t *testing.T) {
 			t.Errorf("compile -o wrote %s, which the README does not list", name)
 		}
 	}
-	for _, name := range outputFiles {
+	for _, name := range append(driver.OutputFiles, "manifest.json") {
 		if !strings.Contains(string(readme), "`"+name) {
 			t.Errorf("compile -o may write %s, which the README does not list", name)
 		}

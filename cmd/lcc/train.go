@@ -55,8 +55,10 @@ Started by a launcher (torchrun --no-python lcc train ..., or srun), each proces
 is one rank: RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and MASTER_PORT (or SLURM's
 variables) place it; rank 0 listens on MASTER_ADDR:MASTER_PORT (the port after it
 when torchrun's agent holds it: TORCHELASTIC_USE_AGENT_STORE=True), the others
-join, and on the CPU the ranks exchange tensors over TCP. A rank that dies, fails or
-stays silent for --comm-timeout ends every other rank with an error naming it.`,
+join, and on the CPU the ranks exchange tensors over TCP. Set LCC_COMM_SECRET to the
+same value on every rank so that only processes that hold it can join. A rank that
+dies, fails or stays silent for --comm-timeout ends every other rank with an error
+naming it; --comm-timeout also bounds the rendezvous.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) (err error) {
 			cfg.Model = args[0]

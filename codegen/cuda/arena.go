@@ -1,7 +1,9 @@
 package cuda
 
 import (
+	"cmp"
 	"math"
+	"slices"
 	"sort"
 )
 
@@ -13,7 +15,7 @@ const ArenaAlign = 256
 // returns the offsets (by buffer id; -1 for inline, alias and host buffers) and the
 // arena's size. A buffer lives from the first step that writes it to the last that
 // reads it; parameters, constants and outputs live throughout.
-func PlanArena(plan *Plan) (offs []int64, peak int64) {
+func PlanArena(plan *LaunchPlan) (offs []int64, peak int64) {
 	n := len(plan.Buffers)
 	first, last := lifetimes(plan)
 	var ids []int
@@ -28,29 +30,33 @@ func PlanArena(plan *Plan) (offs []int64, peak int64) {
 	sort.SliceStable(ids, func(i, j int) bool {
 		return plan.Buffers[ids[i]].Bytes > plan.Buffers[ids[j]].Bytes
 	})
+	// placed holds the buffers laid out so far in offset order. A buffer goes at
+	// the lowest offset where it overlaps no placed buffer that is live at the
+	// same time: a walk up the offsets that skips the others and stops at the
+	// first gap, with no list of clashes built and sorted per buffer. (Equal
+	// offsets may come in any order: the walk's result does not depend on it.)
 	type placed struct {
-		id        int
-		off, size int64
+		off, end    int64
+		first, last int
 	}
 	var done []placed
 	for _, id := range ids {
 		size := (plan.Buffers[id].Bytes + ArenaAlign - 1) / ArenaAlign * ArenaAlign
-		var clash []placed
-		for _, p := range done {
-			if first[p.id] <= last[id] && first[id] <= last[p.id] {
-				clash = append(clash, p)
-			}
-		}
-		sort.Slice(clash, func(i, j int) bool { return clash[i].off < clash[j].off })
+		f, l := first[id], last[id]
 		var off int64
-		for _, p := range clash {
+		for i := range done {
+			p := &done[i]
+			if p.first > l || f > p.last {
+				continue // not live at the same time
+			}
 			if off+size <= p.off {
 				break
 			}
-			off = max(off, p.off+p.size)
+			off = max(off, p.end)
 		}
 		offs[id] = off
-		done = append(done, placed{id, off, size})
+		at, _ := slices.BinarySearchFunc(done, off, func(p placed, off int64) int { return cmp.Compare(p.off, off) })
+		done = slices.Insert(done, at, placed{off, off + size, f, l})
 		peak = max(peak, off+size)
 	}
 	return offs, peak
@@ -59,7 +65,7 @@ func PlanArena(plan *Plan) (offs []int64, peak int64) {
 // lifetimes gives every buffer of plan the first and last step that holds it
 // (alias buffers count for the buffer they alias; parameters, constants and
 // outputs hold from -1 to len(plan.Steps)); a buffer no step touches has last -1.
-func lifetimes(plan *Plan) (first, last []int) {
+func lifetimes(plan *LaunchPlan) (first, last []int) {
 	n := len(plan.Buffers)
 	owner := func(id int) int {
 		if plan.Buffers[id].Kind == "alias" {
@@ -96,7 +102,7 @@ func lifetimes(plan *Plan) (first, last []int) {
 // ArenaUsage is the arena's occupancy over plan's schedule: element i is the
 // bytes (aligned as PlanArena aligns them) of the buffers live during step i.
 // Its maximum is at most PlanArena's size, which adds the layout's gaps.
-func ArenaUsage(plan *Plan) []int64 {
+func ArenaUsage(plan *LaunchPlan) []int64 {
 	first, last := lifetimes(plan)
 	delta := make([]int64, len(plan.Steps)+1)
 	for _, b := range plan.Buffers {

@@ -234,7 +234,7 @@ func lowerShardedAttention(g *gen, n *ir.Node) error {
 // or an h2d copy, before the first later step that reads its result (through an
 // alias too); after a d2h copy, before the next d2h or h2d step (offload.go).
 // Either is at the end of the plan when no such step comes.
-func deferWaits(pl *Plan) {
+func deferWaits(pl *LaunchPlan) {
 	owner := func(id int) int {
 		if b := pl.Buffers[id]; b.Kind == "alias" {
 			return b.AliasOf

@@ -288,7 +288,7 @@ func (g *gen) elementwise(r *fusion) error {
 		fmt.Fprintf(&body, "    const %s %s = %s;\n", computeC[res.Type.DType], v, e)
 		local[res] = v
 		ops = append(ops, m.Op.String())
-		stored := g.f.IsOutput(res)
+		stored := g.outputs[res]
 		for _, u := range g.uses[res] {
 			stored = stored || !members[u] && !g.recompute[res]
 		}

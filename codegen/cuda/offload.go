@@ -32,7 +32,7 @@ func lowerOffload(g *gen, n *ir.Node) error {
 			return fmt.Errorf("host value read by %s: only prefetch may read an offload's result", u.Where())
 		}
 	}
-	if g.f.IsOutput(n.Result()) {
+	if g.outputs[n.Result()] {
 		return fmt.Errorf("an offload's result (host memory) cannot be an output")
 	}
 	g.prog.Plan.Steps = append(g.prog.Plan.Steps, Step{Kind: "d2h", Node: g.node, Op: n.Op.String(),
@@ -50,7 +50,7 @@ func lowerPrefetch(g *gen, n *ir.Node) error {
 // HostBytes is the pinned host memory of plan's host buffers (offloaded values),
 // which the executor allocates beside the arena: each buffer at its offset in
 // one block (HostLayout).
-func HostBytes(plan *Plan) int64 {
+func HostBytes(plan *LaunchPlan) int64 {
 	_, size := HostLayout(plan)
 	return size
 }
@@ -59,7 +59,7 @@ func HostBytes(plan *Plan) int64 {
 // each aligned as the arena aligns: the offsets by buffer id (-1 for others) and
 // the block's size. Every offloaded value has its own place: they are all live
 // from the forward to the backward.
-func HostLayout(plan *Plan) (offs []int64, size int64) {
+func HostLayout(plan *LaunchPlan) (offs []int64, size int64) {
 	offs = make([]int64, len(plan.Buffers))
 	for i, b := range plan.Buffers {
 		offs[i] = -1

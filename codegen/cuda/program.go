@@ -128,8 +128,8 @@ type Output struct {
 	ID   int    `json:"id"`
 }
 
-// Plan is the ordered launch list of one function.
-type Plan struct {
+// LaunchPlan is the ordered launch list of one function.
+type LaunchPlan struct {
 	Func    string   `json:"func"`
 	Arch    string   `json:"arch"`
 	Storage string   `json:"storage"`
@@ -144,7 +144,7 @@ type Plan struct {
 // Program is what Build produces: the distinct kernels and the plan using them.
 type Program struct {
 	Kernels []Kernel
-	Plan    *Plan
+	Plan    *LaunchPlan
 	// Attention says, for every attention node in body order, which kernels it
 	// runs on (the report prints it).
 	Attention []AttentionChoice
@@ -173,7 +173,7 @@ func Build(f *ir.Func, opts Options) (*Program, error) {
 		return nil, fmt.Errorf("codegen/cuda: %w", err)
 	}
 	g := &gen{f: f, opts: opts, ids: map[*ir.Value]int{}, byName: map[string]int{},
-		uses: f.Uses(), prog: &Program{Plan: &Plan{Func: f.Name, Arch: opts.Arch,
+		uses: f.Uses(), outputs: f.OutputSet(), prog: &Program{Plan: &LaunchPlan{Func: f.Name, Arch: opts.Arch,
 			Storage: opts.Storage.String(), Constants: map[int]*tensor.Tensor{}}}}
 	if err := g.buffers(); err != nil {
 		return nil, err
@@ -198,8 +198,10 @@ type gen struct {
 	ids    map[*ir.Value]int
 	byName map[string]int // kernel name → index in prog.Kernels
 	uses   map[*ir.Value][]*ir.Node
-	prog   *Program
-	node   int // the body index being lowered
+	// outputs is f's result values (f.IsOutput per value is quadratic).
+	outputs map[*ir.Value]bool
+	prog    *Program
+	node    int // the body index being lowered
 	// views holds the values that live in another value's buffer, placed those
 	// of them that a concat's operand producer writes (view.go).
 	views  map[*ir.Value]view
@@ -315,7 +317,7 @@ func (g *gen) buffers() error {
 			continue
 		}
 		r := n.Result()
-		if g.f.IsOutput(r) {
+		if g.outputs[r] {
 			continue
 		}
 		all := true

@@ -27,7 +27,7 @@ func (g *gen) planRecompute() {
 	// stored: some kernel writes b to its buffer (or b is a view of one): b is
 	// not computed by an elementwise kernel, or something else reads it.
 	stored := func(b *ir.Value) bool {
-		if b.Def == nil || !b.Def.Op.Info().Elementwise || g.absorbed[b.Def] || g.f.IsOutput(b) {
+		if b.Def == nil || !b.Def.Op.Info().Elementwise || g.absorbed[b.Def] || g.outputs[b] {
 			return true
 		}
 		for _, u := range g.uses[b] {
@@ -43,7 +43,7 @@ func (g *gen) planRecompute() {
 			continue
 		}
 		v := n.Result()
-		if _, view := g.views[v]; view || g.f.IsOutput(v) || len(g.uses[v]) == 0 {
+		if _, view := g.views[v]; view || g.outputs[v] || len(g.uses[v]) == 0 {
 			continue
 		}
 		ok := true

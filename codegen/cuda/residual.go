@@ -53,7 +53,7 @@ func (g *gen) planResiduals() {
 			}
 		case ir.OpRMSNormGrad, ir.OpLayerNormGrad:
 			dx := n.Results[0]
-			if g.f.IsOutput(dx) || len(g.uses[dx]) != 1 {
+			if g.outputs[dx] || len(g.uses[dx]) != 1 {
 				continue
 			}
 			a := g.uses[dx][0]

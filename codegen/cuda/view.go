@@ -147,7 +147,7 @@ func (g *gen) planViews() {
 			continue
 		}
 		for _, r := range n.Results {
-			cand[r] = !g.f.IsOutput(r)
+			cand[r] = !g.outputs[r]
 		}
 	}
 	for changed := true; changed; {
@@ -223,7 +223,7 @@ func (g *gen) readInPlace(v *ir.Value, cand map[*ir.Value]bool) bool {
 // when a's producer can write there: an elementwise kernel, a concat, or a
 // reshape of either, with c the one use of a (and of every value on the way).
 func (g *gen) place(a *ir.Value, c *ir.Node, region view) {
-	if a.Def == nil || g.f.IsOutput(a) || len(g.uses[a]) != 1 || g.uses[a][0] != c {
+	if a.Def == nil || g.outputs[a] || len(g.uses[a]) != 1 || g.uses[a][0] != c {
 		return
 	}
 	if _, ok := g.views[a]; ok {

@@ -16,7 +16,7 @@ import (
 // planFile is launch_plan.json: the plan plus the kernels' launch metadata, so
 // an executor needs nothing else besides the .cu files and the constants.
 type planFile struct {
-	*Plan
+	*LaunchPlan
 	Kernels []kernelMeta `json:"kernels"`
 }
 
@@ -34,8 +34,8 @@ type kernelMeta struct {
 
 // PlanJSON renders the plan and the kernels' metadata as indented JSON; equal
 // inputs give equal bytes.
-func PlanJSON(ks []Kernel, plan *Plan) ([]byte, error) {
-	pf := planFile{Plan: plan}
+func PlanJSON(ks []Kernel, plan *LaunchPlan) ([]byte, error) {
+	pf := planFile{LaunchPlan: plan}
 	for _, k := range ks {
 		pf.Kernels = append(pf.Kernels, kernelMeta{Name: k.Name, Op: k.Op, File: "kernels/" + k.Name + ".cu",
 			Entry: k.Entry, Grid: k.Grid, Block: k.Block, Shared: k.Shared, Params: k.Params, Arch: k.Arch})
@@ -53,7 +53,7 @@ func PlanJSON(ks []Kernel, plan *Plan) ([]byte, error) {
 // and, when the plan has constants, DIR/constants.safetensors (tensor "%<id>" for
 // buffer id). Files are written through temporary names and renamed. It is what
 // `lcc compile -o DIR` calls after Build.
-func WriteKernels(dir string, ks []Kernel, plan *Plan) error {
+func WriteKernels(dir string, ks []Kernel, plan *LaunchPlan) error {
 	if plan == nil {
 		return fmt.Errorf("codegen/cuda: WriteKernels %s: nil plan", dir)
 	}
@@ -87,7 +87,7 @@ func WriteKernels(dir string, ks []Kernel, plan *Plan) error {
 }
 
 // ConstantsSafetensors encodes the plan's constants, named "%<id>".
-func ConstantsSafetensors(plan *Plan) ([]byte, error) {
+func ConstantsSafetensors(plan *LaunchPlan) ([]byte, error) {
 	ts := map[string]*tensor.Tensor{}
 	var names []string
 	for id, t := range plan.Constants {

@@ -47,10 +47,10 @@ func def(v *ir.Value, op ir.Op) *ir.Node {
 }
 
 // foldMulOne is the rule x*1 -> x.
-func foldMulOne(f *ir.Func, n *ir.Node, b *ir.Builder) bool {
+func foldMulOne(e *passes.Editor, n *ir.Node, b *ir.Builder) bool {
 	for _, xy := range operands(n) {
 		if c, ok := constant(xy[1]); ok && c == 1 && xy[0].Type.Equal(n.Result().Type) {
-			f.ReplaceUses(n.Result(), xy[0])
+			e.Replace(n.Result(), xy[0])
 			return true
 		}
 	}
@@ -59,7 +59,7 @@ func foldMulOne(f *ir.Func, n *ir.Node, b *ir.Builder) bool {
 
 // fuseGelu is the rule x * (0.5 * (1 + erf(x / √2))) -> gelu(x); it builds the
 // replacement with b, which sits just before n.
-func fuseGelu(f *ir.Func, n *ir.Node, b *ir.Builder) bool {
+func fuseGelu(e *passes.Editor, n *ir.Node, b *ir.Builder) bool {
 	for _, xh := range operands(n) {
 		x, h := xh[0], xh[1]
 		half := def(h, ir.OpMul)
@@ -89,7 +89,7 @@ func fuseGelu(f *ir.Func, n *ir.Node, b *ir.Builder) bool {
 				if c, ok := constant(div.Args[1]); !ok || !near(c, math.Sqrt2) {
 					continue
 				}
-				f.ReplaceUses(n.Result(), b.Unary(ir.OpGelu, x))
+				e.Replace(n.Result(), b.Unary(ir.OpGelu, x))
 				return true
 			}
 		}

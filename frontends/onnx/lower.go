@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 
@@ -258,6 +259,9 @@ type lowerer struct {
 	// (see lowerSlice): a later shape error is then most likely a sequence longer
 	// than a learned table, and the error says so.
 	clipped string
+	// readerSources maps each value to the placeholders of its readers (see
+	// sources), built on first use.
+	readerSources map[string][]string
 }
 
 func (l *lowerer) isLabel(name string) bool {
@@ -593,27 +597,37 @@ const fxNode = "pkg.torch.onnx.fx_node"
 var placeholderRE = regexp.MustCompile(`%(p_[A-Za-z0-9_]+)`)
 
 // sources lists the parameter placeholders named by the FX nodes of the ONNX
-// nodes that read initializer name (sorted, unique).
+// nodes that read initializer name (sorted, unique). The map of every value's
+// is built once: a scan of the graph per initializer would be quadratic in the
+// model's size.
 func (l *lowerer) sources(name string) []string {
-	seen := map[string]bool{}
-	for _, n := range l.m.Graph.Nodes {
-		reads := false
-		for _, in := range n.Inputs {
-			reads = reads || in == name
+	if l.readerSources == nil {
+		seen := map[string]map[string]bool{}
+		for _, n := range l.m.Graph.Nodes {
+			phs := placeholderRE.FindAllStringSubmatch(n.Metadata[fxNode], -1)
+			if len(phs) == 0 {
+				continue
+			}
+			for _, in := range n.Inputs {
+				if seen[in] == nil {
+					seen[in] = map[string]bool{}
+				}
+				for _, m := range phs {
+					seen[in][m[1]] = true
+				}
+			}
 		}
-		if !reads {
-			continue
-		}
-		for _, m := range placeholderRE.FindAllStringSubmatch(n.Metadata[fxNode], -1) {
-			seen[m[1]] = true
+		l.readerSources = make(map[string][]string, len(seen))
+		for in, set := range seen {
+			out := make([]string, 0, len(set))
+			for s := range set {
+				out = append(out, s)
+			}
+			sort.Strings(out)
+			l.readerSources[in] = out
 		}
 	}
-	var out []string
-	for s := range seen {
-		out = append(out, s)
-	}
-	sort.Strings(out)
-	return out
+	return slices.Clone(l.readerSources[name])
 }
 
 // parseSingleList reads a Python list literal of one string: "['a.b']" -> "a.b".

@@ -95,7 +95,7 @@ type runner struct {
 	pending map[pendingKey]*cuda.Event
 	dev     *cuda.Device
 	prog    *codegen.Program // what runs: plan is its launch plan
-	plan    *codegen.Plan
+	plan    *codegen.LaunchPlan
 	offs    []int64 // arena offset per buffer id (-1: not allocated)
 	opts    Options
 	arena   cuda.DevicePtr
@@ -274,7 +274,7 @@ type binding struct {
 
 // bindParams resolves every parameter to a host tensor, as the CPU interpreter
 // does: missing, unknown and mistyped inputs are one error listing them all.
-func bindParams(f *ir.Func, plan *codegen.Plan, inputs map[string]*tensor.Tensor) (map[int]binding, error) {
+func bindParams(f *ir.Func, plan *codegen.LaunchPlan, inputs map[string]*tensor.Tensor) (map[int]binding, error) {
 	host := map[int]binding{}
 	var missing, unknown, bad []string
 	for name := range inputs {
@@ -555,4 +555,4 @@ func (r *runner) download(f *ir.Func) (map[string]*tensor.Tensor, error) {
 
 // PlanArena is codegen's arena layout (cuda.PlanArena), the one the executor
 // allocates and the program hash covers.
-func PlanArena(plan *codegen.Plan) (offs []int64, peak int64) { return codegen.PlanArena(plan) }
+func PlanArena(plan *codegen.LaunchPlan) (offs []int64, peak int64) { return codegen.PlanArena(plan) }

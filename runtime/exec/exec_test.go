@@ -278,7 +278,7 @@ func TestPlanArena(t *testing.T) {
 // liveness recomputes buffer lifetimes independently of PlanArena: the steps
 // touching the buffer or any alias of it, whole-run for parameters, constants
 // and outputs.
-func liveness(p *codegen.Plan) map[int][2]int {
+func liveness(p *codegen.LaunchPlan) map[int][2]int {
 	owner := func(id int) int {
 		if p.Buffers[id].Kind == "alias" {
 			return p.Buffers[id].AliasOf

@@ -21,7 +21,7 @@ import (
 // run's h2d out of it.
 
 // hasCopies reports whether plan copies values between device and host.
-func hasCopies(plan *codegen.Plan) bool {
+func hasCopies(plan *codegen.LaunchPlan) bool {
 	for _, s := range plan.Steps {
 		if s.Kind == "d2h" || s.Kind == "h2d" {
 			return true

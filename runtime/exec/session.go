@@ -308,7 +308,7 @@ func (s *Session) build(f *ir.Func, prog *codegen.Program) (*runner, error) {
 
 // shared opens the kernel cache and creates the stream, and the cuBLASLt handle
 // when plan has a GEMM, on first need.
-func (s *Session) shared(plan *codegen.Plan) error {
+func (s *Session) shared(plan *codegen.LaunchPlan) error {
 	var err error
 	if s.cache == nil {
 		if s.cache, err = cuda.OpenCache(s.opts.CacheDir); err != nil {

@@ -193,7 +193,7 @@ func TestCheckArch(t *testing.T) {
 		}
 		return "", fmt.Errorf("cuda: code built for %s does not run on sm_90", arch)
 	}
-	prog := &codegen.Program{Plan: &codegen.Plan{Arch: "sm_100a"},
+	prog := &codegen.Program{Plan: &codegen.LaunchPlan{Arch: "sm_100a"},
 		Kernels: []codegen.Kernel{{Name: "k0"}, {Name: "flash_fwd", Arch: "sm_100a"}}}
 	err := checkArch(prog, hopper)
 	if err == nil || !strings.Contains(err.Error(), "flash_fwd") || !strings.Contains(err.Error(), "sm_100a") {

@@ -3,6 +3,7 @@ package runner
 import (
 	"strings"
 	"testing"
+	"time"
 )
 
 func envOf(kv ...string) func(string) string {
@@ -29,6 +30,13 @@ func TestEnvFrom(t *testing.T) {
 		"TORCHELASTIC_USE_AGENT_STORE", "True"))
 	if e.Addr() != "h:29401" {
 		t.Errorf("agent store: rendezvous at %s", e.Addr())
+	}
+	// LCC_COMM_SECRET reaches the rendezvous, and --comm-timeout bounds it with
+	// no hidden floor (issue #23: it waited at least 60 s).
+	e, _, _ = EnvFrom(envOf("RANK", "1", "WORLD_SIZE", "2", "MASTER_ADDR", "h", "LCC_COMM_SECRET", "k"))
+	if rv := e.rendezvous(3 * time.Second); string(rv.Secret) != "k" || rv.Timeout != 3*time.Second ||
+		rv.Rank != 1 || rv.Size != 2 || rv.Addr != "h:29500" {
+		t.Errorf("rendezvous config %+v", rv)
 	}
 	e, ok, err = EnvFrom(envOf("SLURM_PROCID", "5", "SLURM_NTASKS", "16", "SLURM_LOCALID", "1",
 		"MASTER_ADDR", "node1"))

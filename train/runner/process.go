@@ -29,6 +29,16 @@ type Env struct {
 	// torchrun): lcc does not speak the TCPStore protocol, so its rendezvous
 	// listens on MASTER_PORT+1 instead.
 	AgentStore bool
+	// Secret is LCC_COMM_SECRET: when set (the same on every rank), the ranks
+	// prove to each other at the rendezvous that they hold it, so a stranger
+	// that reaches MASTER_PORT cannot take a rank.
+	Secret string
+}
+
+// rendezvous is the rendezvous of env's rank, bounded by timeout.
+func (e Env) rendezvous(timeout time.Duration) rendezvous.Config {
+	return rendezvous.Config{Addr: e.Addr(), Rank: e.Rank, Size: e.WorldSize, Timeout: timeout,
+		Secret: []byte(e.Secret)}
 }
 
 // Addr is rank 0's rendezvous address: MASTER_ADDR:MASTER_PORT, or the port
@@ -76,6 +86,7 @@ func EnvFrom(getenv func(string) string) (env Env, ok bool, err error) {
 	env.MasterPort = num(DefaultMasterPort, "MASTER_PORT")
 	_, env.MasterAddr = pick("MASTER_ADDR")
 	env.AgentStore = getenv("TORCHELASTIC_USE_AGENT_STORE") == "True"
+	env.Secret = getenv(rendezvous.SecretVar)
 	switch {
 	case err != nil:
 		return env, true, err
@@ -96,7 +107,7 @@ func EnvFrom(getenv func(string) string) (env Env, ok bool, err error) {
 }
 
 // Process trains cfg as rank env.Rank of env.WorldSize processes: it meets the
-// others at env.Addr() (waiting at most max(timeout, DefaultTimeout)), connects to
+// others at env.Addr() (waiting at most timeout), connects to
 // them with the TCP communicator (whose watchdog is timeout, DefaultTimeout when
 // 0) and runs its rank of the step.
 // cfg.Ranks must be 0 (take WORLD_SIZE) or WORLD_SIZE. When the run fails, the
@@ -113,10 +124,9 @@ func Process(cfg train.Config, env Env, timeout time.Duration) (*train.Result, e
 	if timeout <= 0 {
 		timeout = DefaultTimeout
 	}
-	// Processes start at different times: the rendezvous waits at least the
-	// default, even under a short watchdog.
-	c, err := tcp.Connect(tcp.Config{Config: rendezvous.Config{Addr: env.Addr(), Rank: env.Rank,
-		Size: env.WorldSize, Timeout: max(timeout, DefaultTimeout)}, Watchdog: timeout})
+	// --comm-timeout bounds the rendezvous too, as its help says: a launcher
+	// that starts the processes far apart needs a longer one.
+	c, err := tcp.Connect(tcp.Config{Config: env.rendezvous(timeout), Watchdog: timeout})
 	if err != nil {
 		return nil, err
 	}
@@ -153,8 +163,7 @@ func ProcessGPU(cfg train.Config, env Env, timeout time.Duration, storage tensor
 		return nil, fmt.Errorf("--device=cuda: LOCAL_RANK=%d: %w", env.LocalRank, err)
 	}
 	defer dev.Close()
-	nc, mesh, err := nccl.Join(dev, tcp.Config{Config: rendezvous.Config{Addr: env.Addr(), Rank: env.Rank,
-		Size: env.WorldSize, Timeout: max(timeout, DefaultTimeout)}, Watchdog: timeout},
+	nc, mesh, err := nccl.Join(dev, tcp.Config{Config: env.rendezvous(timeout), Watchdog: timeout},
 		nccl.Options{Timeout: timeout})
 	if err != nil {
 		return nil, err

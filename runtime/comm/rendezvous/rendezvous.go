@@ -5,28 +5,37 @@
 // every rank with all the cards, each with the host rank 0 saw it connect from,
 // and a random session token. On GPUs rank 0's card is the NCCL unique id.
 //
-// Invariants:
+// Rank 0's port is open to anyone who can reach it, so every connection is
+// untrusted until its hello checks out. Invariants:
 //   - Nothing waits forever: Exchange fails after Config.Timeout naming the ranks
 //     that did not arrive (on rank 0) or the address it could not reach.
-//   - A card from a rank outside the world, a second card for one rank, or a
-//     peer of another world size fails the exchange on every rank with an error
-//     naming it; rank 0 sends the reason to the ranks that did arrive.
-//
-// Wire format (little-endian): hello = magic, u32 rank, u32 size, bytes card;
-// reply = magic, u8 status (0 ok; 1 error, then bytes message), 16-byte token,
-// then per rank: bytes host, bytes card. "bytes" is a u32 length and the bytes.
+//   - Connections are served concurrently, each under its own hello deadline, so
+//     silent or slow strangers delay no one.
+//   - A hello that is malformed, from another world size, for a rank outside the
+//     world, for a rank already taken, or without the shared secret's mac is
+//     refused: the sender is told why when it speaks the protocol, rank 0 logs it
+//     (Config.Log) and goes on waiting, and its timeout error lists what it
+//     refused. A rank whose connection closes before the exchange ends frees its
+//     place for a later hello.
+//   - With a shared secret (Config.Secret, from LCC_COMM_SECRET), rank 0 and the
+//     other ranks prove to each other that they hold it (HMAC-SHA256 of a nonce
+//     of each side, see wire.go); without one, any process that reaches rank 0
+//     first may take a rank.
+//   - When the exchange fails, rank 0 sends the reason to every rank that came.
 package rendezvous
 
 import (
 	"bufio"
+	"crypto/hmac"
 	"crypto/rand"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -38,7 +47,15 @@ type Config struct {
 	Rank, Size int
 	// Timeout bounds the whole exchange.
 	Timeout time.Duration
+	// Secret, when not empty, is shared by every rank of the run: hellos and
+	// replies without its mac are refused.
+	Secret []byte
+	// Log receives a line for every refused connection (nil: standard error).
+	Log func(msg string)
 }
+
+// SecretVar is the environment variable the runner reads Config.Secret from.
+const SecretVar = "LCC_COMM_SECRET"
 
 // Peer is one rank as the rendezvous saw it.
 type Peer struct {
@@ -57,10 +74,12 @@ type Result struct {
 	Token [16]byte
 }
 
-const magic = "lccrdv01"
-
 // helloTimeout bounds how long rank 0 waits for a connection's hello.
 const helloTimeout = 5 * time.Second
+
+// maxPending bounds the connections whose hello rank 0 awaits at once; more
+// are closed unread until some finish.
+const maxPending = 256
 
 // maxCard bounds a card or a host name on the wire.
 const maxCard = 1 << 16
@@ -86,6 +105,24 @@ func Exchange(cfg Config, card []byte) (*Result, error) {
 	return join(cfg, card)
 }
 
+// arrival is a connection whose hello checked out (or, with gone set, one
+// that closed after it).
+type arrival struct {
+	conn  net.Conn
+	hello *hello
+	gone  bool
+}
+
+// server is rank 0's side of one exchange.
+type server struct {
+	cfg      Config
+	arrivals chan arrival
+	done     chan struct{} // closed when the exchange ends
+	pending  chan struct{} // a slot per hello being read
+	mu       sync.Mutex
+	refused  []string // why each refused connection was refused, in order
+}
+
 // serve is rank 0: it collects a card from every other rank, then answers all.
 func serve(cfg Config, host string, card []byte) (*Result, error) {
 	res := &Result{Peers: make([]Peer, cfg.Size)}
@@ -100,10 +137,18 @@ func serve(cfg Config, host string, card []byte) (*Result, error) {
 	if err != nil {
 		return nil, fmt.Errorf("rendezvous: rank 0 cannot listen on %s: %w", cfg.Addr, err)
 	}
-	defer ln.Close()
 	deadline := time.Now().Add(cfg.Timeout)
-	ln.(*net.TCPListener).SetDeadline(deadline)
+	s := &server{cfg: cfg, arrivals: make(chan arrival), done: make(chan struct{}),
+		pending: make(chan struct{}, maxPending)}
+	var wg sync.WaitGroup
+	defer func() {
+		close(s.done)
+		ln.Close()
+		wg.Wait()
+	}()
+	wg.Go(func() { s.accept(ln, deadline, &wg) })
 	conns := make([]net.Conn, cfg.Size)
+	nonces := make([][16]byte, cfg.Size)
 	defer func() {
 		for _, c := range conns {
 			if c != nil {
@@ -111,63 +156,170 @@ func serve(cfg Config, host string, card []byte) (*Result, error) {
 			}
 		}
 	}()
-	fail := func(err error, also net.Conn) (*Result, error) {
-		for _, c := range append(conns, also) {
-			if c != nil { // every rank that came learns why
-				c.SetWriteDeadline(time.Now().Add(time.Second))
-				writeReply(c, err.Error(), res)
+	timer := time.NewTimer(time.Until(deadline))
+	defer timer.Stop()
+	for arrived := 1; arrived < cfg.Size; {
+		select {
+		case <-timer.C:
+			err := fmt.Errorf("rendezvous: rank 0 waited %v on %s for ranks %s%s", cfg.Timeout, cfg.Addr,
+				missing(conns), s.refusals())
+			for r, c := range conns {
+				if c != nil { // every rank that came learns why
+					c.SetWriteDeadline(time.Now().Add(time.Second))
+					c.Write(encodeReply(cfg.Secret, nonces[r], err.Error(), nil))
+				}
+			}
+			return nil, err
+		case a := <-s.arrivals:
+			r := int(a.hello.rank)
+			switch {
+			case a.gone:
+				if conns[r] == a.conn { // it hung up: a later hello may take the rank
+					s.refuse(a.conn, nil, fmt.Sprintf("rank %d (from %s) closed its connection before "+
+						"the exchange ended", r, a.conn.RemoteAddr()))
+					conns[r] = nil
+					arrived--
+				}
+			case conns[r] != nil:
+				s.refuse(a.conn, a.hello, fmt.Sprintf("rank %d is taken (by %s), refused a second "+
+					"hello for it from %s", r, conns[r].RemoteAddr(), a.conn.RemoteAddr()))
+			default:
+				h, _, _ := net.SplitHostPort(a.conn.RemoteAddr().String())
+				conns[r], nonces[r], res.Peers[r] = a.conn, a.hello.nonce, Peer{Host: h, Card: a.hello.card}
+				arrived++
 			}
 		}
-		return nil, err
-	}
-	for arrived := 1; arrived < cfg.Size; {
-		c, err := ln.Accept()
-		if err != nil {
-			return fail(fmt.Errorf("rendezvous: rank 0 waited %v on %s for ranks %s: %w", cfg.Timeout,
-				cfg.Addr, missing(conns), err), nil)
-		}
-		// A stray connection that never speaks must not hold up the real ranks.
-		hello := time.Now().Add(helloTimeout)
-		if deadline.Before(hello) {
-			hello = deadline
-		}
-		c.SetDeadline(hello)
-		r, size, card, err := readHello(c)
-		c.SetDeadline(deadline)
-		if err != nil {
-			// Not one of ours (a port scanner, a stale process): ignore it.
-			c.Close()
-			continue
-		}
-		var bad error
-		switch {
-		case size != cfg.Size:
-			bad = fmt.Errorf("rendezvous: rank %d (from %s) has world size %d, rank 0 has %d", r,
-				c.RemoteAddr(), size, cfg.Size)
-		case r <= 0 || r >= cfg.Size:
-			bad = fmt.Errorf("rendezvous: a process from %s says it is rank %d of %d", c.RemoteAddr(),
-				r, cfg.Size)
-		case conns[r] != nil:
-			bad = fmt.Errorf("rendezvous: two processes say they are rank %d (from %s and %s)", r,
-				conns[r].RemoteAddr(), c.RemoteAddr())
-		}
-		if bad != nil {
-			defer c.Close()
-			return fail(bad, c)
-		}
-		h, _, _ := net.SplitHostPort(c.RemoteAddr().String())
-		conns[r], res.Peers[r] = c, Peer{Host: h, Card: card}
-		arrived++
 	}
 	for r, c := range conns {
 		if c == nil {
 			continue
 		}
-		if err := writeReply(c, "", res); err != nil {
+		c.SetWriteDeadline(deadline)
+		if _, err := c.Write(encodeReply(cfg.Secret, nonces[r], "", res)); err != nil {
 			return nil, fmt.Errorf("rendezvous: rank 0 cannot answer rank %d: %w", r, err)
 		}
 	}
 	return res, nil
+}
+
+// accept takes connections until the exchange ends and reads each one's hello
+// on its own goroutine, at most maxPending at once.
+func (s *server) accept(ln net.Listener, deadline time.Time, wg *sync.WaitGroup) {
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			return // closed when the exchange ended
+		}
+		select {
+		case s.pending <- struct{}{}:
+			wg.Go(func() {
+				defer func() { <-s.pending }()
+				s.handle(c, deadline)
+			})
+		default:
+			s.refuse(c, nil, fmt.Sprintf("a connection from %s: %d hellos are awaited already",
+				c.RemoteAddr(), maxPending))
+		}
+	}
+}
+
+// handle reads one connection's hello, checks it, and hands it to the exchange;
+// it then watches the connection until it closes or the exchange ends.
+func (s *server) handle(c net.Conn, deadline time.Time) {
+	cfg := s.cfg
+	// The exchange's end closes a connection still being read, so that rank 0
+	// returns at once.
+	read := make(chan struct{})
+	defer close(read)
+	go func() {
+		select {
+		case <-s.done:
+			c.Close()
+		case <-read:
+		}
+	}()
+	helloBy := time.Now().Add(helloTimeout)
+	if deadline.Before(helloBy) {
+		helloBy = deadline
+	}
+	c.SetDeadline(helloBy)
+	var challenge [16]byte
+	rand.Read(challenge[:])
+	if _, err := c.Write(append([]byte(magic), challenge[:]...)); err != nil {
+		s.refuse(c, nil, fmt.Sprintf("a connection from %s: %v", c.RemoteAddr(), err))
+		return
+	}
+	h, err := decodeHello(bufio.NewReader(c))
+	if err != nil {
+		s.refuse(c, nil, fmt.Sprintf("a connection from %s sent no hello: %v", c.RemoteAddr(), err))
+		return
+	}
+	var why string
+	switch want := helloMAC(cfg.Secret, challenge, h); {
+	case !hmac.Equal(h.mac[:], want[:]):
+		why = fmt.Sprintf("a hello from %s does not carry the shared secret's mac (is %s the same "+
+			"on every rank?)", c.RemoteAddr(), SecretVar)
+	case int(h.size) != cfg.Size:
+		why = fmt.Sprintf("rank %d (from %s) has world size %d, rank 0 has %d", h.rank, c.RemoteAddr(),
+			h.size, cfg.Size)
+	case h.rank == 0 || int(h.rank) >= cfg.Size:
+		why = fmt.Sprintf("a process from %s says it is rank %d of %d", c.RemoteAddr(), h.rank, cfg.Size)
+	}
+	if why != "" {
+		s.refuse(c, h, why)
+		return
+	}
+	c.SetDeadline(deadline)
+	select {
+	case s.arrivals <- arrival{conn: c, hello: h}:
+	case <-s.done:
+		c.Close()
+		return
+	}
+	// The rank sends nothing more: a read returns when it hangs up.
+	var b [1]byte
+	if _, err := c.Read(b[:]); err == nil || !isClosedHere(err) {
+		select {
+		case s.arrivals <- arrival{conn: c, hello: h, gone: true}:
+		case <-s.done:
+		}
+	}
+}
+
+// isClosedHere reports whether err is a read on a connection rank 0 closed
+// itself (the exchange ended), rather than one the peer closed.
+func isClosedHere(err error) bool { return errors.Is(err, net.ErrClosed) }
+
+// refuse drops c, telling its sender why when it sent a hello, and records why.
+func (s *server) refuse(c net.Conn, h *hello, why string) {
+	if h != nil {
+		c.SetWriteDeadline(time.Now().Add(time.Second))
+		c.Write(encodeReply(s.cfg.Secret, h.nonce, "refused this rank's hello: "+why, nil))
+	}
+	c.Close()
+	s.mu.Lock()
+	s.refused = append(s.refused, why)
+	s.mu.Unlock()
+	if s.cfg.Log != nil {
+		s.cfg.Log("rendezvous: " + why)
+	} else {
+		fmt.Fprintf(os.Stderr, "lcc: rendezvous: %s\n", why)
+	}
+}
+
+// refusals says what rank 0 refused while it waited, for its timeout error.
+func (s *server) refusals() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.refused) == 0 {
+		return ""
+	}
+	const most = 8
+	msg := "; refused meanwhile: " + strings.Join(s.refused[:min(len(s.refused), most)], "; ")
+	if len(s.refused) > most {
+		msg += fmt.Sprintf("; and %d more", len(s.refused)-most)
+	}
+	return msg
 }
 
 // missing lists the ranks that have not arrived.
@@ -181,8 +333,8 @@ func missing(conns []net.Conn) string {
 	return strings.Join(m, ", ")
 }
 
-// join is every rank but 0: it dials rank 0 until it answers, sends its card and
-// reads everyone's.
+// join is every rank but 0: it dials rank 0 until it answers, answers its
+// challenge with its hello and reads everyone's cards.
 func join(cfg Config, card []byte) (*Result, error) {
 	deadline := time.Now().Add(cfg.Timeout)
 	var (
@@ -203,118 +355,24 @@ func join(cfg Config, card []byte) (*Result, error) {
 	}
 	defer c.Close()
 	c.SetDeadline(deadline)
-	w := bufio.NewWriter(c)
-	w.WriteString(magic)
-	putU32(w, uint32(cfg.Rank))
-	putU32(w, uint32(cfg.Size))
-	putBytes(w, card)
-	if err := w.Flush(); err != nil {
+	r := bufio.NewReader(c)
+	var challenge [16]byte
+	if err := readMagic(r); err != nil {
+		return nil, fmt.Errorf("rendezvous: rank %d: rank 0 at %s does not speak lcc's rendezvous: %w",
+			cfg.Rank, cfg.Addr, err)
+	}
+	if _, err := io.ReadFull(r, challenge[:]); err != nil {
+		return nil, fmt.Errorf("rendezvous: rank %d: rank 0 at %s: %w", cfg.Rank, cfg.Addr, err)
+	}
+	h := &hello{rank: uint32(cfg.Rank), size: uint32(cfg.Size), card: card}
+	rand.Read(h.nonce[:])
+	h.mac = helloMAC(cfg.Secret, challenge, h)
+	if _, err := c.Write(h.encode()); err != nil {
 		return nil, fmt.Errorf("rendezvous: rank %d: sending to rank 0 at %s: %w", cfg.Rank, cfg.Addr, err)
 	}
-	res, err := readReply(bufio.NewReader(c), cfg.Size)
+	res, err := decodeReply(r, cfg.Size, cfg.Secret, h.nonce)
 	if err != nil {
 		return nil, fmt.Errorf("rendezvous: rank %d: %w", cfg.Rank, err)
 	}
 	return res, nil
-}
-
-func readHello(c net.Conn) (rank, size int, card []byte, err error) {
-	r := bufio.NewReader(c)
-	m := make([]byte, len(magic))
-	if _, err = io.ReadFull(r, m); err != nil || string(m) != magic {
-		return 0, 0, nil, errors.New("bad magic")
-	}
-	var rk, sz uint32
-	if rk, err = getU32(r); err != nil {
-		return
-	}
-	if sz, err = getU32(r); err != nil {
-		return
-	}
-	card, err = getBytes(r)
-	return int(rk), int(sz), card, err
-}
-
-// writeReply sends the cards, or msg when the exchange failed.
-func writeReply(c net.Conn, msg string, res *Result) error {
-	w := bufio.NewWriter(c)
-	w.WriteString(magic)
-	if msg != "" {
-		w.WriteByte(1)
-		putBytes(w, []byte(msg))
-		return w.Flush()
-	}
-	w.WriteByte(0)
-	w.Write(res.Token[:])
-	for _, p := range res.Peers {
-		putBytes(w, []byte(p.Host))
-		putBytes(w, p.Card)
-	}
-	return w.Flush()
-}
-
-func readReply(r *bufio.Reader, size int) (*Result, error) {
-	m := make([]byte, len(magic))
-	if _, err := io.ReadFull(r, m); err != nil {
-		return nil, fmt.Errorf("no answer from rank 0: %w", err)
-	}
-	if string(m) != magic {
-		return nil, errors.New("rank 0's address answers, but not with lcc's rendezvous")
-	}
-	st, err := r.ReadByte()
-	if err != nil {
-		return nil, err
-	}
-	if st != 0 {
-		msg, _ := getBytes(r)
-		return nil, fmt.Errorf("rank 0 failed the rendezvous: %s", msg)
-	}
-	res := &Result{Peers: make([]Peer, size)}
-	if _, err := io.ReadFull(r, res.Token[:]); err != nil {
-		return nil, err
-	}
-	for i := range res.Peers {
-		h, err := getBytes(r)
-		if err != nil {
-			return nil, err
-		}
-		card, err := getBytes(r)
-		if err != nil {
-			return nil, err
-		}
-		res.Peers[i] = Peer{Host: string(h), Card: card}
-	}
-	return res, nil
-}
-
-func putU32(w *bufio.Writer, v uint32) {
-	var b [4]byte
-	binary.LittleEndian.PutUint32(b[:], v)
-	w.Write(b[:])
-}
-
-func putBytes(w *bufio.Writer, b []byte) {
-	putU32(w, uint32(len(b)))
-	w.Write(b)
-}
-
-func getU32(r io.Reader) (uint32, error) {
-	var b [4]byte
-	if _, err := io.ReadFull(r, b[:]); err != nil {
-		return 0, err
-	}
-	return binary.LittleEndian.Uint32(b[:]), nil
-}
-
-func getBytes(r io.Reader) ([]byte, error) {
-	n, err := getU32(r)
-	if err != nil {
-		return nil, err
-	}
-	if n > maxCard {
-		return nil, fmt.Errorf("a field of %d bytes (at most %d)", n, maxCard)
-	}
-	b := make([]byte, n)
-	_, err = io.ReadFull(r, b)
-	return b, err
 }

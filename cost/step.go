@@ -1,4 +1,4 @@
-package plan
+package cost
 
 // The per-GPU memory of a training step on a GPU target is one model, the one the
 // executor allocates (docs/design.md §10, "One memory model"):

@@ -1,11 +1,11 @@
-// Package plan models what a function costs to run: FLOPs per node and memory
+// Package cost models what a function costs to run: FLOPs per node and memory
 // over the schedule. Memory is simulated by liveness over the final body order:
 // a value is allocated when its node runs and freed after its last reader, and a
 // reshape is a view that keeps its source alive rather than a new buffer, in the
 // IR's dtypes. For a GPU target the planned peak is not this simulation but the
 // arena the executor allocates (see StepMemory); Simulate is the model of CPU
 // targets and of steps without a GPU program.
-package plan
+package cost
 
 import (
 	"github.com/lcc-dev/lcc/ir"

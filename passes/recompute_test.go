@@ -7,11 +7,11 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/lcc-dev/lcc/cost"
 	"github.com/lcc-dev/lcc/interp"
 	"github.com/lcc-dev/lcc/ir"
 	"github.com/lcc-dev/lcc/passes"
 	"github.com/lcc-dev/lcc/passes/autodiff"
-	"github.com/lcc-dev/lcc/plan"
 )
 
 // trainGraph is llama_mini's training graph as a compile would build it: the loss
@@ -43,11 +43,11 @@ func TestInsertCheckpointsBitwise(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	peak0 := plan.Simulate(base).PeakBytes
+	peak0 := cost.Simulate(base).PeakBytes
 	for _, policy := range []string{"selective", "sublayers", "layers", "sublayers+offload", "layers+offload"} {
 		t.Run(policy, func(t *testing.T) {
 			g := base.Clone()
-			p, st := passes.InsertCheckpointsWithStats(passes.CheckpointConfig{Policy: policy})
+			p, st := passes.InsertRecomputeWithStats(passes.RecomputeConfig{Policy: policy})
 			if _, err := passes.Run(g, []passes.Pass{p, passes.EliminateDeadCode},
 				passes.Options{VerifyEach: true}); err != nil {
 				t.Fatal(err)
@@ -58,17 +58,17 @@ func TestInsertCheckpointsBitwise(t *testing.T) {
 			// Offload: every kept value but the first needed waits in host memory.
 			if strings.HasSuffix(policy, "+offload") &&
 				(st.Offloaded == 0 || countOps(g, ir.OpOffload) != st.Offloaded ||
-					countOps(g, ir.OpPrefetch) != st.Offloaded || plan.Simulate(g).HostBytes == 0) {
+					countOps(g, ir.OpPrefetch) != st.Offloaded || cost.Simulate(g).HostBytes == 0) {
 				t.Errorf("offloaded %d: %d offloads, %d prefetches, %d host bytes", st.Offloaded,
-					countOps(g, ir.OpOffload), countOps(g, ir.OpPrefetch), plan.Simulate(g).HostBytes)
+					countOps(g, ir.OpOffload), countOps(g, ir.OpPrefetch), cost.Simulate(g).HostBytes)
 			}
-			peak := plan.Simulate(g).PeakBytes
+			peak := cost.Simulate(g).PeakBytes
 			if peak >= peak0 || st.PeakAfter != peak || st.SavedBytes != peak0-peak {
 				t.Errorf("peak %d (stats %+v), without checkpoints %d", peak, *st, peak0)
 			}
-			if plan.Activations(g) >= plan.Activations(base) {
+			if cost.Activations(g) >= cost.Activations(base) {
 				t.Errorf("saved activations %d, without checkpoints %d",
-					plan.Activations(g), plan.Activations(base))
+					cost.Activations(g), cost.Activations(base))
 			}
 			got, err := interp.Run(g, in, interp.Options{})
 			if err != nil {
@@ -80,7 +80,7 @@ func TestInsertCheckpointsBitwise(t *testing.T) {
 				}
 			}
 			t.Logf("%s: %d recomputed, peak %d -> %d, activations %d -> %d", policy,
-				st.RecomputedOps, peak0, peak, plan.Activations(base), plan.Activations(g))
+				st.RecomputedOps, peak0, peak, cost.Activations(base), cost.Activations(g))
 		})
 	}
 }
@@ -92,10 +92,10 @@ func TestInsertCheckpointsBitwise(t *testing.T) {
 // names the smallest peak, what was tried and the flags that would help.
 func TestInsertCheckpointsAuto(t *testing.T) {
 	base := trainGraph(t)
-	peak0 := plan.Simulate(base).PeakBytes
-	fixed := map[string]passes.CheckpointStats{}
+	peak0 := cost.Simulate(base).PeakBytes
+	fixed := map[string]passes.RecomputeStats{}
 	for _, policy := range []string{"selective", "sublayers", "layers"} {
-		st, err := passes.Checkpoint(base.Clone(), passes.CheckpointConfig{Policy: policy})
+		st, err := passes.Recompute(base.Clone(), passes.RecomputeConfig{Policy: policy})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -108,9 +108,9 @@ func TestInsertCheckpointsAuto(t *testing.T) {
 		t.Fatalf("the fixture no longer trades memory for recompute: %+v %+v", sel, lay)
 	}
 	perLayer := min(sub.PeakAfter, lay.PeakAfter)
-	auto := func(budget int64) (passes.CheckpointStats, *ir.Func, error) {
+	auto := func(budget int64) (passes.RecomputeStats, *ir.Func, error) {
 		g := base.Clone()
-		st, err := passes.Checkpoint(g, passes.CheckpointConfig{Policy: "auto", BudgetBytes: budget})
+		st, err := passes.Recompute(g, passes.RecomputeConfig{Policy: "auto", BudgetBytes: budget})
 		return st, g, err
 	}
 	for _, c := range []struct {
@@ -131,7 +131,7 @@ func TestInsertCheckpointsAuto(t *testing.T) {
 	// memory, then the sublayers'.
 	offload := map[string]int64{}
 	for _, policy := range []string{"layers+offload", "sublayers+offload"} {
-		st, err := passes.Checkpoint(base.Clone(), passes.CheckpointConfig{Policy: policy})
+		st, err := passes.Recompute(base.Clone(), passes.RecomputeConfig{Policy: policy})
 		if err != nil || st.PeakAfter >= perLayer {
 			t.Fatalf("%s: %+v, %v: no lower than the in-device plans (%d)", policy, st, err, perLayer)
 		}
@@ -149,10 +149,10 @@ func TestInsertCheckpointsAuto(t *testing.T) {
 	// Below every fixed plan: the knapsack drops kept values until it fits.
 	low := min(offload["layers+offload"], offload["sublayers+offload"]) - 1
 	st, g, err = auto(low)
-	if err != nil || st.Policy != "knapsack" || st.PeakAfter > low || plan.Simulate(g).PeakBytes != st.PeakAfter {
+	if err != nil || st.Policy != "knapsack" || st.PeakAfter > low || cost.Simulate(g).PeakBytes != st.PeakAfter {
 		t.Errorf("budget %d: %+v, %v", low, st, err)
 	}
-	var ce *passes.CheckpointError
+	var ce *passes.RecomputeError
 	// Nothing fits: the smallest plan is applied and the error says so.
 	st, g, err = auto(1000)
 	if !errors.As(err, &ce) || ce.Smallest.PeakAfter != st.PeakAfter || ce.NoneBytes != peak0 {
@@ -164,8 +164,8 @@ func TestInsertCheckpointsAuto(t *testing.T) {
 			t.Errorf("error lacks %q: %v", want, err)
 		}
 	}
-	if st.PeakAfter > perLayer || plan.Simulate(g).PeakBytes != st.PeakAfter {
-		t.Errorf("smallest peak %d, per-layer %d, applied %d", st.PeakAfter, perLayer, plan.Simulate(g).PeakBytes)
+	if st.PeakAfter > perLayer || cost.Simulate(g).PeakBytes != st.PeakAfter {
+		t.Errorf("smallest peak %d, per-layer %d, applied %d", st.PeakAfter, perLayer, cost.Simulate(g).PeakBytes)
 	}
 	if err := ir.Verify(g); err != nil {
 		t.Fatal(err)
@@ -176,21 +176,21 @@ func TestInsertCheckpointsAuto(t *testing.T) {
 // configured memory model (the driver's arena), not its own simulation.
 func TestInsertCheckpointsPeakModel(t *testing.T) {
 	base := trainGraph(t)
-	peak0 := plan.Simulate(base).PeakBytes
+	peak0 := cost.Simulate(base).PeakBytes
 	calls := 0
-	double := func(f *ir.Func) int64 { calls++; return 2 * plan.Simulate(f).PeakBytes }
+	double := func(f *ir.Func) int64 { calls++; return 2 * cost.Simulate(f).PeakBytes }
 	// Under the simulation 2·peak0−1 fits without checkpoints; under the
 	// doubled model it does not, and selective (the least recompute) does.
 	budget := 2*peak0 - 1
-	st, err := passes.Checkpoint(base.Clone(), passes.CheckpointConfig{Policy: "auto", BudgetBytes: budget})
+	st, err := passes.Recompute(base.Clone(), passes.RecomputeConfig{Policy: "auto", BudgetBytes: budget})
 	if err != nil || st.Policy != "none" {
 		t.Errorf("simulated: %+v, %v", st, err)
 	}
-	st, err = passes.Checkpoint(base.Clone(), passes.CheckpointConfig{Policy: "auto", BudgetBytes: budget, Peak: double})
+	st, err = passes.Recompute(base.Clone(), passes.RecomputeConfig{Policy: "auto", BudgetBytes: budget, Peak: double})
 	if err != nil || st.Policy != "selective" || st.PeakBefore != 2*peak0 || st.PeakAfter > budget || calls < 2 {
 		t.Errorf("doubled: %+v, %v, %d calls", st, err, calls)
 	}
-	_, err = passes.Checkpoint(base.Clone(), passes.CheckpointConfig{Policy: "auto", BudgetBytes: 1000,
+	_, err = passes.Recompute(base.Clone(), passes.RecomputeConfig{Policy: "auto", BudgetBytes: 1000,
 		Peak: double, Hints: []string{"--hint-flag"}})
 	if err == nil || !strings.Contains(err.Error(), "try --hint-flag") {
 		t.Errorf("hints: %v", err)

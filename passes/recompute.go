@@ -7,15 +7,17 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/lcc-dev/lcc/cost"
 	"github.com/lcc-dev/lcc/ir"
-	"github.com/lcc-dev/lcc/plan"
 )
 
 // This file chooses which forward values the backward keeps and which it
-// recomputes (activation checkpointing; Chen et al., "Training Deep Nets with
-// Sublinear Memory Cost", arXiv 1604.06174; Checkmate, Jain et al., MLSys 2020).
+// recomputes: activation recompute, which PyTorch calls activation checkpointing
+// (hence the pass's name, insert-checkpoints, and the --checkpoint flag); it is
+// not train/checkpoint's snapshots of a run on disk. Chen et al., "Training Deep Nets with
+// Sublinear Memory Cost", arXiv 1604.06174; Checkmate, Jain et al., MLSys 2020.
 // It runs after autodiff, on a body that is the forward followed by the backward
-// (plan.BackwardStart finds the split). Recomputing a value duplicates the forward
+// (cost.BackwardStart finds the split). Recomputing a value duplicates the forward
 // nodes that make it, back to values that are kept, right before the first backward
 // node that needs it; every backward read goes to the copy, so the forward original
 // dies at its last forward use. The copies run the same kernels on the same inputs,
@@ -23,10 +25,10 @@ import (
 //
 // The copies equal their originals, so CSE would merge them back: run CSE before
 // this pass and not after it (dead-code elimination is fine). The budget is checked
-// against plan.Simulate's peak, the number the report prints, not saved bytes.
+// against cost.Simulate's peak, the number the report prints, not saved bytes.
 
-// CheckpointConfig configures InsertCheckpoints.
-type CheckpointConfig struct {
+// RecomputeConfig configures InsertRecompute.
+type RecomputeConfig struct {
 	// Policy is one of:
 	//   "none"      keep every activation;
 	//   "selective" keep matmul and attention outputs (attention's lse included),
@@ -47,7 +49,7 @@ type CheckpointConfig struct {
 	//               (the first that fits: host memory and copies for the device
 	//               memory). When none fits, a knapsack: from the smallest
 	//               in-device plan, drop kept values, largest first, while the peak
-	//               falls, until it fits; else an error (*CheckpointError) giving
+	//               falls, until it fits; else an error (*RecomputeError) giving
 	//               the smallest peak found.
 	Policy string
 	// BudgetBytes bounds Peak(f). Zero or less means no bound: auto then
@@ -55,25 +57,25 @@ type CheckpointConfig struct {
 	BudgetBytes int64
 	// Peak is the memory model the budget is checked against: the per-GPU peak
 	// of a step (the driver's: codegen's arena, optimizer state and fixed
-	// costs). Nil means plan.Simulate's peak.
+	// costs). Nil means cost.Simulate's peak.
 	Peak func(*ir.Func) int64
 	// Hints are the flags that would lower the peak, which auto's refusal
 	// names (the driver's, from the compile's options); nil names the usual ones.
 	Hints []string
 }
 
-// PolicyNames lists the policies CheckpointConfig.Policy takes, for errors and
+// PolicyNames lists the policies RecomputeConfig.Policy takes, for errors and
 // help.
 const PolicyNames = "auto, none, selective, sublayers, layers, sublayers+offload or layers+offload"
 
-// CheckpointStats says what InsertCheckpoints did, for the report.
-type CheckpointStats struct {
+// RecomputeStats says what InsertRecompute did, for the report.
+type RecomputeStats struct {
 	// Policy is the policy applied: none, selective, sublayers, layers or
 	// knapsack.
 	Policy string `json:"policy"`
 	// RecomputedOps is the number of forward nodes duplicated into the backward.
 	RecomputedOps int `json:"recomputed_ops"`
-	// RecomputedFLOPs is their work (plan.NodeFLOPs), the cost auto minimises.
+	// RecomputedFLOPs is their work (cost.NodeFLOPs), the cost auto minimises.
 	RecomputedFLOPs int64 `json:"recomputed_flops"`
 	// SavedBytes is the reduction of the peak (PeakBefore − PeakAfter).
 	SavedBytes int64 `json:"saved_bytes"`
@@ -86,19 +88,19 @@ type CheckpointStats struct {
 	Offloaded int `json:"offloaded,omitempty"`
 }
 
-// CheckpointError is auto's refusal: no plan searched fits the budget.
-type CheckpointError struct {
+// RecomputeError is auto's refusal: no plan searched fits the budget.
+type RecomputeError struct {
 	BudgetBytes int64
 	// Smallest is the plan with the smallest peak found (applied to f, so
 	// that the report shows the closest plan); NoneBytes is the peak without
 	// checkpointing.
-	Smallest  CheckpointStats
+	Smallest  RecomputeStats
 	NoneBytes int64
 	// Hints are the flags named as ways out.
 	Hints []string
 }
 
-func (e *CheckpointError) Error() string {
+func (e *RecomputeError) Error() string {
 	hints := e.Hints
 	if len(hints) == 0 {
 		hints = []string{"a larger --memory-budget", "more GPUs (--ranks)", "--attention=dilated",
@@ -126,20 +128,20 @@ func gib(b int64) string {
 	return fmt.Sprintf("%.2f GiB (%d bytes)", float64(b)/(1<<30), b)
 }
 
-// InsertCheckpoints returns the insert-checkpoints pass for cfg.
-func InsertCheckpoints(cfg CheckpointConfig) Pass {
-	p, _ := InsertCheckpointsWithStats(cfg)
+// InsertRecompute returns the insert-checkpoints pass for cfg.
+func InsertRecompute(cfg RecomputeConfig) Pass {
+	p, _ := InsertRecomputeWithStats(cfg)
 	return p
 }
 
-// InsertCheckpointsWithStats is InsertCheckpoints that also returns the statistics
+// InsertRecomputeWithStats is InsertRecompute that also returns the statistics
 // of the pass's latest run; they are overwritten by each run.
-func InsertCheckpointsWithStats(cfg CheckpointConfig) (Pass, *CheckpointStats) {
-	stats := &CheckpointStats{}
+func InsertRecomputeWithStats(cfg RecomputeConfig) (Pass, *RecomputeStats) {
+	stats := &RecomputeStats{}
 	return Pass{Name: "insert-checkpoints",
 		Doc: "recompute forward activations in the backward to fit the memory budget",
 		Run: func(f *ir.Func) error {
-			s, err := Checkpoint(f, cfg)
+			s, err := Recompute(f, cfg)
 			*stats = s
 			return err
 		}}, stats
@@ -147,9 +149,9 @@ func InsertCheckpointsWithStats(cfg CheckpointConfig) (Pass, *CheckpointStats) {
 
 // The registry's instance (for `lcc passes` and --print-ir-after): auto without a
 // budget, which changes nothing.
-var _ = RegisterConfigurable(InsertCheckpoints(CheckpointConfig{Policy: "auto"}),
+var _ = RegisterConfigurable(InsertRecompute(RecomputeConfig{Policy: "auto"}),
 	func(a *Args) (Pass, error) {
-		return InsertCheckpoints(CheckpointConfig{Policy: a.String("policy", "auto"),
+		return InsertRecompute(RecomputeConfig{Policy: a.String("policy", "auto"),
 			BudgetBytes: a.Int("budget", 0)}), nil
 	})
 
@@ -158,16 +160,16 @@ var _ = RegisterConfigurable(InsertCheckpoints(CheckpointConfig{Policy: "auto"})
 const maxKnapsackTrials = 24
 
 // Checkpoint applies cfg to f, a function made by autodiff, in place.
-func Checkpoint(f *ir.Func, cfg CheckpointConfig) (CheckpointStats, error) {
+func Recompute(f *ir.Func, cfg RecomputeConfig) (RecomputeStats, error) {
 	peakOf := cfg.Peak
 	if peakOf == nil {
-		peakOf = func(g *ir.Func) int64 { return plan.Simulate(g).PeakBytes }
+		peakOf = func(g *ir.Func) int64 { return cost.Simulate(g).PeakBytes }
 	}
-	start := plan.BackwardStart(f)
+	start := cost.BackwardStart(f)
 	before := peakOf(f)
-	st := CheckpointStats{Policy: "none", PeakBefore: before, PeakAfter: before}
+	st := RecomputeStats{Policy: "none", PeakBefore: before, PeakAfter: before}
 	var tried []string
-	try := func(policy string, recompute func(*ir.Node) bool) (*ir.Func, CheckpointStats) {
+	try := func(policy string, recompute func(*ir.Node) bool) (*ir.Func, RecomputeStats) {
 		g := f.Clone()
 		n, flops := rematerialize(g, start, func(i int) bool { return recompute(f.Body[i]) })
 		var off int
@@ -176,14 +178,14 @@ func Checkpoint(f *ir.Func, cfg CheckpointConfig) (CheckpointStats, error) {
 		}
 		peak := peakOf(g)
 		tried = append(tried, fmt.Sprintf("%s=%s", policy, shortBytes(peak)))
-		return g, CheckpointStats{Policy: policy, RecomputedOps: n, RecomputedFLOPs: flops,
+		return g, RecomputeStats{Policy: policy, RecomputedOps: n, RecomputedFLOPs: flops,
 			SavedBytes: before - peak, PeakBefore: before, PeakAfter: peak, Offloaded: off}
 	}
-	apply := func(g *ir.Func, s CheckpointStats) (CheckpointStats, error) {
+	apply := func(g *ir.Func, s RecomputeStats) (RecomputeStats, error) {
 		*f = *g
 		return s, nil
 	}
-	fits := func(s CheckpointStats) bool { return s.PeakAfter <= cfg.BudgetBytes }
+	fits := func(s RecomputeStats) bool { return s.PeakAfter <= cfg.BudgetBytes }
 	switch cfg.Policy {
 	case "none":
 		return st, nil
@@ -208,7 +210,7 @@ func Checkpoint(f *ir.Func, cfg CheckpointConfig) (CheckpointStats, error) {
 	// one with the least recomputed work wins; ties go to the earlier.
 	type cand struct {
 		g *ir.Func
-		s CheckpointStats
+		s RecomputeStats
 	}
 	var all []cand
 	for _, c := range []struct {
@@ -228,10 +230,10 @@ func Checkpoint(f *ir.Func, cfg CheckpointConfig) (CheckpointStats, error) {
 	// the step) and peaks 9 GiB lower.
 	var work int64
 	for _, n := range f.Body {
-		work += plan.NodeFLOPs(n)
+		work += cost.NodeFLOPs(n)
 	}
 	tol := work / 50
-	better := func(a, b CheckpointStats) bool {
+	better := func(a, b RecomputeStats) bool {
 		if d := a.RecomputedFLOPs - b.RecomputedFLOPs; d < -tol || d > tol {
 			return d < 0
 		}
@@ -283,7 +285,7 @@ func Checkpoint(f *ir.Func, cfg CheckpointConfig) (CheckpointStats, error) {
 		}
 		s.Tried = tried
 		*f = *g // the smallest peak found, so the report shows the closest plan
-		return s, &CheckpointError{BudgetBytes: cfg.BudgetBytes, Smallest: s, NoneBytes: before,
+		return s, &RecomputeError{BudgetBytes: cfg.BudgetBytes, Smallest: s, NoneBytes: before,
 			Hints: cfg.Hints}
 	}
 	s.Tried = tried
@@ -320,7 +322,7 @@ func keptBy(f *ir.Func, start int, g *ir.Func) map[*ir.Node]bool {
 // largest first, while that lowers the peak, until the plan fits (a greedy
 // knapsack; Checkmate's ILP would be optimal), within maxKnapsackTrials.
 func knapsackDrop(f *ir.Func, start int, keep map[*ir.Node]bool, budget int64,
-	try func(string, func(*ir.Node) bool) (*ir.Func, CheckpointStats)) (*ir.Func, CheckpointStats) {
+	try func(string, func(*ir.Node) bool) (*ir.Func, RecomputeStats)) (*ir.Func, RecomputeStats) {
 	var cands []*ir.Node
 	for _, n := range f.Body[:start] {
 		if keep[n] && !isConstant(n.Op) {
@@ -391,7 +393,7 @@ func rematerialize(g *ir.Func, start int, recompute func(i int) bool) (int, int6
 		}
 		body = append(body, c)
 		count++
-		flops += plan.NodeFLOPs(c)
+		flops += cost.NodeFLOPs(c)
 		return copies[v]
 	}
 	for _, n := range g.Body[start:] {
