@@ -437,7 +437,8 @@ func newTrainer(cfg Config) (*trainer, error) {
 	if err := cfg.fitHost(grad, upd.Func); err != nil {
 		return nil, fmt.Errorf("%s: %w", cfg.Model, err)
 	}
-	t := &trainer{cfg: cfg, grad: grad, upd: upd, adamw: o, lossName: lossName, hash: ModelHash(loaded, grad, cfg.compileOptions().Options),
+	t := &trainer{cfg: cfg, grad: grad, upd: upd, adamw: o, lossName: lossName,
+		hash:    ModelHash(loaded, grad, cfg.compileOptions().Options),
 		program: step.Hash, plannedPeak: step.Report.Memory.PerGPUPeakBytes, shard: shard, rank: rank,
 		stageSnapshots: step.Report.Memory.SnapshotStagingBytes > 0,
 		plan: fmt.Sprintf("checkpoint policy %s, %s pinned host memory", step.Report.Checkpoints.Policy,
