@@ -221,9 +221,15 @@ func CompileStep(f *ir.Func, opts CompileOptions) (*Result, error) {
 		return nil, fmt.Errorf("--ranks=%d: %s is a compiled one-GPU step; give the model it came from",
 			opts.Ranks, opts.Model)
 	}
+	_, compiled := CompiledStep(f)
 	res, p, err := compileOne(f, opts)
 	if err != nil {
 		return nil, err
+	}
+	if compiled {
+		if err := checkSealedProgram(opts.Model, res.Hash, res.Program); err != nil {
+			return nil, err
+		}
 	}
 	if opts.sharded() {
 		res.Rank = &ShardedProgram{Func: res.Func, Layout: p.found.shard, Objective: Objective{Loss: res.Loss},

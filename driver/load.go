@@ -87,8 +87,9 @@ func (b Bindings) dims(used []string, static *staticDim) (map[string]int64, erro
 				found = true
 			}
 		}
+		// A model may name the dim otherwise (torch.export's "s70"): a --shape that binds
+		// some dim to the same size says which dim the flag means.
 		if !found && len(used) > 0 && !slices.Contains(slices.Collect(maps.Values(b.Shape)), v) {
-			// (--shape binding a dim to the same size names the dim this flag means.)
 			return fmt.Errorf("%s: the model has no dim named %s (its dims: %s); use --shape NAME=%d",
 				flag, strings.Join(names[:3], ", "), strings.Join(used, ", "), v)
 		}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"strings"
 
 	cudagen "github.com/lcc-dev/lcc/codegen/cuda"
 	"github.com/lcc-dev/lcc/frontends/onnx"
@@ -94,6 +95,31 @@ func WriteFolder(dir string, res *Result, opts OutputOptions) error {
 // since compile (sha256 mismatch with manifest.json)"). A folder without a
 // manifest is an error wrapping folder.ErrNoManifest (a text IR file outside a compiled folder loads unverified).
 func VerifyFolder(dir string) error { return folder.Verify(dir, OutputFiles) }
+
+// checkSealedProgram refuses to run the step read from a compiled folder's
+// graph.lcc as any program but the one the folder holds: the program codegen
+// rebuilds from it for these flags (hash; nil prog: a CPU target, which runs the
+// verified IR itself) must be the manifest's, so the kernels and launch plan that
+// run are byte for byte the folder's files that VerifyFolder checked.
+func checkSealedProgram(model, hash string, prog *cudagen.Program) error {
+	if prog == nil || !strings.EqualFold(filepath.Ext(model), ".lcc") {
+		return nil
+	}
+	m, err := folder.Read(filepath.Dir(model))
+	if errors.Is(err, folder.ErrNoManifest) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if m.Program != hash {
+		return fmt.Errorf("%s: these flags make program %s, but %s holds program %s (compiled for "+
+			"another --target, --precision or --rank, or a sharded plan's rank): give the flags it was "+
+			"compiled with, or compile it again", model, hash, filepath.Join(filepath.Dir(model),
+			folder.ManifestName), m.Program)
+	}
+	return nil
+}
 
 // verifySealed verifies the folder holding a .lcc file when it is a compiled
 // folder (has a manifest); a text IR file elsewhere loads as it is.

@@ -252,4 +252,24 @@ func TestCompiledStepSameProgram(t *testing.T) {
 	if bf.Hash == res.Hash || ProgramHash(bf.Func, nil) != ProgramHash(res.Func, nil) {
 		t.Errorf("bf16 hash %s, fp32 %s: want different programs over the same IR", bf.Hash, res.Hash)
 	}
+	// A sharded plan's folder holds rank 0's program: its one-GPU graph.lcc is
+	// another program, which lcc train refuses, naming the manifest, rather than
+	// run kernels the folder does not hold.
+	a100 := mustTarget(t, "a100x8")
+	f, _ = Load(model, Bindings{SeqLen: 16})
+	opts = CompileOptions{Target: a100, Model: model, DefaultShard: true}
+	sharded, err := Compile(f, opts)
+	if err != nil || sharded.Sharded == nil {
+		t.Fatalf("sharded compile: %v (sharded %v)", err, sharded != nil && sharded.Sharded != nil)
+	}
+	dir = t.TempDir()
+	if err := WriteOutputs(dir, sharded); err != nil {
+		t.Fatal(err)
+	}
+	graph = filepath.Join(dir, "graph.lcc")
+	g, _ = Load(graph, Bindings{})
+	opts.Model, opts.DefaultShard = graph, false
+	if _, err := CompileStep(g, opts); err == nil || !strings.Contains(err.Error(), "manifest.json holds program "+sharded.Hash) {
+		t.Errorf("a sharded folder's graph.lcc as one GPU's step: %v", err)
+	}
 }

@@ -8,7 +8,6 @@ import (
 
 	"github.com/lcc-dev/lcc/interp"
 	"github.com/lcc-dev/lcc/ir"
-	"github.com/lcc-dev/lcc/passes"
 	"github.com/lcc-dev/lcc/targets"
 	"github.com/lcc-dev/lcc/tensor"
 )
@@ -62,17 +61,7 @@ func TestStoredAs(t *testing.T) {
 // emulation is not (5% on one gradient) still fails.
 func TestCheckBF16Emulated(t *testing.T) {
 	const model = "../testdata/hf/hf_llama_gqa_d128_sdpa"
-	rf, shapes, err := ReadRef(model + ".ref.safetensors")
-	if err != nil {
-		t.Fatal(err)
-	}
-	f, err := Load(model+".onnx", Bindings{InputShapes: shapes, InputValues: rf.Tensors})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := Prepare(f, AttentionOptions{}, passes.Options{}); err != nil {
-		t.Fatal(err)
-	}
+	f, rf := preparedWithRef(t, model)
 	var out bytes.Buffer
 	opts := CheckOptions{Tolerance: 2e-2, Out: &out, Storage: tensor.BF16}
 	res, err := CheckGrads(f, rf, model, opts)

@@ -7,6 +7,7 @@ import (
 
 	"github.com/lcc-dev/lcc/ir"
 	"github.com/lcc-dev/lcc/passes"
+	"github.com/lcc-dev/lcc/safetensors"
 	"github.com/lcc-dev/lcc/tensor"
 )
 
@@ -51,17 +52,7 @@ func TestExactZeroGrads(t *testing.T) {
 // without the floor it would be measured against the emulation's own noise.
 func TestStructuralZeroFloor(t *testing.T) {
 	const model = "../testdata/hf/hf_bert"
-	rf, shapes, err := ReadRef(model + ".ref.safetensors")
-	if err != nil {
-		t.Fatal(err)
-	}
-	f, err := Load(model+".onnx", Bindings{InputShapes: shapes, InputValues: rf.Tensors})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := Prepare(f, AttentionOptions{}, passes.Options{}); err != nil {
-		t.Fatal(err)
-	}
+	f, rf := preparedWithRef(t, model)
 	const key = "encoder.layer.0.attention.self.key.bias"
 	largest := 0.0
 	for _, k := range rf.Names {
@@ -92,4 +83,22 @@ func TestStructuralZeroFloor(t *testing.T) {
 		") (zero in exact arithmetic") {
 		t.Errorf("the key bias is not reported zero in exact arithmetic:\n%s", out)
 	}
+}
+
+// preparedWithRef loads MODEL.onnx bound to MODEL.ref.safetensors's inputs, as
+// lcc check does, and returns it prepared with the reference.
+func preparedWithRef(t *testing.T, model string) (*ir.Func, *safetensors.File) {
+	t.Helper()
+	rf, shapes, err := ReadRef(model + ".ref.safetensors")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := Load(model+".onnx", Bindings{InputShapes: shapes, InputValues: rf.Tensors})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Prepare(f, AttentionOptions{}, passes.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	return f, rf
 }

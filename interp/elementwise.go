@@ -27,6 +27,9 @@ var unaryFloat = map[ir.Op]func(float64) float64{
 	ir.OpSilu:    func(x float64) float64 { return x * sigmoid(x) },
 }
 
+// stop_gradient is the identity on values (its gradient is autodiff's business).
+func init() { unaryFloat[ir.OpStopGradient] = func(x float64) float64 { return x } }
+
 // sigmoid is 1/(1+e^-x), evaluated so that neither branch overflows.
 func sigmoid(x float64) float64 {
 	if x >= 0 {

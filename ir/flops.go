@@ -18,6 +18,7 @@ var flopRules = map[Op]FLOPsFunc{
 	OpReshape: noFLOPs, OpTranspose: noFLOPs, OpExpand: noFLOPs, OpSlice: noFLOPs,
 	OpConcat: noFLOPs, OpSplit: noFLOPs, OpGather: noFLOPs, OpGatherElements: noFLOPs,
 	OpGatherND: noFLOPs, OpTile: noFLOPs, OpOffload: noFLOPs, OpPrefetch: noFLOPs,
+	OpStopGradient: noFLOPs,
 
 	// One operation per output element (reductions: per element read).
 	OpNeg: elementFLOPs, OpExp: elementFLOPs, OpLog: elementFLOPs, OpSqrt: elementFLOPs,

@@ -168,6 +168,9 @@ const (
 	OpOffload
 	OpPrefetch
 
+	// The identity whose gradient is zero (ops_stop_gradient.go).
+	OpStopGradient
+
 	// New ops go above this line; their rows may live in the file of their feature.
 	numOps
 )

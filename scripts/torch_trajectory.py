@@ -187,27 +187,22 @@ def hf_models():
         c.head_dim = 64  # a config without the field still gives the attention its head dim
         return tf.Qwen2ForCausalLM(c)
 
+    def llama(vocab, d, ff, positions, attn, **extra):
+        """scripts/export_hf.py's Llama configs: 2 layers, 4 query heads over 2."""
+        return lambda: tf.LlamaForCausalLM(tf.LlamaConfig(
+            vocab_size=vocab, hidden_size=d, intermediate_size=ff, num_hidden_layers=2, num_attention_heads=4,
+            num_key_value_heads=2, max_position_embeddings=positions, attn_implementation=attn, **extra))
+
     return {
         # testdata/hf (scripts/export_hf.py's configs)
         "hf_gpt2": lambda: tf.GPT2LMHeadModel(tf.GPT2Config(
             vocab_size=V, n_positions=64, n_embd=64, n_layer=2, n_head=4, resid_pdrop=0, embd_pdrop=0,
             attn_pdrop=0, attn_implementation="eager")),
-        "hf_llama_gqa_eager": lambda: tf.LlamaForCausalLM(tf.LlamaConfig(
-            vocab_size=V, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-            num_key_value_heads=2, max_position_embeddings=64, attn_implementation="eager")),
-        "hf_llama_gqa_sdpa": lambda: tf.LlamaForCausalLM(tf.LlamaConfig(
-            vocab_size=V, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-            num_key_value_heads=2, max_position_embeddings=64, attn_implementation="sdpa")),
-        "hf_llama_gqa_eager_long": lambda: tf.LlamaForCausalLM(tf.LlamaConfig(
-            vocab_size=LV, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-            num_key_value_heads=2, max_position_embeddings=8192, attn_implementation="eager")),
-        "hf_llama_gqa_sdpa_long": lambda: tf.LlamaForCausalLM(tf.LlamaConfig(
-            vocab_size=LV, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-            num_key_value_heads=2, max_position_embeddings=8192, attn_implementation="sdpa")),
-        "hf_llama_gqa_d128_sdpa": lambda: tf.LlamaForCausalLM(tf.LlamaConfig(
-            vocab_size=LV, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-            num_key_value_heads=2, head_dim=128, max_position_embeddings=1024, initializer_range=0.2,
-            attn_implementation="sdpa")),
+        "hf_llama_gqa_eager": llama(V, 64, 128, 64, "eager"),
+        "hf_llama_gqa_sdpa": llama(V, 64, 128, 64, "sdpa"),
+        "hf_llama_gqa_eager_long": llama(LV, 32, 64, 8192, "eager"),
+        "hf_llama_gqa_sdpa_long": llama(LV, 32, 64, 8192, "sdpa"),
+        "hf_llama_gqa_d128_sdpa": llama(LV, 32, 64, 1024, "sdpa", head_dim=128, initializer_range=0.2),
         # new exports: tied and √d-scaled embedding, parallel residual, head dim 64 with biases
         "gemma": lambda: tf.GemmaForCausalLM(tf.GemmaConfig(
             vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
@@ -247,7 +242,7 @@ TESTDATA = {
 }
 # new exports: name -> (reference batch, reference seq, export variants)
 EXPORTS = {
-    "gemma": (2, 16, {"": True}),
+    "gemma": (2, 16, {"": True, "_noopt": False}),
     "gpt_neox": (2, 16, {"": True, "_noopt": False}),
     "qwen2_d64": (2, 160, {"": True}),
 }

@@ -125,7 +125,8 @@ func TestMetricsPipeWithoutReader(t *testing.T) {
 	c.Metrics = fifotest.Make(t, t.TempDir(), "m.jsonl")
 	var err error
 	fifotest.Within(t, 30*time.Second, []string{c.Metrics}, func() { _, err = Train(c) })
-	if err == nil || !strings.Contains(err.Error(), "--metrics: open "+c.Metrics+": a named pipe with no reader") {
-		t.Errorf("got %v", err)
+	want := "--metrics: open " + c.Metrics + ": a named pipe with no reader"
+	if err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("got %v, want %q", err, want)
 	}
 }

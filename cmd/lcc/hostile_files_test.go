@@ -18,7 +18,8 @@ import (
 // TestNamedPipesRefused: a named pipe wherever lcc reads a file a user names
 // (the model, its external data, an .lcc model's weights, --ref, --inputs,
 // --target-file, tokens:, bytes:, a checkpoint's JSON, the model a checkpoint
-// names) fails at once with status 1, naming the pipe; none hangs.
+// names, --measured, a compiled step's report.json) fails at once with status
+// 1, naming the pipe; none hangs.
 func TestNamedPipesRefused(t *testing.T) {
 	dir := t.TempDir()
 	pipe := func(name string) string { return fifotest.Make(t, dir, name) }
@@ -58,11 +59,20 @@ func TestNamedPipesRefused(t *testing.T) {
 	js, _ = json.Marshal(m)
 	os.WriteFile(namedJSON, js, 0o644)
 
+	// A compiled step whose report.json is a pipe.
+	compiled := filepath.Join(dir, "compiled")
+	if _, stderr, code := lcc(t, "compile", gpt, "--seq-len=16", "-o", compiled); code != 0 {
+		t.Fatalf("compile: exit %d: %s", code, stderr)
+	}
+	os.Remove(filepath.Join(compiled, "report.json"))
+	report := pipe("compiled/report.json")
+
 	out := filepath.Join(dir, "out")
 	train := []string{"train", gpt, "--seq-len=16", "--steps=1"}
 	model, lccPipe, refPipe, inPipe := pipe("model.onnx"), pipe("pipe.lcc"), pipe("ref.safetensors"),
 		pipe("in.safetensors")
-	targetPipe, toks, text := pipe("t.json"), pipe("toks.bin"), pipe("text.txt")
+	targetPipe, toks, text, measured := pipe("t.json"), pipe("toks.bin"), pipe("text.txt"),
+		pipe("m.jsonl")
 	for _, c := range []struct {
 		args  []string
 		pipe  string
@@ -78,6 +88,10 @@ func TestNamedPipesRefused(t *testing.T) {
 		{append(train, "--data=tokens:"+toks), toks, ""},
 		{append(train, "--data=bytes:"+text), text, ""},
 		{[]string{"export", ck, "-o", out}, ckJSON, "no valid checkpoint"},
+		{[]string{"compile", gpt, "--seq-len=8", "--emit=memory", "-o", filepath.Join(dir, "mem"),
+			"--measured", measured}, measured, "--measured"},
+		{[]string{"train", filepath.Join(compiled, "graph.lcc"), "--data=synthetic:copy", "--seq-len=16",
+			"--steps=1"}, report, ""},
 		{[]string{"export", named, "--format=onnx", "-o", out}, m["model"].(string), ""},
 	} {
 		var stdout, stderr string
@@ -100,8 +114,9 @@ func TestNamedPipesRefused(t *testing.T) {
 func TestExportRefusesInconsistent(t *testing.T) {
 	dir := t.TempDir()
 	ck := filepath.Join(dir, "ck")
-	if _, stderr, code := lcc(t, "train", filepath.Join(td, "onnx", "gpt_mini.onnx"), "--data=synthetic:copy",
-		"--seq-len=16", "--steps=2", "--checkpoint-every=1", "--checkpoint-dir="+ck); code != 0 {
+	gpt := filepath.Join(td, "onnx", "gpt_mini.onnx")
+	if _, stderr, code := lcc(t, "train", gpt, "--data=synthetic:copy", "--seq-len=16", "--steps=2",
+		"--checkpoint-every=1", "--checkpoint-dir="+ck); code != 0 {
 		t.Fatalf("train: exit %d: %s", code, stderr)
 	}
 	newest := filepath.Join(ck, "ckpt-00000002")

@@ -48,6 +48,9 @@ var floatExpr = map[ir.Op]string{
 
 const geluTanhExpr = "lcc_gelu_tanh($0)"
 
+// stop_gradient is the identity on values (its gradient is autodiff's business).
+func init() { floatExpr[ir.OpStopGradient] = "$0" }
+
 var intExpr = map[ir.Op]string{
 	ir.OpIsNaN: "false",
 	ir.OpAdd:   "($0 + $1)",

@@ -233,6 +233,9 @@ func (g *gen) storageOf(v *ir.Value) tensor.DType {
 	if v.Def != nil && v.Type.Numel() == 1 && scalarF32[v.Def.Op] {
 		return tensor.F32
 	}
+	if v.Def != nil && v.Type.Numel() == 1 && v.Def.Op == ir.OpAllReduce {
+		return g.storageOf(v.Def.Args[0]) // a sharded loss's sum over ranks, stored as the rank's
+	}
 	return g.opts.Storage
 }
 

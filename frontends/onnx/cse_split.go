@@ -26,8 +26,13 @@ package onnx
 import (
 	"fmt"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/lcc-dev/lcc/frontends/onnx/onnxpb"
 )
 
 // fxNameRE reads an FX node's own name: "%layer_norm : [num_users=1] = ...".
@@ -49,6 +54,10 @@ type cseSplit struct {
 	// unread lists parameters some reader read through a merged node that could not
 	// be told apart: training would not train them as PyTorch does.
 	unread []string
+	// origin[k] is the index in the model of node k of the split graph, which is a
+	// copy of that node when copied[k] (nil when nothing was split).
+	origin []int
+	copied []bool
 }
 
 // splitCSE returns m with each CSE'd node that the provenance can tell apart given
@@ -114,7 +123,14 @@ func splitCSE(m *Model, prov *provenance) (*Model, cseSplit) {
 			if !done {
 				params, ok := pickUnread(own, unread, moduleScope(c), claimed)
 				if !ok || g.Nodes[i].Outputs[0] != x {
-					out.unread = append(out.unread, unread...)
+					// Which of the unread parameters of these kinds y read is unknown.
+					for _, u := range unread {
+						if !claimed[u] && slices.ContainsFunc(own, func(p string) bool {
+							return lastComponent(p) == lastComponent(u)
+						}) {
+							out.unread = append(out.unread, u)
+						}
+					}
 					continue
 				}
 				cp = &copyOf{node: i, params: params}
@@ -148,10 +164,12 @@ func splitCSE(m *Model, prov *provenance) (*Model, cseSplit) {
 			}
 		}
 		split.Graph.Nodes = append(split.Graph.Nodes, n)
+		out.origin, out.copied = append(out.origin, i), append(out.copied, false)
 		sort.Strings(after[i])
 		for _, y := range after[i] {
 			cp := copies[y]
 			split.Graph.Nodes = append(split.Graph.Nodes, copyNode(n, y, cp.params, placeholder))
+			out.origin, out.copied = append(out.origin, i), append(out.copied, true)
 			var ps []string
 			for _, p := range cp.params {
 				ps = append(ps, p)
@@ -331,6 +349,28 @@ func uniqueSorted(xs []string) []string {
 		if i == 0 || x != xs[i-1] {
 			out = append(out, x)
 		}
+	}
+	return out
+}
+
+// splitProto gives the file's nodes the split graph's shape: each node of split
+// from its proto (its inputs as split reads them), each copy a clone of its
+// original's proto with the copy's name, outputs and FX node.
+func splitProto(nodes []*onnxpb.NodeProto, split *Model, cse cseSplit) []*onnxpb.NodeProto {
+	out := make([]*onnxpb.NodeProto, len(split.Graph.Nodes))
+	for k, n := range split.Graph.Nodes {
+		p := nodes[cse.origin[k]]
+		if cse.copied[k] {
+			p = proto.Clone(p).(*onnxpb.NodeProto)
+			p.Name, p.Output = proto.String(n.Name), append([]string(nil), n.Outputs...)
+			for _, e := range p.MetadataProps {
+				if e.GetKey() == fxNode {
+					e.Value = proto.String(n.Metadata[fxNode])
+				}
+			}
+		}
+		p.Input = append([]string(nil), n.Inputs...)
+		out[k] = p
 	}
 	return out
 }

@@ -781,12 +781,10 @@ func lowerConcat(c *nodeCtx) ([]*ir.Value, error) {
 }
 
 func lowerSplit(c *nodeCtx) ([]*ir.Value, error) {
-	x := c.in(0)
-	ax, err := ir.AxisIndex(c.aInt("axis", 0), x.Type.Rank())
+	x, ax, d, err := c.splitInput()
 	if err != nil {
 		return nil, err
 	}
-	d := x.Type.Shape[ax]
 	var sizes []int64
 	switch {
 	case c.has(1):
@@ -801,10 +799,7 @@ func lowerSplit(c *nodeCtx) ([]*ir.Value, error) {
 			return nil, fmt.Errorf("num_outputs %d", k)
 		}
 		// ONNX: ceil(d/k) each, the last one smaller.
-		chunk := (d + k - 1) / k
-		for rest := d; rest > 0; rest -= chunk {
-			sizes = append(sizes, min(chunk, rest))
-		}
+		sizes = chunks(d, (d+k-1)/k)
 	}
 	if len(sizes) != len(c.n.Outputs) {
 		return nil, fmt.Errorf("split into %d parts %s for %d outputs", len(sizes), tensor.Brief(sizes), len(c.n.Outputs))
@@ -826,7 +821,7 @@ func lowerGather(c *nodeCtx) ([]*ir.Value, error) {
 				data.Type.Shape, d, ax)
 		}
 	}
-	return one(c.b.Apply1(ir.OpGather, ir.A("axis", axis), data, idx))
+	return one(c.withPadding(c.b.Apply1(ir.OpGather, ir.A("axis", axis), data, idx), data, idx))
 }
 
 // indexRange returns the smallest and largest index of v when they are known at

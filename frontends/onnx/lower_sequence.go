@@ -106,12 +106,10 @@ func (c *nodeCtx) position(i, n int, end bool, def int) (int, error) {
 // of a scalar split (the last one smaller), or slices of size 1 without one
 // (squeezed unless keepdims).
 func lowerSplitToSequence(c *nodeCtx) (*val, error) {
-	x := c.in(0)
-	ax, err := ir.AxisIndex(c.aInt("axis", 0), x.Type.Rank())
+	x, ax, d, err := c.splitInput()
 	if err != nil {
 		return nil, err
 	}
-	d := x.Type.Shape[ax]
 	var sizes []int64
 	squeeze := false
 	if c.has(1) {
@@ -120,14 +118,10 @@ func lowerSplitToSequence(c *nodeCtx) (*val, error) {
 			return nil, fmt.Errorf("split %q: %w", c.n.Inputs[1], err)
 		}
 		if sizes = t.Ints(); len(t.Shape) == 0 {
-			chunk := sizes[0]
-			if chunk <= 0 {
-				return nil, fmt.Errorf("split %d: want a positive chunk size", chunk)
+			if sizes[0] <= 0 {
+				return nil, fmt.Errorf("split %d: want a positive chunk size", sizes[0])
 			}
-			sizes = nil
-			for rest := d; rest > 0; rest -= chunk {
-				sizes = append(sizes, min(chunk, rest))
-			}
+			sizes = chunks(d, sizes[0])
 		}
 	} else {
 		squeeze = c.aInt("keepdims", 1) == 0
@@ -158,6 +152,24 @@ func lowerSplitToSequence(c *nodeCtx) (*val, error) {
 		seq[i] = &val{v: p}
 	}
 	return &val{seq: seq}, nil
+}
+
+// splitInput returns a split's input 0, its axis (attribute axis) and that axis's size.
+func (c *nodeCtx) splitInput() (x *ir.Value, ax int, d int64, err error) {
+	x = c.in(0)
+	if ax, err = ir.AxisIndex(c.aInt("axis", 0), x.Type.Rank()); err != nil {
+		return nil, 0, 0, err
+	}
+	return x, ax, x.Type.Shape[ax], nil
+}
+
+// chunks splits d into pieces of chunk, the last one smaller.
+func chunks(d, chunk int64) []int64 {
+	var sizes []int64
+	for rest := d; rest > 0; rest -= chunk {
+		sizes = append(sizes, min(chunk, rest))
+	}
+	return sizes
 }
 
 // SequenceAt(seq, position): the element.

@@ -32,11 +32,15 @@ func TestWeightsArePyTorchParameters(t *testing.T) {
 		// Parallel residual: the exporter merged and CSE'd each layer's two LayerNorms.
 		{"trajectory/gpt_neox.onnx", "trajectory/gpt_neox.ref.safetensors"},
 		{"trajectory/qwen2_d64.onnx", "trajectory/qwen2_d64.ref.safetensors"},
+		{"trajectory/gemma_noopt.onnx", "trajectory/gemma.ref.safetensors"},
 	}
-	// GPT-2 ties its head to the embedding: one PyTorch parameter, which
+	// GPT-2 and Gemma tie their head to the embedding: one PyTorch parameter, which
 	// named_parameters() lists under its first name and the graph reads under its
 	// last.
-	alias := map[string]string{"lm_head.weight": "transformer.wte.weight"}
+	alias := map[string]map[string]string{
+		"hf/hf_gpt2.onnx":             {"lm_head.weight": "transformer.wte.weight"},
+		"trajectory/gemma_noopt.onnx": {"lm_head.weight": "model.embed_tokens.weight"},
+	}
 	root := filepath.Join("..", "..", "testdata")
 	for _, c := range cases {
 		t.Run(filepath.Base(c.model), func(t *testing.T) {
@@ -64,7 +68,7 @@ func TestWeightsArePyTorchParameters(t *testing.T) {
 					continue
 				}
 				name := strings.TrimPrefix(p.Name, "m.")
-				if a, ok := alias[name]; ok && strings.HasPrefix(c.model, "hf/hf_gpt2") {
+				if a, ok := alias[c.model][name]; ok {
 					name = a
 				}
 				got[name] = int(p.Value.Type.Numel())
@@ -171,4 +175,26 @@ func importFile(t *testing.T, model string, edit func(*Model)) *ir.Func {
 		t.Fatal(err)
 	}
 	return f
+}
+
+// TestEmbeddingPaddingIdx: Gemma's embedding pads with token 0 (nn.Embedding's
+// padding_idx, the FX node's third argument); the positions reading row 0 read it
+// through stop_gradient, so that row learns only through the tied head, as in
+// PyTorch. GPT-2's embedding has no padding_idx and no stop_gradient.
+func TestEmbeddingPaddingIdx(t *testing.T) {
+	for model, want := range map[string]int{"trajectory/gemma_noopt.onnx": 1, "hf/hf_gpt2.onnx": 0} {
+		f := importFile(t, model, nil)
+		n := 0
+		for _, node := range f.Body {
+			if node.Op == ir.OpStopGradient {
+				n++
+				if u := f.Uses()[node.Result()]; len(u) != 1 || u[0].Op != ir.OpWhere {
+					t.Errorf("%s: stop_gradient read by %v, want one where", model, u)
+				}
+			}
+		}
+		if n != want {
+			t.Errorf("%s: %d stop_gradient nodes, want %d", model, n, want)
+		}
+	}
 }

@@ -20,7 +20,8 @@ import (
 // match: an initializer holding a folded Wᵀ gets the trained W transposed; a
 // parameter the exporter merged into another's initializer gets an initializer
 // of its own, and the nodes whose FX node read it read that; a zero bias the
-// exporter dropped from a Gemm comes back as the Gemm's third input. Importing
+// exporter dropped from a Gemm comes back as the Gemm's third input; a node the
+// exporter's CSE merged gets its copies back (cse_split.go). Importing
 // the result gives back weights equal to the trained ones. Initializers kept in
 // external data are written inline.
 func WithWeights(path string, weights map[string]*tensor.Tensor) ([]byte, int, error) {
@@ -62,6 +63,12 @@ func WithWeights(path string, weights map[string]*tensor.Tensor) ([]byte, int, e
 	newInit := map[string]*tensor.Tensor{} // initializer name -> value
 	written := 0
 	if l.prov = readProvenance(m); l.prov != nil {
+		// Nodes the exporter's CSE merged come back as Import gives them back, so
+		// that each copy's parameters get initializers of their own.
+		if split, cse := splitCSE(m, l.prov); cse.origin != nil {
+			g.Node = splitProto(g.Node, split, cse)
+			m, l.m = split, split
+		}
 		l.planParams(l.prov)
 		plan := l.plan
 		for name, p := range plan.initParam {

@@ -30,6 +30,8 @@ import (
 	"slices"
 	"strings"
 	"syscall"
+
+	"github.com/lcc-dev/lcc/internal/userfile"
 )
 
 // ManifestName is the manifest's file name in a folder.
@@ -243,20 +245,14 @@ func writeSynced(path string, data []byte) error {
 	return f.Close()
 }
 
-// hashFile reads a regular file's size and sha256.
+// hashFile reads a regular file's size and sha256 (userfile: a named pipe in
+// the folder is refused, not waited on).
 func hashFile(path string) (File, error) {
-	f, err := os.Open(path)
+	f, err := userfile.Open(path)
 	if err != nil {
 		return File{}, err
 	}
 	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return File{}, err
-	}
-	if !st.Mode().IsRegular() {
-		return File{}, fmt.Errorf("%s: not a regular file", path)
-	}
 	h := sha256.New()
 	n, err := io.Copy(h, f)
 	if err != nil {

@@ -9,6 +9,9 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
+
+	"github.com/lcc-dev/lcc/internal/userfile/fifotest"
 )
 
 var owned = []string{"graph.lcc", "report.json", "kernels/", "graph.onnx"}
@@ -208,6 +211,24 @@ func TestVerify(t *testing.T) {
 		}
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: err = %v, want %q", tc.name, err, tc.want)
+		}
+	}
+}
+
+// TestVerifyRefusesPipes: a named pipe as the manifest or as a listed file is
+// refused at once, not waited on.
+func TestVerifyRefusesPipes(t *testing.T) {
+	for _, name := range []string{ManifestName, "graph.lcc"} {
+		dir := filepath.Join(t.TempDir(), "out")
+		if err := Write(dir, "sha256:1", files(map[string]string{"graph.lcc": "graph"})); err != nil {
+			t.Fatal(err)
+		}
+		os.Remove(filepath.Join(dir, name))
+		pipe := fifotest.Make(t, dir, name)
+		var err error
+		fifotest.Within(t, 10*time.Second, []string{pipe}, func() { err = Verify(dir, owned) })
+		if err == nil || !strings.Contains(err.Error(), "not a regular file") {
+			t.Errorf("%s a named pipe: %v", name, err)
 		}
 	}
 }

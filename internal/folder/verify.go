@@ -10,6 +10,8 @@ import (
 	"path"
 	"path/filepath"
 	"strings"
+
+	"github.com/lcc-dev/lcc/internal/userfile"
 )
 
 // ErrNoManifest is Read's error for a folder without a manifest.
@@ -23,7 +25,7 @@ const maxManifest = 256 << 20
 // every path must be a plain relative path inside dir, listed once).
 func Read(dir string) (*Manifest, error) {
 	name := filepath.Join(dir, ManifestName)
-	f, err := os.Open(name)
+	f, err := userfile.Open(name)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, fmt.Errorf("%s: %w", dir, ErrNoManifest)
 	}

@@ -274,7 +274,8 @@ func Load(path string, want Want) (*Checkpoint, error) {
 	case want.ModelHash != "" && m.ModelHash != want.ModelHash:
 		return nil, fmt.Errorf("checkpoint %s is of another model (model hash %.12s…, "+
 			"this model's %.12s…): the graph, its shapes (--seq-len, --batch), its weights' "+
-			"names or --loss, --attention, --precision or --ranks differ", path, m.ModelHash, want.ModelHash)
+			"names or --loss, --attention, --precision or --ranks differ", path, m.ModelHash,
+			want.ModelHash)
 	}
 	if err := consistentMeta(path, m); err != nil {
 		return nil, fmt.Errorf("checkpoint %s: %w", path, err)
@@ -341,7 +342,14 @@ func consistentMeta(path string, m Meta) error {
 	if want := strings.TrimSuffix(filepath.Base(path), ".json") + ".safetensors"; m.Tensors != want {
 		return fmt.Errorf("names tensors file %q, want %q", m.Tensors, want)
 	}
-	return m.Data.Check()
+	if err := m.Data.Check(); err != nil {
+		return err
+	}
+	// Every step draws at least one sequence (--batch and --accumulate are >= 1).
+	if m.Data.Sequences < int64(m.Step) {
+		return fmt.Errorf("data position %d is before step %d's", m.Data.Sequences, m.Step)
+	}
+	return nil
 }
 
 // consistentTensors checks that a checkpoint's tensors agree with its JSON m
@@ -367,13 +375,13 @@ func consistentTensors(m Meta, st *safetensors.File) error {
 		state, isState := strings.CutPrefix(name, OptimPrefix)
 		if !isState {
 			weights++
-			p, known := m.Params[name]
-			if m.Params != nil && !known {
+			if _, known := m.Params[name]; m.Params != nil && !known {
 				return fmt.Errorf("weight %q is not among the JSON's params (renamed?)", name)
 			}
-			// A constant the exporter stored as an initializer may be an integer.
+			// A weight with no optimizer state (a constant the exporter stored as an
+			// initializer, a weight no gradient reaches) may be an integer.
 			_, trained := st.Tensors[OptimPrefix+optim.MasterPrefix+name]
-			if !t.DType.IsFloat() && (trained || known && !p.Frozen) {
+			if !t.DType.IsFloat() && trained {
 				return fmt.Errorf("weight %q is %v, not floating point", name, t.DType)
 			}
 			continue

@@ -132,12 +132,18 @@ func TestRefused(t *testing.T) {
 			json.Unmarshal(js, &m)
 			editJSON(b, func(mine *Meta) { mine.Tensors, mine.TensorsSHA256 = m.Tensors, m.TensorsSHA256 })
 		}, `names tensors file "ckpt-00000010.safetensors", want "ckpt-00000020.safetensors"`, true},
-		{"negative data position", func(b string) { editJSON(b, func(m *Meta) { m.Data.Sequences = -1 }) },
-			"position -1", true},
+		{"negative data position", func(b string) {
+			editJSON(b, func(m *Meta) { m.Data.Sequences = -1 })
+		}, "position -1", true},
 		{"bad rng state", func(b string) { editJSON(b, func(m *Meta) { m.Data.RNG = "zz" }) },
 			`rng state "zz"`, true},
+		{"data position before the step", func(b string) {
+			editJSON(b, func(m *Meta) { m.Data.Sequences = 3 })
+		}, "data position 3 is before step 20's", true},
 		{"optimizer step differs", func(b string) {
-			resave(b, func(ts map[string]*tensor.Tensor) { ts["optim.step"] = tensor.Scalar(tensor.F64, 19) })
+			resave(b, func(ts map[string]*tensor.Tensor) {
+				ts["optim.step"] = tensor.Scalar(tensor.F64, 19)
+			})
 		}, "optimizer step 19, the JSON's 20", true},
 		{"no optimizer step", func(b string) {
 			resave(b, func(ts map[string]*tensor.Tensor) { delete(ts, "optim.step") })
@@ -153,7 +159,9 @@ func TestRefused(t *testing.T) {
 			resave(b, func(ts map[string]*tensor.Tensor) { ts["w"] = tensor.New(tensor.I64, 300, 100) })
 		}, `weight "w" is i64, not floating point`, true},
 		{"state unlike its weight", func(b string) {
-			resave(b, func(ts map[string]*tensor.Tensor) { ts["optim.adam.v.w"] = tensor.New(tensor.F32, 2) })
+			resave(b, func(ts map[string]*tensor.Tensor) {
+				ts["optim.adam.v.w"] = tensor.New(tensor.F32, 2)
+			})
 		}, `optimizer state "optim.adam.v.w" is f32[2], want f32[300,100] as its weight`, true},
 		{"renamed weight", func(b string) {
 			resave(b, func(ts map[string]*tensor.Tensor) { ts["w2"] = ts["w"]; delete(ts, "w") })

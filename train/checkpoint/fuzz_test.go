@@ -26,9 +26,9 @@ func FuzzLoad(f *testing.F) {
 	w := tensor.New(tensor.F32, 2, 3)
 	ts := map[string]*tensor.Tensor{"w": w, "optim.step": tensor.Scalar(tensor.F64, 7),
 		"optim.master.w": w, "optim.adam.m.w": w, "optim.adam.v.w": w}
-	p, err := Save(dir, 7, Meta{ModelHash: "abc", Data: data.State{Spec: "synthetic:copy", Sequences: 7,
-		RNG: "0123456789abcdef"}, Config: map[string]any{"steps": 10},
-		Params: map[string]Param{"w": {Name: "w"}}}, ts)
+	p, err := Save(dir, 7, Meta{ModelHash: "abc",
+		Data:   data.State{Spec: "synthetic:copy", Sequences: 7, RNG: "0123456789abcdef"},
+		Config: map[string]any{"steps": 10}, Params: map[string]Param{"w": {Name: "w"}}}, ts)
 	if err != nil {
 		f.Fatal(err)
 	}

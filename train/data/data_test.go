@@ -183,8 +183,8 @@ func TestVocabCheckedAtOpen(t *testing.T) {
 	p := writeTokens(t, 4, toks)
 	var log strings.Builder
 	_, err := Open("tokens:"+p, Options{SeqLen: 8, Batch: 1, Vocab: 50257, TokenBytes: 4, Log: &log})
-	want := fmt.Sprintf("%s: token 70000 at byte offset %d is outside the model's vocabulary [0, 50257)",
-		p, 4*(len(toks)-2))
+	want := fmt.Sprintf("%s: token 70000 at byte offset %d is outside the model's vocabulary "+
+		"[0, 50257)", p, 4*(len(toks)-2))
 	if err == nil || !strings.Contains(err.Error(), want) {
 		t.Errorf("got %v, want %q", err, want)
 	}
@@ -192,7 +192,8 @@ func TestVocabCheckedAtOpen(t *testing.T) {
 	p = writeTokens(t, 4, toks)
 	log.Reset()
 	open(t, "tokens:"+p, Options{SeqLen: 8, Batch: 1, Vocab: 50257, TokenBytes: 4, Log: &log})
-	if !strings.Contains(log.String(), "checking 3 MiB of token ids against the vocabulary of 50257") ||
+	if !strings.Contains(log.String(), "checking 3 MiB of token ids against the vocabulary of "+
+		"50257") ||
 		!strings.Contains(log.String(), "0% checked\n") ||
 		!strings.Contains(log.String(), "every token id is in the vocabulary") {
 		t.Errorf("progress:\n%s", log.String())

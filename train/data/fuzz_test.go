@@ -11,7 +11,8 @@ import (
 // never panic, and every id a stream gives must be in the vocabulary.
 func FuzzOpenTokens(f *testing.F) {
 	f.Add([]byte{1, 0, 2, 0, 3, 0, 4, 0, 5, 0, 6, 0}, uint8(2), uint8(3), uint16(512))
-	f.Add([]byte{1, 0, 0, 0, 0xff, 0xff, 0, 0, 3, 0, 0, 0, 4, 0, 0, 0}, uint8(4), uint8(2), uint16(300))
+	f.Add([]byte{1, 0, 0, 0, 0xff, 0xff, 0, 0, 3, 0, 0, 0, 4, 0, 0, 0}, uint8(4), uint8(2),
+		uint16(300))
 	f.Add([]byte("the quick brown fox"), uint8(1), uint8(4), uint16(256))
 	f.Add([]byte{1, 2, 3}, uint8(2), uint8(2), uint16(2))
 	f.Fuzz(func(t *testing.T, raw []byte, width, seqLen uint8, vocab uint16) {
