@@ -19,8 +19,9 @@ type placed struct {
 	first, last int
 }
 
-// chunkCap is the number of entries a chunk holds before it splits in two.
-const chunkCap = 512
+// chunkCap is the number of entries a chunk holds before it splits in two (a
+// variable for the tests, which split small chunks).
+var chunkCap = 512
 
 // chunk is a run of entries in offset order with what the walk needs of them.
 type chunk struct {
