@@ -75,13 +75,17 @@ stays silent for --comm-timeout ends every other rank with an error naming it.`,
 			}
 			cfg.Target, cfg.Loss, cfg.Attention, cfg.Checkpoint = t, o.Loss, o.Attention, o.Checkpoint
 			cfg.MemoryBudget, cfg.Precision, cfg.Ranks, cfg.ShardMode = o.MemoryBudget, o.Precision, o.Ranks, o.ShardMode
-			if cfg.Device == "cpu" {
-				cfg.HostBudget = driver.NewHostBudget(int64(hostBudget))
-			}
 			precision := o.Precision
 			env, launched, err := runner.EnvFrom(os.Getenv)
 			if err != nil {
 				return fmt.Errorf("launcher environment: %w", err)
+			}
+			if cfg.Device == "cpu" {
+				cfg.HostBudget = driver.NewHostBudget(int64(hostBudget))
+				if !launched {
+					// The ranks are goroutines of this process: they share its memory.
+					cfg.HostBudget = cfg.HostBudget.Share(cfg.Ranks)
+				}
 			}
 			var res *train.Result
 			storage := tensor.F32
