@@ -75,11 +75,13 @@ type Node struct {
 func (n *Node) String() string {
 	// Names come from the file: a megabyte name prints as its first kilobyte.
 	if n.Name != "" {
-		return fmt.Sprintf("node %s (%s)", tensor.Brief(strconv.Quote(n.Name)), tensor.Brief(n.opLabel()))
+		return fmt.Sprintf("node %s (%s)", tensor.Brief(strconv.Quote(n.Name)),
+			tensor.Brief(n.opLabel()))
 	}
 	for _, o := range n.Outputs {
 		if o != "" {
-			return fmt.Sprintf("node (%s) producing %s", tensor.Brief(n.opLabel()), tensor.Brief(strconv.Quote(o)))
+			return fmt.Sprintf("node (%s) producing %s", tensor.Brief(n.opLabel()),
+				tensor.Brief(strconv.Quote(o)))
 		}
 	}
 	return fmt.Sprintf("unnamed node (%s)", tensor.Brief(n.opLabel()))
