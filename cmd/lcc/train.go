@@ -81,10 +81,16 @@ stays silent for --comm-timeout ends every other rank with an error naming it.`,
 				return fmt.Errorf("launcher environment: %w", err)
 			}
 			if cfg.Device == "cpu" {
-				cfg.HostBudget = driver.NewHostBudget(int64(hostBudget))
+				whole := driver.NewHostBudget(int64(hostBudget))
+				cfg.HostBudget = whole
 				if !launched {
 					// The ranks are goroutines of this process: they share its memory.
-					cfg.HostBudget = cfg.HostBudget.Share(cfg.Ranks)
+					cfg.HostBudget = whole.Share(cfg.Ranks)
+				}
+				// The lazy GC above must not carry the heap past the budget the step
+				// was checked against: near it, collect sooner. GOMEMLIMIT still wins.
+				if _, set := os.LookupEnv("GOMEMLIMIT"); !set && whole.Bytes > 0 {
+					defer debug.SetMemoryLimit(debug.SetMemoryLimit(whole.Bytes))
 				}
 			}
 			var res *train.Result
