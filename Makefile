@@ -7,7 +7,7 @@ PKGS        ?= ./...
 # Each entry is PACKAGE_DIR:FuzzFunc. Entries whose directory or function does not
 # exist yet are skipped, so the list can name packages before they land.
 FUZZ        ?= ./frontends/onnx:FuzzDecode ./frontends/onnx:FuzzImport ./safetensors:FuzzDecode ./ir:FuzzParse \
-	./train/checkpoint:FuzzLoad ./train/data:FuzzOpenTokens ./runtime/comm/rendezvous:FuzzDecodeHello
+	./train/snapshot:FuzzLoad ./train/data:FuzzOpenTokens ./runtime/comm/rendezvous:FuzzDecodeHello
 FUZZTIME    ?= 10s
 LONGFUZZTIME ?= 5m
 # Go minimizes each new interesting input before fuzzing on, which can take a short

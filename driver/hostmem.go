@@ -31,6 +31,15 @@ func NewHostBudget(flag int64) HostBudget {
 	return HostBudget{Bytes: b, Source: src}
 }
 
+// Share is the budget of one of n runs that hold their memory at once (the
+// goroutine ranks of one process); n <= 1 is b itself.
+func (b HostBudget) Share(n int) HostBudget {
+	if n <= 1 || b.Bytes <= 0 {
+		return b
+	}
+	return HostBudget{Bytes: b.Bytes / int64(n), Source: fmt.Sprintf("%s, shared by %d ranks", b.Source, n)}
+}
+
 // Fit refuses f when the CPU interpreter's estimated peak for a run of it
 // (cpu.HostPeak), plus held bytes its caller keeps beside it (a trainer's optimizer
 // moments), passes the budget: the error gives both figures and the node where the

@@ -43,4 +43,7 @@ func TestHostBudgetFit(t *testing.T) {
 	if b := NewHostBudget(1 << 30); b.Bytes != 1<<30 || b.Source != "--host-memory-budget" {
 		t.Errorf("NewHostBudget(1GiB) = %+v", b)
 	}
+	if b := NewHostBudget(1 << 30).Share(4); b.Bytes != 1<<28 || !strings.Contains(b.Source, "shared by 4 ranks") {
+		t.Errorf("a 1 GiB budget shared by 4 ranks = %+v", b)
+	}
 }

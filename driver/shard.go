@@ -243,6 +243,10 @@ func CheckSharded(f *ir.Func, ref *safetensors.File, refPath string, so ShardOpt
 	if err != nil {
 		return nil, err
 	}
+	// The ranks run at once in this process.
+	if err := opts.HostBudget.Share(so.Ranks).Fit(sp.Func, 0); err != nil {
+		return nil, err
+	}
 	outs, err := sp.Run(sp.ShardFeeds(feeds), so.Timeout, so.Precision)
 	if err != nil {
 		return nil, err

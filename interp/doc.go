@@ -27,6 +27,10 @@
 //     is recovered and turned into such an error.
 //   - A value is dropped as soon as its last reader has run (liveness over the body
 //     order), so memory is bounded by the live set, as on the GPU.
+//   - A float value that waits across nodes for a later reader rests packed in
+//     float32, exactly (every result is rounded to its dtype first), and is unpacked
+//     for each reader (pack.go): half the memory, the same bits. HostPeak estimates
+//     the peak with the same rules before a run.
 //
 // Integer and bool tensors live in tensor.Tensor.I; integer results wrap to the width
 // of their dtype (i32, i8, u8) as two's-complement machines do.

@@ -163,24 +163,41 @@ func run(f *ir.Func, inputs map[string]*tensor.Tensor, opts Options,
 	}
 	last, outputs := liveness(f)
 	keep := func(v *ir.Value) bool { return keepAll || outputs[v] }
+	// Values waiting for a later reader rest packed in float32 (pack.go), except in
+	// float64 runs and where every value is returned.
+	rest := map[*ir.Value]packed{}
+	packing := !opts.exact() && !keepAll
 	args := make([]*tensor.Tensor, 0, 8)
+	held := make([]*tensor.Tensor, 0, 8) // the args that are vals' own tensors
 	for i, n := range f.Body {
-		args = args[:0]
+		args, held = args[:0], held[:0]
 		for _, a := range n.Args {
-			args = append(args, vals[a])
+			t, ok := vals[a]
+			if ok {
+				held = append(held, t)
+			} else if p, ok := rest[a]; ok {
+				t = p.unpack()
+			}
+			args = append(args, t)
 		}
 		res, err := exec(n, args, opts)
 		if err != nil {
 			return nil, fmt.Errorf("cpu: func @%s: node %d: %w", f.Name, i, err)
 		}
 		for j, r := range n.Results {
-			if _, used := last[r]; used || keep(r) {
+			if _, used := last[r]; !used && !keep(r) {
+				continue
+			}
+			if packing && packs(r, i, last, outputs) && !sharesStorage(res[j], held) {
+				rest[r] = pack(res[j])
+			} else {
 				vals[r] = res[j]
 			}
 		}
 		for _, a := range n.Args {
 			if last[a] == i && !keep(a) {
 				delete(vals, a)
+				delete(rest, a)
 			}
 		}
 	}

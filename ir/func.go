@@ -3,6 +3,7 @@ package ir
 import (
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/lcc-dev/lcc/tensor"
@@ -134,7 +135,7 @@ func (n *Node) Result() *Value {
 // Where describes the node for error messages: `matmul "/attn/MatMul"`.
 func (n *Node) Where() string {
 	if n.Name != "" {
-		return fmt.Sprintf("%s %q", n.Op, n.Name)
+		return fmt.Sprintf("%s %s", n.Op, tensor.Brief(strconv.Quote(n.Name))) // a file's names may be megabytes
 	}
 	return n.Op.String()
 }

@@ -14,7 +14,7 @@ import (
 // This file chooses which forward values the backward keeps and which it
 // recomputes: activation recompute, which PyTorch calls activation checkpointing
 // (hence the pass's name, insert-checkpoints, and the --checkpoint flag); it is
-// not train/checkpoint's snapshots of a run on disk. Chen et al., "Training Deep Nets with
+// not train/snapshot's checkpoints of a run on disk. Chen et al., "Training Deep Nets with
 // Sublinear Memory Cost", arXiv 1604.06174; Checkmate, Jain et al., MLSys 2020.
 // It runs after autodiff, on a body that is the forward followed by the backward
 // (cost.BackwardStart finds the split). Recomputing a value duplicates the forward

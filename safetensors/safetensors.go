@@ -9,7 +9,9 @@
 //
 // Invariants:
 //   - Reading never trusts the file: the header length is bounded (MaxHeaderBytes and
-//     the file size), every dtype, shape and offset pair is checked (shapes with
+//     the file size), the header is scanned in place with at most 131072 tensors and
+//     64 dims a shape (so decoding it costs about its own size in memory), every
+//     dtype, shape and offset pair is checked (shapes with
 //     tensor.Numel, offsets within the data section, no two tensors overlapping, the
 //     byte count equal to shape × dtype size) before anything is allocated from it,
 //     and every failure is an *Error naming the file and, where there is one, the

@@ -7,7 +7,7 @@ import (
 
 	"github.com/lcc-dev/lcc/runtime/cuda"
 	"github.com/lcc-dev/lcc/runtime/exec"
-	"github.com/lcc-dev/lcc/train/checkpoint"
+	"github.com/lcc-dev/lcc/train/snapshot"
 )
 
 // saver takes the checkpoints of a resident run without stopping it. A
@@ -68,7 +68,7 @@ func (t *trainer) startSave(step int, loss float64, line []byte) error {
 }
 
 // writeSnapshot waits for snap's copy and writes it as the checkpoint of step.
-func (t *trainer) writeSnapshot(snap *exec.Snapshot, step, done int, m checkpoint.Meta) written {
+func (t *trainer) writeSnapshot(snap *exec.Snapshot, step, done int, m snapshot.Meta) written {
 	w := written{step: step}
 	if w.err = snap.Wait(); w.err != nil {
 		w.err = fmt.Errorf("checkpoint of step %d: copying the state: %w", step, w.err)
@@ -79,8 +79,8 @@ func (t *trainer) writeSnapshot(snap *exec.Snapshot, step, done int, m checkpoin
 		return w
 	}
 	master, mo, v := snap.Raw()
-	if w.path, w.err = checkpoint.SaveRaw(t.cfg.CheckpointDir, step, m, t.residentRaw(master, mo, v, done)); w.err == nil {
-		w.err = checkpoint.Prune(t.cfg.CheckpointDir, t.cfg.Keep)
+	if w.path, w.err = snapshot.SaveRaw(t.cfg.CheckpointDir, step, m, t.residentRaw(master, mo, v, done)); w.err == nil {
+		w.err = snapshot.Prune(t.cfg.CheckpointDir, t.cfg.Keep)
 	}
 	w.file = time.Since(t0)
 	return w

@@ -13,8 +13,8 @@ import (
 
 	"github.com/lcc-dev/lcc/runtime/cuda"
 	"github.com/lcc-dev/lcc/tensor"
-	"github.com/lcc-dev/lcc/train/checkpoint"
 	"github.com/lcc-dev/lcc/train/optim"
+	"github.com/lcc-dev/lcc/train/snapshot"
 )
 
 // TestGPUCheckpointBackground trains gpt_mini on the GPU with a checkpoint
@@ -130,7 +130,7 @@ func synchronousPull(t *testing.T, c Config) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if _, err := checkpoint.Save(ref, step, tr.meta(st.loss, nil), tr.pulledTensors(master, m, v,
+			if _, err := snapshot.Save(ref, step, tr.meta(st.loss, nil), tr.pulledTensors(master, m, v,
 				tr.dev.done)); err != nil {
 				t.Fatal(err)
 			}
@@ -153,7 +153,7 @@ func synchronousPull(t *testing.T, c Config) {
 		t.Fatalf("checkpoints %v, want 2", res.Checkpoints)
 	}
 	for _, p := range res.Checkpoints {
-		if _, err := checkpoint.Load(p, tr.wantCheckpoint()); err != nil {
+		if _, err := snapshot.Load(p, tr.wantCheckpoint()); err != nil {
 			t.Fatal(err)
 		}
 		st := strings.TrimSuffix(filepath.Base(p), ".json") + ".safetensors"
@@ -207,10 +207,10 @@ func TestResidentRaw(t *testing.T) {
 			}
 		}
 		dir, ref := t.TempDir(), t.TempDir()
-		if _, err := checkpoint.Save(ref, 3, checkpoint.Meta{}, tr.pulledTensors(mt, mot, vt, 3)); err != nil {
+		if _, err := snapshot.Save(ref, 3, snapshot.Meta{}, tr.pulledTensors(mt, mot, vt, 3)); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := checkpoint.SaveRaw(dir, 3, checkpoint.Meta{}, tr.residentRaw(master, m, v, 3)); err != nil {
+		if _, err := snapshot.SaveRaw(dir, 3, snapshot.Meta{}, tr.residentRaw(master, m, v, 3)); err != nil {
 			t.Fatal(err)
 		}
 		got, _ := os.ReadFile(filepath.Join(dir, "ckpt-00000003.safetensors"))

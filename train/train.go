@@ -27,9 +27,9 @@ import (
 	"github.com/lcc-dev/lcc/runtime/exec"
 	"github.com/lcc-dev/lcc/targets"
 	"github.com/lcc-dev/lcc/tensor"
-	"github.com/lcc-dev/lcc/train/checkpoint"
 	"github.com/lcc-dev/lcc/train/data"
 	"github.com/lcc-dev/lcc/train/optim"
+	"github.com/lcc-dev/lcc/train/snapshot"
 )
 
 // Config is one training run; the fields mirror `lcc train`'s flags.
@@ -276,7 +276,7 @@ func ModelHash(model string, grad *ir.Func, o driver.Options) string {
 }
 
 // optimPrefix namespaces optimizer state in checkpoints, away from weight names.
-const optimPrefix = checkpoint.OptimPrefix
+const optimPrefix = snapshot.OptimPrefix
 
 // trainer is a run in progress.
 type trainer struct {
@@ -542,8 +542,8 @@ func (t *trainer) bindData(f *ir.Func) error {
 }
 
 // wantCheckpoint is what a checkpoint of this run must hold.
-func (t *trainer) wantCheckpoint() checkpoint.Want {
-	w := checkpoint.Want{ModelHash: t.hash, Tensors: map[string]ir.Type{}}
+func (t *trainer) wantCheckpoint() snapshot.Want {
+	w := snapshot.Want{ModelHash: t.hash, Tensors: map[string]ir.Type{}}
 	for _, p := range t.grad.Params {
 		if p.Role == ir.RoleWeight {
 			w.Tensors[p.Name] = p.Value.Type
@@ -638,7 +638,7 @@ func (t *trainer) resume(res *Result) (int, error) {
 	} else if !st.IsDir() {
 		return 0, fmt.Errorf("--resume: --checkpoint-dir %s is a file, not a folder", dir)
 	}
-	c, skipped, err := checkpoint.Latest(dir, t.wantCheckpoint())
+	c, skipped, err := snapshot.Latest(dir, t.wantCheckpoint())
 	if err != nil {
 		return 0, err
 	}
@@ -788,19 +788,19 @@ func (t *trainer) save(step int, loss float64, line []byte) (string, error) {
 
 // meta is the JSON half of a checkpoint taken now, after a step of loss whose
 // --metrics line (its checkpoint's costs aside, not known yet) is line.
-func (t *trainer) meta(loss float64, line []byte) checkpoint.Meta {
-	return checkpoint.Meta{Data: t.stream.State(), LCCVersion: t.cfg.Version, ModelHash: t.hash,
+func (t *trainer) meta(loss float64, line []byte) snapshot.Meta {
+	return snapshot.Meta{Data: t.stream.State(), LCCVersion: t.cfg.Version, ModelHash: t.hash,
 		Loss: loss, Config: t.settings(), Model: absPath(t.cfg.Model), Params: frameworkParams(t.grad),
 		Metrics: line}
 }
 
 // write writes the checkpoint of step and prunes old ones.
-func (t *trainer) write(step int, m checkpoint.Meta, ts map[string]*tensor.Tensor) (string, error) {
-	path, err := checkpoint.Save(t.cfg.CheckpointDir, step, m, ts)
+func (t *trainer) write(step int, m snapshot.Meta, ts map[string]*tensor.Tensor) (string, error) {
+	path, err := snapshot.Save(t.cfg.CheckpointDir, step, m, ts)
 	if err != nil {
 		return "", err
 	}
-	return path, checkpoint.Prune(t.cfg.CheckpointDir, t.cfg.Keep)
+	return path, snapshot.Prune(t.cfg.CheckpointDir, t.cfg.Keep)
 }
 
 // checkpoint takes the checkpoint of step: in the background for a resident
@@ -835,13 +835,13 @@ func absPath(path string) string {
 }
 
 // frameworkParams records, for each weight of f, the framework parameter it is.
-func frameworkParams(f *ir.Func) map[string]checkpoint.Param {
-	out := map[string]checkpoint.Param{}
+func frameworkParams(f *ir.Func) map[string]snapshot.Param {
+	out := map[string]snapshot.Param{}
 	for _, p := range f.Params {
 		if p.Role != ir.RoleWeight {
 			continue
 		}
-		c := checkpoint.Param{Name: p.Name, Frozen: p.Frozen}
+		c := snapshot.Param{Name: p.Name, Frozen: p.Frozen}
 		if p.Origin != "" {
 			c.Name, c.Transposed = p.Origin, p.OriginTransposed
 		}

@@ -39,7 +39,7 @@ func TestHostileModelsCLI(t *testing.T) {
 // hostileCLI runs lcc compile and lcc check on case c written to model.
 func hostileCLI(t *testing.T, c hostile.Case, model, ref string) {
 	dir := filepath.Dir(model)
-	node := `"` + c.Node + `"`
+	node := `"` + c.Node // a long name is cut, its closing quote with it
 	_, stderr, code := lcc(t, "compile", model, "-o", filepath.Join(dir, c.Name))
 	switch {
 	case (c.Run || c.OK) && code != 0:

@@ -41,7 +41,7 @@ func main() {
 		if cuda.NoDriver(err) {
 			err = errors.New("no NVIDIA driver (libcuda.so.1 not found); use --device=cpu")
 		}
-		fmt.Fprintf(os.Stderr, "lcc: %v\n", err)
+		fmt.Fprintf(os.Stderr, "lcc: %s\n", clipMessage(err.Error()))
 		var ee *exitError
 		if errors.As(err, &ee) {
 			os.Exit(ee.code)
@@ -66,6 +66,19 @@ func usageOnArgError(c *cobra.Command) {
 		}
 		return nil
 	}
+}
+
+// maxMessage bounds what lcc prints for one error. Messages cut the lists and names
+// a file decides (tensor.Brief); this is the last guard, so that no input makes lcc
+// print megabytes.
+const maxMessage = 8 << 10
+
+// clipMessage returns msg, or its first maxMessage bytes and how long it was.
+func clipMessage(msg string) string {
+	if len(msg) <= maxMessage {
+		return msg
+	}
+	return fmt.Sprintf("%s... (%d bytes in all)", msg[:maxMessage], len(msg))
 }
 
 func versionCmd() *cobra.Command {

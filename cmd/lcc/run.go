@@ -192,8 +192,8 @@ func checkCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			copts := driver.CheckOptions{Tolerance: tolerance, Out: cmd.OutOrStdout(), Run: run, Storage: storage,
-				HostBudget: driver.NewHostBudget(int64(df.hostBudget))}
+			copts := driver.CheckOptions{Tolerance: tolerance, Out: cmd.OutOrStdout(), Run: run,
+				Storage: storage, HostBudget: driver.NewHostBudget(int64(df.hostBudget))}
 			if df.device == "cpu" {
 				copts.Run = nil // the driver's own CPU run (it emulates a narrower storage)
 			}

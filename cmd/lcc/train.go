@@ -99,10 +99,20 @@ naming it; --comm-timeout also bounds the rendezvous.`,
 			}
 			cfg.Target, cfg.Loss, cfg.Attention, cfg.Checkpoint = t, o.Loss, o.Attention, o.Checkpoint
 			cfg.MemoryBudget, cfg.Precision, cfg.Ranks, cfg.ShardMode = o.MemoryBudget, o.Precision, o.Ranks, o.ShardMode
-			if cfg.Device == "cpu" {
-				cfg.HostBudget = driver.NewHostBudget(int64(hostBudget))
-			}
 			precision := o.Precision
+			if cfg.Device == "cpu" {
+				whole := driver.NewHostBudget(int64(hostBudget))
+				cfg.HostBudget = whole
+				if !launched {
+					// The ranks are goroutines of this process: they share its memory.
+					cfg.HostBudget = whole.Share(cfg.Ranks)
+				}
+				// The lazy GC above must not carry the heap past the budget the step
+				// was checked against: near it, collect sooner. GOMEMLIMIT still wins.
+				if _, set := os.LookupEnv("GOMEMLIMIT"); !set && whole.Bytes > 0 {
+					defer debug.SetMemoryLimit(debug.SetMemoryLimit(whole.Bytes))
+				}
+			}
 			var res *train.Result
 			storage := tensor.F32
 			if precision == "bf16" {

@@ -1,9 +1,7 @@
 package cuda
 
 import (
-	"cmp"
 	"math"
-	"slices"
 	"sort"
 )
 
@@ -30,33 +28,15 @@ func PlanArena(plan *LaunchPlan) (offs []int64, peak int64) {
 	sort.SliceStable(ids, func(i, j int) bool {
 		return plan.Buffers[ids[i]].Bytes > plan.Buffers[ids[j]].Bytes
 	})
-	// placed holds the buffers laid out so far in offset order. A buffer goes at
-	// the lowest offset where it overlaps no placed buffer that is live at the
-	// same time: a walk up the offsets that skips the others and stops at the
-	// first gap, with no list of clashes built and sorted per buffer. (Equal
-	// offsets may come in any order: the walk's result does not depend on it.)
-	type placed struct {
-		off, end    int64
-		first, last int
-	}
-	var done []placed
+	// Each buffer goes at the lowest offset where it overlaps no buffer laid out
+	// before it that is live at the same time.
+	var lo layout
 	for _, id := range ids {
 		size := (plan.Buffers[id].Bytes + ArenaAlign - 1) / ArenaAlign * ArenaAlign
 		f, l := first[id], last[id]
-		var off int64
-		for i := range done {
-			p := &done[i]
-			if p.first > l || f > p.last {
-				continue // not live at the same time
-			}
-			if off+size <= p.off {
-				break
-			}
-			off = max(off, p.end)
-		}
+		off := lo.firstFit(size, f, l)
 		offs[id] = off
-		at, _ := slices.BinarySearchFunc(done, off, func(p placed, off int64) int { return cmp.Compare(p.off, off) })
-		done = slices.Insert(done, at, placed{off, off + size, f, l})
+		lo.insert(placed{off, off + size, f, l})
 		peak = max(peak, off+size)
 	}
 	return offs, peak

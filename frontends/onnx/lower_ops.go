@@ -337,7 +337,8 @@ func lowerReshape(c *nodeCtx) ([]*ir.Value, error) {
 		switch {
 		case d == 0 && !allowZero:
 			if i >= x.Type.Rank() {
-				return nil, fmt.Errorf("shape %s copies dim %d of a rank-%d input", tensor.Brief(spec), i, x.Type.Rank())
+				return nil, fmt.Errorf("shape %s copies dim %d of a rank-%d input", tensor.Brief(spec), i,
+					x.Type.Rank())
 			}
 			shape[i] = x.Type.Shape[i]
 		case d == -1:
@@ -771,13 +772,14 @@ func lowerConcat(c *nodeCtx) ([]*ir.Value, error) {
 	if len(args) == 0 {
 		args = append(args, c.in(0))
 	}
-	if _, err := ir.AxisIndex(c.aInt("axis", 0), args[0].Type.Rank()); err != nil {
+	axis := c.aInt("axis", 0)
+	if _, err := ir.AxisIndex(axis, args[0].Type.Rank()); err != nil {
 		return nil, err // also where one input is left and no concat is made
 	}
 	if len(args) == 1 {
 		return one(args[0])
 	}
-	return one(c.b.Apply1(ir.OpConcat, ir.A("axis", c.aInt("axis", 0)), args...))
+	return one(c.b.Apply1(ir.OpConcat, ir.A("axis", axis), args...))
 }
 
 func lowerSplit(c *nodeCtx) ([]*ir.Value, error) {
@@ -802,7 +804,8 @@ func lowerSplit(c *nodeCtx) ([]*ir.Value, error) {
 		sizes = chunks(d, (d+k-1)/k)
 	}
 	if len(sizes) != len(c.n.Outputs) {
-		return nil, fmt.Errorf("split into %d parts %s for %d outputs", len(sizes), tensor.Brief(sizes), len(c.n.Outputs))
+		return nil, fmt.Errorf("split into %d parts %s for %d outputs", len(sizes), tensor.Brief(sizes),
+			len(c.n.Outputs))
 	}
 	return c.b.Apply(ir.OpSplit, ir.A("axis", int64(ax), "sizes", sizes), x)[:len(sizes)], nil
 }

@@ -3,6 +3,7 @@ package onnx
 import (
 	"fmt"
 	"sort"
+	"strconv"
 
 	"github.com/lcc-dev/lcc/tensor"
 )
@@ -72,15 +73,18 @@ type Node struct {
 // String describes the node for messages: `node "name" (OpType)`, or, for a node
 // without a name, `node (OpType) producing "out"`.
 func (n *Node) String() string {
+	// Names come from the file: a megabyte name prints as its first kilobyte.
 	if n.Name != "" {
-		return fmt.Sprintf("node %q (%s)", n.Name, n.opLabel())
+		return fmt.Sprintf("node %s (%s)", tensor.Brief(strconv.Quote(n.Name)),
+			tensor.Brief(n.opLabel()))
 	}
 	for _, o := range n.Outputs {
 		if o != "" {
-			return fmt.Sprintf("node (%s) producing %q", n.opLabel(), o)
+			return fmt.Sprintf("node (%s) producing %s", tensor.Brief(n.opLabel()),
+				tensor.Brief(strconv.Quote(o)))
 		}
 	}
-	return fmt.Sprintf("unnamed node (%s)", n.opLabel())
+	return fmt.Sprintf("unnamed node (%s)", tensor.Brief(n.opLabel()))
 }
 
 func (n *Node) opLabel() string {

@@ -10,6 +10,7 @@ package hostile
 
 import (
 	"fmt"
+	"strings"
 
 	"google.golang.org/protobuf/proto"
 
@@ -214,6 +215,10 @@ func Cases() []Case {
 		Case{Name: "flatten_axis_min", Node: "bad", Want: "axis", Spec: unary("Flatten", Int("axis", minInt))},
 		Case{Name: "softmax_opset11_axis", Node: "bad", Want: "axis", Spec: unary("Softmax", Int("axis", 1<<62))},
 	)
+	// A node name of a megabyte: messages print its first kilobyte.
+	long := N(strings.Repeat("n", 1<<20), "Softmax", []string{"x"}, []string{"y"}, Int("axis", 9))
+	cs = append(cs, Case{Name: "node_name_long", Node: "nnnnnnnn", Want: "axis", Spec: Model{
+		Nodes: []*onnxpb.NodeProto{long}, Inputs: []*onnxpb.ValueInfoProto{x}, Outputs: []string{"y"}}})
 	ones := make([]int64, 1<<17)
 	for i := range ones {
 		ones[i] = 1

@@ -40,6 +40,7 @@ var (
 	cuMemcpyDtoD              = libcuda.sym("cuMemcpyDtoD_v2")
 	cuMemsetD8                = libcuda.sym("cuMemsetD8_v2")
 	cuMemsetD32               = libcuda.sym("cuMemsetD32_v2")
+	cuMemsetD8Async           = libcuda.sym("cuMemsetD8Async")
 	cuMemHostAlloc            = libcuda.sym("cuMemHostAlloc")
 	cuMemFreeHost             = libcuda.sym("cuMemFreeHost")
 	cuMemcpyHtoDAsync         = libcuda.sym("cuMemcpyHtoDAsync_v2")
@@ -72,7 +73,7 @@ var driverSymbols = []*symbol{cuInit, cuDriverGetVersion, cuGetErrorString, cuGe
 	cuDeviceGetCount, cuDeviceGet, cuDeviceGetName, cuDeviceGetAttribute, cuDeviceTotalMem,
 	cuDevicePrimaryCtxRetain, cuDevicePrimaryCtxRelease, cuCtxCreate, cuCtxSetCurrent,
 	cuCtxSynchronize, cuMemGetInfo, cuMemAlloc, cuMemFree, cuMemcpyHtoD, cuMemcpyDtoH,
-	cuMemcpyDtoD, cuMemsetD8, cuMemsetD32, cuMemHostAlloc, cuMemFreeHost, cuMemcpyHtoDAsync,
+	cuMemcpyDtoD, cuMemsetD8, cuMemsetD32, cuMemsetD8Async, cuMemHostAlloc, cuMemFreeHost, cuMemcpyHtoDAsync,
 	cuMemcpyDtoHAsync, cuMemcpyDtoDAsync, cuModuleLoadData, cuModuleUnload,
 	cuModuleGetFunction, cuFuncSetAttribute, cuLaunchKernel, cuStreamCreate,
 	cuStreamDestroy, cuStreamSynchronize, cuStreamWaitEvent, cuEventCreate, cuEventDestroy,

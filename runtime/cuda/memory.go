@@ -75,7 +75,10 @@ func (d *Device) CopyDtoD(dst, src DevicePtr, bytes int) error {
 }
 
 // Memset32 sets count 32-bit words at p to value (e.g. math.Float32bits(x) to fill
-// with a float, or a NaN pattern to poison an output).
+// with a float, or a NaN pattern to poison an output), and returns once they are
+// set: cuMemsetD32 runs on the legacy stream, which does not order itself with
+// lcc's non-blocking streams, so without the wait a copy or kernel queued next on
+// one of them could run first. (Stream.Memset8 is the stream-ordered form.)
 func (d *Device) Memset32(p DevicePtr, value uint32, count int) error {
 	if count == 0 {
 		return nil
@@ -84,16 +87,23 @@ func (d *Device) Memset32(p DevicePtr, value uint32, count int) error {
 		return fmt.Errorf("cuda: Memset32 at %#x: address not 4-byte aligned", uint64(p))
 	}
 	return d.do(func() error {
-		return cu(cuMemsetD32, fmt.Sprint(count, " words"), uintptr(p), uintptr(value), uintptr(count))
+		if err := cu(cuMemsetD32, fmt.Sprint(count, " words"), uintptr(p), uintptr(value), uintptr(count)); err != nil {
+			return err
+		}
+		return cu(cuCtxSynchronize, "")
 	})
 }
 
-// Memset8 sets count bytes at p to value.
+// Memset8 sets count bytes at p to value and returns once they are set (see
+// Memset32).
 func (d *Device) Memset8(p DevicePtr, value byte, count int) error {
 	if count == 0 {
 		return nil
 	}
 	return d.do(func() error {
-		return cu(cuMemsetD8, fmt.Sprint(count, " bytes"), uintptr(p), uintptr(value), uintptr(count))
+		if err := cu(cuMemsetD8, fmt.Sprint(count, " bytes"), uintptr(p), uintptr(value), uintptr(count)); err != nil {
+			return err
+		}
+		return cu(cuCtxSynchronize, "")
 	})
 }

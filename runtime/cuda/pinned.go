@@ -100,6 +100,17 @@ func (s *Stream) CopyHtoDAsync(dst DevicePtr, h *HostBuffer, off int, bytes int)
 
 // CopyDtoDAsync queues a copy of bytes between device buffers on s.
 func (s *Stream) CopyDtoDAsync(dst, src DevicePtr, bytes int) error {
+	return s.asyncBytes(cuMemcpyDtoDAsync, uintptr(dst), uintptr(src), bytes)
+}
+
+// Memset8 queues setting count bytes at p to value on s, in order with the
+// stream's other work.
+func (s *Stream) Memset8(p DevicePtr, value byte, count int) error {
+	return s.asyncBytes(cuMemsetD8Async, uintptr(p), uintptr(value), count)
+}
+
+// asyncBytes queues fn(a, b, bytes, s) on s; nothing for 0 bytes.
+func (s *Stream) asyncBytes(fn *symbol, a, b uintptr, bytes int) error {
 	if s == nil {
 		return errNilStream
 	}
@@ -107,7 +118,6 @@ func (s *Stream) CopyDtoDAsync(dst, src DevicePtr, bytes int) error {
 		return nil
 	}
 	return s.dev.do(func() error {
-		return cu(cuMemcpyDtoDAsync, fmt.Sprint(bytes, " bytes"), uintptr(dst), uintptr(src),
-			uintptr(bytes), s.handle)
+		return cu(fn, fmt.Sprint(bytes, " bytes"), a, b, uintptr(bytes), s.handle)
 	})
 }

@@ -71,4 +71,17 @@ func TestGPUPinnedAsyncCopy(t *testing.T) {
 	if err := s.CopyDtoHAsync(dst, n, b, 65); err == nil {
 		t.Error("a copy past the buffer's end was queued")
 	}
+	// A stream's memset is ordered with its copies: set b, then copy it back.
+	if err := s.Memset8(b, 0x11, n); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.CopyDtoHAsync(dst, 32, b, n); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Synchronize(); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(dst.Bytes()[32:32+n], bytes.Repeat([]byte{0x11}, n)) {
+		t.Error("the stream's memset is not what its next copy read")
+	}
 }

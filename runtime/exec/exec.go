@@ -513,7 +513,7 @@ func (r *runner) gemm(s codegen.Step) error {
 		if g.Beta != 0 {
 			return fmt.Errorf("lcc: BUG: gemm with K = 0 and beta %g", g.Beta)
 		}
-		return r.dev.Memset8(c, 0, int(g.M*g.N*max(g.Batch, 1)*cs))
+		return r.stream.Memset8(c, 0, int(g.M*g.N*max(g.Batch, 1)*cs)) // in order with the step's kernels
 	}
 	var cType tensor.DType
 	if ct != dt {

@@ -21,7 +21,7 @@ import (
 	"github.com/lcc-dev/lcc/internal/atomicfile"
 	"github.com/lcc-dev/lcc/safetensors"
 	"github.com/lcc-dev/lcc/tensor"
-	"github.com/lcc-dev/lcc/train/checkpoint"
+	"github.com/lcc-dev/lcc/train/snapshot"
 )
 
 // Weights are the trained parameters of a checkpoint under PyTorch's names.
@@ -35,12 +35,12 @@ type Weights struct {
 
 // FromCheckpoint maps c's weights to PyTorch's parameter names. A checkpoint
 // written before lcc recorded provenance keeps its weights' names.
-func FromCheckpoint(c *checkpoint.Checkpoint) (*Weights, error) {
+func FromCheckpoint(c *snapshot.Checkpoint) (*Weights, error) {
 	w := &Weights{Tensors: map[string]*tensor.Tensor{}}
 	from := map[string]string{} // PyTorch name -> checkpoint name, to report clashes
 	var names []string
 	for name := range c.Tensors {
-		if !strings.HasPrefix(name, checkpoint.OptimPrefix) {
+		if !strings.HasPrefix(name, snapshot.OptimPrefix) {
 			names = append(names, name)
 		}
 	}
@@ -49,7 +49,7 @@ func FromCheckpoint(c *checkpoint.Checkpoint) (*Weights, error) {
 		t := c.Tensors[name]
 		p, ok := c.Meta.Params[name]
 		if !ok {
-			p = checkpoint.Param{Name: name}
+			p = snapshot.Param{Name: name}
 		}
 		if p.Frozen {
 			w.Skipped = append(w.Skipped, name+" (a constant of the exported graph, not a parameter)")
@@ -116,7 +116,7 @@ type Result struct {
 	Tensors    int
 	Skipped    []string
 	// Refused are the newer checkpoints passed over as invalid, and why.
-	Refused []checkpoint.Skipped
+	Refused []snapshot.Skipped
 }
 
 // Run exports the trained weights of a checkpoint in dir.
@@ -151,12 +151,12 @@ func Run(dir string, o Options) (*Result, error) {
 // pick loads the checkpoint of step (for 0, the newest valid one, and the
 // newer ones it passed over). Checkpoints are validated as --resume validates
 // them, less what only the model can tell (checkpoint.Load).
-func pick(dir string, step int) (*checkpoint.Checkpoint, []checkpoint.Skipped, error) {
+func pick(dir string, step int) (*snapshot.Checkpoint, []snapshot.Skipped, error) {
 	if step > 0 {
-		c, err := checkpoint.Load(checkpoint.Base(dir, step)+".json", checkpoint.Want{})
+		c, err := snapshot.Load(snapshot.Base(dir, step)+".json", snapshot.Want{})
 		return c, nil, err
 	}
-	c, skipped, err := checkpoint.Latest(dir, checkpoint.Want{})
+	c, skipped, err := snapshot.Latest(dir, snapshot.Want{})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -172,7 +172,7 @@ func pick(dir string, step int) (*checkpoint.Checkpoint, []checkpoint.Skipped, e
 
 // onnxWithWeights writes the model the checkpoint's run trained with its
 // trained weights.
-func onnxWithWeights(c *checkpoint.Checkpoint) ([]byte, int, error) {
+func onnxWithWeights(c *snapshot.Checkpoint) ([]byte, int, error) {
 	model := c.Meta.Model
 	if model == "" || !strings.EqualFold(filepath.Ext(model), ".onnx") {
 		return nil, 0, fmt.Errorf("%s: --format=onnx needs the ONNX model the run trained; the checkpoint "+
@@ -180,7 +180,7 @@ func onnxWithWeights(c *checkpoint.Checkpoint) ([]byte, int, error) {
 	}
 	ws := map[string]*tensor.Tensor{}
 	for name, t := range c.Tensors {
-		if !strings.HasPrefix(name, checkpoint.OptimPrefix) {
+		if !strings.HasPrefix(name, snapshot.OptimPrefix) {
 			ws[name] = t
 		}
 	}

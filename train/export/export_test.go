@@ -14,7 +14,7 @@ import (
 	"github.com/lcc-dev/lcc/safetensors"
 	"github.com/lcc-dev/lcc/tensor"
 	"github.com/lcc-dev/lcc/train"
-	"github.com/lcc-dev/lcc/train/checkpoint"
+	"github.com/lcc-dev/lcc/train/snapshot"
 )
 
 const gptMini = "../../testdata/onnx/gpt_mini.onnx"
@@ -73,7 +73,7 @@ func same(a, b *tensor.Tensor) bool {
 // weights equal to the trained ones, every merged parameter apart.
 func TestRoundTrip(t *testing.T) {
 	dir := trained(t)
-	ck, _, err := checkpoint.Latest(dir, checkpoint.Want{})
+	ck, _, err := snapshot.Latest(dir, snapshot.Want{})
 	if err != nil || ck == nil {
 		t.Fatalf("checkpoint: %v", err)
 	}
@@ -155,9 +155,9 @@ func TestFolded(t *testing.T) {
 	for i := range wt.F {
 		wt.F[i] = float64(i)
 	}
-	c := &checkpoint.Checkpoint{Path: "ck.json", Tensors: map[string]*tensor.Tensor{
+	c := &snapshot.Checkpoint{Path: "ck.json", Tensors: map[string]*tensor.Tensor{
 		"val_9": wt, "rope": tensor.New(tensor.F32, 4), "optim.m.val_9": wt, "b": tensor.New(tensor.F32, 3)},
-		Meta: checkpoint.Meta{Params: map[string]checkpoint.Param{
+		Meta: snapshot.Meta{Params: map[string]snapshot.Param{
 			"val_9": {Name: "fc.weight", Transposed: true}, "rope": {Name: "rope", Frozen: true}}}}
 	w, err := FromCheckpoint(c)
 	if err != nil {
@@ -170,8 +170,8 @@ func TestFolded(t *testing.T) {
 	if !sameShape(got.Shape, []int64{3, 2}) || got.F[1] != 3 || got.F[2] != 1 {
 		t.Errorf("fc.weight %v %v, want the transpose of val_9", got.Shape, got.F)
 	}
-	c.Meta.Params["b"] = checkpoint.Param{Name: "fc.weight"}
-	c.Meta.Params["val_9"] = checkpoint.Param{Name: "fc.weight"}
+	c.Meta.Params["b"] = snapshot.Param{Name: "fc.weight"}
+	c.Meta.Params["val_9"] = snapshot.Param{Name: "fc.weight"}
 	if _, err := FromCheckpoint(c); err == nil || !strings.Contains(err.Error(), `both stand for parameter "fc.weight"`) {
 		t.Errorf("clash: %v", err)
 	}

@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/lcc-dev/lcc/train"
 )
 
 func envOf(kv ...string) func(string) string {
@@ -59,5 +61,19 @@ func TestEnvFrom(t *testing.T) {
 		if !ok || err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%v: ok %v, err %v; want %q", c.env, ok, err, c.want)
 		}
+	}
+}
+
+// TestRendezvousTimeout (issue #23): a rank whose rank 0 never comes fails
+// after --comm-timeout, not after a hidden floor of 60 s.
+func TestRendezvousTimeout(t *testing.T) {
+	env := Env{Rank: 1, WorldSize: 2, MasterAddr: "127.0.0.1", MasterPort: freePort(t)}
+	start := time.Now()
+	_, err := Process(train.Config{}, env, 300*time.Millisecond)
+	if err == nil || !strings.Contains(err.Error(), "cannot reach rank 0") || !strings.Contains(err.Error(), "300ms") {
+		t.Errorf("err = %v", err)
+	}
+	if took := time.Since(start); took > 5*time.Second {
+		t.Errorf("the rendezvous gave up after %v, --comm-timeout is 300ms", took)
 	}
 }

@@ -74,12 +74,17 @@ type Result struct {
 	Token [16]byte
 }
 
-// helloTimeout bounds how long rank 0 waits for a connection's hello.
-const helloTimeout = 5 * time.Second
+// helloTimeout bounds how long rank 0 waits for a connection's hello (a
+// variable for the tests).
+var helloTimeout = 5 * time.Second
 
 // maxPending bounds the connections whose hello rank 0 awaits at once; more
 // are closed unread until some finish.
 const maxPending = 256
+
+// maxRecorded bounds the refusals rank 0 logs and keeps for its error: a flood
+// of strangers must not fill memory or the log.
+const maxRecorded = 32
 
 // maxCard bounds a card or a host name on the wire.
 const maxCard = 1 << 16
@@ -120,7 +125,8 @@ type server struct {
 	done     chan struct{} // closed when the exchange ends
 	pending  chan struct{} // a slot per hello being read
 	mu       sync.Mutex
-	refused  []string // why each refused connection was refused, in order
+	refused  []string // why the first maxRecorded refused connections were refused
+	more     int      // how many were refused after those
 }
 
 // serve is rank 0: it collects a card from every other rank, then answers all.
@@ -286,6 +292,35 @@ func (s *server) handle(c net.Conn, deadline time.Time) {
 	}
 }
 
+// dial connects to rank 0 and reads its challenge, retrying until the deadline
+// while rank 0 does not listen yet, or closes the connection unread (it is busy
+// with maxPending strangers).
+func dial(cfg Config, deadline time.Time) (net.Conn, *bufio.Reader, [16]byte, error) {
+	var challenge [16]byte
+	for {
+		c, err := net.DialTimeout("tcp", cfg.Addr, time.Until(deadline))
+		if err == nil {
+			c.SetDeadline(deadline)
+			r := bufio.NewReader(c)
+			if err = readMagic(r); err == nil {
+				if _, err = io.ReadFull(r, challenge[:]); err == nil {
+					return c, r, challenge, nil
+				}
+			}
+			c.Close()
+			if errors.Is(err, errNotOurs) {
+				return nil, nil, challenge, fmt.Errorf("rendezvous: rank %d: %s does not speak lcc's "+
+					"rendezvous", cfg.Rank, cfg.Addr)
+			}
+		}
+		if time.Now().Add(100 * time.Millisecond).After(deadline) {
+			return nil, nil, challenge, fmt.Errorf("rendezvous: rank %d cannot reach rank 0 at %s within %v: %w",
+				cfg.Rank, cfg.Addr, cfg.Timeout, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
 // isClosedHere reports whether err is a read on a connection rank 0 closed
 // itself (the exchange ended), rather than one the peer closed.
 func isClosedHere(err error) bool { return errors.Is(err, net.ErrClosed) }
@@ -298,8 +333,17 @@ func (s *server) refuse(c net.Conn, h *hello, why string) {
 	}
 	c.Close()
 	s.mu.Lock()
-	s.refused = append(s.refused, why)
-	s.mu.Unlock()
+	defer s.mu.Unlock()
+	switch {
+	case len(s.refused) < maxRecorded:
+		s.refused = append(s.refused, why)
+	case s.more == 0:
+		why = fmt.Sprintf("%s; refused %d connections, the next are counted, not logged", why, maxRecorded+1)
+		s.more++
+	default:
+		s.more++
+		return
+	}
 	if s.cfg.Log != nil {
 		s.cfg.Log("rendezvous: " + why)
 	} else {
@@ -316,8 +360,8 @@ func (s *server) refusals() string {
 	}
 	const most = 8
 	msg := "; refused meanwhile: " + strings.Join(s.refused[:min(len(s.refused), most)], "; ")
-	if len(s.refused) > most {
-		msg += fmt.Sprintf("; and %d more", len(s.refused)-most)
+	if n := len(s.refused) + s.more - most; n > 0 {
+		msg += fmt.Sprintf("; and %d more", n)
 	}
 	return msg
 }
@@ -337,33 +381,11 @@ func missing(conns []net.Conn) string {
 // challenge with its hello and reads everyone's cards.
 func join(cfg Config, card []byte) (*Result, error) {
 	deadline := time.Now().Add(cfg.Timeout)
-	var (
-		c   net.Conn
-		err error
-	)
-	for {
-		// Rank 0 may not listen yet: retry until the deadline.
-		c, err = net.DialTimeout("tcp", cfg.Addr, time.Until(deadline))
-		if err == nil {
-			break
-		}
-		if time.Now().Add(100 * time.Millisecond).After(deadline) {
-			return nil, fmt.Errorf("rendezvous: rank %d cannot reach rank 0 at %s within %v: %w", cfg.Rank,
-				cfg.Addr, cfg.Timeout, err)
-		}
-		time.Sleep(100 * time.Millisecond)
+	c, r, challenge, err := dial(cfg, deadline)
+	if err != nil {
+		return nil, err
 	}
 	defer c.Close()
-	c.SetDeadline(deadline)
-	r := bufio.NewReader(c)
-	var challenge [16]byte
-	if err := readMagic(r); err != nil {
-		return nil, fmt.Errorf("rendezvous: rank %d: rank 0 at %s does not speak lcc's rendezvous: %w",
-			cfg.Rank, cfg.Addr, err)
-	}
-	if _, err := io.ReadFull(r, challenge[:]); err != nil {
-		return nil, fmt.Errorf("rendezvous: rank %d: rank 0 at %s: %w", cfg.Rank, cfg.Addr, err)
-	}
 	h := &hello{rank: uint32(cfg.Rank), size: uint32(cfg.Size), card: card}
 	rand.Read(h.nonce[:])
 	h.mac = helloMAC(cfg.Secret, challenge, h)

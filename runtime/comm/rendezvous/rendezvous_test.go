@@ -200,6 +200,37 @@ func TestSilentStrangers(t *testing.T) {
 	}
 }
 
+// TestFlood: more silent strangers than rank 0 awaits at once make it close
+// the extra connections unread; a rank that meets such a close dials again, and
+// gets in once the strangers' hello deadline frees their places. Rank 0 logs a
+// bounded number of the refusals.
+func TestFlood(t *testing.T) {
+	defer func(d time.Duration) { helloTimeout = d }(helloTimeout)
+	helloTimeout = 500 * time.Millisecond
+	var silent []net.Conn
+	defer func() {
+		for _, c := range silent {
+			c.Close()
+		}
+	}()
+	err0, err1, took, refused := meet(t, "", 20*time.Second, func(addr string) {
+		for len(silent) < maxPending+40 {
+			c, err := net.Dial("tcp", addr)
+			if err != nil {
+				time.Sleep(10 * time.Millisecond)
+				continue
+			}
+			silent = append(silent, c)
+		}
+	})
+	if err0 != nil || err1 != nil {
+		t.Fatalf("rank 0: %v; rank 1: %v", err0, err1)
+	}
+	if took > 10*time.Second || len(refused) > maxRecorded+1 || len(refused) < maxRecorded {
+		t.Errorf("took %v, logged %d refusals", took, len(refused))
+	}
+}
+
 // TestForgedHellos (issue #23): a hello with the right magic but an impossible
 // world size or rank, or garbage, is refused and logged; it no longer aborts
 // rank 0, and the real ranks meet.

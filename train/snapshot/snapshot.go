@@ -1,6 +1,8 @@
-// Package checkpoint saves and restores training state: the model's weights and
-// the optimizer's state as one safetensors file, plus a small JSON file with the
-// step, the data position, the lcc version and a hash identifying the model.
+// Package snapshot saves and restores training state, lcc train's checkpoints on
+// disk (activation recompute, which PyTorch also calls checkpointing, is
+// passes/recompute.go): the model's weights and the optimizer's state as one
+// safetensors file, plus a small JSON file with the step, the data position, the
+// lcc version and a hash identifying the model.
 //
 // Invariants:
 //   - Both files are written atomically (temp file in the same directory, fsync,
@@ -21,7 +23,7 @@
 //     checkpoint file should be is refused, not waited on.
 //   - Names: step N is ckpt-NNNNNNNN.json and ckpt-NNNNNNNN.safetensors (8 digits,
 //     so names sort by step).
-package checkpoint
+package snapshot
 
 import (
 	"bytes"
