@@ -6,9 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/lcc-dev/lcc/internal/atomicfile"
 	"github.com/lcc-dev/lcc/internal/userfile"
@@ -97,3 +99,44 @@ func (l *metricsLog) write(m metric) {
 }
 
 func (l *metricsLog) close() error { return l.f.Close() }
+
+// metric is one line of the --metrics file.
+type metric struct {
+	Step       int     `json:"step"`
+	Loss       any     `json:"loss"` // a number, or null if not finite
+	LR         float64 `json:"lr"`
+	GradNorm   any     `json:"grad_norm"`
+	TokensPerS float64 `json:"tokens_per_s"`
+	// PlannedPeak is the compile report's per-GPU peak of the step (the same
+	// every step), beside which a measured peak is read.
+	PlannedPeak int64 `json:"planned_peak_bytes"`
+	// MeasuredPeak is the device's measured peak so far (Config.Memory), and
+	// HostBytes the bytes this step moved between host and device (resident
+	// GPU runs); both omitted when not measured.
+	MeasuredPeak int64 `json:"measured_peak_bytes,omitempty"`
+	HostBytes    int64 `json:"host_bytes,omitempty"`
+	// StepMS is the step's wall-clock time, CheckpointMS the further time the
+	// loop then spent on checkpoints (taking one: waiting for the previous
+	// write and queueing the copies, or, on the host, all of it; freeing the
+	// staging copy of one whose copy is done). A checkpoint step has
+	// Checkpoint set, CheckpointWriteMS (within CheckpointMS) the time spent
+	// waiting for the previous checkpoint's files, and CheckpointBytes, the
+	// bytes its copies move from device to host: they are not in HostBytes,
+	// and the next steps overlap them.
+	StepMS            float64 `json:"step_ms"`
+	Checkpoint        bool    `json:"checkpoint,omitempty"`
+	CheckpointMS      float64 `json:"checkpoint_ms,omitempty"`
+	CheckpointWriteMS float64 `json:"checkpoint_write_wait_ms,omitempty"`
+	CheckpointBytes   int64   `json:"checkpoint_bytes,omitempty"`
+}
+
+// ms is d in milliseconds.
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// finite returns v, or nil (JSON null) for NaN and ±Inf, which JSON cannot hold.
+func finite(v float64) any {
+	if math.IsNaN(v) || math.IsInf(v, 0) {
+		return nil
+	}
+	return v
+}

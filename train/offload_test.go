@@ -1,11 +1,12 @@
 package train
 
 import (
-	"github.com/lcc-dev/lcc/internal/gputest"
 	"math"
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/lcc-dev/lcc/internal/gputest"
 
 	"github.com/lcc-dev/lcc/ir"
 	"github.com/lcc-dev/lcc/runtime/cuda"

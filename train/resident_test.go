@@ -1,10 +1,11 @@
 package train
 
 import (
-	"github.com/lcc-dev/lcc/internal/gputest"
 	"math"
 	"testing"
 	"time"
+
+	"github.com/lcc-dev/lcc/internal/gputest"
 
 	cudagen "github.com/lcc-dev/lcc/codegen/cuda"
 	"github.com/lcc-dev/lcc/driver"

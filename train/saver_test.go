@@ -3,13 +3,14 @@ package train
 import (
 	"bufio"
 	"encoding/json"
-	"github.com/lcc-dev/lcc/internal/gputest"
 	"io"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/lcc-dev/lcc/internal/gputest"
 
 	"github.com/lcc-dev/lcc/runtime/cuda"
 	"github.com/lcc-dev/lcc/tensor"

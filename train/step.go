@@ -1,0 +1,135 @@
+package train
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/lcc-dev/lcc/driver"
+	"github.com/lcc-dev/lcc/ir"
+	"github.com/lcc-dev/lcc/passes/loss"
+	"github.com/lcc-dev/lcc/tensor"
+)
+
+// Step compiles the training step cfg trains: the model loaded with cfg's
+// bindings, through the pipeline lcc compile runs with the same flags
+// (driver.CompileStep). Its Hash is the program hash lcc compile reports.
+func Step(cfg Config) (*driver.Result, error) {
+	model, err := loadModel(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return compileStep(cfg, model)
+}
+
+// loadModel loads cfg's model with cfg's bindings, printing its warnings and
+// the importer's notes to cfg.Log.
+func loadModel(cfg Config) (*ir.Func, error) {
+	bind := driver.Bindings{SeqLen: int64(cfg.SeqLen), Batch: int64(cfg.Batch), Shape: cfg.Shape}
+	model, err := driver.Load(cfg.Model, bind)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.Log != nil {
+		for _, w := range driver.Warnings(model) {
+			fmt.Fprintf(cfg.Log, "lcc: warning: %s\n", w)
+		}
+		for _, n := range model.Remarks {
+			fmt.Fprintf(cfg.Log, "lcc: note: %s\n", n)
+		}
+	}
+	if err := driver.CheckTrainable(model); err != nil {
+		return nil, fmt.Errorf("%s: %w", cfg.Model, err)
+	}
+	if miss := driver.MissingWeights(model); len(miss) > 0 {
+		return nil, fmt.Errorf("%s: weights without data: %s", cfg.Model, strings.Join(miss, ", "))
+	}
+	return model, nil
+}
+
+// compileStep is Step of the model loadModel loaded.
+func compileStep(cfg Config, model *ir.Func) (*driver.Result, error) {
+	res, err := driver.CompileStep(model, cfg.compileOptions())
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", cfg.Model, err)
+	}
+	if res.Loss == "" {
+		return nil, fmt.Errorf("%s: --loss=%s: nothing to train: the model has no loss output and no "+
+			"logits to add cross-entropy to (outputs: %s)", cfg.Model, cfg.Loss, loss.OutputList(res.Func))
+	}
+	return res, nil
+}
+
+// modelBatch is the batch f was bound to when --batch was not given: dim 0 of
+// its first input (1 for a named batch dim, else the model's static batch).
+func modelBatch(f *ir.Func) int {
+	for _, p := range f.Params {
+		if p.Role == ir.RoleInput && len(p.Value.Type.Shape) > 0 {
+			return int(p.Value.Type.Shape[0])
+		}
+	}
+	return 1
+}
+
+// ModelHash identifies a model for checkpoints: the SHA-256 of the model as
+// loaded (model, its printed IR: graph and bound shapes), the flags that change what
+// its step computes (o's loss, attention, precision and sharding), and the
+// names, dtypes and shapes of the weights and state of its step grad. Weight
+// values are not hashed: they are what training changes. Neither are the
+// activation-checkpoint policy, the memory budget and the target: they choose
+// which values the step recomputes and where it keeps them, not what it
+// computes (a recomputed value is bitwise the original), so a resume may
+// change them.
+func ModelHash(model string, grad *ir.Func, o driver.Options) string {
+	h := sha256.New()
+	io.WriteString(h, model)
+	a := o.Attention
+	fmt.Fprintf(h, "loss %q attention %q %v %v %q precision %q ranks %d %q\n", o.Loss, a.Mode,
+		a.Segments, a.Dilations, a.Offsets, o.Precision, max(o.Ranks, 1), o.ShardMode)
+	for _, p := range grad.Params {
+		if p.Role == ir.RoleWeight || p.Role == ir.RoleState {
+			fmt.Fprintf(h, "%s %v\n", p.Name, p.Value.Type)
+		}
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// bindData finds the token input and the label parameter the batches feed, and
+// checks they are [batch, seq].
+func (t *trainer) bindData(f *ir.Func) error {
+	whole := ir.T(tensor.I64, int64(t.cfg.Batch), int64(t.cfg.SeqLen))
+	for _, p := range f.Params {
+		want := whole
+		if t.shard != nil {
+			// A rank's program takes its share of a sharded input.
+			if _, ok := t.shard.Layout.Inputs[p.Name]; ok {
+				want = ir.T(tensor.I64, int64(t.cfg.Batch), int64(t.cfg.SeqLen/t.shard.Layout.Ranks))
+			}
+		}
+		var slot *string
+		switch p.Role {
+		case ir.RoleInput:
+			slot = &t.tokens
+		case ir.RoleLabel:
+			slot = &t.labels
+		default:
+			continue
+		}
+		if *slot != "" {
+			return fmt.Errorf("%s %q: lcc train feeds one token input and one label input, found also %q",
+				p.Role, p.Name, *slot)
+		}
+		if !p.Value.Type.Equal(want) {
+			return fmt.Errorf("%s %q is %v; lcc train feeds token ids %v (--batch, --seq-len)",
+				p.Role, p.Name, p.Value.Type, want)
+		}
+		*slot = p.Name
+	}
+	if t.tokens == "" {
+		return errors.New("no token input (an i64 [batch, seq] input parameter)")
+	}
+	return nil
+}
