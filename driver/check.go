@@ -49,12 +49,16 @@ func compareTo(name string, a, want, emu *tensor.Tensor, minNorm float64) (Compa
 // to: two units of its rounding (bf16 keeps 8 significant bits, f16 11), since the
 // reference itself is rounded and may have been computed at that precision. Other
 // dtypes have no floor.
-func ToleranceFloor(dt tensor.DType) float64 {
+func ToleranceFloor(dt tensor.DType) float64 { return 2 * unitRoundoff(dt) }
+
+// unitRoundoff is half the spacing of dt's numbers at 1 for the narrow float
+// storages (bf16 2^-8, f16 2^-11), and 0 for the others.
+func unitRoundoff(dt tensor.DType) float64 {
 	switch dt {
 	case tensor.BF16:
-		return 0x1p-7
+		return 0x1p-8
 	case tensor.F16:
-		return 0x1p-10
+		return 0x1p-11
 	}
 	return 0
 }
@@ -148,6 +152,22 @@ func RunCPU(f *ir.Func, in map[string]*tensor.Tensor, storage tensor.DType,
 	return interp.Run(f, in, interp.Options{Precision: tensor.F32, Store: store})
 }
 
+// runOnRef runs f on the feeds REF holds and returns its outputs and what the
+// CPU's emulation of the run's storage expects of them (expected).
+func (o CheckOptions) runOnRef(f *ir.Func, ref *safetensors.File, refPath string) (outs, emu map[string]*tensor.Tensor, err error) {
+	feeds, err := Feeds(f, ref, refPath)
+	if err != nil {
+		return nil, nil, err
+	}
+	if outs, err = o.run(f, feeds); err != nil {
+		return nil, nil, err
+	}
+	if emu, err = o.expected(f, feeds, outs); err != nil {
+		return nil, nil, err
+	}
+	return outs, emu, nil
+}
+
 // expected returns what a run with narrower storage is compared with (see
 // Storage): outs itself when the run was the CPU's, else the CPU's emulation of
 // it. nil for f32 storage (REF is expected).
@@ -168,6 +188,15 @@ type CheckResult struct {
 	// Outputs is what the run computed, by output name: the model's outputs and,
 	// for CheckGrads, the loss and every grad.<name> (nil for a sharded check).
 	Outputs map[string]*tensor.Tensor
+}
+
+// record appends a comparison, or passes its error on.
+func (r *CheckResult) record(c Comparison, err error) error {
+	if err != nil {
+		return err
+	}
+	r.Comparisons = append(r.Comparisons, c)
+	return nil
 }
 
 // ErrTolerance is returned (wrapped) when a comparison exceeds the tolerance.
@@ -273,15 +302,7 @@ func Check(f *ir.Func, ref *safetensors.File, refPath string, opts CheckOptions)
 	if missing := MissingWeights(f); len(missing) > 0 {
 		return nil, fmt.Errorf("weights without data: %s", strings.Join(missing, ", "))
 	}
-	feeds, err := Feeds(f, ref, refPath)
-	if err != nil {
-		return nil, err
-	}
-	outs, err := opts.run(f, feeds)
-	if err != nil {
-		return nil, err
-	}
-	emu, err := opts.expected(f, feeds, outs)
+	outs, emu, err := opts.runOnRef(f, ref, refPath)
 	if err != nil {
 		return nil, err
 	}

@@ -78,26 +78,13 @@ func CheckGrads(f *ir.Func, ref *safetensors.File, refPath string, opts CheckOpt
 		return nil, err
 	}
 	gf := g
-	feeds, err := Feeds(gf, ref, refPath)
-	if err != nil {
-		return nil, err
-	}
-	outs, err := opts.run(gf, feeds)
-	if err != nil {
-		return nil, err
-	}
-	emu, err := opts.expected(gf, feeds, outs)
+	outs, emu, err := opts.runOnRef(gf, ref, refPath)
 	if err != nil {
 		return nil, err
 	}
 	res := &CheckResult{Outputs: outs}
 	add := func(name string, got, want *tensor.Tensor) error {
-		c, err := compareTo(name, got, want, emu[name], 0)
-		if err != nil {
-			return err
-		}
-		res.Comparisons = append(res.Comparisons, c)
-		return nil
+		return res.record(compareTo(name, got, want, emu[name], 0))
 	}
 	for _, o := range f.Outputs {
 		if want, ok := ref.Tensors[o.Name]; ok {
@@ -220,11 +207,8 @@ func compareGrads(f *ir.Func, ref *safetensors.File, refPath string, out io.Writ
 // biases) at 1.7e-5. A real gradient keeps its own norm: the floor is only
 // applied to gradients that REF (in f32) finds zero.
 func ZeroGradFloor(dt tensor.DType) float64 {
-	switch dt {
-	case tensor.BF16:
-		return 0x1p-8
-	case tensor.F16:
-		return 0x1p-11
+	if u := unitRoundoff(dt); u > 0 {
+		return u
 	}
 	return 1e-6
 }

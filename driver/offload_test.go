@@ -50,19 +50,28 @@ func checkHost(t *testing.T, res *Result) {
 	}
 }
 
+// plannedOffload plans the dilated flagship at seq tokens under budget with the
+// auto policy, and logs the plan (a long compile: skipped by -short, saying why).
+func plannedOffload(t *testing.T, seq int64, budget int64, why string) *Result {
+	t.Helper()
+	if testing.Short() {
+		t.Skip(why)
+	}
+	res := flagshipDilated(t, seq, "auto", budget)
+	m, c := res.Report.Memory, res.Report.Checkpoints
+	t.Logf("policy %s, planned %.2f GiB (arena %.2f), host %.2f GiB, %d offloaded; tried %v", c.Policy,
+		gibf(m.PerGPUPeakBytes), gibf(m.ArenaBytes), gibf(m.HostBytes), c.Offloaded, c.Tried)
+	return res
+}
+
 // TestFlagship2M is issue #14's plan: the flagship at 2M tokens (dilated, bf16)
 // under a 120 GiB budget fits no in-device policy (the smallest, per-layer
 // checkpoints, peaks at 139 GiB since SwiGLU's backward recomputes its
 // activations; it was 157 GiB before), and auto offloads the per-layer
 // checkpoints to pinned host memory.
 func TestFlagship2M(t *testing.T) {
-	if testing.Short() {
-		t.Skip("compiles a 2M-token step several times (5 s)")
-	}
-	res := flagshipDilated(t, 2<<20, "auto", 120<<30)
+	res := plannedOffload(t, 2<<20, 120<<30, "compiles a 2M-token step several times (5 s)")
 	m, c := res.Report.Memory, res.Report.Checkpoints
-	t.Logf("policy %s, planned %.2f GiB (arena %.2f), host %.2f GiB, %d offloaded; tried %v", c.Policy,
-		gibf(m.PerGPUPeakBytes), gibf(m.ArenaBytes), gibf(m.HostBytes), c.Offloaded, c.Tried)
 	if !strings.HasSuffix(c.Policy, "+offload") || m.PerGPUPeakBytes+m.ContextBytes > h200(t).MemoryBytes {
 		t.Errorf("policy %s plans %.2f GiB per GPU", c.Policy, gibf(m.PerGPUPeakBytes))
 	}
@@ -82,13 +91,8 @@ func TestFlagship2M(t *testing.T) {
 // offloading (per-layer checkpointing alone plans 82 GiB), and without a budget
 // nothing is offloaded: offload is picked only when the budget needs it.
 func TestFlagshipMillion58GiB(t *testing.T) {
-	if testing.Short() {
-		t.Skip("compiles a 1M-token step several times (4 s)")
-	}
-	res := flagshipDilated(t, 1<<20, "auto", 58<<30)
+	res := plannedOffload(t, 1<<20, 58<<30, "compiles a 1M-token step several times (4 s)")
 	m, c := res.Report.Memory, res.Report.Checkpoints
-	t.Logf("policy %s, planned %.2f GiB (arena %.2f), host %.2f GiB; tried %v", c.Policy,
-		gibf(m.PerGPUPeakBytes), gibf(m.ArenaBytes), gibf(m.HostBytes), c.Tried)
 	if !strings.HasSuffix(c.Policy, "+offload") || m.PerGPUPeakBytes > 58<<30 {
 		t.Errorf("policy %s plans %.2f GiB, budget 58 GiB", c.Policy, gibf(m.PerGPUPeakBytes))
 	}

@@ -175,34 +175,34 @@ func (sp *ShardedProgram) Gather(outs []map[string]*tensor.Tensor, name string) 
 // takeAxis returns t's elements at indices idx along axis.
 func takeAxis(t *tensor.Tensor, axis int, idx []int64) *tensor.Tensor {
 	shape := append([]int64{}, t.Shape...)
-	outer, size, inner := split3(t.Shape, axis)
 	shape[axis] = int64(len(idx))
 	out := tensor.New(t.DType, shape...)
-	for o := range outer {
-		for j, p := range idx {
-			src := (o*size + int(p)) * inner
-			dst := (o*len(idx) + j) * inner
-			if t.DType.IsFloat() {
-				copy(out.F[dst:dst+inner], t.F[src:src+inner])
-			} else {
-				copy(out.I[dst:dst+inner], t.I[src:src+inner])
-			}
-		}
-	}
+	moveAxis(t, out, axis, idx, true)
 	return out
 }
 
 // putAxis writes part into full at indices idx along axis.
 func putAxis(full, part *tensor.Tensor, axis int, idx []int64) {
+	moveAxis(full, part, axis, idx, false)
+}
+
+// moveAxis copies between full's rows at indices idx along axis and part's
+// rows in order: into part when take, else into full.
+func moveAxis(full, part *tensor.Tensor, axis int, idx []int64, take bool) {
 	outer, size, inner := split3(full.Shape, axis)
 	for o := range outer {
 		for j, p := range idx {
-			dst := (o*size + int(p)) * inner
-			src := (o*len(idx) + j) * inner
-			if full.DType.IsFloat() {
-				copy(full.F[dst:dst+inner], part.F[src:src+inner])
-			} else {
-				copy(full.I[dst:dst+inner], part.I[src:src+inner])
+			at := (o*size + int(p)) * inner // in full
+			in := (o*len(idx) + j) * inner  // in part
+			switch {
+			case full.DType.IsFloat() && take:
+				copy(part.F[in:in+inner], full.F[at:at+inner])
+			case full.DType.IsFloat():
+				copy(full.F[at:at+inner], part.F[in:in+inner])
+			case take:
+				copy(part.I[in:in+inner], full.I[at:at+inner])
+			default:
+				copy(full.I[at:at+inner], part.I[in:in+inner])
 			}
 		}
 	}
@@ -252,14 +252,7 @@ func CheckSharded(f *ir.Func, ref *safetensors.File, refPath string, so ShardOpt
 		return nil, err
 	}
 	res := &CheckResult{}
-	add := func(name string, got, want *tensor.Tensor) error {
-		c, err := Compare(name, got, want)
-		if err != nil {
-			return err
-		}
-		res.Comparisons = append(res.Comparisons, c)
-		return nil
-	}
+	add := func(name string, got, want *tensor.Tensor) error { return res.record(Compare(name, got, want)) }
 	for _, o := range f.Outputs {
 		if want, ok := ref.Tensors[o.Name]; ok {
 			if err := add(o.Name, sp.Gather(outs, o.Name), want); err != nil {
