@@ -18,17 +18,7 @@ func TestLoss(t *testing.T) {
 	if err := Loss(path, "gpt_mini", 10, losses); err != nil {
 		t.Fatal(err)
 	}
-	data, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	img, err := png.Decode(bytes.NewReader(data))
-	if err != nil {
-		t.Fatalf("not a PNG: %v", err)
-	}
-	if b := img.Bounds(); b.Dx() < 300 || b.Dy() < 200 {
-		t.Errorf("image %v, want a readable size", b)
-	}
+	readablePNG(t, path)
 	svg := filepath.Join(dir, "loss.svg")
 	if err := Loss(svg, "gpt_mini", 0, losses[:1]); err != nil {
 		t.Fatal(err)
@@ -61,17 +51,7 @@ func TestMemory(t *testing.T) {
 		if err := Memory(path, "step", s); err != nil {
 			t.Fatal(err)
 		}
-		data, err := os.ReadFile(path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		img, err := png.Decode(bytes.NewReader(data))
-		if err != nil {
-			t.Fatalf("not a PNG: %v", err)
-		}
-		if b := img.Bounds(); b.Dx() < 300 || b.Dy() < 200 {
-			t.Errorf("image %v", b)
-		}
+		data := readablePNG(t, path)
 		if prev != nil && !bytes.Equal(prev, data) {
 			t.Errorf("two draws of the same series differ")
 		}
@@ -87,4 +67,22 @@ func TestMemory(t *testing.T) {
 	if err := Memory(filepath.Join(dir, "m.png"), "", MemorySeries{}); err == nil {
 		t.Error("an empty schedule drew")
 	}
+}
+
+// readablePNG reads the PNG at path, checks it decodes at a readable size and
+// returns its bytes.
+func readablePNG(t *testing.T, path string) []byte {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	img, err := png.Decode(bytes.NewReader(data))
+	if err != nil {
+		t.Fatalf("%s: not a PNG: %v", path, err)
+	}
+	if b := img.Bounds(); b.Dx() < 300 || b.Dy() < 200 {
+		t.Errorf("%s: image %v, want a readable size", path, b)
+	}
+	return data
 }

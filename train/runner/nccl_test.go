@@ -120,14 +120,7 @@ func TestOneRankStepLowers(t *testing.T) {
 // Ulysses' all-to-all) on a one-rank NCCL communicator. The losses match the CPU
 // interpreter's within 1e-4 relative (fp32). It skips without a GPU or NCCL.
 func TestGPUProcessOneRank(t *testing.T) {
-	dev, err := cuda.Open(0)
-	if err != nil {
-		gputest.Skipf(t, "skipping: no usable GPU: %v", err)
-	}
-	dev.Close()
-	if _, err := cuda.NCCLGetUniqueID(); err != nil {
-		gputest.Skipf(t, "skipping: no usable NCCL: %v", err)
-	}
+	needGPUAndNCCL(t)
 	for name, c := range oneRankConfigs() {
 		env := Env{Rank: 0, WorldSize: 1, MasterAddr: "127.0.0.1", MasterPort: freePort(t)}
 		got, err := ProcessGPU(c, env, 30*time.Second, tensor.F32)
@@ -148,14 +141,7 @@ func TestGPUProcessOneRank(t *testing.T) {
 // step sharded for one rank on GPU 0 with a one-rank NCCL communicator, against
 // the CPU interpreter (1e-4 relative). It skips without a GPU or NCCL.
 func TestGPULocalOneRank(t *testing.T) {
-	dev, err := cuda.Open(0)
-	if err != nil {
-		gputest.Skipf(t, "skipping: no usable GPU: %v", err)
-	}
-	dev.Close()
-	if _, err := cuda.NCCLGetUniqueID(); err != nil {
-		gputest.Skipf(t, "skipping: no usable NCCL: %v", err)
-	}
+	needGPUAndNCCL(t)
 	for name, c := range oneRankConfigs() {
 		got, err := LocalGPU(c, 30*time.Second, tensor.F32)
 		if err != nil {
@@ -167,5 +153,19 @@ func TestGPULocalOneRank(t *testing.T) {
 				t.Errorf("%s: step %d: GPU loss %v, CPU %v (relative %.2g)", name, i+1, got.Losses[i], want[i], d)
 			}
 		}
+	}
+}
+
+// needGPUAndNCCL skips t (or fails it, under LCC_REQUIRE_GPU) without GPU 0 and
+// a usable NCCL.
+func needGPUAndNCCL(t *testing.T) {
+	t.Helper()
+	dev, err := cuda.Open(0)
+	if err != nil {
+		gputest.Skipf(t, "skipping: no usable GPU: %v", err)
+	}
+	dev.Close()
+	if _, err := cuda.NCCLGetUniqueID(); err != nil {
+		gputest.Skipf(t, "skipping: no usable NCCL: %v", err)
 	}
 }
