@@ -65,13 +65,8 @@ func (t *trainer) residentStep(s int) (stepStats, error) {
 	var lossSum float64
 	feeds := make(map[string]*tensor.Tensor, 2)
 	for i := range t.cfg.Accumulate {
-		b, err := t.stream.Next()
-		if err != nil {
+		if err := t.nextBatch(feeds); err != nil {
 			return stepStats{}, err
-		}
-		feeds[t.tokens] = b.InputIDs
-		if t.labels != "" {
-			feeds[t.labels] = b.Labels
 		}
 		out, err := d.bound.Step(feeds, t.lossName)
 		if err != nil {

@@ -174,6 +174,20 @@ func (t *trainer) exec(f *ir.Func, in map[string]*tensor.Tensor) (map[string]*te
 	return interp.Run(f, in, interp.Options{Precision: tensor.F32})
 }
 
+// nextBatch draws the next micro-batch and feeds its tokens (and labels, when the
+// step has a label input) into feeds.
+func (t *trainer) nextBatch(feeds map[string]*tensor.Tensor) error {
+	b, err := t.stream.Next()
+	if err != nil {
+		return err
+	}
+	feeds[t.tokens] = b.InputIDs
+	if t.labels != "" {
+		feeds[t.labels] = b.Labels
+	}
+	return nil
+}
+
 // stepStats is what one step reports.
 type stepStats struct {
 	loss, lr, gradNorm float64
@@ -193,13 +207,8 @@ func (t *trainer) step(s int) (stepStats, error) {
 		in[k] = v
 	}
 	for range t.cfg.Accumulate {
-		b, err := t.stream.Next()
-		if err != nil {
+		if err := t.nextBatch(in); err != nil {
 			return stepStats{}, err
-		}
-		in[t.tokens] = b.InputIDs
-		if t.labels != "" {
-			in[t.labels] = b.Labels
 		}
 		out, err := t.exec(t.grad, in)
 		if err != nil {
