@@ -79,6 +79,11 @@ func Local(cfg train.Config, timeout time.Duration) (*train.Result, error) {
 	if err != nil {
 		return nil, err
 	}
+	return agreed(res)
+}
+
+// agreed returns rank 0's result once every rank's losses are its bits.
+func agreed(res []*train.Result) (*train.Result, error) {
 	for r := 1; r < len(res); r++ {
 		if err := sameLosses(res[0], res[r], r); err != nil {
 			return nil, err
@@ -162,12 +167,7 @@ func LocalGPU(cfg train.Config, timeout time.Duration, storage tensor.DType) (*t
 	if first != nil {
 		return nil, first
 	}
-	for r := 1; r < n; r++ {
-		if err := sameLosses(res[0], res[r], r); err != nil {
-			return nil, err
-		}
-	}
-	return res[0], nil
+	return agreed(res)
 }
 
 // localGPURank is rank r of LocalGPU; joined reports its communicator.

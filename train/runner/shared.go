@@ -50,12 +50,7 @@ func SharedGPU(cfg train.Config, timeout time.Duration, storage tensor.DType) (*
 			return nil, err
 		}
 	}
-	for r := 1; r < n; r++ {
-		if err := sameLosses(res[0], res[r], r); err != nil {
-			return nil, err
-		}
-	}
-	return res[0], nil
+	return agreed(res)
 }
 
 // sharedRank is rank r of SharedGPU.
