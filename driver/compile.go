@@ -305,17 +305,27 @@ func compileOne(f *ir.Func, opts CompileOptions) (*Result, *pipeline, error) {
 		if err != nil {
 			return nil, nil, err
 		}
-		var rest []passes.Pass
-		for _, ps := range p.passes {
-			if ps.Name == "codegen" {
-				rest = append(rest, ps)
-			}
-		}
-		var kernelErr error
-		if stats, kernelErr, err = runStages(f, rest, popts); err != nil {
+		sealed, err := sealedProgram(opts.Model)
+		if err != nil {
 			return nil, nil, err
 		}
-		codegenErr = kernelErr
+		if sealed != nil && p.hasCodegen() {
+			// The folder's own kernels and launch plan, which its manifest verified:
+			// codegen does not run again (CompileStep checks the program's hash).
+			p.found.prog = sealed
+		} else {
+			var rest []passes.Pass
+			for _, ps := range p.passes {
+				if ps.Name == "codegen" {
+					rest = append(rest, ps)
+				}
+			}
+			var kernelErr error
+			if stats, kernelErr, err = runStages(f, rest, popts); err != nil {
+				return nil, nil, err
+			}
+			codegenErr = kernelErr
+		}
 		p.found.loss = loss.Choice{Loss: l}
 		training = report.Training{Enabled: true, Loss: l}
 		if rec != nil {

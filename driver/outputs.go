@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
+	"os"
 	"path/filepath"
 	"strings"
 
@@ -95,6 +97,25 @@ func WriteFolder(dir string, res *Result, opts OutputOptions) error {
 // since compile (sha256 mismatch with manifest.json)"). A folder without a
 // manifest is an error wrapping folder.ErrNoManifest (a text IR file outside a compiled folder loads unverified).
 func VerifyFolder(dir string) error { return folder.Verify(dir, OutputFiles) }
+
+// sealedProgram is the program a compiled folder holds, for a .lcc model in one
+// (nil for any other model): its launch plan, kernels and constants as written,
+// after VerifyFolder checked them against the manifest when the model loaded.
+func sealedProgram(model string) (*cudagen.Program, error) {
+	if !strings.EqualFold(filepath.Ext(model), ".lcc") {
+		return nil, nil
+	}
+	dir := filepath.Dir(model)
+	if _, err := folder.Read(dir); errors.Is(err, folder.ErrNoManifest) {
+		return nil, nil
+	} else if err != nil {
+		return nil, err
+	}
+	if _, err := os.Stat(filepath.Join(dir, "launch_plan.json")); errors.Is(err, fs.ErrNotExist) {
+		return nil, nil // a CPU target's folder: no GPU program
+	}
+	return cudagen.ReadProgram(dir)
+}
 
 // checkSealedProgram refuses to run the step read from a compiled folder's
 // graph.lcc as any program but the one the folder holds: the program codegen

@@ -2,6 +2,7 @@ package driver
 
 import (
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -236,6 +237,15 @@ func TestCompiledStepSameProgram(t *testing.T) {
 	}
 	if again.Hash != res.Hash || again.Loss != "loss" {
 		t.Errorf("graph.lcc compiles to %s (loss %q), the model to %s", again.Hash, again.Loss, res.Hash)
+	}
+	// The folder's own program is what runs: read back, not generated again.
+	for _, st := range again.Report.Passes {
+		if st.Name == "codegen" {
+			t.Errorf("codegen ran again for a compiled folder's step")
+		}
+	}
+	if again.Program == nil || !reflect.DeepEqual(again.Program.Kernels, res.Program.Kernels) {
+		t.Errorf("the folder's program was not read back whole")
 	}
 	g, _ = Load(graph, Bindings{})
 	opts.Checkpoint = "none"
