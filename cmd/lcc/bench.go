@@ -91,6 +91,9 @@ func (bf *benchFlags) anchorRows(w io.Writer, script string, args ...string) ([]
 	return perf.RunAnchor(context.Background(), bf.anchors, script, args, os.Stderr)
 }
 
+// benchAttentionCmd is `lcc bench attention`: dense attention's forward and
+// backward on GPU 0 in the flash tier the GPU takes (or --tier), beside
+// PyTorch's SDPA backends run in the same command (perf.Attention).
 func benchAttentionCmd(bf *benchFlags) *cobra.Command {
 	var s perf.AttentionShape
 	var tiles string
@@ -178,6 +181,8 @@ func benchAttentionCmd(bf *benchFlags) *cobra.Command {
 	return cmd
 }
 
+// benchDilatedCmd is `lcc bench dilated`: LongNet's dilated attention at T
+// tokens beside the PyTorch implementation of the same branches (perf.Dilated).
 func benchDilatedCmd(bf *benchFlags) *cobra.Command {
 	s := perf.DilatedShape{}
 	var dq, tileSpec string

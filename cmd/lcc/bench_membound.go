@@ -17,6 +17,8 @@ type memShape struct {
 	precision string
 }
 
+// add registers the shape flags of a memory-bound benchmark, with T tokens by
+// default.
 func (m *memShape) add(cmd *cobra.Command, t int64) {
 	f := cmd.Flags()
 	f.Int64Var(&m.t, "T", t, "tokens")
@@ -45,6 +47,8 @@ func (m *memShape) anchorArgs(what string) []string {
 		"--V", strconv.FormatInt(m.v, 10)}
 }
 
+// benchCECmd is `lcc bench ce`: the fused output projection and cross-entropy
+// (forward and backward, in row chunks) beside PyTorch's unfused anchor.
 func benchCECmd(bf *benchFlags) *cobra.Command {
 	var m memShape
 	cmd := &cobra.Command{
@@ -99,6 +103,8 @@ first run (arena, kernels and the cuBLASLt workspace).`,
 	return cmd
 }
 
+// benchEmbedCmd is `lcc bench embed`: the embedding gather and its scatter-add
+// gradient beside PyTorch's.
 func benchEmbedCmd(bf *benchFlags) *cobra.Command {
 	var m memShape
 	cmd := &cobra.Command{

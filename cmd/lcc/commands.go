@@ -25,12 +25,16 @@ type shapeFlags struct {
 	shapes        []string
 }
 
+// add registers --seq-len, --batch and --shape, the flags that bind a model's
+// symbolic dims.
 func (s *shapeFlags) add(cmd *cobra.Command) {
 	cmd.Flags().Int64Var(&s.seqLen, "seq-len", 0, "bind the sequence dim (seq, sequence_length, ...)")
 	cmd.Flags().Int64Var(&s.batch, "batch", 0, "bind the batch dim (default 1)")
 	cmd.Flags().StringArrayVar(&s.shapes, "shape", nil, "bind a named dim: NAME=VALUE (repeatable)")
 }
 
+// bindings turns the shape flags into driver.Bindings, refusing negative sizes
+// and malformed --shape entries before any model is read.
 func (s *shapeFlags) bindings() (driver.Bindings, error) {
 	shape, err := driver.ParseShapeFlags(s.shapes)
 	if err != nil {
@@ -55,6 +59,8 @@ type attentionFlags struct {
 	shardMode           string // set by options(): ring, ulysses or dilated
 }
 
+// add registers the attention rewrite's flags: --attention, the dilated
+// segments, dilations and offsets, --ranks and --require-attention.
 func (a *attentionFlags) add(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&a.mode, "attention", "dense",
 		"attention: dense (exact), dilated (LongNet), ring or ulysses (sequence-parallel dense, with --ranks)")
@@ -97,6 +103,9 @@ func (a *attentionFlags) options(gpus int) (driver.AttentionOptions, error) {
 	return o, o.Validate()
 }
 
+// lookupTarget resolves --target: a built-in target by name, or, with
+// --target-file, an entry of that file (the only one when name is empty); the
+// error lists the names that exist.
 func lookupTarget(name, file string) (targets.Target, error) {
 	if file != "" {
 		ts, err := targets.LoadFile(file)
@@ -130,6 +139,8 @@ type compileFlags struct {
 	precision          string
 }
 
+// add registers the pipeline flags lcc compile, check and train share (the
+// target, loss, attention, checkpoint policy, memory budget and precision).
 func (c *compileFlags) add(cmd *cobra.Command) {
 	c.af.add(cmd)
 	f := cmd.Flags()
@@ -161,6 +172,9 @@ func (c *compileFlags) options() (targets.Target, driver.Options, error) {
 	return t, o, nil
 }
 
+// compileCmd is `lcc compile`: the pipeline over a model for a target, its
+// report, and with -o a folder swapped in whole (program, weights, kernels,
+// launch plan, manifest).
 func compileCmd() *cobra.Command {
 	var (
 		sf                    shapeFlags
@@ -293,6 +307,7 @@ func checkPrintAfter(name string) error {
 	return nil
 }
 
+// targetsCmd is `lcc targets`: the built-in targets and what each holds.
 func targetsCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "targets",
@@ -311,6 +326,8 @@ func targetsCmd() *cobra.Command {
 	}
 }
 
+// passesCmd is `lcc passes`: every registered pass, or with --pipeline the pass
+// list the given compile flags run, one `name key=value` line each.
 func passesCmd() *cobra.Command {
 	var (
 		cf       compileFlags

@@ -22,6 +22,8 @@ type deviceFlags struct {
 	hostBudget byteSize
 }
 
+// add registers --device and --precision, which choose where a run executes and
+// how its float values are stored there.
 func (d *deviceFlags) add(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&d.device, "device", "cpu", "where to run: cpu (reference interpreter) or cuda (GPU 0)")
 	cmd.Flags().StringVar(&d.precision, "precision", "fp32",

@@ -49,6 +49,9 @@ func parseBytes(s string) (int64, error) {
 	return int64(math.Round(x * max(scale, 1))), nil
 }
 
+// Set parses a size with its unit (80GiB, 70GB, 512MiB, 80B); a bare number is
+// refused with a suggestion, since --memory-budget=80 meaning 80 bytes is never
+// what was meant.
 func (b *byteSize) Set(s string) error {
 	n, err := parseBytes(s)
 	if err != nil {
@@ -65,6 +68,8 @@ func (b *byteSize) String() string {
 	}
 	return strconv.FormatInt(int64(*b), 10) + "B"
 }
+
+// Type names the flag's value in usage lines.
 func (b *byteSize) Type() string { return "bytes" }
 
 // positiveFlags are the flags that, when given, must be positive: a zero would

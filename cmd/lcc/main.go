@@ -24,8 +24,11 @@ type exitError struct {
 	err  error
 }
 
+// Error is the wrapped error's message; the exit code travels beside it.
 func (e *exitError) Error() string { return e.err.Error() }
 
+// main runs the command line: every error is printed once, cut to maxMessage,
+// and exits 1 (or the code an exitError carries: 130 or 143 after a signal).
 func main() {
 	root := &cobra.Command{
 		Use:           "lcc",
@@ -81,6 +84,8 @@ func clipMessage(msg string) string {
 	return fmt.Sprintf("%s... (%d bytes in all)", msg[:maxMessage], len(msg))
 }
 
+// versionCmd is `lcc version`: the version, commit and Go version, and the CUDA
+// driver and NVRTC this machine has.
 func versionCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "version",

@@ -14,6 +14,8 @@ import (
 	"github.com/lcc-dev/lcc/tensor"
 )
 
+// runCmd is `lcc run`: the model's forward on given inputs, on the CPU
+// interpreter or GPU 0, outputs written to a safetensors file.
 func runCmd() *cobra.Command {
 	var (
 		sf              shapeFlags
@@ -121,6 +123,8 @@ func summary(t *tensor.Tensor) string {
 	return fmt.Sprintf("mean=%.6g min=%.6g max=%.6g", sum/float64(n), mn, mx)
 }
 
+// checkCmd is `lcc check`: the model (and with --grads its gradients) against a
+// framework's reference, on the CPU or GPU, in the storage --precision picks.
 func checkCmd() *cobra.Command {
 	var (
 		sf        shapeFlags

@@ -68,6 +68,7 @@ func exitStatus(sig os.Signal) int {
 	return 1
 }
 
+// signalName is the conventional name of sig, for the stop message.
 func signalName(sig os.Signal) string {
 	switch sig {
 	case syscall.SIGINT:
