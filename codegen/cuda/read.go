@@ -46,10 +46,77 @@ func ReadProgram(dir string) (*Program, error) {
 		prog.Kernels = append(prog.Kernels, Kernel{Name: m.Name, Op: m.Op, Source: string(src), Entry: m.Entry,
 			Grid: m.Grid, Block: m.Block, Shared: m.Shared, Params: m.Params, Arch: m.Arch})
 	}
+	if err := checkPlan(prog); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
 	if err := readConstants(dir, prog.Plan); err != nil {
 		return nil, err
 	}
 	return prog, nil
+}
+
+// checkPlan checks that a plan read from a file is one an executor can walk
+// without indexing out of range: buffers numbered by position, aliases and step
+// arguments naming buffers, kernel steps naming a kernel with as many arguments
+// as it has parameters, and the GEMM or collective of each step that needs one.
+func checkPlan(prog *Program) error {
+	pl := prog.Plan
+	n := len(pl.Buffers)
+	inRange := func(id int) bool { return id >= 0 && id < n }
+	for i, b := range pl.Buffers {
+		if b.ID != i || b.Bytes < 0 {
+			return fmt.Errorf("buffer %d: id %d, %d bytes", i, b.ID, b.Bytes)
+		}
+		if b.Kind == "alias" {
+			// An alias chain ends at a buffer that is not one, within n steps.
+			id, hops := b.AliasOf, 0
+			for ; inRange(id) && pl.Buffers[id].Kind == "alias" && hops < n; hops++ {
+				id = pl.Buffers[id].AliasOf
+			}
+			if !inRange(id) || hops == n {
+				return fmt.Errorf("buffer %d: alias of %d, which names no buffer", i, b.AliasOf)
+			}
+		}
+	}
+	params := map[string]int{}
+	for _, k := range prog.Kernels {
+		if _, dup := params[k.Name]; dup {
+			return fmt.Errorf("kernel %s listed twice", k.Name)
+		}
+		params[k.Name] = len(k.Params)
+	}
+	for i, st := range pl.Steps {
+		for _, a := range st.Args {
+			if !inRange(a) {
+				return fmt.Errorf("step %d (%s): argument %d names no buffer", i, st.Op, a)
+			}
+		}
+		if len(st.Offs) != 0 && len(st.Offs) != len(st.Args) {
+			return fmt.Errorf("step %d (%s): %d offsets for %d arguments", i, st.Op, len(st.Offs), len(st.Args))
+		}
+		var ok bool
+		switch st.Kind {
+		case "kernel":
+			np, known := params[st.Kernel]
+			ok = known && np == len(st.Args)
+		case "gemm":
+			ok = st.Gemm != nil && len(st.Args) >= 3
+		case "collective", "wait":
+			ok = (st.Coll != nil || st.Kind == "wait") && len(st.Args) >= 2
+		case "d2h", "h2d":
+			ok = len(st.Args) >= 2
+		}
+		if !ok {
+			return fmt.Errorf("step %d: a %q step (op %s, kernel %q, %d arguments) that no executor runs",
+				i, st.Kind, st.Op, st.Kernel, len(st.Args))
+		}
+	}
+	for _, o := range pl.Outputs {
+		if !inRange(o.ID) {
+			return fmt.Errorf("output %q names no buffer", o.Name)
+		}
+	}
+	return nil
 }
 
 // readConstants loads constants.safetensors, when the plan has "const" buffers,

@@ -1,6 +1,7 @@
 package cuda
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -73,6 +74,17 @@ func TestReadProgramRefuses(t *testing.T) {
 	os.WriteFile(plan, []byte(bad), 0o644)
 	if _, err := ReadProgram(dir); err == nil || !strings.Contains(err.Error(), name) {
 		t.Errorf("a kernel file outside kernels/: %v", err)
+	}
+	// A step naming a buffer the plan does not have is refused, not indexed.
+	pf := planFile{LaunchPlan: &LaunchPlan{}}
+	if err := json.Unmarshal(js, &pf); err != nil {
+		t.Fatal(err)
+	}
+	pf.Steps[0].Args[0] = 1 << 30
+	forged, _ := json.Marshal(pf)
+	os.WriteFile(plan, forged, 0o644)
+	if _, err := ReadProgram(dir); err == nil || !strings.Contains(err.Error(), "names no buffer") {
+		t.Errorf("a step argument out of range: %v", err)
 	}
 	os.WriteFile(plan, js, 0o644)
 	os.Remove(filepath.Join(dir, "kernels", name+".cu"))
