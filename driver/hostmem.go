@@ -41,7 +41,7 @@ func (b HostBudget) Share(n int) HostBudget {
 }
 
 // Fit refuses f when the CPU interpreter's estimated peak for a run of it
-// (cpu.HostPeak), plus held bytes its caller keeps beside it (a trainer's optimizer
+// (interp.HostPeak), plus held bytes its caller keeps beside it (a trainer's optimizer
 // moments), passes the budget: the error gives both figures and the node where the
 // peak falls, before anything is allocated.
 func (b HostBudget) Fit(f *ir.Func, held int64) error {
