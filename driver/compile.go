@@ -35,6 +35,11 @@ type CompileOptions struct {
 	// DefaultShard shards the step over the target's GPUs when one GPU cannot
 	// hold it and Ranks is 0 (lcc compile's default on multi-GPU targets).
 	DefaultShard bool
+	// ForDevice says Target's arch is the GPU's found at run time, not the one
+	// the flags name (lcc train --recompile-for-device): a step read from a
+	// compiled folder then has its kernels generated again for that arch, under
+	// a new hash, instead of running as the program the folder holds.
+	ForDevice bool
 }
 
 // Result is what a compile produced.
@@ -221,13 +226,12 @@ func CompileStep(f *ir.Func, opts CompileOptions) (*Result, error) {
 		return nil, fmt.Errorf("--ranks=%d: %s is a compiled one-GPU step; give the model it came from",
 			opts.Ranks, opts.Model)
 	}
-	_, compiled := CompiledStep(f)
 	res, p, err := compileOne(f, opts)
 	if err != nil {
 		return nil, err
 	}
-	if compiled {
-		if err := checkSealedProgram(opts.Model, res.Hash, res.Program); err != nil {
+	if !opts.ForDevice {
+		if err := p.sealed.check(opts.Model, res.Hash, res.Program); err != nil {
 			return nil, err
 		}
 	}
@@ -301,18 +305,17 @@ func compileOne(f *ir.Func, opts CompileOptions) (*Result, *pipeline, error) {
 	training := report.Training{}
 	if l, ok := CompiledStep(f); ok {
 		// Only codegen runs: the passes before it ran when the step was compiled.
-		rec, err := checkRecordedPipeline(opts.Model, p.passes)
+		rec, err := checkRecordedPipeline(opts.Model, p.passes, opts.ForDevice)
 		if err != nil {
 			return nil, nil, err
 		}
-		sealed, err := sealedProgram(opts.Model)
-		if err != nil {
+		if p.sealed, err = readSealed(opts.Model); err != nil {
 			return nil, nil, err
 		}
-		if sealed != nil && p.hasCodegen() {
+		if p.sealed != nil && p.sealed.prog != nil && p.hasCodegen() && !opts.ForDevice {
 			// The folder's own kernels and launch plan, which its manifest verified:
 			// codegen does not run again (CompileStep checks the program's hash).
-			p.found.prog = sealed
+			p.found.prog = p.sealed.prog
 		} else {
 			var rest []passes.Pass
 			for _, ps := range p.passes {

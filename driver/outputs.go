@@ -98,48 +98,50 @@ func WriteFolder(dir string, res *Result, opts OutputOptions) error {
 // manifest is an error wrapping folder.ErrNoManifest (a text IR file outside a compiled folder loads unverified).
 func VerifyFolder(dir string) error { return folder.Verify(dir, OutputFiles) }
 
-// sealedProgram is the program a compiled folder holds, for a .lcc model in one
-// (nil for any other model): its launch plan, kernels and constants as written,
-// after VerifyFolder checked them against the manifest when the model loaded.
-func sealedProgram(model string) (*cudagen.Program, error) {
+// sealed is what a compiled folder holds for a .lcc model in one: its manifest,
+// read once per compile and passed on, and its GPU program (nil for a CPU
+// target's folder) as written, which VerifyFolder checked when the model loaded.
+type sealed struct {
+	manifest *folder.Manifest
+	prog     *cudagen.Program
+}
+
+// readSealed reads the compiled folder model lies in; nil for a model that is
+// not a .lcc file in a compiled folder (no manifest).
+func readSealed(model string) (*sealed, error) {
 	if !strings.EqualFold(filepath.Ext(model), ".lcc") {
 		return nil, nil
 	}
 	dir := filepath.Dir(model)
-	if _, err := folder.Read(dir); errors.Is(err, folder.ErrNoManifest) {
+	m, err := folder.Read(dir)
+	if errors.Is(err, folder.ErrNoManifest) {
 		return nil, nil
 	} else if err != nil {
 		return nil, err
 	}
+	s := &sealed{manifest: m}
 	if _, err := os.Stat(filepath.Join(dir, "launch_plan.json")); errors.Is(err, fs.ErrNotExist) {
-		return nil, nil // a CPU target's folder: no GPU program
+		return s, nil // a CPU target's folder: no GPU program
 	}
-	return cudagen.ReadProgram(dir)
+	if s.prog, err = cudagen.ReadProgram(dir); err != nil {
+		return nil, err
+	}
+	return s, nil
 }
 
-// checkSealedProgram refuses to run the step read from a compiled folder's
-// graph.lcc as any program but the one the folder holds: the program codegen
-// rebuilds from it for these flags (hash; nil prog: a CPU target, which runs the
-// verified IR itself) must be the manifest's, so the kernels and launch plan that
-// run are byte for byte the folder's files that VerifyFolder checked.
-func checkSealedProgram(model, hash string, prog *cudagen.Program) error {
-	if prog == nil || !strings.EqualFold(filepath.Ext(model), ".lcc") {
+// check refuses to run the step read from a compiled folder's graph.lcc as any
+// program but the one the folder holds: the program of these flags (hash; nil
+// prog: a CPU target, which runs the verified IR itself) must be the
+// manifest's, so the kernels and launch plan that run are byte for byte the
+// folder's files that VerifyFolder checked.
+func (s *sealed) check(model, hash string, prog *cudagen.Program) error {
+	if s == nil || prog == nil || s.manifest.Program == hash {
 		return nil
 	}
-	m, err := folder.Read(filepath.Dir(model))
-	if errors.Is(err, folder.ErrNoManifest) {
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	if m.Program != hash {
-		return fmt.Errorf("%s: these flags make program %s, but %s holds program %s (compiled for "+
-			"another --target, --precision or --rank, or a sharded plan's rank): give the flags it was "+
-			"compiled with, or compile it again", model, hash, filepath.Join(filepath.Dir(model),
-			folder.ManifestName), m.Program)
-	}
-	return nil
+	return fmt.Errorf("%s: these flags make program %s, but %s holds program %s (compiled for "+
+		"another --target, --precision or --rank, or a sharded plan's rank): give the flags it was "+
+		"compiled with, or compile it again", model, hash, filepath.Join(filepath.Dir(model),
+		folder.ManifestName), s.manifest.Program)
 }
 
 // verifySealed verifies the folder holding a .lcc file when it is a compiled

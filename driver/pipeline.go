@@ -362,6 +362,8 @@ type pipeline struct {
 	// passes are the stages bound to found, as passes.Run runs them.
 	passes []passes.Pass
 	mem    memoryModel
+	// sealed is the compiled folder a compiled step was read from (nil: none).
+	sealed *sealed
 }
 
 // Pipeline returns the passes of a compile for target t with options o, in the

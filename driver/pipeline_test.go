@@ -283,3 +283,65 @@ func TestCompiledStepSameProgram(t *testing.T) {
 		t.Errorf("a sharded folder's graph.lcc as one GPU's step: %v", err)
 	}
 }
+
+// TestCompiledStepForDevice: a folder compiled for an A100 (tier-1 attention) and recompiled for
+// sm_90a (lcc train --recompile-for-device on an H200) generates its kernels
+// again, with tier-2 attention, under a hash that is not the manifest's; the
+// passes before codegen must still be the recorded ones. Without ForDevice the
+// same arch is refused, since the folder does not hold that program.
+func TestCompiledStepForDevice(t *testing.T) {
+	a100 := mustTarget(t, "a100x1")
+	// Head dim 128: the tensor-core tiers take its attention in bf16 storage.
+	model := filepath.Join("..", "testdata", "hf", "hf_llama_gqa_d128_sdpa.onnx")
+	f, err := Load(model, Bindings{SeqLen: 128})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bf16 := Options{Precision: "bf16"}
+	res, err := Compile(f, CompileOptions{Target: a100, Model: model, Options: bf16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	if err := WriteOutputs(dir, res); err != nil {
+		t.Fatal(err)
+	}
+	graph := filepath.Join(dir, "graph.lcc")
+	hopper, err := a100.WithArch("sm_90a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, _ := Load(graph, Bindings{})
+	if _, err := CompileStep(g, CompileOptions{Target: hopper, Model: graph, Options: bf16}); err == nil ||
+		!strings.Contains(err.Error(), "codegen arch=sm_80") {
+		t.Errorf("a compiled folder's step for another arch without ForDevice: %v", err)
+	}
+	g, _ = Load(graph, Bindings{})
+	again, err := CompileStep(g, CompileOptions{Target: hopper, Model: graph, ForDevice: true,
+		Options: bf16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again.Hash == res.Hash || again.Program.Plan.Arch != "sm_90a" {
+		t.Fatalf("recompiled for sm_90a: hash %s (the folder's %s), arch %s", again.Hash, res.Hash,
+			again.Program.Plan.Arch)
+	}
+	for _, a := range res.Program.Attention {
+		if a.Tier != 1 {
+			t.Errorf("attention node %d: tier %d for a100x1, want 1", a.Node, a.Tier)
+		}
+	}
+	if len(again.Program.Attention) == 0 {
+		t.Fatal("the recompiled step has no attention kernel")
+	}
+	for _, a := range again.Program.Attention {
+		if a.Tier != 2 {
+			t.Errorf("attention node %d: tier %d after the recompile for sm_90a, want 2", a.Node, a.Tier)
+		}
+	}
+	g, _ = Load(graph, Bindings{})
+	opts := CompileOptions{Target: hopper, Model: graph, ForDevice: true, Options: Options{Checkpoint: "none", Precision: "bf16"}}
+	if _, err := CompileStep(g, opts); err == nil || !strings.Contains(err.Error(), "insert-checkpoints") {
+		t.Errorf("a recompile for the device with other passes: %v", err)
+	}
+}

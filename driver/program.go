@@ -199,8 +199,10 @@ func passLine(line string) (string, map[string]string) {
 // checkRecordedPipeline compares the pipeline the flags ask for with the one
 // that compiled a step read from DIR/graph.lcc, as DIR/report.json records it:
 // a step cannot be compiled again, so other flags would silently not apply. It
-// returns the record (nil without one).
-func checkRecordedPipeline(model string, ps []passes.Pass) (*stepRecord, error) {
+// returns the record (nil without one). A recompile for the GPU found
+// (forDevice) generates the kernels for another arch on purpose, so codegen's
+// arch is left out of the comparison.
+func checkRecordedPipeline(model string, ps []passes.Pass, forDevice bool) (*stepRecord, error) {
 	rec, err := readStepRecord(model)
 	if err != nil || rec == nil || rec.Pipeline == nil {
 		return rec, err
@@ -209,10 +211,27 @@ func checkRecordedPipeline(model string, ps []passes.Pass) (*stepRecord, error) 
 	for _, p := range ps {
 		want = append(want, strings.TrimSpace(p.Name+" "+p.Config))
 	}
-	if !slices.Equal(rec.Pipeline, want) {
+	if !slices.EqualFunc(rec.Pipeline, want, func(a, b string) bool {
+		return a == b || forDevice && withoutArch(a) == withoutArch(b)
+	}) {
 		return nil, fmt.Errorf("%s is a compiled step, and %s records its passes as\n  %s\nbut these flags "+
 			"ask for\n  %s\n(pass the flags it was compiled with, or give the model it came from)", model,
 			rec.path, strings.Join(rec.Pipeline, "\n  "), strings.Join(want, "\n  "))
 	}
 	return rec, nil
+}
+
+// withoutArch is a pipeline line with codegen's arch=... left out.
+func withoutArch(line string) string {
+	name, _ := passLine(line)
+	if name != "codegen" {
+		return line
+	}
+	var keep []string
+	for _, f := range strings.Fields(line) {
+		if !strings.HasPrefix(f, "arch=") {
+			keep = append(keep, f)
+		}
+	}
+	return strings.Join(keep, " ")
 }

@@ -203,6 +203,19 @@ func (t Target) Validate() error {
 	return nil
 }
 
+// WithArch is t with its code built for arch instead, every other property
+// kept: how lcc train --recompile-for-device compiles a target's step for the
+// GPU it finds. The arch must be a GPU arch lcc knows.
+func (t Target) WithArch(arch string) (Target, error) {
+	cc, ok := archs[arch]
+	if !ok || arch == ArchCPU || t.IsCPU() {
+		return Target{}, fmt.Errorf("target %s: cannot build its GPU code for %q (want a GPU arch: %s)",
+			t.Name, arch, strings.Join(archNames(), ", "))
+	}
+	t.Arch, t.ComputeCapability = arch, cc
+	return t, t.Validate()
+}
+
 // FieldError is a Validate failure: which JSON field, and what is wrong with it.
 type FieldError struct {
 	Field string

@@ -218,3 +218,28 @@ func unwrapAll(err error) error {
 		err = u.Unwrap()
 	}
 }
+
+// TestWithArch: a target rebuilt for another arch keeps everything but the arch
+// and its compute capability; the CPU and unknown archs are refused, naming them.
+func TestWithArch(t *testing.T) {
+	a100, _ := Lookup("a100x1")
+	got, err := a100.WithArch("sm_90a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := a100
+	want.Arch, want.ComputeCapability = "sm_90a", 90
+	if got != want {
+		t.Fatalf("WithArch = %+v, want %+v", got, want)
+	}
+	cpu, _ := Lookup("cpu")
+	for _, c := range []struct {
+		t    Target
+		arch string
+	}{{a100, "sm_75"}, {a100, ArchCPU}, {cpu, "sm_80"}} {
+		if _, err := c.t.WithArch(c.arch); err == nil || !strings.Contains(err.Error(), c.t.Name) ||
+			!strings.Contains(err.Error(), c.arch) {
+			t.Errorf("%s.WithArch(%q) = %v, want an error naming both", c.t.Name, c.arch, err)
+		}
+	}
+}

@@ -123,6 +123,13 @@ type Config struct {
 	// and arena that run are those the printed program hash names, compiled for
 	// --target's architecture, never generated again for the GPU found.
 	Adopt func(*ir.Func, *cudagen.Program) error
+	// GPU is the device Adopt's executor runs on (exec.Session.GPU); the zero
+	// value leaves the arch check to Adopt alone.
+	GPU exec.GPU
+	// RecompileForDevice (--recompile-for-device) compiles the step again for
+	// GPU's arch when --target's differs, printing the new program hash;
+	// without it a program GPU cannot run is refused, naming the flag.
+	RecompileForDevice bool
 	// Memory, if set, measures the device's peak memory (started before
 	// Session was created); it is polled after every step.
 	Memory *cuda.PeakMeter
@@ -187,6 +194,8 @@ func (c *Config) check() error {
 		return errors.New("no model given")
 	case c.Device == "cuda" && c.Run == nil:
 		return fmt.Errorf("--device=cuda: no GPU executor was given")
+	case c.RecompileForDevice && c.Device != "cuda":
+		return fmt.Errorf("%s compiles the step for the GPU found: it needs --device=cuda", RecompileFlag)
 	case c.Device != "cpu" && c.Device != "cuda":
 		return fmt.Errorf("--device %q: want cpu or cuda", c.Device)
 	case c.Data == "":

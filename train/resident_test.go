@@ -1,13 +1,18 @@
 package train
 
 import (
+	"bytes"
+	"fmt"
 	"math"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/lcc-dev/lcc/internal/gputest"
 
 	cudagen "github.com/lcc-dev/lcc/codegen/cuda"
+	"github.com/lcc-dev/lcc/codegen/cuda/flash"
 	"github.com/lcc-dev/lcc/driver"
 	"github.com/lcc-dev/lcc/ir"
 	"github.com/lcc-dev/lcc/runtime/cuda"
@@ -30,27 +35,47 @@ func gpuConfig(t *testing.T, dev *cuda.Device, c Config, st tensor.DType, cache 
 		meter.Stop()
 		s.Close()
 	})
-	c.Device, c.Session, c.Run, c.Adopt, c.Memory = "cuda", s, s.Run, s.Adopt, meter
+	c.Device, c.Session, c.Run, c.Adopt, c.Memory, c.GPU = "cuda", s, s.Run, s.Adopt, meter, s.GPU()
 	return c
 }
 
-// TestGPUTargetArch trains gpt_mini compiled for an A100 (--target=a100x1: tier-1
-// attention, portable kernels) and for an H200 on this GPU: the session runs the
-// program driver compiled, under the hash the run reports, whatever GPU it finds,
-// and a program for another GPU's architecture is refused before it runs.
+// TestGPUTargetArch trains the head-dim-128 Llama in bf16 (its attention takes
+// the tensor-core tiers) compiled for an A100 (--target=a100x1: tier-1
+// attention, portable kernels) and for an H200 on this GPU: the session runs
+// the program driver compiled, tier for tier, under the hash the run prints
+// and lcc compile reports, whatever GPU it finds. With --recompile-for-device
+// the A100's step is compiled again for this GPU's arch, and the run prints and
+// runs the new hash. A program for another GPU's architecture is refused
+// before it runs.
 func TestGPUTargetArch(t *testing.T) {
 	dev, err := cuda.Open(0)
 	if err != nil {
 		gputest.Skipf(t, "skipping: no usable GPU: %v", err)
 	}
 	defer dev.Close()
-	for _, name := range []string{"a100x1", "h200x1"} {
-		t.Run(name, func(t *testing.T) {
+	gpu := exec.GPUOf(dev)
+	for _, tc := range []struct {
+		target    string
+		recompile bool
+	}{{"a100x1", false}, {"h200x1", false}, {"a100x1", true}} {
+		t.Run(fmt.Sprintf("%s-recompile=%v", tc.target, tc.recompile), func(t *testing.T) {
 			c := small(t, 2)
-			if c.Target, err = targets.Lookup(name); err != nil {
+			c.Model, c.Precision, c.SeqLen, c.Batch = filepath.Join("..", "testdata", "hf",
+				"hf_llama_gqa_d128_sdpa.onnx"), "bf16", 128, 1
+			if c.Target, err = targets.Lookup(tc.target); err != nil {
 				t.Fatal(err)
 			}
-			c = gpuConfig(t, dev, c, tensor.F32, t.TempDir())
+			compiled, err := Step(c) // what lcc compile reports for these flags
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := gpu.Runs(compiled.Program); err != nil && !tc.recompile {
+				t.Skipf("%s's program does not run here: %v", tc.target, err)
+			}
+			c = gpuConfig(t, dev, c, tensor.BF16, t.TempDir())
+			c.RecompileForDevice = tc.recompile
+			var out bytes.Buffer
+			c.Progress = &out
 			var f *ir.Func
 			var adopted *cudagen.Program
 			adopt := c.Adopt
@@ -62,18 +87,40 @@ func TestGPUTargetArch(t *testing.T) {
 			if got := c.Session.ProgramOf(f); got != adopted {
 				t.Fatal("the session ran another program than the one compiled")
 			}
-			if h := driver.ProgramHash(f, adopted); h != res.Program {
-				t.Fatalf("ran %s, reported %s", h, res.Program)
+			if h := driver.ProgramHash(f, adopted); h != res.Program || !strings.Contains(out.String(),
+				"program "+h+"\n") {
+				t.Fatalf("ran %s, reported %s, printed\n%s", h, res.Program, out.String())
 			}
-			if adopted.Plan.Arch != c.Target.Arch {
-				t.Fatalf("program arch %s, target %s", adopted.Plan.Arch, c.Target.Arch)
+			arch, tier := c.Target.Arch, flash.TierFor(c.Target.Arch)
+			recompiled := tc.recompile && c.Target.Arch != gpu.CodegenArch
+			if recompiled {
+				arch, tier = gpu.CodegenArch, flash.TierFor(gpu.CodegenArch)
+				want := fmt.Sprintf("recompiled for %s (%s): program %s (was %s for %s)\n", arch, gpu.Name,
+					res.Program, compiled.Hash, tc.target)
+				if res.Program == compiled.Hash || !strings.HasPrefix(out.String(), want) {
+					t.Fatalf("printed\n%s\nwant first\n%s", out.String(), want)
+				}
+			} else if res.Program != compiled.Hash || strings.Contains(out.String(), "recompiled") {
+				t.Fatalf("ran %s, lcc compile reports %s; printed\n%s", res.Program, compiled.Hash, out.String())
+			}
+			if adopted.Plan.Arch != arch {
+				t.Fatalf("program arch %s, want %s", adopted.Plan.Arch, arch)
 			}
 			for _, k := range adopted.Kernels {
-				if k.Arch != "" && k.Arch != c.Target.Arch {
-					t.Errorf("kernel %s built for %s on target %s", k.Name, k.Arch, c.Target.Arch)
+				if k.Arch != "" && k.Arch != arch {
+					t.Errorf("kernel %s built for %s, want %s", k.Name, k.Arch, arch)
 				}
 			}
-			t.Logf("%s: %d kernels, program %s", name, len(adopted.Kernels), res.Program)
+			if len(adopted.Attention) == 0 {
+				t.Fatal("the step has no attention kernel")
+			}
+			for _, a := range adopted.Attention {
+				if a.Kernel != cudagen.KernelFlash || a.Tier != tier {
+					t.Errorf("attention node %d (%s): %s tier %d, want flash tier %d (%s)", a.Node, a.Op, a.Kernel,
+						a.Tier, tier, a.Why)
+				}
+			}
+			t.Logf("%d kernels, attention tier %d, program %s", len(adopted.Kernels), tier, res.Program)
 		})
 	}
 	s := exec.NewSession(dev, exec.Options{})

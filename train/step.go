@@ -22,7 +22,7 @@ func Step(cfg Config) (*driver.Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	return compileStep(cfg, model)
+	return compileStep(cfg, model, cfg.compileOptions())
 }
 
 // loadModel loads cfg's model with cfg's bindings, printing its warnings and
@@ -50,9 +50,10 @@ func loadModel(cfg Config) (*ir.Func, error) {
 	return model, nil
 }
 
-// compileStep is Step of the model loadModel loaded.
-func compileStep(cfg Config, model *ir.Func) (*driver.Result, error) {
-	res, err := driver.CompileStep(model, cfg.compileOptions())
+// compileStep is Step of the model loadModel loaded, compiled with opts (cfg's,
+// or those of a recompile for the device).
+func compileStep(cfg Config, model *ir.Func, opts driver.CompileOptions) (*driver.Result, error) {
+	res, err := driver.CompileStep(model, opts)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", cfg.Model, err)
 	}

@@ -83,16 +83,18 @@ func newTrainer(cfg Config) (*trainer, error) {
 	}
 	// Printed before the passes, which may rewrite model in place.
 	loaded := ir.Print(model)
-	step, err := compileStep(cfg, model)
+	var spare *ir.Func
+	if cfg.RecompileForDevice {
+		spare = model.Clone() // the passes rewrite model; a recompile starts again from this
+	}
+	step, err := compileStep(cfg, model, cfg.compileOptions())
 	if err != nil {
 		return nil, err
 	}
-	grad, lossName, shard, rank := step.Func, step.Loss, step.Rank, 0
-	if cfg.Adopt != nil && step.Program != nil {
-		if err := cfg.Adopt(grad, step.Program); err != nil {
-			return nil, fmt.Errorf("%s (--target=%s): %w", cfg.Model, cfg.Target.Name, err)
-		}
+	if step, err = adoptStep(cfg, step, spare); err != nil {
+		return nil, err
 	}
+	grad, lossName, shard, rank := step.Func, step.Loss, step.Rank, 0
 	if shard != nil {
 		rank = cfg.Comm.Rank()
 	}

@@ -161,6 +161,9 @@ naming it; --comm-timeout also bounds the rendezvous.`,
 	f.StringVar(&plotPath, "plot", "", "draw the loss of every step of this run to FILE (.png, .svg or .pdf)")
 	f.DurationVar(&commTimeout, "comm-timeout", runner.DefaultTimeout,
 		"with --ranks: a rank that waits this long for a peer (rendezvous or collective) fails, naming it")
+	f.BoolVar(&cfg.RecompileForDevice, "recompile-for-device", false, "with --device=cuda: compile the step "+
+		"for the GPU found (its arch, --target's other properties kept) when --target's arch differs, "+
+		"printing the new program hash; without it a program the GPU cannot run is refused")
 	f.StringVar(&cfg.Device, "device", cfg.Device, "where to train: cpu (reference interpreter, f32) or cuda (GPU 0, state resident there; --precision picks fp32 or bf16 storage)")
 	f.StringVar(&cfg.Data, "data", "",
 		"training data: synthetic:copy, synthetic:passkey, tokens:FILE or bytes:FILE")
@@ -209,7 +212,7 @@ func trainHere(cfg train.Config, precision string, env runner.Env, launched bool
 			return nil, err
 		}
 		defer release()
-		cfg.Session, cfg.Memory, cfg.Run, cfg.Adopt = s, meter, s.Run, s.Adopt
+		cfg.Session, cfg.Memory, cfg.Run, cfg.Adopt, cfg.GPU = s, meter, s.Run, s.Adopt, s.GPU()
 		if precision != "fp32" {
 			// Where the state cannot stay on the GPU, the host-side optimizer
 			// keeps masters, moments and sums fp32 (built only if used).

@@ -15,9 +15,9 @@ func TestKernelArch(t *testing.T) {
 		{"sm_80", "sm_90a", "", "code built for sm_90a does not run on sm_80"},
 		{"sm_100", "sm_90a", "", "does not run on sm_100"},
 	} {
-		got, err := kernelArch(c.dev, c.arch)
+		got, err := ArchOn(c.dev, c.arch)
 		if got != c.want || (err == nil) != (c.err == "") || err != nil && !strings.Contains(err.Error(), c.err) {
-			t.Errorf("kernelArch(%q, %q) = %q, %v; want %q, %q", c.dev, c.arch, got, err, c.want, c.err)
+			t.Errorf("ArchOn(%q, %q) = %q, %v; want %q, %q", c.dev, c.arch, got, err, c.want, c.err)
 		}
 	}
 }

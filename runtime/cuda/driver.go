@@ -341,15 +341,17 @@ func (d *Device) CodegenArch() string {
 // itself when it is architecture-specific (sm_90a), d's own when arch is "",
 // and an error when d cannot run it (code for sm_90a on an sm_80 GPU).
 func (d *Device) KernelArch(arch string) (string, error) {
-	a, err := kernelArch(d.Arch(), arch)
+	a, err := ArchOn(d.Arch(), arch)
 	if err != nil {
 		return "", fmt.Errorf("%w on %s", err, d.Name())
 	}
 	return a, nil
 }
 
-// kernelArch is KernelArch for a device of architecture dev.
-func kernelArch(dev, arch string) (string, error) {
+// ArchOn is KernelArch for a device of architecture dev ("sm_90"): a pure
+// function, so that the decision of whether a program runs on a GPU can be
+// made, and tested, without one.
+func ArchOn(dev, arch string) (string, error) {
 	if arch == "" {
 		return dev, nil
 	}

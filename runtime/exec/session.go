@@ -80,7 +80,7 @@ func (s *Session) Adopt(f *ir.Func, prog *codegen.Program) error {
 	if f == nil || prog == nil || prog.Plan == nil {
 		return errors.New("exec: Adopt needs a Func and its compiled program")
 	}
-	if err := checkArch(prog, s.dev.KernelArch); err != nil {
+	if err := s.GPU().Runs(prog); err != nil {
 		return err
 	}
 	if st := s.storage().String(); prog.Plan.Storage != st {
@@ -110,13 +110,41 @@ func (s *Session) ProgramOf(f *ir.Func) *codegen.Program {
 	return s.adopted[f]
 }
 
-// checkArch checks that every kernel of prog has code this device builds, by
-// kernelArch (Device.KernelArch).
-func checkArch(prog *codegen.Program, kernelArch func(string) (string, error)) error {
+// GPU is what decides whether a program runs on a device: its name, its own
+// architecture and the one programs built for it target. It is a plain value,
+// so that the decision (Runs) is made, and tested, without a GPU.
+type GPU struct {
+	// Name is the device's name ("NVIDIA H200"), for messages.
+	Name string
+	// Arch is the device's own architecture ("sm_90": Device.Arch).
+	Arch string
+	// CodegenArch is the architecture a program compiled for this device uses
+	// ("sm_90a" on a Hopper GPU with an NVRTC that builds it: Device.CodegenArch).
+	CodegenArch string
+}
+
+// GPUOf is dev's GPU.
+func GPUOf(dev *cuda.Device) GPU {
+	return GPU{Name: dev.Name(), Arch: dev.Arch(), CodegenArch: dev.CodegenArch()}
+}
+
+// GPU is the session's device as a GPU value (zero without a device).
+func (s *Session) GPU() GPU {
+	if s == nil || s.dev == nil {
+		return GPU{}
+	}
+	return GPUOf(s.dev)
+}
+
+// Runs checks that every kernel of prog has code g builds (cuda.ArchOn):
+// portable kernels run on any GPU lcc supports, an architecture-specific one
+// (sm_90a) only on its own generation. The error names the first kernel that
+// cannot run and the architecture the program was compiled for.
+func (g GPU) Runs(prog *codegen.Program) error {
 	for _, k := range prog.Kernels {
-		if _, err := kernelArch(k.Arch); err != nil {
-			return fmt.Errorf("exec: kernel %s of the program compiled for %s cannot run here: %w "+
-				"(compile for this GPU's target, see lcc targets)", k.Name, prog.Plan.Arch, err)
+		if _, err := cuda.ArchOn(g.Arch, k.Arch); err != nil {
+			return fmt.Errorf("exec: kernel %s of the program compiled for %s cannot run on %s: %w",
+				k.Name, prog.Plan.Arch, g.Name, err)
 		}
 	}
 	return nil

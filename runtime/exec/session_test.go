@@ -2,7 +2,6 @@ package exec
 
 import (
 	"errors"
-	"fmt"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -183,27 +182,31 @@ func TestSessionNoDevice(t *testing.T) {
 	}
 }
 
-// TestCheckArch needs no GPU: a program whose kernel was built for another
-// architecture is refused naming the kernel and the program's arch; portable
-// kernels pass.
-func TestCheckArch(t *testing.T) {
-	hopper := func(arch string) (string, error) { // Device.KernelArch on an sm_90 GPU
-		if arch == "" || arch == "sm_90a" {
-			return "sm_90", nil
-		}
-		return "", fmt.Errorf("cuda: code built for %s does not run on sm_90", arch)
-	}
+// TestGPURuns needs no GPU: a program whose kernel was built for another
+// architecture is refused naming the kernel, the program's arch and the GPU;
+// portable kernels and the GPU's own generation's pass.
+func TestGPURuns(t *testing.T) {
+	hopper := GPU{Name: "NVIDIA H200", Arch: "sm_90", CodegenArch: "sm_90a"}
 	prog := &codegen.Program{Plan: &codegen.LaunchPlan{Arch: "sm_100a"},
 		Kernels: []codegen.Kernel{{Name: "k0"}, {Name: "flash_fwd", Arch: "sm_100a"}}}
-	err := checkArch(prog, hopper)
-	if err == nil || !strings.Contains(err.Error(), "flash_fwd") || !strings.Contains(err.Error(), "sm_100a") {
-		t.Fatalf("checkArch = %v, want an error naming flash_fwd and sm_100a", err)
+	err := hopper.Runs(prog)
+	for _, want := range []string{"flash_fwd", "sm_100a", "NVIDIA H200"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Fatalf("Runs = %v, want an error naming %s", err, want)
+		}
 	}
 	prog.Kernels[1].Arch = "sm_90a"
-	if err := checkArch(prog, hopper); err != nil {
-		t.Fatalf("checkArch of runnable kernels: %v", err)
+	if err := hopper.Runs(prog); err != nil {
+		t.Fatalf("Runs of runnable kernels: %v", err)
+	}
+	ampere := GPU{Name: "NVIDIA A100", Arch: "sm_80", CodegenArch: "sm_80"}
+	if err := ampere.Runs(prog); err == nil {
+		t.Fatal("an sm_90a kernel runs on an sm_80 GPU")
 	}
 	if err := NewSession(nil, Options{}).Adopt(nil, prog); err == nil {
 		t.Fatal("Adopt on a nil device succeeded")
+	}
+	if g := NewSession(nil, Options{}).GPU(); g != (GPU{}) {
+		t.Fatalf("GPU of a session without a device = %+v, want the zero GPU", g)
 	}
 }

@@ -199,5 +199,6 @@ func trainOn(cfg train.Config, dev *cuda.Device, c comm.Device, n int, storage t
 		defer opt.Close()
 	}
 	cfg.Ranks, cfg.Comm, cfg.Run, cfg.RunOptimizer, cfg.Adopt = n, c, step.Run, opt.Run, step.Adopt
+	cfg.GPU = step.GPU()
 	return train.Train(cfg)
 }

@@ -175,6 +175,7 @@ func ProcessGPU(cfg train.Config, env Env, timeout time.Duration, storage tensor
 		opt = exec.NewSession(dev, exec.Options{Storage: tensor.F32})
 	}
 	cfg.Ranks, cfg.Comm, cfg.Run, cfg.RunOptimizer, cfg.Adopt = env.WorldSize, nc, step.Run, opt.Run, step.Adopt
+	cfg.GPU = step.GPU()
 	res, err := train.Train(cfg)
 	if opt != step {
 		opt.Close()
