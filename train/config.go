@@ -9,6 +9,7 @@ import (
 
 	cudagen "github.com/lcc-dev/lcc/codegen/cuda"
 	"github.com/lcc-dev/lcc/collective"
+	"github.com/lcc-dev/lcc/train/optim"
 
 	"github.com/lcc-dev/lcc/driver"
 	"github.com/lcc-dev/lcc/ir"
@@ -220,10 +221,6 @@ func (c *Config) check() error {
 		return fmt.Errorf("--warmup %d: want >= 0", c.Warmup)
 	case c.Warmup > c.Steps:
 		return fmt.Errorf("--warmup %d: want <= --steps (%d): the warmup would never end", c.Warmup, c.Steps)
-	case c.WeightDecay < 0 || math.IsNaN(c.WeightDecay):
-		return fmt.Errorf("--weight-decay %v: want >= 0", c.WeightDecay)
-	case c.Clip < 0 || math.IsNaN(c.Clip):
-		return fmt.Errorf("--clip %v: want >= 0 (0 turns clipping off)", c.Clip)
 	case c.Accumulate < 1:
 		return fmt.Errorf("--accumulate %d: want >= 1", c.Accumulate)
 	case c.TokenBytes != 2 && c.TokenBytes != 4:
@@ -245,7 +242,24 @@ func (c *Config) check() error {
 	case c.Comm != nil && c.Comm.Size() != max(c.Ranks, 1):
 		return fmt.Errorf("--ranks=%d, but the communicator has %d ranks", c.Ranks, c.Comm.Size())
 	}
+	// The optimizer's own rules, under the names of the flags that set them.
+	var pe *optim.ParamError
+	if err := c.adamW().Check(); errors.As(err, &pe) {
+		return fmt.Errorf("%s %v: want %s", adamWFlags[pe.Param], pe.Value, pe.Want)
+	}
 	return nil
+}
+
+// adamWFlags names the lcc train flag of each AdamW parameter it sets.
+var adamWFlags = map[string]string{"weight decay": "--weight-decay", "max norm": "--clip",
+	"micro-steps": "--accumulate"}
+
+// adamW is the optimizer c configures: PyTorch's AdamW with c's weight decay,
+// clipping and accumulation.
+func (c *Config) adamW() optim.AdamW {
+	o := optim.DefaultAdamW()
+	o.WeightDecay, o.MaxNorm, o.MicroSteps = c.WeightDecay, c.Clip, c.Accumulate
+	return o
 }
 
 // compileOptions are the pipeline options of cfg: the same as lcc compile's

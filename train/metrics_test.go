@@ -1,100 +1,59 @@
 package train
 
 import (
-	"bufio"
 	"encoding/json"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/lcc-dev/lcc/internal/userfile/fifotest"
 )
 
-// metricLines reads a --metrics file's lines as step -> loss, failing on a
-// step seen twice.
-func metricLines(t *testing.T, path string) map[int]float64 {
+// metricLine is one line of a --metrics file: the fields the tests read, and
+// all its keys as decoded JSON.
+type metricLine struct {
+	Step     int     `json:"step"`
+	Loss     float64 `json:"loss"`
+	GradNorm float64 `json:"grad_norm"`
+	Keys     map[string]any
+	Text     string
+}
+
+// readMetrics reads a --metrics file, line by line, failing on a line that is
+// not JSON.
+func readMetrics(t *testing.T, path string) []metricLine {
 	t.Helper()
 	raw, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	out := map[int]float64{}
+	var out []metricLine
 	for line := range strings.Lines(string(raw)) {
-		var m struct {
-			Step int
-			Loss float64
-		}
+		m := metricLine{Text: strings.TrimSuffix(line, "\n")}
 		if err := json.Unmarshal([]byte(line), &m); err != nil {
 			t.Fatalf("%s: line %q: %v", path, line, err)
 		}
-		if _, dup := out[m.Step]; dup {
-			t.Fatalf("%s: step %d twice:\n%s", path, m.Step, raw)
+		if err := json.Unmarshal([]byte(line), &m.Keys); err != nil {
+			t.Fatalf("%s: line %q: %v", path, line, err)
 		}
-		out[m.Step] = m.Loss
+		out = append(out, m)
 	}
 	return out
 }
 
-// killRun is the run TestMetricsLineSurvivesKill kills: 6 steps of gpt_mini,
-// checkpointed every 3 into dir, with metrics in dir.
-func killRun(t *testing.T, dir string) Config {
-	c := small(t, 6)
-	c.CheckpointDir, c.CheckpointEvery = filepath.Join(dir, "ck"), 3
-	c.Metrics = filepath.Join(dir, "m.jsonl")
-	return c
-}
-
-// TestMetricsLineSurvivesKill: a run is SIGKILLed after step 3's checkpoint
-// commits and before step 3's metrics line is written; the resume restores the
-// line from the checkpoint, so the file holds every step once, with a straight
-// run's losses.
-func TestMetricsLineSurvivesKill(t *testing.T) {
-	if dir := os.Getenv("LCC_METRICS_CHILD"); dir != "" {
-		afterCheckpoint = func(step int) {
-			if step == 3 {
-				os.Stdout.WriteString("COMMITTED\n")
-				time.Sleep(time.Minute) // killed here
-			}
+// metricLines reads a --metrics file's lines as step -> loss, failing on a
+// step seen twice.
+func metricLines(t *testing.T, path string) map[int]float64 {
+	t.Helper()
+	out := map[int]float64{}
+	for _, m := range readMetrics(t, path) {
+		if _, dup := out[m.Step]; dup {
+			t.Fatalf("%s: step %d twice", path, m.Step)
 		}
-		Train(killRun(t, dir))
-		os.Exit(3) // not reached
+		out[m.Step] = m.Loss
 	}
-	dir := t.TempDir()
-	cmd := exec.Command(os.Args[0], "-test.run=^TestMetricsLineSurvivesKill$")
-	cmd.Env = append(os.Environ(), "LCC_METRICS_CHILD="+dir)
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	straight := run(t, small(t, 6))
-	line, _ := bufio.NewReader(out).ReadString('\n')
-	cmd.Process.Signal(syscall.SIGKILL)
-	cmd.Wait()
-	if line != "COMMITTED\n" {
-		t.Fatalf("child said %q", line)
-	}
-	c := killRun(t, dir)
-	if got := metricLines(t, c.Metrics); len(got) != 2 {
-		t.Fatalf("the killed run wrote %d lines, want steps 1 and 2", len(got))
-	}
-	c.Resume = true
-	if r := run(t, c); r.FirstStep != 3 {
-		t.Fatalf("resumed from step %d, want 3", r.FirstStep)
-	}
-	got := metricLines(t, c.Metrics)
-	for s := 1; s <= 6; s++ {
-		if loss, ok := got[s]; !ok || loss != straight.Losses[s-1] {
-			t.Errorf("step %d: line %v (present %v), a straight run's loss %v", s, loss, ok,
-				straight.Losses[s-1])
-		}
-	}
+	return out
 }
 
 // TestMetricsFullDisk: a --metrics file whose writes fail (a full disk:

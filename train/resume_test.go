@@ -3,9 +3,10 @@ package train
 import (
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
+
+	"github.com/lcc-dev/lcc/internal/killtest"
 )
 
 // TestResumeNewRecomputePolicy: a run checkpointed with every activation kept
@@ -26,7 +27,7 @@ func TestResumeNewRecomputePolicy(t *testing.T) {
 	if b.Program == straight.Program {
 		t.Fatalf("--checkpoint=layers compiled the program of --checkpoint=none (%s)", b.Program)
 	}
-	if b.FirstStep != 3 || !slices.Equal(bits(b.Losses), bits(straight.Losses[3:])) {
+	if b.FirstStep != 3 || !sameBits(b.Losses, straight.Losses[3:]) {
 		t.Errorf("resumed from %d with losses %v, want from 3 with %v", b.FirstStep, b.Losses,
 			straight.Losses[3:])
 	}
@@ -58,8 +59,55 @@ func TestResumeSkipsInconsistent(t *testing.T) {
 			!strings.Contains(log.String(), tc.why) {
 			t.Errorf("%s: resumed from %d:\n%s", tc.why, b.FirstStep, log.String())
 		}
-		if !slices.Equal(bits(b.Losses), bits(a.Losses[2:])) {
+		if !sameBits(b.Losses, a.Losses[2:]) {
 			t.Errorf("%s: losses %v, want %v", tc.why, b.Losses, a.Losses[2:])
+		}
+	}
+}
+
+// killRun is the run TestMetricsLineSurvivesKill kills: 6 steps of gpt_mini,
+// checkpointed every 3 into dir, with metrics in dir.
+func killRun(t *testing.T, dir string) Config {
+	c := small(t, 6)
+	c.CheckpointDir, c.CheckpointEvery = filepath.Join(dir, "ck"), 3
+	c.Metrics = filepath.Join(dir, "m.jsonl")
+	return c
+}
+
+// TestMetricsLineSurvivesKill: a run is SIGKILLed after step 3's checkpoint
+// commits and before step 3's metrics line is written; the resume restores the
+// line from the checkpoint, so the file holds every step once, with a straight
+// run's losses.
+func TestMetricsLineSurvivesKill(t *testing.T) {
+	if dir := os.Getenv("LCC_METRICS_CHILD"); dir != "" {
+		afterCheckpoint = func(step int) {
+			if step == 3 {
+				killtest.Here("COMMITTED")
+			}
+		}
+		Train(killRun(t, dir))
+		os.Exit(3) // not reached
+	}
+	dir := t.TempDir()
+	var straight *Result
+	line := killtest.Kill(t, "TestMetricsLineSurvivesKill", "LCC_METRICS_CHILD", dir,
+		func() { straight = run(t, small(t, 6)) })
+	if line != "COMMITTED\n" {
+		t.Fatalf("child said %q", line)
+	}
+	c := killRun(t, dir)
+	if got := metricLines(t, c.Metrics); len(got) != 2 {
+		t.Fatalf("the killed run wrote %d lines, want steps 1 and 2", len(got))
+	}
+	c.Resume = true
+	if r := run(t, c); r.FirstStep != 3 {
+		t.Fatalf("resumed from step %d, want 3", r.FirstStep)
+	}
+	got := metricLines(t, c.Metrics)
+	for s := 1; s <= 6; s++ {
+		if loss, ok := got[s]; !ok || loss != straight.Losses[s-1] {
+			t.Errorf("step %d: line %v (present %v), a straight run's loss %v", s, loss, ok,
+				straight.Losses[s-1])
 		}
 	}
 }

@@ -61,7 +61,7 @@ func TestGPUCheckpointBackground(t *testing.T) {
 			}
 			resumed.Resume, resumed.Metrics = true, ""
 			r := run(t, gpuConfig(t, dev, resumed, st, cache))
-			if r.FirstStep != 4 || !slices.Equal(bits(r.Losses), bits(straight.Losses[4:])) {
+			if r.FirstStep != 4 || !sameBits(r.Losses, straight.Losses[4:]) {
 				t.Errorf("resumed from step %d: losses %v, straight run %v", r.FirstStep, r.Losses, straight.Losses[4:])
 			}
 			a, _ := os.ReadFile(filepath.Join(c.CheckpointDir, "ckpt-00000006.safetensors"))

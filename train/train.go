@@ -98,8 +98,7 @@ func newTrainer(cfg Config) (*trainer, error) {
 	if shard != nil {
 		rank = cfg.Comm.Rank()
 	}
-	o := optim.DefaultAdamW()
-	o.WeightDecay, o.MaxNorm, o.MicroSteps = cfg.WeightDecay, cfg.Clip, cfg.Accumulate
+	o := cfg.adamW()
 	upd, err := o.Build(grad)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", cfg.Model, err)

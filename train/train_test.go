@@ -1,12 +1,10 @@
 package train
 
 import (
-	"bufio"
-	"encoding/json"
+	"bytes"
 	"math"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -17,29 +15,6 @@ import (
 	"github.com/lcc-dev/lcc/runtime/comm"
 	"github.com/lcc-dev/lcc/safetensors"
 )
-
-const (
-	gptMini     = "../testdata/onnx/gpt_mini.onnx"
-	gptMiniLoss = "../testdata/onnx/gpt_mini_loss.onnx"
-)
-
-// small is a fast configuration: gpt_mini on 2×16 tokens.
-func small(t *testing.T, steps int) Config {
-	c := DefaultConfig()
-	c.Model, c.Data = gptMini, "synthetic:copy"
-	c.SeqLen, c.Batch, c.Steps, c.LR, c.Seed = 16, 2, steps, 3e-3, 1
-	c.Version = "test"
-	return c
-}
-
-func run(t *testing.T, c Config) *Result {
-	t.Helper()
-	r, err := Train(c)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return r
-}
 
 // TestStep checks the step Train trains: the pipeline's program with the loss
 // package's choice of loss, fused cross-entropy, and the program hash.
@@ -94,22 +69,6 @@ func TestLossFalls(t *testing.T) {
 	}
 }
 
-func mean(xs []float64) float64 {
-	var s float64
-	for _, x := range xs {
-		s += x
-	}
-	return s / float64(len(xs))
-}
-
-func bits(xs []float64) []uint64 {
-	out := make([]uint64, len(xs))
-	for i, x := range xs {
-		out[i] = math.Float64bits(x)
-	}
-	return out
-}
-
 // TestResumeBitIdentical splits a 20-step run (with warmup and gradient
 // accumulation) at step 10 and checks every loss of the resumed half, and the
 // final weights, against a straight run, bit for bit.
@@ -123,7 +82,7 @@ func TestResumeBitIdentical(t *testing.T) {
 	dir := t.TempDir()
 	first := base
 	first.CheckpointDir, first.StopAt = dir, 10
-	if r := run(t, first); r.Step != 10 || !slices.Equal(bits(r.Losses), bits(a.Losses[:10])) {
+	if r := run(t, first); r.Step != 10 || !sameBits(r.Losses, a.Losses[:10]) {
 		t.Fatalf("first half: step %d, losses differ from the straight run", r.Step)
 	}
 	second := base
@@ -134,13 +93,13 @@ func TestResumeBitIdentical(t *testing.T) {
 	if b.FirstStep != 10 || b.Step != 20 || !strings.HasSuffix(b.Resumed, "ckpt-00000010.json") {
 		t.Fatalf("resumed run: %+v", b)
 	}
-	if !slices.Equal(bits(b.Losses), bits(a.Losses[10:])) {
+	if !sameBits(b.Losses, a.Losses[10:]) {
 		t.Errorf("resumed losses differ:\n got %v\nwant %v", b.Losses, a.Losses[10:])
 	}
 	// Same weights and optimizer state: the final checkpoints are the same bytes.
 	ra, _ := os.ReadFile(filepath.Join(straight.CheckpointDir, "ckpt-00000020.safetensors"))
 	rb, _ := os.ReadFile(filepath.Join(dir, "ckpt-00000020.safetensors"))
-	if len(ra) == 0 || !slices.Equal(ra, rb) {
+	if len(ra) == 0 || !bytes.Equal(ra, rb) {
 		t.Error("final checkpoints differ")
 	}
 	if strings.Contains(log.String(), "changed") {
@@ -184,7 +143,7 @@ func TestResumeSkipsBad(t *testing.T) {
 		!strings.Contains(log.String(), "corrupt or truncated") {
 		t.Errorf("resume log does not name the skipped checkpoint and why:\n%s", log.String())
 	}
-	if b.FirstStep != 4 || !slices.Equal(bits(b.Losses), bits(a.Losses[4:])) {
+	if b.FirstStep != 4 || !sameBits(b.Losses, a.Losses[4:]) {
 		t.Errorf("resumed from %d with losses %v, want from 4 with %v", b.FirstStep, b.Losses, a.Losses[4:])
 	}
 
@@ -205,34 +164,19 @@ func TestMetricsAndProgress(t *testing.T) {
 	var log strings.Builder
 	c.Progress = &log
 	r := run(t, c)
-	f, err := os.Open(c.Metrics)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
 	n := 0
-	for sc.Scan() {
-		var m struct {
-			Step                         int
-			Loss, LR, GradNorm, TokensPS float64
-		}
-		var raw map[string]any
-		if err := json.Unmarshal(sc.Bytes(), &raw); err != nil {
-			t.Fatal(err)
-		}
+	for _, m := range readMetrics(t, c.Metrics) {
 		for _, k := range []string{"step", "loss", "lr", "grad_norm", "tokens_per_s", "planned_peak_bytes"} {
-			if _, ok := raw[k]; !ok {
-				t.Errorf("line %d lacks %q: %s", n+1, k, sc.Text())
+			if _, ok := m.Keys[k]; !ok {
+				t.Errorf("line %d lacks %q: %s", n+1, k, m.Text)
 			}
 		}
-		if pk := raw["planned_peak_bytes"]; pk != float64(r.PlannedPeakBytes) || r.PlannedPeakBytes <= 0 {
+		if pk := m.Keys["planned_peak_bytes"]; pk != float64(r.PlannedPeakBytes) || r.PlannedPeakBytes <= 0 {
 			t.Errorf("line %d: planned_peak_bytes %v, the run's %d", n+1, pk, r.PlannedPeakBytes)
 		}
-		json.Unmarshal(sc.Bytes(), &m)
 		n++
-		if m.Step != n || raw["loss"].(float64) != r.Losses[n-1] {
-			t.Errorf("line %d: %s", n, sc.Text())
+		if m.Step != n || m.Loss != r.Losses[n-1] {
+			t.Errorf("line %d: %s", n, m.Text)
 		}
 	}
 	if n != 4 {
@@ -298,8 +242,10 @@ func TestConfigErrors(t *testing.T) {
 		{func(c *Config) { c.MinLR = 1 }, "--min-lr"},
 		{func(c *Config) { c.Warmup = -1 }, "--warmup"},
 		{func(c *Config) { c.Warmup = 4 }, "--warmup 4: want <= --steps (3)"},
-		{func(c *Config) { c.WeightDecay = -1 }, "--weight-decay"},
-		{func(c *Config) { c.Clip = -1 }, "--clip"},
+		{func(c *Config) { c.WeightDecay = -1 }, "--weight-decay -1: want >= 0"},
+		{func(c *Config) { c.WeightDecay = math.NaN() }, "--weight-decay NaN: want >= 0"},
+		{func(c *Config) { c.Clip = -1 }, "--clip -1: want >= 0 (0 turns clipping off)"},
+		{func(c *Config) { c.Clip = math.NaN() }, "--clip NaN"},
 		{func(c *Config) { c.Accumulate = 0 }, "--accumulate"},
 		{func(c *Config) { c.TokenBytes = 3 }, "--token-bytes"},
 		{func(c *Config) { c.Resume = true }, "--resume needs --checkpoint-dir"},

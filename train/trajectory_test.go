@@ -1,7 +1,6 @@
 package train
 
 import (
-	"bufio"
 	"encoding/json"
 	"maps"
 	"math"
@@ -105,31 +104,6 @@ func TestTrajectoryMatchesPyTorch(t *testing.T) {
 			}
 		})
 	}
-}
-
-// stepMetric is the part of a --metrics line the trajectory test reads.
-type stepMetric struct {
-	Loss     float64 `json:"loss"`
-	GradNorm float64 `json:"grad_norm"`
-}
-
-func readMetrics(t *testing.T, path string) []stepMetric {
-	t.Helper()
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	var out []stepMetric
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		var m stepMetric
-		if err := json.Unmarshal(sc.Bytes(), &m); err != nil {
-			t.Fatal(err)
-		}
-		out = append(out, m)
-	}
-	return out
 }
 
 // TestTrainRefusesFoldedParameters: lcc train refuses an export whose parameters

@@ -88,20 +88,34 @@ func TrainedWeights(g *ir.Func) []string {
 	return out
 }
 
-func (o AdamW) check() error {
-	switch {
-	case o.Beta1 < 0 || o.Beta1 >= 1:
-		return fmt.Errorf("adamw: beta1 %v: want 0 <= beta1 < 1", o.Beta1)
-	case o.Beta2 < 0 || o.Beta2 >= 1:
-		return fmt.Errorf("adamw: beta2 %v: want 0 <= beta2 < 1", o.Beta2)
-	case !(o.Eps > 0):
-		return fmt.Errorf("adamw: eps %v: want > 0", o.Eps)
-	case o.WeightDecay < 0:
-		return fmt.Errorf("adamw: weight decay %v: want >= 0", o.WeightDecay)
-	case o.MaxNorm < 0:
-		return fmt.Errorf("adamw: max norm %v: want >= 0 (0 turns clipping off)", o.MaxNorm)
-	case o.MicroSteps < 0:
-		return fmt.Errorf("adamw: micro-steps %d: want >= 1", o.MicroSteps)
+// ParamError is Check's error: the parameter at fault, its value and what it
+// must be. lcc train names its flag for Param (FlagOf).
+type ParamError struct {
+	Param string // "beta1", "beta2", "eps", "weight decay", "max norm", "micro-steps"
+	Value any
+	Want  string
+}
+
+func (e *ParamError) Error() string { return fmt.Sprintf("adamw: %s %v: want %s", e.Param, e.Value, e.Want) }
+
+// Check validates o's hyperparameters, one rule per row; NaN fails every rule.
+func (o AdamW) Check() error {
+	for _, r := range []struct {
+		ok    bool
+		param string
+		value any
+		want  string
+	}{
+		{o.Beta1 >= 0 && o.Beta1 < 1, "beta1", o.Beta1, "0 <= beta1 < 1"},
+		{o.Beta2 >= 0 && o.Beta2 < 1, "beta2", o.Beta2, "0 <= beta2 < 1"},
+		{o.Eps > 0, "eps", o.Eps, "> 0"},
+		{o.WeightDecay >= 0, "weight decay", o.WeightDecay, ">= 0"},
+		{o.MaxNorm >= 0, "max norm", o.MaxNorm, ">= 0 (0 turns clipping off)"},
+		{o.MicroSteps >= 0, "micro-steps", o.MicroSteps, ">= 1"},
+	} {
+		if !r.ok {
+			return &ParamError{Param: r.param, Value: r.value, Want: r.want}
+		}
 	}
 	return nil
 }
@@ -121,7 +135,7 @@ func (o AdamW) Build(g *ir.Func) (*Update, error) {
 	if o.MicroSteps == 0 {
 		o.MicroSteps = 1
 	}
-	if err := o.check(); err != nil {
+	if err := o.Check(); err != nil {
 		return nil, err
 	}
 	weights := TrainedWeights(g)

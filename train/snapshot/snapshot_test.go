@@ -1,18 +1,16 @@
 package snapshot
 
 import (
-	"bufio"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
+	"github.com/lcc-dev/lcc/internal/killtest"
 	"github.com/lcc-dev/lcc/internal/userfile/fifotest"
 	"github.com/lcc-dev/lcc/ir"
 	"github.com/lcc-dev/lcc/tensor"
@@ -288,8 +286,7 @@ func TestKilledWriter(t *testing.T) {
 	if dir := os.Getenv("LCC_CHECKPOINT_CHILD"); dir != "" {
 		writeHook = func(path string, n int) error {
 			if strings.HasSuffix(path, ".safetensors") && n >= writeChunk {
-				os.Stdout.WriteString("HALF-WRITTEN\n")
-				time.Sleep(time.Minute) // killed here
+				killtest.Here("HALF-WRITTEN")
 			}
 			return nil
 		}
@@ -299,23 +296,9 @@ func TestKilledWriter(t *testing.T) {
 	}
 	dir := t.TempDir()
 	save(t, dir, 10)
-	cmd := exec.Command(os.Args[0], "-test.run=^TestKilledWriter$")
-	cmd.Env = append(os.Environ(), "LCC_CHECKPOINT_CHILD="+dir)
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	line, _ := bufio.NewReader(out).ReadString('\n')
-	if line != "HALF-WRITTEN\n" {
-		cmd.Process.Kill()
-		cmd.Wait()
+	if line := killtest.Kill(t, "TestKilledWriter", "LCC_CHECKPOINT_CHILD", dir, nil); line != "HALF-WRITTEN\n" {
 		t.Fatalf("child said %q", line)
 	}
-	cmd.Process.Signal(syscall.SIGKILL)
-	cmd.Wait()
 	tmps, _ := filepath.Glob(filepath.Join(dir, ".ckpt-00000020.safetensors.tmp-*"))
 	if len(tmps) != 1 {
 		t.Fatalf("expected the killed writer's temp file, found %v", tmps)
