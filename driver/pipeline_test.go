@@ -199,30 +199,37 @@ func TestPipelineBadOptions(t *testing.T) {
 	}
 }
 
+// compiledFolder compiles opts.Model with bindings b and writes it as lcc
+// compile -o does, returning the result and the folder's graph.lcc.
+func compiledFolder(t *testing.T, b Bindings, opts CompileOptions) (*Result, string) {
+	t.Helper()
+	f, err := Load(opts.Model, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := Compile(f, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	if err := WriteOutputs(dir, res); err != nil {
+		t.Fatal(err)
+	}
+	return res, filepath.Join(dir, "graph.lcc")
+}
+
 // TestCompiledStepSameProgram compiles gpt_mini, writes it, loads graph.lcc back
 // and compiles it with the same flags: the program hash must be the same. Other
 // flags are refused, since a compiled step cannot be compiled again.
 func TestCompiledStepSameProgram(t *testing.T) {
 	h200 := mustTarget(t, "h200x1")
 	model := filepath.Join("..", "testdata", "onnx", "gpt_mini.onnx")
-	f, err := Load(model, Bindings{SeqLen: 16})
-	if err != nil {
-		t.Fatal(err)
-	}
 	opts := CompileOptions{Target: h200, Model: model, Options: Options{Checkpoint: "selective"}}
-	res, err := Compile(f, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
+	res, graph := compiledFolder(t, Bindings{SeqLen: 16}, opts)
 	if res.Loss != "loss" || res.Program == nil || len(res.Program.Kernels) == 0 ||
 		!strings.HasPrefix(res.Hash, "sha256:") || res.Report.ProgramHash != res.Hash {
 		t.Fatalf("loss %q, program %v, hash %q", res.Loss, res.Program != nil, res.Hash)
 	}
-	dir := t.TempDir()
-	if err := WriteOutputs(dir, res); err != nil {
-		t.Fatal(err)
-	}
-	graph := filepath.Join(dir, "graph.lcc")
 	g, err := Load(graph, Bindings{})
 	if err != nil {
 		t.Fatal(err)
@@ -253,7 +260,7 @@ func TestCompiledStepSameProgram(t *testing.T) {
 		t.Errorf("other flags on a compiled step: %v", err)
 	}
 	// The hash covers the kernels: bf16 storage is another program.
-	f, _ = Load(model, Bindings{SeqLen: 16})
+	f, _ := Load(model, Bindings{SeqLen: 16})
 	opts.Model, opts.Checkpoint, opts.Precision = model, "selective", "bf16"
 	bf, err := Compile(f, opts)
 	if err != nil {
@@ -266,17 +273,11 @@ func TestCompiledStepSameProgram(t *testing.T) {
 	// another program, which lcc train refuses, naming the manifest, rather than
 	// run kernels the folder does not hold.
 	a100 := mustTarget(t, "a100x8")
-	f, _ = Load(model, Bindings{SeqLen: 16})
 	opts = CompileOptions{Target: a100, Model: model, DefaultShard: true}
-	sharded, err := Compile(f, opts)
-	if err != nil || sharded.Sharded == nil {
-		t.Fatalf("sharded compile: %v (sharded %v)", err, sharded != nil && sharded.Sharded != nil)
+	sharded, graph := compiledFolder(t, Bindings{SeqLen: 16}, opts)
+	if sharded.Sharded == nil {
+		t.Fatal("gpt_mini on a100x8 is not sharded")
 	}
-	dir = t.TempDir()
-	if err := WriteOutputs(dir, sharded); err != nil {
-		t.Fatal(err)
-	}
-	graph = filepath.Join(dir, "graph.lcc")
 	g, _ = Load(graph, Bindings{})
 	opts.Model, opts.DefaultShard = graph, false
 	if _, err := CompileStep(g, opts); err == nil || !strings.Contains(err.Error(), "manifest.json holds program "+sharded.Hash) {
@@ -284,8 +285,8 @@ func TestCompiledStepSameProgram(t *testing.T) {
 	}
 }
 
-// TestCompiledStepForDevice: a folder compiled for an A100 (tier-1 attention) and recompiled for
-// sm_90a (lcc train --recompile-for-device on an H200) generates its kernels
+// TestCompiledStepForDevice: a folder compiled for an A100 (tier-1 attention)
+// and recompiled for sm_90a (--recompile-for-device on an H200) generates its kernels
 // again, with tier-2 attention, under a hash that is not the manifest's; the
 // passes before codegen must still be the recorded ones. Without ForDevice the
 // same arch is refused, since the folder does not hold that program.
@@ -293,20 +294,8 @@ func TestCompiledStepForDevice(t *testing.T) {
 	a100 := mustTarget(t, "a100x1")
 	// Head dim 128: the tensor-core tiers take its attention in bf16 storage.
 	model := filepath.Join("..", "testdata", "hf", "hf_llama_gqa_d128_sdpa.onnx")
-	f, err := Load(model, Bindings{SeqLen: 128})
-	if err != nil {
-		t.Fatal(err)
-	}
 	bf16 := Options{Precision: "bf16"}
-	res, err := Compile(f, CompileOptions{Target: a100, Model: model, Options: bf16})
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	if err := WriteOutputs(dir, res); err != nil {
-		t.Fatal(err)
-	}
-	graph := filepath.Join(dir, "graph.lcc")
+	res, graph := compiledFolder(t, Bindings{SeqLen: 128}, CompileOptions{Target: a100, Model: model, Options: bf16})
 	hopper, err := a100.WithArch("sm_90a")
 	if err != nil {
 		t.Fatal(err)

@@ -189,7 +189,7 @@ func putAxis(full, part *tensor.Tensor, axis int, idx []int64) {
 // moveAxis copies between full's rows at indices idx along axis and part's
 // rows in order: into part when take, else into full.
 func moveAxis(full, part *tensor.Tensor, axis int, idx []int64, take bool) {
-	outer, size, inner := split3(full.Shape, axis)
+	outer, size, inner := tensor.SplitAxis(full.Shape, axis)
 	for o := range outer {
 		for j, p := range idx {
 			at := (o*size + int(p)) * inner // in full
@@ -206,19 +206,6 @@ func moveAxis(full, part *tensor.Tensor, axis int, idx []int64, take bool) {
 			}
 		}
 	}
-}
-
-func split3(shape []int64, axis int) (outer, size, inner int) {
-	outer, inner = 1, 1
-	for i, d := range shape {
-		switch {
-		case i < axis:
-			outer *= int(d)
-		case i > axis:
-			inner *= int(d)
-		}
-	}
-	return outer, int(shape[axis]), inner
 }
 
 // CheckSharded is Check (and, with so.Grads, CheckGrads) for the model sharded over

@@ -88,23 +88,9 @@ func tensorOf(n *ir.Node, i int, data []float64) *tensor.Tensor {
 	return out
 }
 
-// axisSplit describes a tensor as [outer, size, inner] around one axis.
-func axisSplit(shape []int64, axis int) (outer, size, inner int) {
-	outer, inner = 1, 1
-	for i, d := range shape {
-		switch {
-		case i < axis:
-			outer *= int(d)
-		case i > axis:
-			inner *= int(d)
-		}
-	}
-	return outer, int(shape[axis]), inner
-}
-
 // splitBlocks cuts x (of shape) into n equal blocks along axis.
 func splitBlocks(x []float64, shape []int64, axis, n int) [][]float64 {
-	outer, size, inner := axisSplit(shape, axis)
+	outer, size, inner := tensor.SplitAxis(shape, axis)
 	m := size / n
 	out := make([][]float64, n)
 	for j := range n {
@@ -120,7 +106,7 @@ func splitBlocks(x []float64, shape []int64, axis, n int) [][]float64 {
 
 // concatBlocks joins blocks of shape (each with size m along axis) along axis.
 func concatBlocks(blocks [][]float64, shape []int64, axis int) []float64 {
-	outer, m, inner := axisSplit(shape, axis)
+	outer, m, inner := tensor.SplitAxis(shape, axis)
 	out := make([]float64, 0, outer*m*inner*len(blocks))
 	for o := range outer {
 		for _, b := range blocks {

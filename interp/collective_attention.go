@@ -2,8 +2,9 @@ package interp
 
 import (
 	"fmt"
-	"github.com/lcc-dev/lcc/collective"
 	"slices"
+
+	"github.com/lcc-dev/lcc/collective"
 
 	"github.com/lcc-dev/lcc/interp/attention"
 	"github.com/lcc-dev/lcc/ir"

@@ -40,7 +40,7 @@ func copyBlock(dst, src *tensor.Tensor, d, s, w int) {
 func kernelGather(n *ir.Node, args []*tensor.Tensor, _ Options) ([]*tensor.Tensor, error) {
 	x, idx, out := args[0], args[1], newResult(n, 0)
 	axis := normAxis(n.AttrInt("axis"), len(x.Shape))
-	outer, m, inner := splitAt(x.Shape, axis)
+	outer, m, inner := tensor.SplitAxis(x.Shape, axis)
 	ni := len(idx.I)
 	for p, raw := range idx.I {
 		j, err := wrapIndex(raw, m, "gather")

@@ -189,7 +189,7 @@ func fill(xs []float64, v float64) {
 func kernelSoftmax(n *ir.Node, args []*tensor.Tensor, _ Options) ([]*tensor.Tensor, error) {
 	x, out := args[0], newResult(n, 0)
 	axis := normAxis(n.AttrInt("axis"), len(x.Shape))
-	outer, m, inner := splitAt(x.Shape, axis)
+	outer, m, inner := tensor.SplitAxis(x.Shape, axis)
 	logOut := n.Op == ir.OpLogSoftmax
 	xf, of := x.F, out.F
 	parallelRange(outer*inner, 16*m, func(lo, hi int) {
@@ -345,7 +345,7 @@ func kernelCumSum(n *ir.Node, args []*tensor.Tensor, _ Options) ([]*tensor.Tenso
 	x, out := args[0], newResult(n, 0)
 	axis := normAxis(n.AttrInt("axis"), len(x.Shape))
 	excl, rev := n.AttrBool("exclusive"), n.AttrBool("reverse")
-	outer, m, inner := splitAt(x.Shape, axis)
+	outer, m, inner := tensor.SplitAxis(x.Shape, axis)
 	isF := x.DType.IsFloat()
 	for o := 0; o < outer; o++ {
 		for in := 0; in < inner; in++ {

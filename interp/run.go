@@ -2,11 +2,12 @@ package interp
 
 import (
 	"fmt"
-	"github.com/lcc-dev/lcc/collective"
 	"runtime/debug"
 	"slices"
 	"strings"
 	"sync"
+
+	"github.com/lcc-dev/lcc/collective"
 
 	"github.com/lcc-dev/lcc/ir"
 	"github.com/lcc-dev/lcc/tensor"

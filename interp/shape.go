@@ -90,7 +90,7 @@ func kernelSlice(n *ir.Node, args []*tensor.Tensor, _ Options) ([]*tensor.Tensor
 func kernelConcat(n *ir.Node, args []*tensor.Tensor, _ Options) ([]*tensor.Tensor, error) {
 	out := newResult(n, 0)
 	axis := normAxis(n.AttrInt("axis"), len(out.Shape))
-	outer, m, inner := splitAt(out.Shape, axis)
+	outer, m, inner := tensor.SplitAxis(out.Shape, axis)
 	at := 0 // offset along axis
 	for _, x := range args {
 		w := int(x.Shape[axis]) * inner
@@ -110,7 +110,7 @@ func kernelConcat(n *ir.Node, args []*tensor.Tensor, _ Options) ([]*tensor.Tenso
 func kernelSplit(n *ir.Node, args []*tensor.Tensor, _ Options) ([]*tensor.Tensor, error) {
 	x := args[0]
 	axis := normAxis(n.AttrInt("axis"), len(x.Shape))
-	outer, m, inner := splitAt(x.Shape, axis)
+	outer, m, inner := tensor.SplitAxis(x.Shape, axis)
 	var res []*tensor.Tensor
 	at := 0
 	for i := range n.Results {

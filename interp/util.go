@@ -235,9 +235,4 @@ func normAxis(axis int64, rank int) int {
 	return a
 }
 
-// splitAt views shape as [outer, shape[axis], inner].
-func splitAt(shape []int64, axis int) (outer, mid, inner int) {
-	return prod(shape[:axis]), int(shape[axis]), prod(shape[axis+1:])
-}
-
 var negInf = math.Inf(-1)

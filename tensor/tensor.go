@@ -282,6 +282,23 @@ func Equal(a, b *Tensor) bool {
 	return len(a.F) == len(b.F) && len(a.I) == len(b.I)
 }
 
+// SplitAxis views shape as [outer, shape[axis], inner]: the products of the
+// dims before and after axis. Kernels that work along one axis (collectives'
+// blocks, concat, softmax, a sharded feed's rows) index a row-major tensor as
+// (o*size + i)*inner + k with it.
+func SplitAxis(shape []int64, axis int) (outer, size, inner int) {
+	outer, inner = 1, 1
+	for i, d := range shape {
+		switch {
+		case i < axis:
+			outer *= int(d)
+		case i > axis:
+			inner *= int(d)
+		}
+	}
+	return outer, int(shape[axis]), inner
+}
+
 // ShapeString formats a shape as "[2,16,64]".
 func ShapeString(shape []int64) string {
 	var sb strings.Builder

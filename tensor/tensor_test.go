@@ -371,3 +371,20 @@ func TestConvert(t *testing.T) {
 		t.Errorf("Convert(I64) = %v", i.I)
 	}
 }
+
+// TestSplitAxis: a shape splits into the dims before an axis, the axis and the
+// dims after it, whose product is the shape's.
+func TestSplitAxis(t *testing.T) {
+	for _, c := range []struct {
+		shape              []int64
+		axis               int
+		outer, size, inner int
+	}{{[]int64{2, 3, 4}, 0, 1, 2, 12}, {[]int64{2, 3, 4}, 1, 2, 3, 4}, {[]int64{2, 3, 4}, 2, 6, 4, 1},
+		{[]int64{5}, 0, 1, 5, 1}} {
+		o, s, i := SplitAxis(c.shape, c.axis)
+		if o != c.outer || s != c.size || i != c.inner {
+			t.Errorf("SplitAxis(%v, %d) = %d, %d, %d; want %d, %d, %d", c.shape, c.axis, o, s, i,
+				c.outer, c.size, c.inner)
+		}
+	}
+}

@@ -4,6 +4,11 @@ import (
 	"math"
 	"slices"
 	"testing"
+
+	"github.com/lcc-dev/lcc/driver"
+	"github.com/lcc-dev/lcc/internal/gputest"
+	"github.com/lcc-dev/lcc/ir"
+	"github.com/lcc-dev/lcc/runtime/cuda"
 )
 
 // The models most of this package's tests train.
@@ -52,3 +57,36 @@ func bits(xs []float64) []uint64 {
 // sameBits reports whether a and b hold the same float64s bit for bit (a
 // resumed run must not differ from a straight one even in the last bit).
 func sameBits(a, b []float64) bool { return slices.Equal(bits(a), bits(b)) }
+
+// step compiles c's training step (Step), failing the test on an error.
+func step(t *testing.T, c Config) *driver.Result {
+	t.Helper()
+	st, err := Step(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+// countOps is the number of op nodes in f's body.
+func countOps(f *ir.Func, op ir.Op) int {
+	n := 0
+	for _, nd := range f.Body {
+		if nd.Op == op {
+			n++
+		}
+	}
+	return n
+}
+
+// openGPU opens GPU 0 for the rest of the test, or skips it (fails under
+// LCC_REQUIRE_GPU) where there is none.
+func openGPU(t *testing.T) *cuda.Device {
+	t.Helper()
+	dev, err := cuda.Open(0)
+	if err != nil {
+		gputest.Skipf(t, "skipping: no usable GPU: %v", err)
+	}
+	t.Cleanup(func() { dev.Close() })
+	return dev
+}

@@ -6,10 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lcc-dev/lcc/internal/gputest"
-
 	"github.com/lcc-dev/lcc/ir"
-	"github.com/lcc-dev/lcc/runtime/cuda"
 	"github.com/lcc-dev/lcc/runtime/exec"
 	"github.com/lcc-dev/lcc/tensor"
 )
@@ -28,17 +25,7 @@ func offloadConfig(t *testing.T, offload bool) Config {
 // (a program of its own), and trains to the same losses bit for bit on the CPU,
 // where both ops are the identity.
 func TestOffloadCPU(t *testing.T) {
-	st, err := Step(offloadConfig(t, true))
-	if err != nil {
-		t.Fatal(err)
-	}
-	n := 0
-	for _, nd := range st.Func.Body {
-		if nd.Op == ir.OpOffload {
-			n++
-		}
-	}
-	if n == 0 {
+	if countOps(step(t, offloadConfig(t, true)).Func, ir.OpOffload) == 0 {
 		t.Fatal("layers+offload: no value offloaded")
 	}
 	want, got := run(t, offloadConfig(t, false)), run(t, offloadConfig(t, true))
@@ -56,11 +43,7 @@ func TestOffloadCPU(t *testing.T) {
 // and the offloaded
 // run moves the kept values across both ways each step.
 func TestGPUOffload(t *testing.T) {
-	dev, err := cuda.Open(0)
-	if err != nil {
-		gputest.Skipf(t, "skipping: no usable GPU: %v", err)
-	}
-	defer dev.Close()
+	dev := openGPU(t)
 	for _, st := range []tensor.DType{tensor.F32, tensor.BF16} {
 		t.Run(st.String(), func(t *testing.T) {
 			var res [2]*Result

@@ -9,15 +9,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lcc-dev/lcc/internal/gputest"
-
 	cudagen "github.com/lcc-dev/lcc/codegen/cuda"
 	"github.com/lcc-dev/lcc/codegen/cuda/flash"
 	"github.com/lcc-dev/lcc/driver"
 	"github.com/lcc-dev/lcc/ir"
 	"github.com/lcc-dev/lcc/runtime/cuda"
 	"github.com/lcc-dev/lcc/runtime/exec"
-	"github.com/lcc-dev/lcc/targets"
 	"github.com/lcc-dev/lcc/tensor"
 )
 
@@ -48,11 +45,7 @@ func gpuConfig(t *testing.T, dev *cuda.Device, c Config, st tensor.DType, cache 
 // runs the new hash. A program for another GPU's architecture is refused
 // before it runs.
 func TestGPUTargetArch(t *testing.T) {
-	dev, err := cuda.Open(0)
-	if err != nil {
-		gputest.Skipf(t, "skipping: no usable GPU: %v", err)
-	}
-	defer dev.Close()
+	dev := openGPU(t)
 	gpu := exec.GPUOf(dev)
 	for _, tc := range []struct {
 		target    string
@@ -62,13 +55,8 @@ func TestGPUTargetArch(t *testing.T) {
 			c := small(t, 2)
 			c.Model, c.Precision, c.SeqLen, c.Batch = filepath.Join("..", "testdata", "hf",
 				"hf_llama_gqa_d128_sdpa.onnx"), "bf16", 128, 1
-			if c.Target, err = targets.Lookup(tc.target); err != nil {
-				t.Fatal(err)
-			}
-			compiled, err := Step(c) // what lcc compile reports for these flags
-			if err != nil {
-				t.Fatal(err)
-			}
+			c.Target = mustLookup(t, tc.target)
+			compiled := step(t, c) // what lcc compile reports for these flags
 			if err := gpu.Runs(compiled.Program); err != nil && !tc.recompile {
 				t.Skipf("%s's program does not run here: %v", tc.target, err)
 			}
@@ -138,11 +126,7 @@ func TestGPUTargetArch(t *testing.T) {
 // the token batch plus 64 bytes between host and device per step, and a
 // measured peak.
 func TestGPUResident(t *testing.T) {
-	dev, err := cuda.Open(0)
-	if err != nil {
-		gputest.Skipf(t, "skipping: no usable GPU: %v", err)
-	}
-	defer dev.Close()
+	dev := openGPU(t)
 	cache := t.TempDir()
 	for _, tc := range []struct {
 		name       string

@@ -10,9 +10,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/lcc-dev/lcc/internal/gputest"
-
-	"github.com/lcc-dev/lcc/runtime/cuda"
 	"github.com/lcc-dev/lcc/tensor"
 	"github.com/lcc-dev/lcc/train/optim"
 	"github.com/lcc-dev/lcc/train/snapshot"
@@ -26,11 +23,7 @@ import (
 // traffic to stay the token batch, and a resume from step 4 to continue bit for
 // bit: the same losses and the same final checkpoint bytes as the straight run.
 func TestGPUCheckpointBackground(t *testing.T) {
-	dev, err := cuda.Open(0)
-	if err != nil {
-		gputest.Skipf(t, "skipping: no usable GPU: %v", err)
-	}
-	defer dev.Close()
+	dev := openGPU(t)
 	cache := t.TempDir()
 	for _, st := range []tensor.DType{tensor.F32, tensor.BF16} {
 		t.Run(st.String(), func(t *testing.T) {

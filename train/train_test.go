@@ -20,16 +20,8 @@ import (
 // package's choice of loss, fused cross-entropy, and the program hash.
 func TestStep(t *testing.T) {
 	c := small(t, 1)
-	st, err := Step(c)
-	if err != nil {
-		t.Fatal(err)
-	}
-	fused := 0
-	for _, n := range st.Func.Body {
-		if n.Op == ir.OpFusedLinearCrossEntropy {
-			fused++
-		}
-	}
+	st := step(t, c)
+	fused := countOps(st.Func, ir.OpFusedLinearCrossEntropy)
 	if st.Loss != "loss" || fused != 1 || !strings.HasPrefix(st.Hash, "sha256:") || st.Program == nil {
 		t.Errorf("gpt_mini: loss %q, %d fused cross-entropy, hash %q, program %v", st.Loss, fused,
 			st.Hash, st.Program != nil)

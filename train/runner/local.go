@@ -53,6 +53,14 @@ import (
 // that waits this long for a peer gives up with an error naming it.
 const DefaultTimeout = 60 * time.Second
 
+// orDefault is timeout, or DefaultTimeout when none (<= 0) was given.
+func orDefault(timeout time.Duration) time.Duration {
+	if timeout <= 0 {
+		return DefaultTimeout
+	}
+	return timeout
+}
+
 // Local trains cfg with cfg.Ranks ranks in this process, one goroutine per rank,
 // connected by an in-process communicator whose waits time out after timeout
 // (DefaultTimeout when 0). It returns rank 0's result, after checking that every
@@ -61,9 +69,7 @@ func Local(cfg train.Config, timeout time.Duration) (*train.Result, error) {
 	if cfg.Ranks < 2 {
 		return train.Train(cfg)
 	}
-	if timeout <= 0 {
-		timeout = DefaultTimeout
-	}
+	timeout = orDefault(timeout)
 	res := make([]*train.Result, cfg.Ranks)
 	w := comm.NewWorld(cfg.Ranks, timeout)
 	err := w.Run(func(e *comm.Endpoint) error {
@@ -113,10 +119,7 @@ func sameLosses(a, b *train.Result, rank int) error {
 // communicators, so none waits for it. It returns rank 0's result, after
 // checking that every rank saw the same losses.
 func LocalGPU(cfg train.Config, timeout time.Duration, storage tensor.DType) (*train.Result, error) {
-	n := max(cfg.Ranks, 1)
-	if timeout <= 0 {
-		timeout = DefaultTimeout
-	}
+	n, timeout := max(cfg.Ranks, 1), orDefault(timeout)
 	count, err := cuda.DeviceCount()
 	if err != nil {
 		return nil, fmt.Errorf("--device=cuda: %w", err)

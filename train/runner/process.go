@@ -121,9 +121,7 @@ func Process(cfg train.Config, env Env, timeout time.Duration) (*train.Result, e
 	if env.WorldSize == 1 {
 		return train.Train(cfg)
 	}
-	if timeout <= 0 {
-		timeout = DefaultTimeout
-	}
+	timeout = orDefault(timeout)
 	// --comm-timeout bounds the rendezvous too, as its help says: a launcher
 	// that starts the processes far apart needs a longer one.
 	c, err := tcp.Connect(tcp.Config{Config: env.rendezvous(timeout), Watchdog: timeout})
@@ -151,9 +149,7 @@ func ProcessGPU(cfg train.Config, env Env, timeout time.Duration, storage tensor
 		return nil, fmt.Errorf("--ranks=%d, but the launcher started WORLD_SIZE=%d processes", cfg.Ranks,
 			env.WorldSize)
 	}
-	if timeout <= 0 {
-		timeout = DefaultTimeout
-	}
+	timeout = orDefault(timeout)
 	n, err := cuda.DeviceCount()
 	if err != nil {
 		return nil, fmt.Errorf("--device=cuda: %w", err)

@@ -208,6 +208,19 @@ func latestStep(dir string) int {
 	return best
 }
 
+// waitForStep waits until dir holds a checkpoint of step or later, failing the
+// test if rank 0 (p) ends before: before what, says event.
+func waitForStep(t *testing.T, p *rankProc, dir string, step int, event string) {
+	t.Helper()
+	for latestStep(dir) < step {
+		select {
+		case err := <-p.done:
+			t.Fatalf("rank 0 ended before %s: %v: %s", event, err, p.stderr.String())
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
 // TestKillAndResume: kill -9 of rank 1 mid-run makes rank 0 exit at once with an
 // error naming rank 1; both ranks then resume from the last checkpoint (rank
 // 0's consolidated one) and continue bit for bit as a straight run.
@@ -217,13 +230,7 @@ func TestKillAndResume(t *testing.T) {
 	j := childJob{Steps: steps, CheckpointEvery: 4, CheckpointDir: dir, ShardMode: "ring",
 		Timeout: 30 * time.Second, Attention: driver.AttentionOptions{Mode: "dense"}}
 	ps := launch(t, 2, j)
-	for latestStep(dir) < 8 {
-		select {
-		case err := <-ps[0].done:
-			t.Fatalf("rank 0 ended before the kill: %v: %s", err, ps[0].stderr.String())
-		case <-time.After(10 * time.Millisecond):
-		}
-	}
+	waitForStep(t, ps[0], dir, 8, "the kill")
 	killed := time.Now()
 	ps[1].cmd.Process.Signal(syscall.SIGKILL)
 	_, err := ps[0].wait(t, time.Minute)
@@ -273,13 +280,7 @@ func TestHungProcess(t *testing.T) {
 	j := childJob{Steps: 1000, ShardMode: "ring", Timeout: 2 * time.Second, CheckpointEvery: 1,
 		CheckpointDir: dir, Attention: driver.AttentionOptions{Mode: "dense"}}
 	ps := launch(t, 2, j)
-	for latestStep(dir) < 1 { // past the rendezvous and the build, into the steps
-		select {
-		case err := <-ps[0].done:
-			t.Fatalf("rank 0 ended before the stop: %v: %s", err, ps[0].stderr.String())
-		case <-time.After(10 * time.Millisecond):
-		}
-	}
+	waitForStep(t, ps[0], dir, 1, "the stop") // past the rendezvous and the build, into the steps
 	stopped := time.Now()
 	ps[1].cmd.Process.Signal(syscall.SIGSTOP)
 	_, err := ps[0].wait(t, 30*time.Second)

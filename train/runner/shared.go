@@ -19,10 +19,7 @@ import (
 // sharded step's kernels, transfers and events run as on N GPUs, on one. It
 // returns rank 0's result, after checking that every rank saw the same losses.
 func SharedGPU(cfg train.Config, timeout time.Duration, storage tensor.DType) (*train.Result, error) {
-	n := max(cfg.Ranks, 1)
-	if timeout <= 0 {
-		timeout = DefaultTimeout
-	}
+	n, timeout := max(cfg.Ranks, 1), orDefault(timeout)
 	dir, err := cuda.DefaultCacheDir()
 	if err != nil {
 		return nil, err
