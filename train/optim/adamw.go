@@ -96,7 +96,9 @@ type ParamError struct {
 	Want  string
 }
 
-func (e *ParamError) Error() string { return fmt.Sprintf("adamw: %s %v: want %s", e.Param, e.Value, e.Want) }
+func (e *ParamError) Error() string {
+	return fmt.Sprintf("adamw: %s %v: want %s", e.Param, e.Value, e.Want)
+}
 
 // Check validates o's hyperparameters, one rule per row; NaN fails every rule.
 func (o AdamW) Check() error {
