@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"runtime/debug"
 	"slices"
-	"strings"
 	"sync"
 
 	"github.com/lcc-dev/lcc/collective"
@@ -223,47 +222,20 @@ func liveness(f *ir.Func) (last map[*ir.Value]int, outputs map[*ir.Value]bool) {
 	return last, outputs
 }
 
-// bindParams resolves every parameter to a tensor from inputs or its Data.
+// bindParams resolves every parameter to a tensor from inputs or its Data
+// (ir.Func.Bind), rounded to the dtype the run stores it in.
 func bindParams(f *ir.Func, inputs map[string]*tensor.Tensor, opts Options,
 	vals map[*ir.Value]*tensor.Tensor) error {
-	var missing, unknown, bad []string
-	for name := range inputs {
-		if f.Param(name) == nil {
-			unknown = append(unknown, fmt.Sprintf("%q", name))
-		}
+	ts, _, err := f.Bind(inputs, consistent)
+	if err != nil {
+		return fmt.Errorf("cpu: %w", err)
 	}
-	for _, p := range f.Params {
-		t, ok := inputs[p.Name]
-		if !ok || t == nil {
-			t = p.Data
-		}
-		if t == nil {
-			missing = append(missing, fmt.Sprintf("%q", p.Name))
-			continue
-		}
-		want := p.Value.Type
-		if t.DType != want.DType || !slices.Equal(t.Shape, want.Shape) || !consistent(t) {
-			bad = append(bad, fmt.Sprintf("parameter %q: expected %v%s, got %v%s", p.Name,
-				want.DType, tensor.ShapeString(want.Shape), t.DType, tensor.ShapeString(t.Shape)))
-			continue
-		}
-		t = roundedInput(t, opts)
+	for i, p := range f.Params {
+		t := roundedInput(ts[i], opts)
 		if dt := opts.stores(p.Value); dt != t.DType {
 			t = roundedCopy(t, dt)
 		}
 		vals[p.Value] = t
-	}
-	slices.Sort(unknown)
-	var msgs []string
-	if len(missing) > 0 {
-		msgs = append(msgs, "missing inputs "+strings.Join(missing, ", "))
-	}
-	if len(unknown) > 0 {
-		msgs = append(msgs, "unknown inputs "+strings.Join(unknown, ", ")+" (not parameters)")
-	}
-	msgs = append(msgs, bad...)
-	if len(msgs) > 0 {
-		return fmt.Errorf("cpu: func @%s: %s", f.Name, strings.Join(msgs, "; "))
 	}
 	return nil
 }

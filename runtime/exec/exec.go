@@ -29,9 +29,6 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
-	"slices"
-	"sort"
-	"strings"
 	"sync"
 
 	codegen "github.com/lcc-dev/lcc/codegen/cuda"
@@ -275,44 +272,16 @@ type binding struct {
 // bindParams resolves every parameter to a host tensor, as the CPU interpreter
 // does: missing, unknown and mistyped inputs are one error listing them all.
 func bindParams(f *ir.Func, plan *codegen.LaunchPlan, inputs map[string]*tensor.Tensor) (map[int]binding, error) {
-	host := map[int]binding{}
-	var missing, unknown, bad []string
-	for name := range inputs {
-		if f.Param(name) == nil {
-			unknown = append(unknown, fmt.Sprintf("%q", name))
-		}
+	ts, given, err := f.Bind(inputs, nil)
+	if err != nil {
+		return nil, fmt.Errorf("exec: %w", err)
 	}
-	for i, p := range f.Params {
-		t, input := inputs[p.Name], true
-		if t == nil {
-			t, input = p.Data, false
-		}
-		if t == nil {
-			missing = append(missing, fmt.Sprintf("%q", p.Name))
-			continue
-		}
-		want := p.Value.Type
-		if t.DType != want.DType || !slices.Equal(t.Shape, want.Shape) {
-			bad = append(bad, fmt.Sprintf("parameter %q: expected %v%s, got %v%s", p.Name,
-				want.DType, tensor.ShapeString(want.Shape), t.DType, tensor.ShapeString(t.Shape)))
-			continue
-		}
-		host[i] = binding{t, input} // parameters are numbered first, in order
+	host := map[int]binding{}
+	for i, t := range ts {
+		host[i] = binding{t, given[i]} // parameters are numbered first, in order
 	}
 	for id, t := range plan.Constants {
 		host[id] = binding{t, false}
-	}
-	sort.Strings(unknown)
-	var msgs []string
-	if len(missing) > 0 {
-		msgs = append(msgs, "missing inputs "+strings.Join(missing, ", "))
-	}
-	if len(unknown) > 0 {
-		msgs = append(msgs, "unknown inputs "+strings.Join(unknown, ", ")+" (not parameters)")
-	}
-	msgs = append(msgs, bad...)
-	if len(msgs) > 0 {
-		return nil, fmt.Errorf("exec: func @%s: %s", f.Name, strings.Join(msgs, "; "))
 	}
 	return host, nil
 }
