@@ -34,6 +34,8 @@ var levels = map[string]int{
 	"internal/gputest": 1,
 	// Named pipes for the tests of refusing them (only tests import it).
 	"internal/userfile/fifotest": 1,
+	// Kills a test's child process at a point it names (only tests import it).
+	"internal/killtest": 1,
 	// Builds ONNX protobuf models (only tests import it).
 	"internal/onnxgen": 4,
 
