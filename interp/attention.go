@@ -136,6 +136,9 @@ type attnMask struct {
 	isFloat bool
 }
 
+// newMask reads an explicit mask broadcast to [B, Hq, T, S] through strides, so
+// a [1,1,T,S] mask is never expanded per head; perB and perH record which axes
+// it really varies over, since each sub-call below costs a separate attention.
 func newMask(t *tensor.Tensor, d attention.Dims, causal bool) *attnMask {
 	full := []int64{int64(d.B), int64(d.Hq), int64(d.T), int64(d.S)}
 	st := bcastStrides(t.Shape, full)
@@ -194,6 +197,8 @@ func (m *attnMask) sliceQ(x []float64, d attention.Dims, b, h int) []float64 {
 	return sliceBTHD(x, d.B, d.T, d.Hq, d.D, b, h)
 }
 
+// sliceKV is sliceQ for a [B,S,Hkv,D] key or value: query head h reads kv head
+// h / (Hq/Hkv) under grouped-query attention.
 func (m *attnMask) sliceKV(x []float64, d attention.Dims, b, h int) []float64 {
 	if h >= 0 {
 		h /= d.Hq / d.Hkv
@@ -201,6 +206,8 @@ func (m *attnMask) sliceKV(x []float64, d attention.Dims, b, h int) []float64 {
 	return sliceBTHD(x, d.B, d.S, d.Hkv, d.D, b, h)
 }
 
+// sliceLSE is the [B,Hq,T] log-sum-exp rows block (b, h) covers; the layout
+// puts a batch element's heads, and a head's rows, next to each other.
 func (m *attnMask) sliceLSE(x []float64, d attention.Dims, b, h int) []float64 {
 	switch {
 	case b < 0:
@@ -212,10 +219,12 @@ func (m *attnMask) sliceLSE(x []float64, d attention.Dims, b, h int) []float64 {
 	return x[i : i+d.T]
 }
 
+// putQ writes a block's [.,T,.,D] result back where sliceQ took its query.
 func (m *attnMask) putQ(dst, src []float64, d attention.Dims, b, h int) {
 	scatterBTHD(dst, src, d.B, d.T, d.Hq, d.D, b, h, false)
 }
 
+// putLSE writes a block's log-sum-exp rows back where sliceLSE finds them.
 func (m *attnMask) putLSE(dst, src []float64, d attention.Dims, b, h int) {
 	copy(m.sliceLSE(dst, d, b, h), src)
 }

@@ -23,6 +23,8 @@ func init() {
 // program sharded for ranks=1 runs as is.
 type soloComm struct{}
 
+// Every collective of a world of one rank is the identity; each returns a
+// copy, since the caller may own and reuse what it sent.
 func (soloComm) Rank() int { return 0 }
 func (soloComm) Size() int { return 1 }
 func (soloComm) AllGather(_ string, _ []int64, x []float64) ([][]float64, error) {
@@ -116,11 +118,15 @@ func concatBlocks(blocks [][]float64, shape []int64, axis int) []float64 {
 	return out
 }
 
+// axisOf is n's axis attribute name made non-negative; the verifier checked it
+// is in range, so the error cannot happen here.
 func axisOf(n *ir.Node, name string, rank int) int {
 	ax, _ := ir.AxisIndex(n.AttrInt(name), rank)
 	return ax
 }
 
+// kernelAllGather concatenates every rank's x along axis, in rank order, so
+// each rank holds the same whole tensor.
 func kernelAllGather(n *ir.Node, args []*tensor.Tensor, opts Options) ([]*tensor.Tensor, error) {
 	c, err := commFor(n, opts)
 	if err != nil {
@@ -134,6 +140,10 @@ func kernelAllGather(n *ir.Node, args []*tensor.Tensor, opts Options) ([]*tensor
 	return one(tensorOf(n, 0, concatBlocks(parts, x.Shape, axisOf(n, "axis", len(x.Shape))))), nil
 }
 
+// kernelReduceScatter gives rank r the sum over ranks of block r of x along
+// axis. It is an all-to-all then a local sum in rank order, not a tree, so
+// every rank adds the same numbers in the same order and the bits agree with a
+// GPU's rank-ordered reduction.
 func kernelReduceScatter(n *ir.Node, args []*tensor.Tensor, opts Options) ([]*tensor.Tensor, error) {
 	c, err := commFor(n, opts)
 	if err != nil {
@@ -158,6 +168,9 @@ func kernelReduceScatter(n *ir.Node, args []*tensor.Tensor, opts Options) ([]*te
 	return one(tensorOf(n, 0, sum)), nil
 }
 
+// kernelAllReduce combines x over ranks (sum, max or min). It gathers every
+// rank's copy and reduces in rank order, for the same reason: a fixed order
+// of additions makes every rank's result, and every run's, the same bits.
 func kernelAllReduce(n *ir.Node, args []*tensor.Tensor, opts Options) ([]*tensor.Tensor, error) {
 	c, err := commFor(n, opts)
 	if err != nil {
@@ -185,6 +198,9 @@ func kernelAllReduce(n *ir.Node, args []*tensor.Tensor, opts Options) ([]*tensor
 	return one(tensorOf(n, 0, out)), nil
 }
 
+// kernelAllToAll is Ulysses' exchange: x is cut into Size blocks along
+// split_axis, block s goes to rank s, and the blocks received are joined
+// along concat_axis ([B, T/N, H, D] becomes [B, T, H/N, D]).
 func kernelAllToAll(n *ir.Node, args []*tensor.Tensor, opts Options) ([]*tensor.Tensor, error) {
 	c, err := commFor(n, opts)
 	if err != nil {
@@ -209,6 +225,8 @@ func kernelAllToAll(n *ir.Node, args []*tensor.Tensor, opts Options) ([]*tensor.
 	return one(tensorOf(n, 0, concatBlocks(got, bshape, ca))), nil
 }
 
+// kernelRingShift sends x to the rank shift places ahead and receives from
+// the one shift places behind: one step of ring attention's k/v rotation.
 func kernelRingShift(n *ir.Node, args []*tensor.Tensor, opts Options) ([]*tensor.Tensor, error) {
 	c, err := commFor(n, opts)
 	if err != nil {

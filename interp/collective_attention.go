@@ -57,6 +57,8 @@ func lseRows(x []float64, B, H, T, off, n int) []float64 {
 	return out
 }
 
+// putLSERows is the inverse of lseRows: it writes n rows per (batch, head) of
+// src back at row off of each [T] run of dst.
 func putLSERows(dst, src []float64, B, H, T, off, n int) {
 	for bh := range B * H {
 		copy(dst[bh*T+off:bh*T+off+n], src[bh*n:(bh+1)*n])
@@ -67,6 +69,9 @@ func putLSERows(dst, src []float64, B, H, T, off, n int) {
 // length.
 type localChunk struct{ start, off, n int }
 
+// rankChunks lists the chunks of the sequence this rank holds under layout
+// (contiguous: one; zigzag: chunks r and 2N-1-r), from ir.LayoutChunks, the
+// one definition of the layouts that the passes and the GPU share.
 func rankChunks(layout string, total, ranks, rank int) []localChunk {
 	var out []localChunk
 	off := 0
@@ -233,6 +238,9 @@ type shardedDilated struct {
 	name   string
 }
 
+// newShardedDilated reads node n's configuration and this rank's share of the
+// sequence; branches whose segment fits one rank run locally, the others
+// gather their selected k/v rows from every rank (LongNet §3.1).
 func newShardedDilated(n *ir.Node, args []*tensor.Tensor, opts Options) (*shardedDilated, error) {
 	c, err := commFor(n, opts)
 	if err != nil {
@@ -391,6 +399,8 @@ func (s *shardedDilated) qRowsOf(x []float64, b, h int, ps []int) []float64 {
 	return out
 }
 
+// branchCfg is the configuration of branch i alone: each branch runs as its
+// own dilated attention, and the merge of §3 combines their outputs.
 func (s *shardedDilated) branchCfg(i int) attention.DilatedConfig {
 	c := s.cfg
 	c.Branches = s.cfg.Branches[i : i+1]

@@ -83,6 +83,7 @@ func fmax(a, b float64) float64 {
 	return a
 }
 
+// fmin is fmax's mirror (see there).
 func fmin(a, b float64) float64 {
 	switch {
 	case a < b:
@@ -180,6 +181,9 @@ func init() {
 	registerMove(ir.OpWhere, kernelWhere)
 }
 
+// unaryKernel makes the kernel of an elementwise float op from its scalar
+// function, split over the CPUs in chunks (the result is the same bits at any
+// split: each element is computed alone).
 func unaryKernel(fn func(float64) float64) Kernel {
 	return func(n *ir.Node, args []*tensor.Tensor, _ Options) ([]*tensor.Tensor, error) {
 		x, out := args[0].F, newResult(n, 0)
@@ -193,6 +197,7 @@ func unaryKernel(fn func(float64) float64) Kernel {
 	}
 }
 
+// kernelNot is logical not of a bool tensor (stored as 0 or 1 in I).
 func kernelNot(n *ir.Node, args []*tensor.Tensor, _ Options) ([]*tensor.Tensor, error) {
 	out := newResult(n, 0)
 	for i, v := range args[0].I {
@@ -203,6 +208,7 @@ func kernelNot(n *ir.Node, args []*tensor.Tensor, _ Options) ([]*tensor.Tensor, 
 	return one(out), nil
 }
 
+// kernelIsNaN marks NaN elements; v != v is the one test that holds only for NaN.
 func kernelIsNaN(n *ir.Node, args []*tensor.Tensor, _ Options) ([]*tensor.Tensor, error) {
 	out := newResult(n, 0)
 	for i, v := range args[0].F { // integer tensors have no NaN: F is nil
@@ -260,6 +266,8 @@ func binary(out []int64, a, b *tensor.Tensor, fn func(o, ia, ib int)) {
 		func(i int, offs []int) { fn(i, offs[0], offs[1]) })
 }
 
+// kernelArith is a broadcasting binary arithmetic op: floats through
+// arithFloat's row loops, integers with ONNX's integer semantics.
 func kernelArith(n *ir.Node, args []*tensor.Tensor, _ Options) ([]*tensor.Tensor, error) {
 	a, b, out := args[0], args[1], newResult(n, 0)
 	if out.DType.IsFloat() {
@@ -379,6 +387,9 @@ func arithRow(op ir.Op, dst, x, y []float64, sb int) bool {
 	return true
 }
 
+// kernelCompare is a broadcasting comparison with a bool result. Eq and Lt,
+// which masks and causal patterns are made of, have loops of their own, the
+// hot path of a folded mask; the others go through the op table.
 func kernelCompare(n *ir.Node, args []*tensor.Tensor, _ Options) ([]*tensor.Tensor, error) {
 	a, b, out := args[0], args[1], newResult(n, 0)
 	c := compareOps[n.Op]
@@ -415,6 +426,7 @@ func kernelCompare(n *ir.Node, args []*tensor.Tensor, _ Options) ([]*tensor.Tens
 	return one(out), nil
 }
 
+// kernelLogic is a broadcasting and, or or xor of bool tensors.
 func kernelLogic(n *ir.Node, args []*tensor.Tensor, _ Options) ([]*tensor.Tensor, error) {
 	a, b, out := args[0], args[1], newResult(n, 0)
 	fn := logicOps[n.Op]
@@ -422,6 +434,8 @@ func kernelLogic(n *ir.Node, args []*tensor.Tensor, _ Options) ([]*tensor.Tensor
 	return one(out), nil
 }
 
+// kernelWhere picks a or b per element by cond, all three broadcast to the
+// result's shape.
 func kernelWhere(n *ir.Node, args []*tensor.Tensor, _ Options) ([]*tensor.Tensor, error) {
 	c, a, b, out := args[0], args[1], args[2], newResult(n, 0)
 	sts := [][]int{bcastStrides(c.Shape, out.Shape), bcastStrides(a.Shape, out.Shape),
@@ -456,6 +470,7 @@ func kernelWhere(n *ir.Node, args []*tensor.Tensor, _ Options) ([]*tensor.Tensor
 	return one(out), nil
 }
 
+// b2i is a bool as the 0 or 1 a bool tensor stores.
 func b2i(b bool) int64 {
 	if b {
 		return 1

@@ -48,6 +48,8 @@ func kernelReshape(n *ir.Node, args []*tensor.Tensor, _ Options) ([]*tensor.Tens
 	return one(&tensor.Tensor{DType: x.DType, Shape: append([]int64{}, t.Shape...), F: x.F, I: x.I}), nil
 }
 
+// kernelTranspose reads x through permuted strides (gatherInto): output axis
+// i walks input axis perm[i], so no index arithmetic is done per element.
 func kernelTranspose(n *ir.Node, args []*tensor.Tensor, _ Options) ([]*tensor.Tensor, error) {
 	x, out := args[0], newResult(n, 0)
 	xs := strides(x.Shape)
@@ -60,6 +62,8 @@ func kernelTranspose(n *ir.Node, args []*tensor.Tensor, _ Options) ([]*tensor.Te
 	return one(out), nil
 }
 
+// kernelExpand broadcasts x to the result's shape with stride 0 on the
+// broadcast axes.
 func kernelExpand(n *ir.Node, args []*tensor.Tensor, _ Options) ([]*tensor.Tensor, error) {
 	x, out := args[0], newResult(n, 0)
 	gatherInto(out, x, bcastStrides(x.Shape, out.Shape), 0)
@@ -87,6 +91,8 @@ func kernelSlice(n *ir.Node, args []*tensor.Tensor, _ Options) ([]*tensor.Tensor
 	return one(out), nil
 }
 
+// kernelConcat copies each argument's rows into place along axis: in the
+// [outer, size, inner] view a row of inner elements is one contiguous copy.
 func kernelConcat(n *ir.Node, args []*tensor.Tensor, _ Options) ([]*tensor.Tensor, error) {
 	out := newResult(n, 0)
 	axis := normAxis(n.AttrInt("axis"), len(out.Shape))
@@ -107,6 +113,8 @@ func kernelConcat(n *ir.Node, args []*tensor.Tensor, _ Options) ([]*tensor.Tenso
 	return one(out), nil
 }
 
+// kernelSplit is concat's inverse: result k takes its sizes[k] rows of every
+// outer block along axis.
 func kernelSplit(n *ir.Node, args []*tensor.Tensor, _ Options) ([]*tensor.Tensor, error) {
 	x := args[0]
 	axis := normAxis(n.AttrInt("axis"), len(x.Shape))
@@ -130,6 +138,8 @@ func kernelSplit(n *ir.Node, args []*tensor.Tensor, _ Options) ([]*tensor.Tensor
 	return res, nil
 }
 
+// kernelTile repeats x along each axis by its repeat count, reading the input
+// index of each output element modulo the input's dims.
 func kernelTile(n *ir.Node, args []*tensor.Tensor, _ Options) ([]*tensor.Tensor, error) {
 	x, out := args[0], newResult(n, 0)
 	xs := strides(x.Shape)
