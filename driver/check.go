@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strings"
 
+	cudagen "github.com/lcc-dev/lcc/codegen/cuda"
 	"github.com/lcc-dev/lcc/internal/userfile"
 	"github.com/lcc-dev/lcc/interp"
 	"github.com/lcc-dev/lcc/ir"
@@ -125,6 +126,11 @@ type CheckOptions struct {
 	Storage tensor.DType
 	// HostBudget bounds the host memory of a run on the CPU interpreter (Run nil).
 	HostBudget HostBudget
+	// Program, when not nil, gives the program Run ran for f (exec.Session's
+	// ProgramOf), so that the emulation of a narrower storage computes what that
+	// program computes, its attention kernels' tier included (emulation); nil, or
+	// a nil program, emulates f's program for an sm_80 GPU.
+	Program func(f *ir.Func) *cudagen.Program
 }
 
 // narrow reports whether the check runs with a storage narrower than f32.
@@ -139,17 +145,26 @@ func (o CheckOptions) run(f *ir.Func, in map[string]*tensor.Tensor) (map[string]
 
 // RunCPU runs f on the CPU interpreter in f32 with the GPU's storage of its
 // values: storage tensor.BF16 rounds to bf16 exactly the values the GPU stores
-// in bf16 (storedAs). A run whose estimated peak passes budget is refused.
+// in bf16 (storedAs), and the operands its tensor-core attention kernels round
+// inside, as f's program for an sm_80 GPU runs them (emulation). A run whose
+// estimated peak passes budget is refused.
 func RunCPU(f *ir.Func, in map[string]*tensor.Tensor, storage tensor.DType,
 	budget HostBudget) (map[string]*tensor.Tensor, error) {
+	return runEmulated(f, in, storage, budget, nil)
+}
+
+// runEmulated is RunCPU emulating prog, the device's program for f (nil: the
+// one for an sm_80 GPU); see emulation.
+func runEmulated(f *ir.Func, in map[string]*tensor.Tensor, storage tensor.DType, budget HostBudget,
+	prog *cudagen.Program) (map[string]*tensor.Tensor, error) {
 	if err := budget.Fit(f, 0); err != nil {
 		return nil, err
 	}
-	store, err := storedAs(f, storage)
+	opts, err := emulation(f, storage, prog)
 	if err != nil {
 		return nil, err
 	}
-	return interp.Run(f, in, interp.Options{Precision: tensor.F32, Store: store})
+	return interp.Run(f, in, opts)
 }
 
 // runOnRef runs f on the feeds REF holds and returns its outputs and what the
@@ -178,7 +193,11 @@ func (o CheckOptions) expected(f *ir.Func, in, outs map[string]*tensor.Tensor) (
 	case o.Run == nil:
 		return outs, nil
 	}
-	return RunCPU(f, in, o.Storage, o.HostBudget)
+	var prog *cudagen.Program
+	if o.Program != nil {
+		prog = o.Program(f)
+	}
+	return runEmulated(f, in, o.Storage, o.HostBudget, prog)
 }
 
 // CheckResult summarises a check.
