@@ -157,47 +157,58 @@ func RunCPU(f *ir.Func, in map[string]*tensor.Tensor, storage tensor.DType,
 // one for an sm_80 GPU); see emulation.
 func runEmulated(f *ir.Func, in map[string]*tensor.Tensor, storage tensor.DType, budget HostBudget,
 	prog *cudagen.Program) (map[string]*tensor.Tensor, error) {
+	outs, _, err := runNoted(f, in, storage, budget, prog)
+	return outs, err
+}
+
+// runNoted is runEmulated, also returning emulation's note.
+func runNoted(f *ir.Func, in map[string]*tensor.Tensor, storage tensor.DType, budget HostBudget,
+	prog *cudagen.Program) (map[string]*tensor.Tensor, string, error) {
 	if err := budget.Fit(f, 0); err != nil {
-		return nil, err
+		return nil, "", err
 	}
-	opts, err := emulation(f, storage, prog)
+	opts, note, err := emulation(f, storage, prog)
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
-	return interp.Run(f, in, opts)
+	outs, err := interp.Run(f, in, opts)
+	return outs, note, err
 }
 
 // runOnRef runs f on the feeds REF holds and returns its outputs and what the
-// CPU's emulation of the run's storage expects of them (expected).
-func (o CheckOptions) runOnRef(f *ir.Func, ref *safetensors.File, refPath string) (outs, emu map[string]*tensor.Tensor, err error) {
+// CPU's emulation of the run's storage expects of them (expected), with the
+// emulation's note.
+func (o CheckOptions) runOnRef(f *ir.Func, ref *safetensors.File,
+	refPath string) (outs, emu map[string]*tensor.Tensor, note string, err error) {
 	feeds, err := Feeds(f, ref, refPath)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, "", err
 	}
 	if outs, err = o.run(f, feeds); err != nil {
-		return nil, nil, err
+		return nil, nil, "", err
 	}
-	if emu, err = o.expected(f, feeds, outs); err != nil {
-		return nil, nil, err
+	if emu, note, err = o.expected(f, feeds, outs); err != nil {
+		return nil, nil, "", err
 	}
-	return outs, emu, nil
+	return outs, emu, note, nil
 }
 
 // expected returns what a run with narrower storage is compared with (see
 // Storage): outs itself when the run was the CPU's, else the CPU's emulation of
-// it. nil for f32 storage (REF is expected).
-func (o CheckOptions) expected(f *ir.Func, in, outs map[string]*tensor.Tensor) (map[string]*tensor.Tensor, error) {
+// the program the device ran (Program), with emulation's note. nil for f32
+// storage (REF is expected).
+func (o CheckOptions) expected(f *ir.Func, in, outs map[string]*tensor.Tensor) (map[string]*tensor.Tensor, string, error) {
 	switch {
 	case !o.narrow():
-		return nil, nil
+		return nil, "", nil
 	case o.Run == nil:
-		return outs, nil
+		return outs, "", nil
 	}
 	var prog *cudagen.Program
 	if o.Program != nil {
 		prog = o.Program(f)
 	}
-	return runEmulated(f, in, o.Storage, o.HostBudget, prog)
+	return runNoted(f, in, o.Storage, o.HostBudget, prog)
 }
 
 // CheckResult summarises a check.
@@ -207,6 +218,9 @@ type CheckResult struct {
 	// Outputs is what the run computed, by output name: the model's outputs and,
 	// for CheckGrads, the loss and every grad.<name> (nil for a sharded check).
 	Outputs map[string]*tensor.Tensor
+	// Emulated says which device kernels' own roundings the expected values
+	// model besides storage ("" when none; see emulation).
+	Emulated string
 }
 
 // record appends a comparison, or passes its error on.
@@ -321,7 +335,7 @@ func Check(f *ir.Func, ref *safetensors.File, refPath string, opts CheckOptions)
 	if missing := MissingWeights(f); len(missing) > 0 {
 		return nil, fmt.Errorf("weights without data: %s", strings.Join(missing, ", "))
 	}
-	outs, emu, err := opts.runOnRef(f, ref, refPath)
+	outs, emu, note, err := opts.runOnRef(f, ref, refPath)
 	if err != nil {
 		return nil, err
 	}
@@ -339,7 +353,7 @@ func Check(f *ir.Func, ref *safetensors.File, refPath string, opts CheckOptions)
 		return nil, fmt.Errorf("%s: no tensor named like a model output (outputs: %s)", refPath,
 			strings.Join(outNames, ", "))
 	}
-	res := &CheckResult{Outputs: outs}
+	res := &CheckResult{Outputs: outs, Emulated: note}
 	for _, name := range names {
 		c, err := compareTo(name, outs[name], ref.Tensors[name], emu[name], 0)
 		if err != nil {
@@ -359,8 +373,12 @@ func (r *CheckResult) Print(opts CheckOptions) error {
 		hasRef = hasRef || c.HasRef
 	}
 	if hasRef {
-		fmt.Fprintf(w, "expected: the CPU interpreter storing what the device stores in %v; "+
-			"ref_rel_err: against the reference\n", opts.Storage)
+		also := ""
+		if r.Emulated != "" {
+			also = " and rounding inside " + r.Emulated + " as they do"
+		}
+		fmt.Fprintf(w, "expected: the CPU interpreter storing what the device stores in %v%s; "+
+			"ref_rel_err: against the reference\n", opts.Storage, also)
 	}
 	for _, c := range r.Comparisons {
 		fmt.Fprintf(w, "%-40s %-16s rel_err=%.3e max_abs=%.3e", c.Name, tensor.ShapeString(c.Shape),
