@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strings"
 
+	cudagen "github.com/lcc-dev/lcc/codegen/cuda"
 	"github.com/lcc-dev/lcc/internal/userfile"
 	"github.com/lcc-dev/lcc/interp"
 	"github.com/lcc-dev/lcc/ir"
@@ -125,6 +126,11 @@ type CheckOptions struct {
 	Storage tensor.DType
 	// HostBudget bounds the host memory of a run on the CPU interpreter (Run nil).
 	HostBudget HostBudget
+	// Program, when not nil, gives the program Run ran for f (exec.Session's
+	// ProgramOf), so that the emulation of a narrower storage computes what that
+	// program computes, its attention kernels' tier included (emulation); nil, or
+	// a nil program, emulates f's program for an sm_80 GPU.
+	Program func(f *ir.Func) *cudagen.Program
 }
 
 // narrow reports whether the check runs with a storage narrower than f32.
@@ -139,46 +145,70 @@ func (o CheckOptions) run(f *ir.Func, in map[string]*tensor.Tensor) (map[string]
 
 // RunCPU runs f on the CPU interpreter in f32 with the GPU's storage of its
 // values: storage tensor.BF16 rounds to bf16 exactly the values the GPU stores
-// in bf16 (storedAs). A run whose estimated peak passes budget is refused.
+// in bf16 (storedAs), and the operands its tensor-core attention kernels round
+// inside, as f's program for an sm_80 GPU runs them (emulation). A run whose
+// estimated peak passes budget is refused.
 func RunCPU(f *ir.Func, in map[string]*tensor.Tensor, storage tensor.DType,
 	budget HostBudget) (map[string]*tensor.Tensor, error) {
+	return runEmulated(f, in, storage, budget, nil)
+}
+
+// runEmulated is RunCPU emulating prog, the device's program for f (nil: the
+// one for an sm_80 GPU); see emulation.
+func runEmulated(f *ir.Func, in map[string]*tensor.Tensor, storage tensor.DType, budget HostBudget,
+	prog *cudagen.Program) (map[string]*tensor.Tensor, error) {
+	outs, _, err := runNoted(f, in, storage, budget, prog)
+	return outs, err
+}
+
+// runNoted is runEmulated, also returning emulation's note.
+func runNoted(f *ir.Func, in map[string]*tensor.Tensor, storage tensor.DType, budget HostBudget,
+	prog *cudagen.Program) (map[string]*tensor.Tensor, string, error) {
 	if err := budget.Fit(f, 0); err != nil {
-		return nil, err
+		return nil, "", err
 	}
-	store, err := storedAs(f, storage)
+	opts, note, err := emulation(f, storage, prog)
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
-	return interp.Run(f, in, interp.Options{Precision: tensor.F32, Store: store})
+	outs, err := interp.Run(f, in, opts)
+	return outs, note, err
 }
 
 // runOnRef runs f on the feeds REF holds and returns its outputs and what the
-// CPU's emulation of the run's storage expects of them (expected).
-func (o CheckOptions) runOnRef(f *ir.Func, ref *safetensors.File, refPath string) (outs, emu map[string]*tensor.Tensor, err error) {
+// CPU's emulation of the run's storage expects of them (expected), with the
+// emulation's note.
+func (o CheckOptions) runOnRef(f *ir.Func, ref *safetensors.File,
+	refPath string) (outs, emu map[string]*tensor.Tensor, note string, err error) {
 	feeds, err := Feeds(f, ref, refPath)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, "", err
 	}
 	if outs, err = o.run(f, feeds); err != nil {
-		return nil, nil, err
+		return nil, nil, "", err
 	}
-	if emu, err = o.expected(f, feeds, outs); err != nil {
-		return nil, nil, err
+	if emu, note, err = o.expected(f, feeds, outs); err != nil {
+		return nil, nil, "", err
 	}
-	return outs, emu, nil
+	return outs, emu, note, nil
 }
 
 // expected returns what a run with narrower storage is compared with (see
 // Storage): outs itself when the run was the CPU's, else the CPU's emulation of
-// it. nil for f32 storage (REF is expected).
-func (o CheckOptions) expected(f *ir.Func, in, outs map[string]*tensor.Tensor) (map[string]*tensor.Tensor, error) {
+// the program the device ran (Program), with emulation's note. nil for f32
+// storage (REF is expected).
+func (o CheckOptions) expected(f *ir.Func, in, outs map[string]*tensor.Tensor) (map[string]*tensor.Tensor, string, error) {
 	switch {
 	case !o.narrow():
-		return nil, nil
+		return nil, "", nil
 	case o.Run == nil:
-		return outs, nil
+		return outs, "", nil
 	}
-	return RunCPU(f, in, o.Storage, o.HostBudget)
+	var prog *cudagen.Program
+	if o.Program != nil {
+		prog = o.Program(f)
+	}
+	return runNoted(f, in, o.Storage, o.HostBudget, prog)
 }
 
 // CheckResult summarises a check.
@@ -188,6 +218,9 @@ type CheckResult struct {
 	// Outputs is what the run computed, by output name: the model's outputs and,
 	// for CheckGrads, the loss and every grad.<name> (nil for a sharded check).
 	Outputs map[string]*tensor.Tensor
+	// Emulated says which device kernels' own roundings the expected values
+	// model besides storage ("" when none; see emulation).
+	Emulated string
 }
 
 // record appends a comparison, or passes its error on.
@@ -302,7 +335,7 @@ func Check(f *ir.Func, ref *safetensors.File, refPath string, opts CheckOptions)
 	if missing := MissingWeights(f); len(missing) > 0 {
 		return nil, fmt.Errorf("weights without data: %s", strings.Join(missing, ", "))
 	}
-	outs, emu, err := opts.runOnRef(f, ref, refPath)
+	outs, emu, note, err := opts.runOnRef(f, ref, refPath)
 	if err != nil {
 		return nil, err
 	}
@@ -320,7 +353,7 @@ func Check(f *ir.Func, ref *safetensors.File, refPath string, opts CheckOptions)
 		return nil, fmt.Errorf("%s: no tensor named like a model output (outputs: %s)", refPath,
 			strings.Join(outNames, ", "))
 	}
-	res := &CheckResult{Outputs: outs}
+	res := &CheckResult{Outputs: outs, Emulated: note}
 	for _, name := range names {
 		c, err := compareTo(name, outs[name], ref.Tensors[name], emu[name], 0)
 		if err != nil {
@@ -340,8 +373,12 @@ func (r *CheckResult) Print(opts CheckOptions) error {
 		hasRef = hasRef || c.HasRef
 	}
 	if hasRef {
-		fmt.Fprintf(w, "expected: the CPU interpreter storing what the device stores in %v; "+
-			"ref_rel_err: against the reference\n", opts.Storage)
+		also := ""
+		if r.Emulated != "" {
+			also = " and rounding inside " + r.Emulated + " as they do"
+		}
+		fmt.Fprintf(w, "expected: the CPU interpreter storing what the device stores in %v%s; "+
+			"ref_rel_err: against the reference\n", opts.Storage, also)
 	}
 	for _, c := range r.Comparisons {
 		fmt.Fprintf(w, "%-40s %-16s rel_err=%.3e max_abs=%.3e", c.Name, tensor.ShapeString(c.Shape),

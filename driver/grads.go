@@ -78,11 +78,11 @@ func CheckGrads(f *ir.Func, ref *safetensors.File, refPath string, opts CheckOpt
 		return nil, err
 	}
 	gf := g
-	outs, emu, err := opts.runOnRef(gf, ref, refPath)
+	outs, emu, note, err := opts.runOnRef(gf, ref, refPath)
 	if err != nil {
 		return nil, err
 	}
-	res := &CheckResult{Outputs: outs}
+	res := &CheckResult{Outputs: outs, Emulated: note}
 	add := func(name string, got, want *tensor.Tensor) error {
 		return res.record(compareTo(name, got, want, emu[name], 0))
 	}

@@ -32,14 +32,14 @@ func floatsResult(n *ir.Node, i int, data []float64) *tensor.Tensor {
 // The optional mask broadcasts to [B,H,T,S]: a bool (or integer) mask is true
 // where a key is visible, a float mask is added to the scores. A row that sees no
 // key gives o = 0 and lse = −Inf.
-func kernelAttention(n *ir.Node, args []*tensor.Tensor, _ Options) ([]*tensor.Tensor, error) {
+func kernelAttention(n *ir.Node, args []*tensor.Tensor, opts Options) ([]*tensor.Tensor, error) {
 	q, k, v := args[0], args[1], args[2]
 	d := attnDims(q, k)
 	scale := ir.AttentionScale(n)
 	causal := n.AttrBool("causal")
 	var o, lse []float64
 	if len(args) == 3 {
-		o, lse = attention.Dense(q.F, k.F, v.F, d, causal, scale)
+		o, lse = attention.DenseRounded(q.F, k.F, v.F, d, causal, scale, opts.rounding(n))
 	} else {
 		m := newMask(args[3], d, causal)
 		o, lse = make([]float64, len(q.F)), make([]float64, d.B*d.Hq*d.T)
@@ -55,14 +55,15 @@ func kernelAttention(n *ir.Node, args []*tensor.Tensor, _ Options) ([]*tensor.Te
 
 // kernelAttentionGrad is the exact gradient of attention given its inputs, its
 // outputs o and lse, and the output gradient do (the mask gets none).
-func kernelAttentionGrad(n *ir.Node, args []*tensor.Tensor, _ Options) ([]*tensor.Tensor, error) {
+func kernelAttentionGrad(n *ir.Node, args []*tensor.Tensor, opts Options) ([]*tensor.Tensor, error) {
 	q, k, v, o, lse, do := args[0], args[1], args[2], args[3], args[4], args[5]
 	d := attnDims(q, k)
 	scale := ir.AttentionScale(n)
 	causal := n.AttrBool("causal")
 	var dq, dk, dv []float64
 	if len(args) == 6 {
-		dq, dk, dv = attention.DenseBackward(q.F, k.F, v.F, o.F, lse.F, do.F, d, causal, scale)
+		dq, dk, dv = attention.DenseBackwardRounded(q.F, k.F, v.F, o.F, lse.F, do.F, d, causal, scale,
+			opts.rounding(n))
 	} else {
 		m := newMask(args[6], d, causal)
 		dq, dk, dv = make([]float64, len(q.F)), make([]float64, len(k.F)), make([]float64, len(v.F))
@@ -100,26 +101,27 @@ func dilatedConfig(n *ir.Node, d attention.Dims) (attention.DilatedConfig, error
 }
 
 // kernelDilated is LongNet dilated attention (docs/design.md §3) via package attention.
-func kernelDilated(n *ir.Node, args []*tensor.Tensor, _ Options) ([]*tensor.Tensor, error) {
+func kernelDilated(n *ir.Node, args []*tensor.Tensor, opts Options) ([]*tensor.Tensor, error) {
 	q, k, v := args[0], args[1], args[2]
 	d := attnDims(q, k)
 	cfg, err := dilatedConfig(n, d)
 	if err != nil {
 		return nil, err
 	}
-	o, lse := attention.Dilated(q.F, k.F, v.F, d, cfg, ir.AttentionScale(n))
+	o, lse := attention.DilatedRounded(q.F, k.F, v.F, d, cfg, ir.AttentionScale(n), opts.rounding(n))
 	return []*tensor.Tensor{floatsResult(n, 0, o), floatsResult(n, 1, lse)}, nil
 }
 
 // kernelDilatedGrad is the exact gradient of dilated attention.
-func kernelDilatedGrad(n *ir.Node, args []*tensor.Tensor, _ Options) ([]*tensor.Tensor, error) {
+func kernelDilatedGrad(n *ir.Node, args []*tensor.Tensor, opts Options) ([]*tensor.Tensor, error) {
 	q, k, v, o, lse, do := args[0], args[1], args[2], args[3], args[4], args[5]
 	d := attnDims(q, k)
 	cfg, err := dilatedConfig(n, d)
 	if err != nil {
 		return nil, err
 	}
-	dq, dk, dv := attention.DilatedBackward(q.F, k.F, v.F, o.F, lse.F, do.F, d, cfg, ir.AttentionScale(n))
+	dq, dk, dv := attention.DilatedBackwardRounded(q.F, k.F, v.F, o.F, lse.F, do.F, d, cfg,
+		ir.AttentionScale(n), opts.rounding(n))
 	return []*tensor.Tensor{floatsResult(n, 0, dq), floatsResult(n, 1, dk), floatsResult(n, 2, dv)}, nil
 }
 

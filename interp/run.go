@@ -7,7 +7,7 @@ import (
 	"sync"
 
 	"github.com/lcc-dev/lcc/collective"
-
+	"github.com/lcc-dev/lcc/interp/attention"
 	"github.com/lcc-dev/lcc/ir"
 	"github.com/lcc-dev/lcc/tensor"
 )
@@ -25,6 +25,11 @@ type Options struct {
 	// usual rounding, as if stored so and read back. Math is unchanged. nil, or a
 	// value's own dtype, stores it as itself; Precision = tensor.F64 ignores it.
 	Store func(v *ir.Value) tensor.DType
+	// Attention gives, for an attention node, the roundings its device kernels
+	// make inside (attention.Rounding: the tensor-core kernels' bf16 operands), so
+	// that the CPU computes what they compute. nil, or the zero Rounding, is exact
+	// attention; Precision = tensor.F64 ignores it.
+	Attention func(n *ir.Node) attention.Rounding
 	// Comm connects this run to the other ranks of a sharded (SPMD) program; the
 	// kernels of collective ops use it (collective.go). nil runs one rank alone.
 	Comm collective.Communicator
@@ -32,6 +37,14 @@ type Options struct {
 
 // exact reports whether float results keep full float64 precision.
 func (o Options) exact() bool { return o.Precision == tensor.F64 }
+
+// rounding is the Rounding of attention node n (the zero one when exact).
+func (o Options) rounding(n *ir.Node) attention.Rounding {
+	if o.Attention == nil || o.exact() {
+		return attention.Rounding{}
+	}
+	return o.Attention(n)
+}
 
 // stores returns the narrower dtype Store gives v, or v's own dtype.
 func (o Options) stores(v *ir.Value) tensor.DType {

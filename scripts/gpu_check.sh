@@ -2,7 +2,8 @@
 # Runs lcc's GPU acceptance checks on a CUDA machine and prints a summary table.
 # Expects what `make gpu-tests` builds with CGO_ENABLED=0: .gpu/lcc, one test binary per
 # GPU package, and .gpu/tests.txt listing them ("NAME PACKAGE_DIR" per line).
-# Logs go to ${OUT:-/tmp/lcc-gpu}.
+# Logs go to ${OUT:-/tmp/lcc-gpu}. CHECKS_ONLY=1 runs only `lcc check --grads` on every
+# testdata model in fp32 and bf16 (one summary line per model and precision).
 set -u
 # A GPU test that would skip here (no GPU, NVRTC, NCCL or cuBLASLt found) fails instead.
 export LCC_REQUIRE_GPU=${LCC_REQUIRE_GPU:-1}
@@ -21,13 +22,16 @@ run() { # name, command...
 	summary+=("$(printf '%-44s rc=%-3s %6dms  %s' "$name" "$rc" "$t" "$last")")
 }
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader >"$out/gpu.txt"
-if [ ! -s .gpu/tests.txt ] || [ ! -x "$lcc" ]; then
+checks_only=${CHECKS_ONLY:-0}
+if [ ! -x "$lcc" ] || { [ "$checks_only" != 1 ] && [ ! -s .gpu/tests.txt ]; }; then
 	echo "gpu_check: no .gpu/tests.txt or .gpu/lcc: run make gpu-tests first" >&2
 	exit 1
 fi
-while read -r name pkg; do
-	run "${name}_gpu_tests" bash -c "cd '$pkg' && '$root/.gpu/$name.test' -test.run GPU -test.v -test.timeout 8m"
-done <.gpu/tests.txt
+if [ "$checks_only" != 1 ]; then
+	while read -r name pkg; do
+		run "${name}_gpu_tests" bash -c "cd '$pkg' && '$root/.gpu/$name.test' -test.run GPU -test.v -test.timeout 8m"
+	done <.gpu/tests.txt
+fi
 for prec in fp32 bf16; do
 	for m in gpt_mini:gpt_mini llama_mini:llama_mini llama_mini_op23:llama_mini llama_mini_extdata:llama_mini attn_mha:attn_mha_dense gpt_mini_loss:gpt_mini_loss; do
 		model=${m%%:*}; ref=${m##*:}
@@ -37,7 +41,18 @@ for prec in fp32 bf16; do
 		run "check_hf_${m}_${prec}" "$lcc" check "testdata/hf/hf_$m.onnx" --ref "testdata/hf/hf_$m.ref.safetensors" --grads --device=cuda --precision=$prec
 	done
 	run "check_attn_mha_dilated_${prec}" "$lcc" check testdata/onnx/attn_mha.onnx --ref testdata/ref/attn_mha_dilated_paper.ref.safetensors --grads --device=cuda --precision=$prec --attention=dilated --segments=8,16,32 --dilations=1,2,4
+	# The exports of testdata/trajectory; a _noopt export shares its model's reference.
+	for m in gemma gemma_noopt gpt_neox gpt_neox_noopt qwen2_d64; do
+		run "check_trajectory_${m}_${prec}" "$lcc" check "testdata/trajectory/$m.onnx" --ref "testdata/trajectory/${m%_noopt}.ref.safetensors" --grads --device=cuda --precision=$prec
+	done
 done
+# qwen2_d64 (head dim 64, peaked softmax) on the CUDA-core attention kernels too: the bf16
+# emulation models the tensor-core kernels' roundings only where they run.
+run check_trajectory_qwen2_d64_bf16_scalar "$lcc" check testdata/trajectory/qwen2_d64.onnx --ref testdata/trajectory/qwen2_d64.ref.safetensors --grads --device=cuda --precision=bf16 --attention-kernels=scalar
+if [ "$checks_only" = 1 ]; then
+	printf '%s\n' "${summary[@]}" | tee "$out/summary.txt"
+	exit 0
+fi
 # Two runs of one check must compute the same bits, every gradient included (in bf16
 # the head-dim-128 model's attention runs on the tensor-core kernels).
 d128=testdata/hf/hf_llama_gqa_d128_sdpa

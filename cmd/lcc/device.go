@@ -6,6 +6,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	codegen "github.com/lcc-dev/lcc/codegen/cuda"
 	"github.com/lcc-dev/lcc/driver"
 	"github.com/lcc-dev/lcc/ir"
 	"github.com/lcc-dev/lcc/runtime/cuda"
@@ -42,30 +43,38 @@ func addHostBudget(cmd *cobra.Command, b *byteSize) {
 // device (for cuda, the runner's exec.Session and then the device). A missing GPU
 // or driver is an error, not a panic.
 func (d *deviceFlags) runner() (driver.Runner, func(), error) {
+	run, _, release, err := d.runnerWithPrograms()
+	return run, release, err
+}
+
+// runnerWithPrograms is runner, with the program the device ran for each
+// function (nil on the CPU), which check's emulation of bf16 storage follows
+// (driver.CheckOptions.Program).
+func (d *deviceFlags) runnerWithPrograms() (driver.Runner, func(*ir.Func) *codegen.Program, func(), error) {
 	storage, err := d.storage()
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	switch d.device {
 	case "cpu":
 		// --precision=bf16 on the CPU rounds what the GPU stores in bf16.
 		return func(f *ir.Func, in map[string]*tensor.Tensor) (map[string]*tensor.Tensor, error) {
 			return driver.RunCPU(f, in, storage, driver.NewHostBudget(int64(d.hostBudget)))
-		}, func() {}, nil
+		}, nil, func() {}, nil
 	case "cuda":
 		dev, err := cuda.Open(0)
 		if err != nil {
-			return nil, nil, fmt.Errorf("--device=cuda: %w", err)
+			return nil, nil, nil, fmt.Errorf("--device=cuda: %w", err)
 		}
 		// One session for the command: a training loop runs the same functions every
 		// step and so builds, loads and allocates each of them once.
 		s := exec.NewSession(dev, exec.Options{Storage: storage, ScalarAttention: d.attentionKernels == "scalar"})
-		return s.Run, func() {
+		return s.Run, s.ProgramOf, func() {
 			s.Close()
 			dev.Close()
 		}, nil
 	}
-	return nil, nil, fmt.Errorf("--device %q: want cpu or cuda", d.device)
+	return nil, nil, nil, fmt.Errorf("--device %q: want cpu or cuda", d.device)
 }
 
 // session opens GPU 0 and starts a peak-memory meter there, then a session with

@@ -187,7 +187,7 @@ func checkCmd() *cobra.Command {
 			if _, err := driver.Prepare(f, att, passes.Options{VerifyEach: true}); err != nil {
 				return err
 			}
-			run, release, err := df.runner()
+			run, programs, release, err := df.runnerWithPrograms()
 			if err != nil {
 				return err
 			}
@@ -197,7 +197,7 @@ func checkCmd() *cobra.Command {
 				return err
 			}
 			copts := driver.CheckOptions{Tolerance: tolerance, Out: cmd.OutOrStdout(), Run: run,
-				Storage: storage, HostBudget: driver.NewHostBudget(int64(df.hostBudget))}
+				Storage: storage, HostBudget: driver.NewHostBudget(int64(df.hostBudget)), Program: programs}
 			if df.device == "cpu" {
 				copts.Run = nil // the driver's own CPU run (it emulates a narrower storage)
 			}

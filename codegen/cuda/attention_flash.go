@@ -78,14 +78,7 @@ func (g *gen) flashDesc(n *ir.Node) (flash.Desc, error) {
 	if !fwd && g.storageOf(n.Args[4]) != tensor.F32 {
 		return flash.Desc{}, fmt.Errorf("lse stored as %v: the tensor-core kernels take f32", g.storageOf(n.Args[4]))
 	}
-	q, k := n.Args[0].Type, n.Args[1].Type
-	d := flash.Desc{B: q.Shape[0], T: q.Shape[1], S: k.Shape[1], Hq: int(q.Shape[2]), Hkv: int(k.Shape[2]),
-		D: int(q.Shape[3]), Causal: n.AttrBool("causal"),
-		Scale: ir.AttentionScale(n), Tier: flash.TierFor(g.opts.Arch)}
-	if dilated {
-		d.Offsets = n.AttrString("offsets")
-	}
-	d = d.Defaults()
+	d := FlashDescOf(n, flash.TierFor(g.opts.Arch))
 	if err := d.Check(); err != nil {
 		return flash.Desc{}, err
 	}
@@ -97,6 +90,21 @@ func (g *gen) flashDesc(n *ir.Node) (flash.Desc, error) {
 		}
 	}
 	return d, nil
+}
+
+// FlashDescOf is the descriptor, tiles included, of the tensor-core kernels that
+// attention node n (dense or dilated, forward or backward, without a mask) runs on
+// at tier: what an AttentionChoice of kernel KernelFlash stands for. A dilated
+// node's branches share its tiles (flashBranches). The CPU's emulation of a
+// program reads the forward's key tile from it (driver/emulate.go).
+func FlashDescOf(n *ir.Node, tier int) flash.Desc {
+	q, k := n.Args[0].Type, n.Args[1].Type
+	d := flash.Desc{B: q.Shape[0], T: q.Shape[1], S: k.Shape[1], Hq: int(q.Shape[2]), Hkv: int(k.Shape[2]),
+		D: int(q.Shape[3]), Causal: n.AttrBool("causal"), Scale: ir.AttentionScale(n), Tier: tier}
+	if n.Op == ir.OpDilatedAttention || n.Op == ir.OpDilatedAttentionGrad {
+		d.Offsets = n.AttrString("offsets")
+	}
+	return d.Defaults()
 }
 
 // flashBranches is the descriptor of each LongNet branch of dilated attention n:

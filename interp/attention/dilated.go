@@ -120,7 +120,16 @@ func (cfg DilatedConfig) offsets(h, heads int) []int {
 func Dilated(q, k, v []float64, d Dims, cfg DilatedConfig, scale float64) (o, lse []float64) {
 	d.mustMatch("attention.Dilated", "q", q, "k", k, "v", v)
 	dilatedCheck("attention.Dilated", d, cfg)
-	return dilatedForward(q, k, v, d, cfg, cfg.Branches, scale)
+	return dilatedForward(q, k, v, d, cfg, cfg.Branches, scale, Rounding{})
+}
+
+// DilatedRounded is Dilated as the tensor-core kernels compute it, with the
+// roundings r models in every branch (the zero Rounding gives Dilated).
+func DilatedRounded(q, k, v []float64, d Dims, cfg DilatedConfig, scale float64,
+	r Rounding) (o, lse []float64) {
+	d.mustMatch("attention.DilatedRounded", "q", q, "k", k, "v", v)
+	dilatedCheck("attention.DilatedRounded", d, cfg)
+	return dilatedForward(q, k, v, d, cfg, cfg.Branches, scale, r)
 }
 
 // DilatedBranch is branch i of Dilated alone: (O_i, LSE_i), with o = 0 and lse = −Inf
@@ -134,13 +143,13 @@ func DilatedBranch(q, k, v []float64, d Dims, cfg DilatedConfig, i int,
 		panic(fmt.Sprintf("lcc: BUG: attention.DilatedBranch: branch %d of %d", i,
 			len(cfg.Branches)))
 	}
-	return dilatedForward(q, k, v, d, cfg, cfg.Branches[i:i+1], scale)
+	return dilatedForward(q, k, v, d, cfg, cfg.Branches[i:i+1], scale, Rounding{})
 }
 
 // dilatedForward runs one goroutine per (batch, query head); each row merges the
 // branches that select it, in branch order, with the overflow-free ring update.
 func dilatedForward(q, k, v []float64, d Dims, cfg DilatedConfig, branches []Branch,
-	scale float64) (o, lse []float64) {
+	scale float64, rd Rounding) (o, lse []float64) {
 	o = make([]float64, len(q))
 	lse = make([]float64, d.B*d.Hq*d.T)
 	cfg.Branches = branches
@@ -158,7 +167,7 @@ func dilatedForward(q, k, v []float64, d Dims, cfg DilatedConfig, branches []Bra
 				if !ok {
 					continue
 				}
-				l := rowForward(q[r:r+d.D], kv, ks, nil, scale, scores, branchO)
+				l := forwardRow(q[r:r+d.D], kv, ks, nil, scale, rd, scores, branchO)
 				acc = mergeRow(o[r:r+d.D], acc, branchO, l)
 			}
 			lse[d.lseAt(b, h, p)] = acc

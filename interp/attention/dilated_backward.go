@@ -8,6 +8,14 @@ package attention
 // is its multiplicity in the union. Rows that no branch selects get dq = 0.
 func DilatedBackward(q, k, v, o, lse, do []float64, d Dims, cfg DilatedConfig,
 	scale float64) (dq, dk, dv []float64) {
+	return DilatedBackwardRounded(q, k, v, o, lse, do, d, cfg, scale, Rounding{})
+}
+
+// DilatedBackwardRounded is DilatedBackward as the tensor-core kernels compute it,
+// with the roundings r models in every branch (the zero Rounding gives
+// DilatedBackward).
+func DilatedBackwardRounded(q, k, v, o, lse, do []float64, d Dims, cfg DilatedConfig,
+	scale float64, rd Rounding) (dq, dk, dv []float64) {
 	d.mustMatch("attention.DilatedBackward", "q", q, "k", k, "v", v, "o", o, "lse", lse,
 		"do", do)
 	dilatedCheck("attention.DilatedBackward", d, cfg)
@@ -32,7 +40,7 @@ func DilatedBackward(q, k, v, o, lse, do []float64, d Dims, cfg DilatedConfig,
 				delta := dot(doRow, oRow)
 				for i, br := range cfg.Branches {
 					if ks, ok := branchKeys(p, br, offs[i], d.T, cfg.Causal); ok {
-						rowBackward(qRow, dqRow, kv, ks, nil, scale, l, delta, doRow)
+						backwardRow(qRow, dqRow, kv, ks, nil, scale, l, delta, rd, doRow)
 					}
 				}
 			}
