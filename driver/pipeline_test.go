@@ -295,7 +295,8 @@ func TestCompiledStepForDevice(t *testing.T) {
 	// Head dim 128: the tensor-core tiers take its attention in bf16 storage.
 	model := filepath.Join("..", "testdata", "hf", "hf_llama_gqa_d128_sdpa.onnx")
 	bf16 := Options{Precision: "bf16"}
-	res, graph := compiledFolder(t, Bindings{SeqLen: 128}, CompileOptions{Target: a100, Model: model, Options: bf16})
+	res, graph := compiledFolder(t, Bindings{SeqLen: 128},
+		CompileOptions{Target: a100, Model: model, Options: bf16})
 	hopper, err := a100.WithArch("sm_90a")
 	if err != nil {
 		t.Fatal(err)
@@ -329,7 +330,8 @@ func TestCompiledStepForDevice(t *testing.T) {
 		}
 	}
 	g, _ = Load(graph, Bindings{})
-	opts := CompileOptions{Target: hopper, Model: graph, ForDevice: true, Options: Options{Checkpoint: "none", Precision: "bf16"}}
+	opts := CompileOptions{Target: hopper, Model: graph, ForDevice: true,
+		Options: Options{Checkpoint: "none", Precision: "bf16"}}
 	if _, err := CompileStep(g, opts); err == nil || !strings.Contains(err.Error(), "insert-checkpoints") {
 		t.Errorf("a recompile for the device with other passes: %v", err)
 	}

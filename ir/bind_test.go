@@ -25,7 +25,8 @@ func TestBind(t *testing.T) {
 	if err == nil || err.Error() != want {
 		t.Fatalf("Bind = %v\nwant %s", err, want)
 	}
-	if _, _, err := f.Bind(map[string]*tensor.Tensor{"a": a, "c": a}, func(*tensor.Tensor) bool { return false }); err == nil {
+	refuse := func(*tensor.Tensor) bool { return false }
+	if _, _, err := f.Bind(map[string]*tensor.Tensor{"a": a, "c": a}, refuse); err == nil {
 		t.Fatal("Bind passed tensors valid refused")
 	}
 }

@@ -77,7 +77,8 @@ func adoptStep(cfg Config, step *driver.Result, spare *ir.Func) (*driver.Result,
 			return nil, err
 		}
 		if cfg.Progress != nil {
-			fmt.Fprintln(cfg.Progress, recompiledLine(cfg.Model, folder, cfg.GPU, cfg.Target, step.Hash, again.Hash))
+			line := recompiledLine(cfg.Model, folder, cfg.GPU, cfg.Target, step.Hash, again.Hash)
+			fmt.Fprintln(cfg.Progress, line)
 		}
 		step = again
 	}

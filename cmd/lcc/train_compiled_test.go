@@ -71,7 +71,8 @@ func TestTrainCompiledGraph(t *testing.T) {
 		{"--precision=bf16", "records --precision=fp32"},
 		{"--ranks=2", "--ranks=2: " + filepath.Join(dir, "graph.lcc") + " is a compiled one-GPU step"},
 		// A recompile for the GPU found needs one.
-		{"--recompile-for-device", "--recompile-for-device compiles the step for the GPU found: it needs --device=cuda"},
+		{"--recompile-for-device",
+			"--recompile-for-device compiles the step for the GPU found: it needs --device=cuda"},
 	} {
 		_, stderr, code = lcc(t, "train", filepath.Join(dir, "graph.lcc"), "--data=synthetic:copy", "--steps=1",
 			c.flag)
