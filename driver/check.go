@@ -115,7 +115,8 @@ type CheckOptions struct {
 	// what the GPU would store: storedAs).
 	//
 	// With bf16 the expected values are not REF's but the CPU interpreter's, run
-	// on the same program and REF's inputs with the same bf16 storage: REF (a
+	// on the same program and REF's inputs with the same bf16 storage and the
+	// same roundings inside tensor-core attention (emulation, Program): REF (a
 	// framework in f32) would hold the run to the error of bf16 storage itself,
 	// which depends on the model's depth and conditioning, not on lcc, and which
 	// the framework's own bf16 run shares (hf_llama_gqa_d128_sdpa: 2.8e-2 on its
