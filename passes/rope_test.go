@@ -175,7 +175,7 @@ func TestRescaleRoPEScalingKinds(t *testing.T) {
 		{"dynamic:2,orig=4", 0, 2, 4, 0, 0},
 		{"yarn:4,orig=3", 0, 4, 3, 0, 0},
 		{"yarn:4,orig=2048", 0, 4, 2048, 0, 0}, // a ramp from frequency 2 to 6
-		{"yarn:4", 500, 4, 3, 0, 0}, // orig defaults to 12 positions / 4
+		{"yarn:4", 500, 4, 3, 0, 0},            // orig defaults to 12 positions / 4
 		{"llama3:8,low=1,high=4,orig=6", 0, 8, 6, 1, 4},
 		{"llama3:8,low=1,high=4,orig=60", 1e6, 8, 60, 1, 4},
 	}
