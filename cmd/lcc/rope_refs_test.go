@@ -123,8 +123,19 @@ func TestRoPEFlags(t *testing.T) {
 	if pl, _ := rep["pipeline"].([]any); len(pl) == 0 || pl[0] != "rescale-rope theta=500000 scaling=yarn:4,orig=8" {
 		t.Errorf("pipeline: %v", rep["pipeline"])
 	}
+	// lcc train runs the program compile reports, saying what RoPE it trains with.
+	out, stderr, code := lcc(t, "train", hf, "--device=cpu", "--target=cpu", "--data=synthetic:copy", "--seq-len=16",
+		"--steps=1", "--lr=1e-3", "--seed=1", "--rope-scaling=yarn:4,orig=8", "--rope-theta=5e5")
+	if code != 0 || !strings.Contains(out+stderr, "program "+rep["program_hash"].(string)) ||
+		!strings.Contains(out+stderr, "rope    base 10000 → 500000, scaling yarn:4,orig=8") {
+		t.Errorf("train: exit %d, want compile's program %v and a rope line:\n%s%s", code, rep["program_hash"], out, stderr)
+	}
+	plain := compileJSON(t, hf, "--seq-len=16", "--target=cpu")
+	if plain["program_hash"] == rep["program_hash"] || plain["rope"] != nil {
+		t.Errorf("the program hash does not see the RoPE flags (%v), or a rope entry without them", plain["program_hash"])
+	}
 	dir := t.TempDir()
-	out, stderr, code := lcc(t, "compile", hf, "--seq-len=16", "--target=cpu", "--rope-theta=1e6", "-o", dir+"/step")
+	out, stderr, code = lcc(t, "compile", hf, "--seq-len=16", "--target=cpu", "--rope-theta=1e6", "-o", dir+"/step")
 	if code != 0 || !strings.Contains(out, "rope       base 10000 → 1e+06, scaling none; rotary dim 16, "+
 		"1 cos/sin table pair(s) rewritten\n           inv_freq[8] 1, 0.177828, 0.0316228, …") {
 		t.Fatalf("compile: exit %d\n%s%s", code, out, stderr)
