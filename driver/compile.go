@@ -107,13 +107,20 @@ func (a AttentionOptions) dilate() passes.DilateConfig {
 type Prepared struct {
 	Stats     []passes.Stat
 	Attention report.Attention
+	// RoPE is what rescale-rope rewrote (nil without --rope-theta or --rope-scaling).
+	RoPE *passes.RoPEResult
 }
 
 // Prepare runs the forward pipeline over f in place (Pipeline with Forward set:
 // attention matching, the requested attention rewrite, and cleanup), as lcc check
 // does before it runs the model.
 func Prepare(f *ir.Func, a AttentionOptions, popts passes.Options) (*Prepared, error) {
-	p, err := newPipeline(targets.Target{}, Options{Attention: a, Forward: true})
+	return PrepareWith(f, Options{Attention: a}, popts)
+}
+
+// PrepareWith is Prepare with the forward options of o (its attention and RoPE).
+func PrepareWith(f *ir.Func, o Options, popts passes.Options) (*Prepared, error) {
+	p, err := newPipeline(targets.Target{}, Options{Attention: o.Attention, RoPE: o.RoPE, Forward: true})
 	if err != nil {
 		return nil, err
 	}
@@ -125,7 +132,23 @@ func Prepare(f *ir.Func, a AttentionOptions, popts passes.Options) (*Prepared, e
 	if err != nil {
 		return nil, err
 	}
-	return &Prepared{Stats: stats, Attention: att}, nil
+	return &Prepared{Stats: stats, Attention: att, RoPE: p.found.rope}, nil
+}
+
+// ApplyRoPE runs rescale-rope alone over f (lcc run, which runs the model as
+// imported), verified; nil when c asks for nothing.
+func ApplyRoPE(f *ir.Func, c passes.RoPEConfig) (*passes.RoPEResult, error) {
+	if !c.Active() {
+		return nil, nil
+	}
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	var fd findings
+	if _, err := passes.Run(f, []passes.Pass{bindStage(ropeStage(c), &fd)}, passes.Options{VerifyEach: true}); err != nil {
+		return nil, err
+	}
+	return fd.rope, nil
 }
 
 // attention summarises what the attention passes did, for the report.
@@ -368,6 +391,7 @@ func compileOne(f *ir.Func, opts CompileOptions) (*Result, *pipeline, error) {
 		in.ArenaWeightsBytes, in.ArenaGradientsBytes = arenaParts(prog)
 	}
 	rep := report.Build(f, in)
+	rep.RoPE = p.found.rope
 	res := &Result{Func: f, Report: rep, Loss: p.found.loss.Loss, Pipeline: p.passes, Program: p.found.prog}
 	for _, ps := range p.passes {
 		rep.Pipeline = append(rep.Pipeline, strings.TrimSpace(ps.Name+" "+ps.Config))

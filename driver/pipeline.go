@@ -51,6 +51,9 @@ type Options struct {
 	// cotangents), all-reduce-gradients (with Ranks), and nothing else, so that
 	// the numbers compared are the model's own. An empty objective only shards.
 	Objective *Objective
+	// RoPE is --rope-theta and --rope-scaling: rescale-rope runs first when it
+	// asks for anything.
+	RoPE passes.RoPEConfig
 }
 
 // Storage is the device storage dtype Precision names.
@@ -78,6 +81,9 @@ func (o Options) validate() error {
 	if _, err := o.Storage(); err != nil {
 		return err
 	}
+	if err := o.RoPE.Validate(); err != nil {
+		return err
+	}
 	switch o.Checkpoint {
 	case "", "auto", "none", "layers", "sublayers", "selective", "layers+offload", "sublayers+offload":
 	default:
@@ -103,6 +109,10 @@ func (o Options) validate() error {
 // backend checks its pass list, cmd/compile/internal/ssa/compile.go), and a test
 // checks that every name is a registered pass.
 var passOrder = [...]struct{ a, b string }{
+	// cancel-transposes permutes the cos and sin tables rescale-rope recomputes
+	// by position, and the backward is to see the new frequencies.
+	{"rescale-rope", "cancel-transposes"},
+	{"rescale-rope", "autodiff"},
 	// the backward of one rms_norm or layer_norm op replaces the decomposition's.
 	{"match-norms", "autodiff"},
 	// cancel-transposes removes the transposes match-attention puts around the
@@ -180,7 +190,8 @@ type findings struct {
 	fwdFLOPs int64
 	trained  bool // autodiff differentiated a loss
 	ckpt     *passes.RecomputeStats
-	prog     *cudagen.Program // codegen's program (nil: no GPU target, or codegen failed)
+	prog     *cudagen.Program   // codegen's program (nil: no GPU target, or codegen failed)
+	rope     *passes.RoPEResult // what rescale-rope rewrote (nil: it did not run)
 }
 
 // words is a configuration already in words: a pass of package passes whose
@@ -413,6 +424,9 @@ func (p *pipeline) table() []stage {
 		add(p.gradTail()...)
 		return append(rows, p.codegenRows()...)
 	}
+	if o.RoPE.Active() {
+		add(ropeStage(o.RoPE))
+	}
 	a := o.Attention
 	mc := matchConfig{Require: a.Require}
 	add(stage{name: "match-attention", doc: passes.MatchAttention(passes.MatchConfig{}).Doc, cfg: mc,
@@ -478,6 +492,18 @@ func (p *pipeline) table() []stage {
 		}})
 	plains(passes.EliminateDeadCode)
 	return append(rows, p.codegenRows()...)
+}
+
+// ropeStage is rescale-rope with c, recording what it rewrote.
+func ropeStage(c passes.RoPEConfig) stage {
+	p := passes.RescaleRoPEPass(c)
+	return stage{name: p.Name, doc: p.Doc, cfg: c, run: func(f *ir.Func, fd *findings) error {
+		res, err := passes.RescaleRoPE(f, c)
+		if err == nil {
+			fd.rope = &res
+		}
+		return err
+	}}
 }
 
 // gradTail is shard-sequence (when sharded), autodiff and all-reduce-gradients

@@ -135,9 +135,12 @@ func RecordedFlags(model string) ([]RecordedFlag, string, error) {
 		add("seq-len", fmt.Sprint(seq))
 	}
 	attention := "dense"
+	theta, scaling := "0", "none" // the flags' defaults: no rescale-rope
 	for _, line := range rec.Pipeline {
 		name, kv := passLine(line)
 		switch name {
+		case "rescale-rope":
+			theta, scaling = kv["theta"], kv["scaling"]
 		case "match-attention":
 			add("require-attention", fmt.Sprint(kv["require"] == "true"))
 		case "dilate-attention":
@@ -159,6 +162,8 @@ func RecordedFlags(model string) ([]RecordedFlag, string, error) {
 		}
 	}
 	add("attention", attention)
+	add("rope-theta", theta)
+	add("rope-scaling", scaling)
 	return out, rec.path, nil
 }
 

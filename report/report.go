@@ -58,13 +58,15 @@ type Report struct {
 	Warnings []string `json:"warnings,omitempty"`
 	// Notes say what the importer changed to keep the model the framework's (for
 	// example parameters the exporter merged, trained separately again).
-	Notes       []string              `json:"notes,omitempty"`
-	Mode        string                `json:"mode"`
-	Target      Target                `json:"target"`
-	Shapes      Shapes                `json:"shapes"`
-	Ops         map[string]int        `json:"ops"`
-	Params      Params                `json:"parameters"`
-	Attention   Attention             `json:"attention"`
+	Notes     []string       `json:"notes,omitempty"`
+	Mode      string         `json:"mode"`
+	Target    Target         `json:"target"`
+	Shapes    Shapes         `json:"shapes"`
+	Ops       map[string]int `json:"ops"`
+	Params    Params         `json:"parameters"`
+	Attention Attention      `json:"attention"`
+	// RoPE is what --rope-theta and --rope-scaling rewrote (nil without them).
+	RoPE        *passes.RoPEResult    `json:"rope,omitempty"`
 	FusedCE     int                   `json:"fused_cross_entropy"`
 	Checkpoints passes.RecomputeStats `json:"checkpoints"`
 	Memory      Memory                `json:"memory"`
@@ -449,6 +451,11 @@ func (r *Report) WriteText(w io.Writer) {
 		}
 		fmt.Fprintf(w, "dilated    segments %s, dilations %s, %s offsets (%s)\n", joinInts(d.Segments),
 			joinInts(d.Dilations), d.Offsets, how)
+	}
+	if r.RoPE != nil {
+		for i, l := range RoPELines(*r.RoPE) {
+			fmt.Fprintf(w, "%-10s %s\n", map[bool]string{true: "rope", false: ""}[i == 0], l)
+		}
 	}
 	fmt.Fprintf(w, "fused CE   %d\n", r.FusedCE)
 	off := ""

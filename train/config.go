@@ -13,6 +13,7 @@ import (
 
 	"github.com/lcc-dev/lcc/driver"
 	"github.com/lcc-dev/lcc/ir"
+	"github.com/lcc-dev/lcc/passes"
 	"github.com/lcc-dev/lcc/passes/loss"
 	"github.com/lcc-dev/lcc/runtime/cuda"
 	"github.com/lcc-dev/lcc/runtime/exec"
@@ -97,6 +98,9 @@ type Config struct {
 	HostBudget driver.HostBudget
 	// Precision is the device storage (fp32 or bf16); it chooses the kernels.
 	Precision string
+	// RoPE is --rope-theta and --rope-scaling (rescale-rope; the zero value keeps
+	// the model's rotary embeddings).
+	RoPE passes.RoPEConfig
 	// Ranks > 1 shards every step's sequence over that many ranks with ShardMode
 	// (ring, ulysses or dilated: see driver.ShardModes); Comm is this rank's
 	// communicator (with Ranks ≤ 1, a Comm of one rank runs the step sharded for
@@ -267,7 +271,7 @@ func (c *Config) adamW() optim.AdamW {
 func (c *Config) compileOptions() driver.CompileOptions {
 	o := driver.CompileOptions{Target: c.Target, Model: c.Model, Options: driver.Options{
 		Loss: c.Loss, Attention: c.Attention, Checkpoint: c.Checkpoint, MemoryBudget: c.MemoryBudget,
-		Precision: c.Precision, Ranks: c.Ranks, ShardMode: c.ShardMode}}
+		Precision: c.Precision, Ranks: c.Ranks, ShardMode: c.ShardMode, RoPE: c.RoPE}}
 	if c.Comm != nil {
 		o.Ranks, o.SPMD, o.Rank = c.Comm.Size(), true, c.Comm.Rank()
 	}

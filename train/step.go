@@ -77,7 +77,7 @@ func modelBatch(f *ir.Func) int {
 
 // ModelHash identifies a model for checkpoints: the SHA-256 of the model as
 // loaded (model, its printed IR: graph and bound shapes), the flags that change what
-// its step computes (o's loss, attention, precision and sharding), and the
+// its step computes (o's loss, attention, precision, sharding and RoPE), and the
 // names, dtypes and shapes of the weights and state of its step grad. Weight
 // values are not hashed: they are what training changes. Neither are the
 // activation-checkpoint policy, the memory budget and the target: they choose
@@ -90,6 +90,9 @@ func ModelHash(model string, grad *ir.Func, o driver.Options) string {
 	a := o.Attention
 	fmt.Fprintf(h, "loss %q attention %q %v %v %q precision %q ranks %d %q\n", o.Loss, a.Mode,
 		a.Segments, a.Dilations, a.Offsets, o.Precision, max(o.Ranks, 1), o.ShardMode)
+	if o.RoPE.Active() { // the rotary frequencies change what the step computes
+		fmt.Fprintf(h, "rope %s\n", o.RoPE)
+	}
 	for _, p := range grad.Params {
 		if p.Role == ir.RoleWeight || p.Role == ir.RoleState {
 			fmt.Fprintf(h, "%s %v\n", p.Name, p.Value.Type)

@@ -12,6 +12,7 @@ import (
 	"github.com/lcc-dev/lcc/driver"
 	"github.com/lcc-dev/lcc/interp"
 	"github.com/lcc-dev/lcc/ir"
+	"github.com/lcc-dev/lcc/passes"
 	"github.com/lcc-dev/lcc/passes/autodiff"
 	"github.com/lcc-dev/lcc/passes/loss"
 	"github.com/lcc-dev/lcc/report"
@@ -27,8 +28,9 @@ const optimPrefix = snapshot.OptimPrefix
 // trainer is a run in progress.
 type trainer struct {
 	cfg      Config
-	grad     *ir.Func // forward + backward: loss and grad.<w> outputs
-	acc      *ir.Func // gradient accumulation (nil when Accumulate == 1)
+	rope     *passes.RoPEResult // what rescale-rope rewrote (nil: no RoPE flags)
+	grad     *ir.Func           // forward + backward: loss and grad.<w> outputs
+	acc      *ir.Func           // gradient accumulation (nil when Accumulate == 1)
 	upd      *optim.Update
 	sched    optim.Schedule
 	lossName string
@@ -109,7 +111,7 @@ func newTrainer(cfg Config) (*trainer, error) {
 	t := &trainer{cfg: cfg, grad: grad, upd: upd, adamw: o, lossName: lossName,
 		hash:    ModelHash(loaded, grad, cfg.compileOptions().Options),
 		program: step.Hash, plannedPeak: step.Report.Memory.PerGPUPeakBytes, shard: shard, rank: rank,
-		stageSnapshots: step.Report.Memory.SnapshotStagingBytes > 0,
+		stageSnapshots: step.Report.Memory.SnapshotStagingBytes > 0, rope: step.Report.RoPE,
 		plan: fmt.Sprintf("checkpoint policy %s, %s pinned host memory", step.Report.Checkpoints.Policy,
 			report.Bytes(step.Report.Memory.HostBytes)),
 		sched:   optim.Schedule{LR: cfg.LR, MinLR: cfg.MinLR, Warmup: cfg.Warmup, Total: cfg.Steps},
@@ -263,6 +265,11 @@ func (t *trainer) run() (*Result, error) {
 	cfg := t.cfg
 	res := &Result{Program: t.program, PlannedPeakBytes: t.plannedPeak}
 	fmt.Fprintf(cfg.Progress, "program %s\n", t.program)
+	if t.rope != nil { // --rope-theta, --rope-scaling: the frequencies trained with
+		for _, l := range report.RoPELines(*t.rope) {
+			fmt.Fprintf(cfg.Progress, "rope    %s\n", l)
+		}
+	}
 	if cfg.Device == "cpu" {
 		// The plan is the target's; this run's memory is the host's.
 		fmt.Fprintf(cfg.Progress, "memory  on the CPU (interpreter, f32): the step lines show the host heap; "+

@@ -137,12 +137,14 @@ type compileFlags struct {
 	loss, checkpoint   string
 	budget             byteSize
 	precision          string
+	rope               ropeFlags
 }
 
 // add registers the pipeline flags lcc compile, check and train share (the
 // target, loss, attention, checkpoint policy, memory budget and precision).
 func (c *compileFlags) add(cmd *cobra.Command) {
 	c.af.add(cmd)
+	c.rope.add(cmd)
 	f := cmd.Flags()
 	f.StringVar(&c.target, "target", "h200x1", "target machine (see lcc targets)")
 	f.StringVar(&c.targetFile, "target-file", "", "JSON file with extra targets")
@@ -164,8 +166,12 @@ func (c *compileFlags) options() (targets.Target, driver.Options, error) {
 	if err != nil {
 		return targets.Target{}, driver.Options{}, err
 	}
+	rope, err := c.rope.config()
+	if err != nil {
+		return targets.Target{}, driver.Options{}, err
+	}
 	o := driver.Options{Loss: c.loss, Attention: att, Checkpoint: c.checkpoint, MemoryBudget: int64(c.budget),
-		Precision: c.precision, Ranks: c.af.ranks, ShardMode: c.af.shardMode}
+		Precision: c.precision, Ranks: c.af.ranks, ShardMode: c.af.shardMode, RoPE: rope}
 	if _, err := driver.Pipeline(t, o); err != nil {
 		return targets.Target{}, driver.Options{}, err
 	}

@@ -9,7 +9,9 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/lcc-dev/lcc/driver"
+	"github.com/lcc-dev/lcc/ir"
 	"github.com/lcc-dev/lcc/passes"
+	"github.com/lcc-dev/lcc/report"
 	"github.com/lcc-dev/lcc/safetensors"
 	"github.com/lcc-dev/lcc/tensor"
 )
@@ -21,6 +23,7 @@ func runCmd() *cobra.Command {
 		sf              shapeFlags
 		inputs, outputs string
 		df              deviceFlags
+		rf              ropeFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "run MODEL --inputs X.safetensors",
@@ -37,6 +40,10 @@ func runCmd() *cobra.Command {
 			defer release()
 			if inputs == "" {
 				return fmt.Errorf("--inputs is required")
+			}
+			rope, err := rf.config()
+			if err != nil {
+				return err
 			}
 			b, err := sf.bindings()
 			if err != nil {
@@ -56,6 +63,9 @@ func runCmd() *cobra.Command {
 			}
 			feeds, err := driver.Feeds(f, in, inputs)
 			if err != nil {
+				return err
+			}
+			if err := printRoPE(cmd, f, rope); err != nil {
 				return err
 			}
 			outs, err := run(f, feeds)
@@ -81,7 +91,21 @@ func runCmd() *cobra.Command {
 	cmd.Flags().StringVar(&inputs, "inputs", "", "safetensors file with one tensor per model input")
 	cmd.Flags().StringVar(&outputs, "outputs", "", "write the outputs to this safetensors file")
 	df.add(cmd)
+	rf.add(cmd)
 	return cmd
+}
+
+// printRoPE applies --rope-theta and --rope-scaling to f (lcc run) and says on
+// stderr what they rewrote.
+func printRoPE(cmd *cobra.Command, f *ir.Func, c passes.RoPEConfig) error {
+	res, err := driver.ApplyRoPE(f, c)
+	if err != nil || res == nil {
+		return err
+	}
+	for _, l := range report.RoPELines(*res) {
+		fmt.Fprintf(cmd.ErrOrStderr(), "lcc: rope: %s\n", l)
+	}
+	return nil
 }
 
 // checkOutputs checks the --outputs file of run and check before they run.
@@ -134,6 +158,7 @@ func checkCmd() *cobra.Command {
 		grads     bool
 		af        attentionFlags
 		outputs   string
+		rf        ropeFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "check MODEL --ref REF.safetensors",
@@ -162,6 +187,10 @@ func checkCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			rope, err := rf.config()
+			if err != nil {
+				return err
+			}
 			b, err := sf.bindings()
 			if err != nil {
 				return err
@@ -184,8 +213,14 @@ func checkCmd() *cobra.Command {
 			for _, n := range f.Remarks {
 				fmt.Fprintf(cmd.ErrOrStderr(), "lcc: note: %s\n", n)
 			}
-			if _, err := driver.Prepare(f, att, passes.Options{VerifyEach: true}); err != nil {
+			prep, err := driver.PrepareWith(f, driver.Options{Attention: att, RoPE: rope}, passes.Options{VerifyEach: true})
+			if err != nil {
 				return err
+			}
+			if prep.RoPE != nil {
+				for _, l := range report.RoPELines(*prep.RoPE) {
+					fmt.Fprintf(cmd.ErrOrStderr(), "lcc: rope: %s\n", l)
+				}
 			}
 			run, programs, release, err := df.runnerWithPrograms()
 			if err != nil {
@@ -230,6 +265,7 @@ func checkCmd() *cobra.Command {
 	}
 	sf.add(cmd)
 	af.add(cmd)
+	rf.add(cmd)
 	cmd.Flags().StringVar(&ref, "ref", "", "reference safetensors: inputs by input name, outputs by output name")
 	df.add(cmd)
 	cmd.Flags().Float64Var(&tolerance, "tolerance", 1e-4, "largest accepted ‖a−ref‖/‖ref‖ (default 2e-2 with --precision=bf16)")

@@ -23,6 +23,9 @@ type Config struct {
 	// and the up projection. Unfused is llama_mini's: wq, wk, wv, w1, w3, and
 	// RoPE on [B,H,T,D].
 	Fused bool
+	// RoPEBase is the rotary embeddings' base (0: 10000, as flagship.py and
+	// Llama 2 have it).
+	RoPEBase float64
 }
 
 // Flagship is ../shared/bench/flagship.py's model: d 1024, 12 layers, 8 heads of
@@ -98,9 +101,13 @@ func Build(c Config) (*ir.Func, error) {
 	// compute them.
 	name("rope")
 	pos := b.Apply1(ir.OpRange, ir.A("start", 0.0, "delta", 1.0, "count", T, "dtype", tensor.F32))
+	base := c.RoPEBase
+	if base == 0 {
+		base = 10000
+	}
 	freq := make([]float64, D/2)
 	for i := range freq {
-		freq[i] = math.Pow(10000, -2*float64(i)/float64(D))
+		freq[i] = math.Pow(base, -2*float64(i)/float64(D))
 	}
 	ang := b.Mul(b.Reshape(pos, T, 1), b.Const(tensor.FromFloats(tensor.F32, []int64{1, D / 2}, freq)))
 	cos, sin := b.Unary(ir.OpCos, ang), b.Unary(ir.OpSin, ang)
