@@ -332,11 +332,13 @@ func TestDuplicateRank(t *testing.T) {
 	addr := freeAddr(t)
 	var wg sync.WaitGroup
 	var err0, first error
-	cfg := Config{Addr: addr, Size: 3, Timeout: 2 * time.Second, Log: func(string) {}}
+	cfg := Config{Addr: addr, Size: 3, Timeout: 4 * time.Second, Log: func(string) {}}
 	wg.Go(func() { _, err0 = Exchange(cfg, nil) })
 	// The first rank 1 waits longer than rank 0, so it hears why rank 0 gave up.
-	wg.Go(func() { c := cfg; c.Rank, c.Timeout = 1, 4*time.Second; _, first = Exchange(c, nil) })
-	time.Sleep(300 * time.Millisecond)
+	wg.Go(func() { c := cfg; c.Rank, c.Timeout = 1, 8*time.Second; _, first = Exchange(c, nil) })
+	// Time for the first rank 1 to join before the second comes, with margin for a
+	// loaded machine (2 cores shared with other test binaries).
+	time.Sleep(1500 * time.Millisecond)
 	c := cfg
 	c.Rank = 1
 	_, second := Exchange(c, nil)
