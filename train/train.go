@@ -12,6 +12,7 @@ import (
 	"github.com/lcc-dev/lcc/driver"
 	"github.com/lcc-dev/lcc/interp"
 	"github.com/lcc-dev/lcc/ir"
+	"github.com/lcc-dev/lcc/passes"
 	"github.com/lcc-dev/lcc/passes/autodiff"
 	"github.com/lcc-dev/lcc/passes/loss"
 	"github.com/lcc-dev/lcc/report"
@@ -151,7 +152,8 @@ func newTrainer(cfg Config) (*trainer, error) {
 		dataLog = nil // every rank checks the file; one reports
 	}
 	t.stream, err = data.Open(cfg.Data, data.Options{SeqLen: cfg.SeqLen, Batch: t.cfg.Batch,
-		Vocab: vocab, Seed: cfg.Seed, TokenBytes: cfg.TokenBytes, Log: dataLog})
+		Vocab: vocab, Seed: cfg.Seed, TokenBytes: cfg.TokenBytes, Log: dataLog,
+		PackDocs: cfg.DocSep >= 0, DocSep: cfg.DocSep})
 	if err != nil {
 		return nil, fmt.Errorf("--data: %w", err)
 	}
@@ -185,6 +187,9 @@ func (t *trainer) nextBatch(feeds map[string]*tensor.Tensor) error {
 	feeds[t.tokens] = b.InputIDs
 	if t.labels != "" {
 		feeds[t.labels] = b.Labels
+	}
+	if b.DocStarts != nil {
+		feeds[passes.DocStartsInput] = b.DocStarts
 	}
 	return nil
 }
