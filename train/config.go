@@ -53,12 +53,12 @@ type Config struct {
 	Clip        float64
 	Accumulate  int
 
-	TokenBytes int    // tokens:FILE width, 2 or 4
+	TokenBytes int // tokens:FILE width, 2 or 4
 	// DocSep, when >= 0, packs whole documents split after this token id into each
 	// sequence (--doc-sep; see package data), masking attention to each document.
 	DocSep int64
-	Seed       uint64 // seeds the data stream
-	Loss       string // --loss: see package passes/loss
+	Seed   uint64 // seeds the data stream
+	Loss   string // --loss: see package passes/loss
 
 	// Metrics, if set, gets one JSON line per step (appended to when resuming).
 	Metrics string
