@@ -42,6 +42,10 @@ type Options struct {
 	// returns the loss and gradients only, so the logits need not be stored and
 	// cross-entropy fuses with the output projection).
 	KeepLogits bool
+	// PackDocs trains on packed documents (--doc-sep): pack-documents masks
+	// attention to each document, restarts positions there, and adds the
+	// doc_starts input the data loader feeds.
+	PackDocs bool
 	// Forward stops after the forward rewrites (attention and cleanup): the
 	// pipeline of lcc check, which then differentiates what its reference asks.
 	Forward bool
@@ -124,6 +128,12 @@ var passOrder = [...]struct{ a, b string }{
 	// sequence sharding rewrites attention ops: matched, dilated or not.
 	{"match-attention", "shard-sequence"},
 	{"dilate-attention", "shard-sequence"},
+	// pack-documents masks the attention ops the rewrites before it make, and
+	// shard-sequence carries its doc starts to every rank.
+	{"dilate-attention", "pack-documents"},
+	{"cancel-transposes", "pack-documents"},
+	{"pack-documents", "shard-sequence"},
+	{"pack-documents", "autodiff"},
 	// fuse-cross-entropy fuses the cross-entropy insert-loss adds.
 	{"insert-loss", "fuse-cross-entropy"},
 	// shard-sequence splits the loss into per-rank partial sums, fused or not.
@@ -444,6 +454,9 @@ func (p *pipeline) table() []stage {
 			}})
 	}
 	plains(passes.CancelTransposes)
+	if o.PackDocs {
+		plains(passes.PackDocuments())
+	}
 	plains(passes.Cleanup...)
 	if o.Forward || o.Loss == loss.None {
 		return append(rows, p.codegenRows()...)

@@ -38,7 +38,9 @@ func kernelAttention(n *ir.Node, args []*tensor.Tensor, opts Options) ([]*tensor
 	scale := ir.AttentionScale(n)
 	causal := n.AttrBool("causal")
 	var o, lse []float64
-	if len(args) == 3 {
+	if starts := docStarts(n, args); starts != nil {
+		o, lse = attention.DenseDocs(q.F, k.F, v.F, d, starts, 0, 0, scale, opts.rounding(n))
+	} else if len(args) == 3 {
 		o, lse = attention.DenseRounded(q.F, k.F, v.F, d, causal, scale, opts.rounding(n))
 	} else {
 		m := newMask(args[3], d, causal)
@@ -61,7 +63,10 @@ func kernelAttentionGrad(n *ir.Node, args []*tensor.Tensor, opts Options) ([]*te
 	scale := ir.AttentionScale(n)
 	causal := n.AttrBool("causal")
 	var dq, dk, dv []float64
-	if len(args) == 6 {
+	if starts := docStarts(n, args); starts != nil {
+		dq, dk, dv = attention.DenseDocsBackward(q.F, k.F, v.F, o.F, lse.F, do.F, d, starts, 0, 0, scale,
+			opts.rounding(n))
+	} else if len(args) == 6 {
 		dq, dk, dv = attention.DenseBackwardRounded(q.F, k.F, v.F, o.F, lse.F, do.F, d, causal, scale,
 			opts.rounding(n))
 	} else {
@@ -108,7 +113,12 @@ func kernelDilated(n *ir.Node, args []*tensor.Tensor, opts Options) ([]*tensor.T
 	if err != nil {
 		return nil, err
 	}
-	o, lse := attention.DilatedRounded(q.F, k.F, v.F, d, cfg, ir.AttentionScale(n), opts.rounding(n))
+	var o, lse []float64
+	if starts := docStarts(n, args); starts != nil {
+		o, lse = attention.DilatedDocs(q.F, k.F, v.F, d, cfg, starts, ir.AttentionScale(n), opts.rounding(n))
+	} else {
+		o, lse = attention.DilatedRounded(q.F, k.F, v.F, d, cfg, ir.AttentionScale(n), opts.rounding(n))
+	}
 	return []*tensor.Tensor{floatsResult(n, 0, o), floatsResult(n, 1, lse)}, nil
 }
 
@@ -120,8 +130,14 @@ func kernelDilatedGrad(n *ir.Node, args []*tensor.Tensor, opts Options) ([]*tens
 	if err != nil {
 		return nil, err
 	}
-	dq, dk, dv := attention.DilatedBackwardRounded(q.F, k.F, v.F, o.F, lse.F, do.F, d, cfg,
-		ir.AttentionScale(n), opts.rounding(n))
+	var dq, dk, dv []float64
+	if starts := docStarts(n, args); starts != nil {
+		dq, dk, dv = attention.DilatedDocsBackward(q.F, k.F, v.F, o.F, lse.F, do.F, d, cfg, starts,
+			ir.AttentionScale(n), opts.rounding(n))
+	} else {
+		dq, dk, dv = attention.DilatedBackwardRounded(q.F, k.F, v.F, o.F, lse.F, do.F, d, cfg,
+			ir.AttentionScale(n), opts.rounding(n))
+	}
 	return []*tensor.Tensor{floatsResult(n, 0, dq), floatsResult(n, 1, dk), floatsResult(n, 2, dv)}, nil
 }
 

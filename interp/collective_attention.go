@@ -65,6 +65,26 @@ func putLSERows(dst, src []float64, B, H, T, off, n int) {
 	}
 }
 
+// startRows copies positions [off, off+n) of doc starts [B, T].
+func startRows(starts []int64, B, T, off, n int) []int64 {
+	if starts == nil {
+		return nil
+	}
+	out := make([]int64, 0, B*n)
+	for b := range B {
+		out = append(out, starts[b*T+off:b*T+off+n]...)
+	}
+	return out
+}
+
+// docStarts is the doc-starts operand of n's kernel arguments, or nil without one.
+func docStarts(n *ir.Node, args []*tensor.Tensor) []int64 {
+	if !ir.HasDocs(n) {
+		return nil
+	}
+	return args[len(args)-1].I
+}
+
 // localChunk is one chunk of a rank's sequence block: global start, local offset,
 // length.
 type localChunk struct{ start, off, n int }
@@ -118,14 +138,17 @@ func kernelRingAttention(n *ir.Node, args []*tensor.Tensor, opts Options) ([]*te
 	q, k, v := args[0].F, args[1].F, args[2].F
 	N, me := c.Size(), c.Rank()
 	mine := chunks[me]
+	starts := docStarts(n, args)
 	// Per query chunk: the running (o, lse), merged block by block.
 	accO := make([][]float64, len(mine))
 	accL := make([][]float64, len(mine))
 	qs := make([][]float64, len(mine))
+	qStarts := make([][]int64, len(mine))
 	for i, qc := range mine {
 		accO[i] = make([]float64, d.B*qc.n*d.Hq*d.D)
 		accL[i] = slices.Repeat([]float64{negInf}, d.B*d.Hq*qc.n)
 		qs[i] = rows(q, d.B, d.T, d.Hq, d.D, qc.off, qc.n)
+		qStarts[i] = startRows(starts, d.B, d.T, qc.off, qc.n)
 	}
 	kv := append(slices.Clone(k), v...)
 	nk := len(k)
@@ -139,7 +162,13 @@ func kernelRingAttention(n *ir.Node, args []*tensor.Tensor, opts Options) ([]*te
 				ks := rows(kv[:nk], d.B, d.T, d.Hkv, d.D, kc.off, kc.n)
 				vs := rows(kv[nk:], d.B, d.T, d.Hkv, d.D, kc.off, kc.n)
 				bd := attention.Dims{B: d.B, T: qc.n, S: kc.n, Hq: d.Hq, Hkv: d.Hkv, D: d.D}
-				ob, lb := attention.DenseAt(qs[i], ks, vs, bd, qc.start, kc.start, causal, scale)
+				var ob, lb []float64
+				if starts != nil { // the document mask needs only global positions
+					ob, lb = attention.DenseDocs(qs[i], ks, vs, bd, qStarts[i], qc.start, kc.start, scale,
+						attention.Rounding{})
+				} else {
+					ob, lb = attention.DenseAt(qs[i], ks, vs, bd, qc.start, kc.start, causal, scale)
+				}
 				attention.MergeInto(accO[i], accL[i], ob, lb, bd)
 			}
 		}
@@ -179,11 +208,16 @@ func kernelRingAttentionGrad(n *ir.Node, args []*tensor.Tensor, opts Options) ([
 	// The travelling buffer: k, v, dk, dv.
 	buf := slices.Concat(args[1].F, args[2].F, make([]float64, 2*nk))
 	dq := make([]float64, len(q))
-	type qblock struct{ q, o, do, lse []float64 }
+	starts := docStarts(n, args)
+	type qblock struct {
+		q, o, do, lse []float64
+		starts        []int64
+	}
 	qb := make([]qblock, len(mine))
 	for i, qc := range mine {
 		qb[i] = qblock{rows(q, d.B, d.T, d.Hq, d.D, qc.off, qc.n), rows(o, d.B, d.T, d.Hq, d.D, qc.off, qc.n),
-			rows(do, d.B, d.T, d.Hq, d.D, qc.off, qc.n), lseRows(lse, d.B, d.Hq, d.T, qc.off, qc.n)}
+			rows(do, d.B, d.T, d.Hq, d.D, qc.off, qc.n), lseRows(lse, d.B, d.Hq, d.T, qc.off, qc.n),
+			startRows(starts, d.B, d.T, qc.off, qc.n)}
 	}
 	for step := range N {
 		src := (me - step + N) % N
@@ -196,8 +230,14 @@ func kernelRingAttentionGrad(n *ir.Node, args []*tensor.Tensor, opts Options) ([
 				ks := rows(k, d.B, d.T, d.Hkv, d.D, kc.off, kc.n)
 				vs := rows(v, d.B, d.T, d.Hkv, d.D, kc.off, kc.n)
 				bd := attention.Dims{B: d.B, T: qc.n, S: kc.n, Hq: d.Hq, Hkv: d.Hkv, D: d.D}
-				gq, gk, gv := attention.DenseAtBackward(qb[i].q, ks, vs, qb[i].o, qb[i].lse, qb[i].do,
-					bd, qc.start, kc.start, causal, scale)
+				var gq, gk, gv []float64
+				if starts != nil {
+					gq, gk, gv = attention.DenseDocsBackward(qb[i].q, ks, vs, qb[i].o, qb[i].lse, qb[i].do,
+						bd, qb[i].starts, qc.start, kc.start, scale, attention.Rounding{})
+				} else {
+					gq, gk, gv = attention.DenseAtBackward(qb[i].q, ks, vs, qb[i].o, qb[i].lse, qb[i].do,
+						bd, qc.start, kc.start, causal, scale)
+				}
 				putRows(dq, gq, d.B, d.T, d.Hq, d.D, qc.off, qc.n, true)
 				putRows(dk, gk, d.B, d.T, d.Hkv, d.D, kc.off, kc.n, true)
 				putRows(dv, gv, d.B, d.T, d.Hkv, d.D, kc.off, kc.n, true)

@@ -98,7 +98,8 @@ func gradRMSNorm(b *Builder, n *Node, dys []*Value) []*Value {
 }
 
 // attention(q, k, v, [mask]) → (o, lse): attention_grad(q, k, v, o, lse, do, [mask])
-// gives dq, dk, dv (the FlashAttention-2 backward). The mask gets no cotangent.
+// gives dq, dk, dv (the FlashAttention-2 backward). The mask (or the doc starts) gets
+// no cotangent.
 func gradAttention(b *Builder, n *Node, dys []*Value) []*Value {
 	var mask *Value
 	if len(n.Args) == 4 {
@@ -108,10 +109,11 @@ func gradAttention(b *Builder, n *Node, dys []*Value) []*Value {
 	return append(d, make([]*Value, len(n.Args)-3)...)
 }
 
-// dilated_attention(q, k, v) → (o, lse): dilated_attention_grad(q, k, v, o, lse, do),
-// exact including the branch-merge weights (docs/design.md §3).
+// dilated_attention(q, k, v, [docs]) → (o, lse): dilated_attention_grad(q, k, v, o, lse,
+// do, [docs]), exact including the branch-merge weights (docs/design.md §3).
 func gradDilatedAttention(b *Builder, n *Node, dys []*Value) []*Value {
-	return b.attentionGrad(OpDilatedAttentionGrad, n, dys, nil)
+	d := b.attentionGrad(OpDilatedAttentionGrad, n, dys, DocStarts(n))
+	return append(d, make([]*Value, len(n.Args)-3)...)
 }
 
 // attentionGrad emits the backward op of an attention node. The kernels take only

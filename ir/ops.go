@@ -226,10 +226,13 @@ func def(op Op, info OpInfo) {
 const defaultNormEps = 1e-5
 
 var (
-	axisAttr = []AttrSpec{{"axis", AttrInt}}
-	reduceAt = []AttrSpec{{"axes", AttrInts}, {"keepdims", AttrBool}}
-	lossAt   = []AttrSpec{{"ignore_index", AttrInt}, {"reduction", AttrString}}
-	normAt   = []AttrSpec{{"axis", AttrInt}, {"eps", AttrFloat}}
+	axisAttr  = []AttrSpec{{"axis", AttrInt}}
+	reduceAt  = []AttrSpec{{"axes", AttrInts}, {"keepdims", AttrBool}}
+	lossAt    = []AttrSpec{{"ignore_index", AttrInt}, {"reduction", AttrString}}
+	normAt    = []AttrSpec{{"axis", AttrInt}, {"eps", AttrFloat}}
+	attnAt    = []AttrSpec{{"causal", AttrBool}, {"scale", AttrFloat}, {"docs", AttrBool}}
+	dilatedAt = []AttrSpec{{"segments", AttrInts}, {"dilations", AttrInts},
+		{"offsets", AttrString}, {"causal", AttrBool}, {"scale", AttrFloat}, {"docs", AttrBool}}
 
 	// Shared defaults. A loss without ignore_index ignores no label.
 	lastAxis     = A("axis", -1)
@@ -341,19 +344,15 @@ func init() {
 		Defaults: normDefaults, Infer: inferNorm})
 	def(OpRMSNorm, OpInfo{Name: "rms_norm", MinArgs: 1, MaxArgs: 2, Attrs: normAt,
 		Defaults: normDefaults, Infer: inferNorm})
+	// The fourth operand of attention is its mask, or with docs its doc starts (docs.go).
 	def(OpAttention, OpInfo{Name: "attention", MinArgs: 3, MaxArgs: 4,
-		Attrs: []AttrSpec{{"causal", AttrBool}, {"scale", AttrFloat}}, Infer: inferAttention})
-	def(OpDilatedAttention, OpInfo{Name: "dilated_attention", MinArgs: 3, MaxArgs: 3,
-		Attrs: []AttrSpec{{"segments", AttrInts}, {"dilations", AttrInts},
-			{"offsets", AttrString}, {"causal", AttrBool}, {"scale", AttrFloat}},
-		Defaults: dilatedDefs, Infer: inferDilatedAttention})
+		Attrs: attnAt, Infer: inferAttention})
+	def(OpDilatedAttention, OpInfo{Name: "dilated_attention", MinArgs: 3, MaxArgs: 4,
+		Attrs: dilatedAt, Defaults: dilatedDefs, Infer: inferDilatedAttention})
 	def(OpAttentionGrad, OpInfo{Name: "attention_grad", MinArgs: 6, MaxArgs: 7,
-		Attrs: []AttrSpec{{"causal", AttrBool}, {"scale", AttrFloat}}, Infer: inferAttentionGrad,
-		NoGrad: true})
-	def(OpDilatedAttentionGrad, OpInfo{Name: "dilated_attention_grad", MinArgs: 6, MaxArgs: 6,
-		Attrs: []AttrSpec{{"segments", AttrInts}, {"dilations", AttrInts},
-			{"offsets", AttrString}, {"causal", AttrBool}, {"scale", AttrFloat}},
-		Defaults: dilatedDefs, Infer: inferAttentionGrad, NoGrad: true})
+		Attrs: attnAt, Infer: inferAttentionGrad, NoGrad: true})
+	def(OpDilatedAttentionGrad, OpInfo{Name: "dilated_attention_grad", MinArgs: 6, MaxArgs: 7,
+		Attrs: dilatedAt, Defaults: dilatedDefs, Infer: inferDilatedAttentionGrad, NoGrad: true})
 	def(OpSoftmaxCrossEntropy, OpInfo{Name: "softmax_cross_entropy", MinArgs: 2, MaxArgs: 2,
 		Attrs: lossAt, Defaults: lossDefaults, Infer: inferLoss})
 	def(OpNLLLoss, OpInfo{Name: "nll_loss", MinArgs: 2, MaxArgs: 2, Attrs: lossAt,
@@ -862,6 +861,9 @@ func inferAttention(n *Node) ([]Type, error) {
 	if err != nil {
 		return nil, err
 	}
+	if HasDocs(n) {
+		return ts, checkDocs(n, 4)
+	}
 	if len(n.Args) == 4 {
 		q, k, m := n.Args[0].Type, n.Args[1].Type, n.Args[3].Type
 		want := []int64{q.Shape[0], q.Shape[2], q.Shape[1], k.Shape[1]}
@@ -889,7 +891,21 @@ func inferDilatedAttention(n *Node) ([]Type, error) {
 	if o := n.AttrString("offsets"); o != OffsetsPaper && o != OffsetsBlock {
 		return nil, fmt.Errorf("offsets %q: want paper or block", o)
 	}
-	return ts, nil
+	if len(n.Args) == 4 && !HasDocs(n) {
+		return nil, fmt.Errorf("a fourth operand is doc starts and needs docs")
+	}
+	return ts, checkDocs(n, 4)
+}
+
+// inferDilatedAttentionGrad types (q, k, v, o, lse, do [, doc starts]) -> (dq, dk, dv).
+func inferDilatedAttentionGrad(n *Node) ([]Type, error) {
+	if len(n.Args) == 7 && !HasDocs(n) {
+		return nil, fmt.Errorf("a seventh operand is doc starts and needs docs")
+	}
+	if err := checkDocs(n, 7); err != nil {
+		return nil, err
+	}
+	return inferAttentionGrad(n)
 }
 
 func inferLoss(n *Node) ([]Type, error) {
@@ -917,6 +933,9 @@ func inferAttentionGrad(n *Node) ([]Type, error) {
 	o, lse, do := n.Args[3].Type, n.Args[4].Type, n.Args[5].Type
 	if !o.Equal(ts[0]) || !do.Equal(ts[0]) || !lse.Equal(ts[1]) {
 		return nil, fmt.Errorf("o %v, lse %v, do %v do not fit q %v", o, lse, do, n.Args[0].Type)
+	}
+	if err := checkDocs(n, 7); err != nil {
+		return nil, err
 	}
 	a := n.Args
 	return []Type{a[0].Type, a[1].Type, a[2].Type}, nil

@@ -71,8 +71,9 @@ const (
 )
 
 var (
-	ranksAttr   = AttrSpec{"ranks", AttrInt}
-	ringAttrs   = []AttrSpec{{"causal", AttrBool}, {"scale", AttrFloat}, ranksAttr, {"layout", AttrString}}
+	ranksAttr = AttrSpec{"ranks", AttrInt}
+	ringAttrs = []AttrSpec{{"causal", AttrBool}, {"scale", AttrFloat}, ranksAttr, {"layout", AttrString},
+		{"docs", AttrBool}}
 	shardDilAtt = []AttrSpec{{"segments", AttrInts}, {"dilations", AttrInts}, {"offsets", AttrString},
 		{"causal", AttrBool}, {"scale", AttrFloat}, ranksAttr}
 	ringDefaults = A("layout", LayoutZigzag)
@@ -96,9 +97,9 @@ func init() {
 		Attrs: []AttrSpec{{"total", AttrInt}, ranksAttr, {"layout", AttrString}, {"outer", AttrInt},
 			{"inner", AttrInt}}, Defaults: A("layout", LayoutContiguous, "outer", 1, "inner", 1),
 		Infer: inferShardPositions, NoGrad: true})
-	def(OpRingAttention, OpInfo{Name: "ring_attention", MinArgs: 3, MaxArgs: 3, Attrs: ringAttrs,
+	def(OpRingAttention, OpInfo{Name: "ring_attention", MinArgs: 3, MaxArgs: 4, Attrs: ringAttrs,
 		Defaults: ringDefaults, Infer: inferRingAttention})
-	def(OpRingAttentionGrad, OpInfo{Name: "ring_attention_grad", MinArgs: 6, MaxArgs: 6,
+	def(OpRingAttentionGrad, OpInfo{Name: "ring_attention_grad", MinArgs: 6, MaxArgs: 7,
 		Attrs: ringAttrs, Defaults: ringDefaults, Infer: inferRingAttentionGrad, NoGrad: true})
 	def(OpShardedDilatedAttention, OpInfo{Name: "sharded_dilated_attention", MinArgs: 3, MaxArgs: 3,
 		Attrs: shardDilAtt, Defaults: dilatedDefs, Infer: inferShardedDilated})
@@ -276,14 +277,26 @@ func inferRingAttention(n *Node) ([]Type, error) {
 	if _, err := LayoutLocal(n.AttrString("layout"), q.Shape[1]*r, r); err != nil {
 		return nil, err
 	}
-	return ts, nil
+	if len(n.Args) == 4 && !HasDocs(n) {
+		return nil, fmt.Errorf("a fourth operand is doc starts and needs docs")
+	}
+	return ts, checkDocs(n, 4)
 }
 
 func inferRingAttentionGrad(n *Node) ([]Type, error) {
-	if _, err := inferRingAttention(&Node{Op: OpRingAttention, Args: n.Args[:3], Attrs: n.Attrs}); err != nil {
+	if _, err := inferRingAttention(&Node{Op: OpRingAttention, Args: ringFwdArgs(n), Attrs: n.Attrs}); err != nil {
 		return nil, err
 	}
 	return inferAttentionGrad(n)
+}
+
+// ringFwdArgs is the forward's operands of a ring_attention_grad: q, k, v and the doc
+// starts when it has them.
+func ringFwdArgs(n *Node) []*Value {
+	if HasDocs(n) && len(n.Args) == 7 {
+		return []*Value{n.Args[0], n.Args[1], n.Args[2], n.Args[6]}
+	}
+	return n.Args[:3]
 }
 
 func inferShardedDilated(n *Node) ([]Type, error) {
@@ -346,7 +359,8 @@ func gradRingShift(b *Builder, n *Node, dys []*Value) []*Value {
 // ring_attention: ring_attention_grad with the merged o and lse; a cotangent of
 // lse folds in exactly as for attention (see attentionGrad).
 func gradRingAttention(b *Builder, n *Node, dys []*Value) []*Value {
-	return b.attentionGrad(OpRingAttentionGrad, n, dys, nil)
+	d := b.attentionGrad(OpRingAttentionGrad, n, dys, DocStarts(n))
+	return append(d, make([]*Value, len(n.Args)-3)...)
 }
 
 // sharded_dilated_attention: its gradient op, exact including the merge weights.

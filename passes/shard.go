@@ -439,7 +439,7 @@ var shardRules = map[ir.Op]func(s *sharder, n *ir.Node) error{
 	ir.OpMatMul:              (*sharder).matmul,
 	ir.OpGather:              (*sharder).gather,
 	ir.OpAttention:           (*sharder).attention,
-	ir.OpDilatedAttention:    (*sharder).dilated,
+	ir.OpDilatedAttention:    (*sharder).dilatedOrDocs,
 	ir.OpSoftmaxCrossEntropy: (*sharder).loss, ir.OpNLLLoss: (*sharder).loss,
 	ir.OpFusedLinearCrossEntropy: (*sharder).loss,
 }
@@ -827,6 +827,9 @@ var seqOut = []state{{SeqAxis: SeqAxis{Axis: 1, Outer: 1, Inner: 1}},
 // heads, local attention, all-to-all back. A non-causal attention to replicated
 // keys stays local.
 func (s *sharder) attention(n *ir.Node) error {
+	if docs := ir.DocStarts(n); docs != nil {
+		return s.docsAttention(n, docs)
+	}
 	if len(n.Args) == 4 {
 		return fmt.Errorf("attention with an explicit mask cannot be sharded (only causal or no mask)")
 	}
@@ -936,4 +939,34 @@ func (s *sharder) loss(n *ir.Node) error {
 	}
 	s.apply(ir.OpDiv, nil, partial, sum, count)
 	return nil
+}
+
+// docsAttention shards attention over packed documents as ring attention whose query
+// blocks carry their doc starts: the starts are global positions, sharded with the
+// sequence like the tokens, so every block's mask (causal and key ≥ its query's
+// document start) is decided on the rank that holds the queries, and no document ids
+// travel with k and v.
+func (s *sharder) docsAttention(n *ir.Node, docs *ir.Value) error {
+	if s.cfg.Mode == ShardUlysses {
+		return fmt.Errorf("packed documents (--doc-sep) shard with --attention=ring, not ulysses")
+	}
+	if st := s.st[docs]; st.Axis != 1 || st.Outer != 1 || st.Inner != 1 || st.partial {
+		return fmt.Errorf("the doc starts are not sharded along the sequence (state %+v)", st)
+	}
+	q, k, v, err := s.qkv(n)
+	if err != nil {
+		return err
+	}
+	at := n.Attrs.With("ranks", s.n).With("layout", s.layout)
+	s.apply(ir.OpRingAttention, at, seqOut, q, k, v, s.nv[docs])
+	return nil
+}
+
+// dilatedOrDocs is dilated, which packed documents do not shard yet.
+func (s *sharder) dilatedOrDocs(n *ir.Node) error {
+	if ir.HasDocs(n) {
+		return fmt.Errorf("dilated attention over packed documents (--doc-sep) is not sharded yet; " +
+			"use --ranks=1 or --attention=ring")
+	}
+	return s.dilated(n)
 }

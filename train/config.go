@@ -54,9 +54,12 @@ type Config struct {
 	Clip        float64
 	Accumulate  int
 
-	TokenBytes int    // tokens:FILE width, 2 or 4
-	Seed       uint64 // seeds the data stream
-	Loss       string // --loss: see package passes/loss
+	TokenBytes int // tokens:FILE width, 2 or 4
+	// DocSep, when >= 0, packs whole documents split after this token id into each
+	// sequence (--doc-sep; see package data), masking attention to each document.
+	DocSep int64
+	Seed   uint64 // seeds the data stream
+	Loss   string // --loss: see package passes/loss
 
 	// Metrics, if set, gets one JSON line per step (appended to when resuming).
 	Metrics string
@@ -149,7 +152,7 @@ func DefaultConfig() Config {
 	t, _ := targets.Lookup(DefaultTarget)
 	return Config{Device: "cpu", LR: 1e-3, MinLR: -1, WeightDecay: 0.01, Clip: 1,
 		Accumulate: 1, TokenBytes: 2, Loss: loss.Auto, Keep: 3, ProgressEvery: 10, Target: t,
-		Checkpoint: "auto", Precision: "fp32"}
+		Checkpoint: "auto", Precision: "fp32", DocSep: -1}
 }
 
 // Result summarises a run.
@@ -229,6 +232,8 @@ func (c *Config) check() error {
 		return fmt.Errorf("--accumulate %d: want >= 1", c.Accumulate)
 	case c.TokenBytes != 2 && c.TokenBytes != 4:
 		return fmt.Errorf("--token-bytes %d: want 2 or 4", c.TokenBytes)
+	case c.DocSep < -1:
+		return fmt.Errorf("--doc-sep %d: want a token id (or -1: no packing)", c.DocSep)
 	case c.CheckpointEvery < 0:
 		return fmt.Errorf("--checkpoint-every %d: want >= 0", c.CheckpointEvery)
 	case c.CheckpointEvery > 0 && c.CheckpointDir == "":
@@ -271,7 +276,7 @@ func (c *Config) adamW() optim.AdamW {
 func (c *Config) compileOptions() driver.CompileOptions {
 	o := driver.CompileOptions{Target: c.Target, Model: c.Model, Options: driver.Options{
 		Loss: c.Loss, Attention: c.Attention, Checkpoint: c.Checkpoint, MemoryBudget: c.MemoryBudget,
-		Precision: c.Precision, Ranks: c.Ranks, ShardMode: c.ShardMode, RoPE: c.RoPE}}
+		Precision: c.Precision, Ranks: c.Ranks, ShardMode: c.ShardMode, RoPE: c.RoPE, PackDocs: c.DocSep >= 0}}
 	if c.Comm != nil {
 		o.Ranks, o.SPMD, o.Rank = c.Comm.Size(), true, c.Comm.Rank()
 	}

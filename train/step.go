@@ -10,6 +10,7 @@ import (
 
 	"github.com/lcc-dev/lcc/driver"
 	"github.com/lcc-dev/lcc/ir"
+	"github.com/lcc-dev/lcc/passes"
 	"github.com/lcc-dev/lcc/passes/loss"
 	"github.com/lcc-dev/lcc/tensor"
 )
@@ -114,10 +115,15 @@ func (t *trainer) bindData(f *ir.Func) error {
 			}
 		}
 		var slot *string
-		switch p.Role {
-		case ir.RoleInput:
+		switch {
+		case p.Name == passes.DocStartsInput && p.Role == ir.RoleInput:
+			if !p.Value.Type.Equal(want) {
+				return fmt.Errorf("input %q is %v; lcc train feeds doc starts %v", p.Name, p.Value.Type, want)
+			}
+			continue
+		case p.Role == ir.RoleInput:
 			slot = &t.tokens
-		case ir.RoleLabel:
+		case p.Role == ir.RoleLabel:
 			slot = &t.labels
 		default:
 			continue

@@ -153,7 +153,8 @@ func newTrainer(cfg Config) (*trainer, error) {
 		dataLog = nil // every rank checks the file; one reports
 	}
 	t.stream, err = data.Open(cfg.Data, data.Options{SeqLen: cfg.SeqLen, Batch: t.cfg.Batch,
-		Vocab: vocab, Seed: cfg.Seed, TokenBytes: cfg.TokenBytes, Log: dataLog})
+		Vocab: vocab, Seed: cfg.Seed, TokenBytes: cfg.TokenBytes, Log: dataLog,
+		PackDocs: cfg.DocSep >= 0, DocSep: cfg.DocSep})
 	if err != nil {
 		return nil, fmt.Errorf("--data: %w", err)
 	}
@@ -187,6 +188,9 @@ func (t *trainer) nextBatch(feeds map[string]*tensor.Tensor) error {
 	feeds[t.tokens] = b.InputIDs
 	if t.labels != "" {
 		feeds[t.labels] = b.Labels
+	}
+	if b.DocStarts != nil {
+		feeds[passes.DocStartsInput] = b.DocStarts
 	}
 	return nil
 }

@@ -185,6 +185,9 @@ naming it; --comm-timeout also bounds the rendezvous.`,
 		"micro-batches per optimizer step (gradient accumulation)")
 	f.IntVar(&cfg.TokenBytes, "token-bytes", cfg.TokenBytes,
 		"bytes per token of tokens:FILE: 2 (uint16) or 4 (uint32)")
+	f.Int64Var(&cfg.DocSep, "doc-sep", cfg.DocSep, "pack whole documents of tokens:FILE or bytes:FILE, "+
+		"each ending with this token id, into every sequence: attention masked to each document, "+
+		"positions restarting there, no target across documents (-1: off)")
 	f.Uint64Var(&cfg.Seed, "seed", cfg.Seed, "seed of the data stream")
 	f.StringVar(&cfg.Metrics, "metrics", "",
 		"write one JSON line per step (step, loss, lr, grad_norm, tokens_per_s) to this file")

@@ -331,6 +331,9 @@ func b2i(b bool) int {
 
 // lowerAttention renders attention and dilated_attention forward.
 func lowerAttention(g *gen, n *ir.Node) error {
+	if err := refuseDocs(n); err != nil {
+		return err
+	}
 	if d, err := g.chooseAttention(n); err == nil {
 		return lowerFlash(g, n, d)
 	}
@@ -357,6 +360,9 @@ func lowerAttention(g *gen, n *ir.Node) error {
 // lowerAttentionGrad renders the backward as three kernels: delta, dq, and
 // dk/dv, with delta in an f32 scratch buffer.
 func lowerAttentionGrad(g *gen, n *ir.Node) error {
+	if err := refuseDocs(n); err != nil {
+		return err
+	}
 	if d, err := g.chooseAttention(n); err == nil {
 		return lowerFlashGrad(g, n, d)
 	}
@@ -395,5 +401,16 @@ func lowerAttentionGrad(g *gen, n *ir.Node) error {
 	args = append([]int{g.ids[dk], g.ids[dv], g.ids[q], g.ids[k], g.ids[v], g.ids[lse], g.ids[do], delta}, maskA...)
 	g.emit(kernelSpec{op: n.Op.String() + ".dkdv", body: hdr + fmt.Sprintf(attnDKDV, signature(params)),
 		grid: [3]uint32{uint32((s + 3) / 4), uint32(hkv), uint32(b)}, block: block, params: params, args: args})
+	return nil
+}
+
+// refuseDocs is the error of an attention op over packed documents: the flash
+// kernels have no document mask mode yet, and the generic kernels would read the doc
+// starts as a mask.
+func refuseDocs(n *ir.Node) error {
+	if ir.HasDocs(n) {
+		return fmt.Errorf("%s: attention over packed documents (--doc-sep) has no GPU kernel yet; "+
+			"train with --device=cpu", n.Where())
+	}
 	return nil
 }

@@ -145,6 +145,9 @@ func (g *gen) packKV(rg ringGeom, kv, k, v int) {
 
 // lowerRingAttention lowers ring attention on more than one rank.
 func lowerRingAttention(g *gen, n *ir.Node) error {
+	if err := refuseDocs(n); err != nil {
+		return err
+	}
 	rg, err := ringGeometry(g, n)
 	if err != nil {
 		return err
@@ -179,6 +182,9 @@ func lowerRingAttention(g *gen, n *ir.Node) error {
 // lowerRingAttentionGrad lowers the backward: dq at home, dk and dv riding the
 // ring with k and v.
 func lowerRingAttentionGrad(g *gen, n *ir.Node) error {
+	if err := refuseDocs(n); err != nil {
+		return err
+	}
 	rg, err := ringGeometry(g, n)
 	if err != nil {
 		return err

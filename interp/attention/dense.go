@@ -19,7 +19,7 @@ func Dense(q, k, v []float64, d Dims, causal bool, scale float64) (o, lse []floa
 func DenseAt(q, k, v []float64, d Dims, qPos, kPos int, causal bool,
 	scale float64) (o, lse []float64) {
 	d.mustMatch("attention.DenseAt", "q", q, "k", k, "v", v)
-	return denseForward(q, k, v, d, func(t int) keySet { return denseKeys(d, t, qPos, kPos, causal) },
+	return denseForward(q, k, v, d, func(_, t int) keySet { return denseKeys(d, t, qPos, kPos, causal) },
 		nil, scale, Rounding{})
 }
 
@@ -27,7 +27,7 @@ func DenseAt(q, k, v []float64, d Dims, qPos, kPos int, causal bool,
 // r models (the zero Rounding gives Dense).
 func DenseRounded(q, k, v []float64, d Dims, causal bool, scale float64, r Rounding) (o, lse []float64) {
 	d.mustMatch("attention.DenseRounded", "q", q, "k", k, "v", v)
-	return denseForward(q, k, v, d, func(t int) keySet { return denseKeys(d, t, 0, 0, causal) },
+	return denseForward(q, k, v, d, func(_, t int) keySet { return denseKeys(d, t, 0, 0, causal) },
 		nil, scale, r)
 }
 
@@ -39,7 +39,7 @@ func DenseMasked(q, k, v []float64, d Dims, mask []float64, scale float64) (o, l
 	d.mustMatch("attention.DenseMasked", "q", q, "k", k, "v", v)
 	mustMask("attention.DenseMasked", d, mask)
 	all := keySet{lo: 0, step: 1, hi: d.S}
-	return denseForward(q, k, v, d, func(int) keySet { return all }, mask, scale, Rounding{})
+	return denseForward(q, k, v, d, func(int, int) keySet { return all }, mask, scale, Rounding{})
 }
 
 // MaskFromBool turns a boolean mask (true: the key is visible) into the additive mask
@@ -78,8 +78,9 @@ func maskRow(mask []float64, d Dims, t int) []float64 {
 	return mask[t*d.S : (t+1)*d.S]
 }
 
-// denseForward runs one goroutine per (batch, query head); keys(t) is what row t sees.
-func denseForward(q, k, v []float64, d Dims, keys func(t int) keySet, mask []float64,
+// denseForward runs one goroutine per (batch, query head); keys(b, t) is what row t of
+// batch b sees.
+func denseForward(q, k, v []float64, d Dims, keys func(b, t int) keySet, mask []float64,
 	scale float64, rd Rounding) (o, lse []float64) {
 	o = make([]float64, len(q))
 	lse = make([]float64, d.B*d.Hq*d.T)
@@ -89,7 +90,7 @@ func denseForward(q, k, v []float64, d Dims, keys func(t int) keySet, mask []flo
 		scores := make([]float64, d.S)
 		for t := range d.T {
 			r := d.qAt(b, t, h)
-			lse[d.lseAt(b, h, t)] = forwardRow(q[r:r+d.D], kv, keys(t), maskRow(mask, d, t),
+			lse[d.lseAt(b, h, t)] = forwardRow(q[r:r+d.D], kv, keys(b, t), maskRow(mask, d, t),
 				scale, rd, scores, o[r:r+d.D])
 		}
 	})

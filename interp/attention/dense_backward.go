@@ -16,7 +16,7 @@ func DenseAtBackward(q, k, v, o, lse, do []float64, d Dims, qPos, kPos int, caus
 	d.mustMatch("attention.DenseAtBackward", "q", q, "k", k, "v", v, "o", o, "lse", lse,
 		"do", do)
 	return denseBackward(q, k, v, o, lse, do, d,
-		func(t int) keySet { return denseKeys(d, t, qPos, kPos, causal) }, nil, scale, Rounding{})
+		func(_, t int) keySet { return denseKeys(d, t, qPos, kPos, causal) }, nil, scale, Rounding{})
 }
 
 // DenseBackwardRounded is DenseBackward as the tensor-core kernels compute it, with
@@ -26,7 +26,7 @@ func DenseBackwardRounded(q, k, v, o, lse, do []float64, d Dims, causal bool, sc
 	d.mustMatch("attention.DenseBackwardRounded", "q", q, "k", k, "v", v, "o", o, "lse", lse,
 		"do", do)
 	return denseBackward(q, k, v, o, lse, do, d,
-		func(t int) keySet { return denseKeys(d, t, 0, 0, causal) }, nil, scale, r)
+		func(_, t int) keySet { return denseKeys(d, t, 0, 0, causal) }, nil, scale, r)
 }
 
 // DenseMaskedBackward is the exact gradient of DenseMasked with respect to q, k and v
@@ -37,13 +37,13 @@ func DenseMaskedBackward(q, k, v, o, lse, do []float64, d Dims, mask []float64,
 		"lse", lse, "do", do)
 	mustMask("attention.DenseMaskedBackward", d, mask)
 	all := keySet{lo: 0, step: 1, hi: d.S}
-	return denseBackward(q, k, v, o, lse, do, d, func(int) keySet { return all }, mask, scale,
+	return denseBackward(q, k, v, o, lse, do, d, func(int, int) keySet { return all }, mask, scale,
 		Rounding{})
 }
 
 // denseBackward runs one goroutine per (batch, kv head): it owns dk and dv of that
 // head and dq of the query heads in its group, visited in increasing order.
-func denseBackward(q, k, v, o, lse, do []float64, d Dims, keys func(t int) keySet,
+func denseBackward(q, k, v, o, lse, do []float64, d Dims, keys func(b, t int) keySet,
 	mask []float64, scale float64, rd Rounding) (dq, dk, dv []float64) {
 	dq = make([]float64, len(q))
 	dk = make([]float64, len(k))
@@ -60,7 +60,7 @@ func denseBackward(q, k, v, o, lse, do []float64, d Dims, keys func(t int) keySe
 				}
 				r := d.qAt(b, t, h)
 				qRow, dqRow, oRow, doRow := q[r:r+d.D], dq[r:r+d.D], o[r:r+d.D], do[r:r+d.D]
-				backwardRow(qRow, dqRow, kv, keys(t), maskRow(mask, d, t), scale, l,
+				backwardRow(qRow, dqRow, kv, keys(b, t), maskRow(mask, d, t), scale, l,
 					dot(doRow, oRow), rd, doRow)
 			}
 		}

@@ -53,6 +53,15 @@ type DilatedConfig struct {
 	Causal   bool
 }
 
+// docStart is the start of position p's document in batch b under starts [B,T]
+// (0 when starts is nil: one document).
+func docStart(starts []int64, d Dims, b, p int) int {
+	if starts == nil {
+		return 0
+	}
+	return int(starts[b*d.T+p])
+}
+
 // Validate reports whether c is usable: at least one branch, every segment and
 // dilation ≥ 1, and known offsets.
 func (c DilatedConfig) Validate() error {
@@ -74,10 +83,12 @@ func (c DilatedConfig) Validate() error {
 // branchKeys is what position p sees in branch br for a head with offset off over a
 // sequence of n positions: the keys start+off, start+off+r, ... of p's segment
 // (those ≤ p when causal). ok is false when p is not selected, i.e.
-// (p mod w) mod r ≠ off; a selected p always sees itself.
-func branchKeys(p int, br Branch, off, n int, causal bool) (ks keySet, ok bool) {
+// (p mod w) mod r ≠ off; a selected p always sees itself. doc is the start of p's
+// document (0 without packed documents): segments are cut from there, so a document
+// is dilated exactly as it would be alone (docs/design.md §3, "Packed documents").
+func branchKeys(p int, br Branch, off, n, doc int, causal bool) (ks keySet, ok bool) {
 	w, r := br.Segment, br.Dilation
-	start := p / w * w
+	start := doc + (p-doc)/w*w
 	if (p-start)%r != off {
 		return keySet{}, false
 	}
@@ -111,6 +122,17 @@ func (cfg DilatedConfig) offsets(h, heads int) []int {
 	return offs
 }
 
+// DilatedDocs is causal Dilated over packed documents: starts [B,T] holds each
+// position's document start, and every document is dilated as if it were alone
+// (segments cut from its start, no key outside it). cfg.Causal must be set.
+func DilatedDocs(q, k, v []float64, d Dims, cfg DilatedConfig, starts []int64, scale float64,
+	r Rounding) (o, lse []float64) {
+	d.mustMatch("attention.DilatedDocs", "q", q, "k", k, "v", v)
+	dilatedCheck("attention.DilatedDocs", d, cfg)
+	mustDocs("attention.DilatedDocs", d, starts, cfg.Causal)
+	return dilatedForward(q, k, v, d, cfg, cfg.Branches, starts, scale, r)
+}
+
 // Dilated is LongNet dilated attention (docs/design.md §3). Query head h uses kv head h/g
 // and, in each branch, offset cfg.Offsets.Offset(h, Hq, r) for both its query and its
 // key rows. The branches' (O_i, LSE_i) are merged as LSE = log Σ_i exp(LSE_i),
@@ -120,7 +142,7 @@ func (cfg DilatedConfig) offsets(h, heads int) []int {
 func Dilated(q, k, v []float64, d Dims, cfg DilatedConfig, scale float64) (o, lse []float64) {
 	d.mustMatch("attention.Dilated", "q", q, "k", k, "v", v)
 	dilatedCheck("attention.Dilated", d, cfg)
-	return dilatedForward(q, k, v, d, cfg, cfg.Branches, scale, Rounding{})
+	return dilatedForward(q, k, v, d, cfg, cfg.Branches, nil, scale, Rounding{})
 }
 
 // DilatedRounded is Dilated as the tensor-core kernels compute it, with the
@@ -129,7 +151,7 @@ func DilatedRounded(q, k, v []float64, d Dims, cfg DilatedConfig, scale float64,
 	r Rounding) (o, lse []float64) {
 	d.mustMatch("attention.DilatedRounded", "q", q, "k", k, "v", v)
 	dilatedCheck("attention.DilatedRounded", d, cfg)
-	return dilatedForward(q, k, v, d, cfg, cfg.Branches, scale, r)
+	return dilatedForward(q, k, v, d, cfg, cfg.Branches, nil, scale, r)
 }
 
 // DilatedBranch is branch i of Dilated alone: (O_i, LSE_i), with o = 0 and lse = −Inf
@@ -143,13 +165,13 @@ func DilatedBranch(q, k, v []float64, d Dims, cfg DilatedConfig, i int,
 		panic(fmt.Sprintf("lcc: BUG: attention.DilatedBranch: branch %d of %d", i,
 			len(cfg.Branches)))
 	}
-	return dilatedForward(q, k, v, d, cfg, cfg.Branches[i:i+1], scale, Rounding{})
+	return dilatedForward(q, k, v, d, cfg, cfg.Branches[i:i+1], nil, scale, Rounding{})
 }
 
 // dilatedForward runs one goroutine per (batch, query head); each row merges the
 // branches that select it, in branch order, with the overflow-free ring update.
 func dilatedForward(q, k, v []float64, d Dims, cfg DilatedConfig, branches []Branch,
-	scale float64, rd Rounding) (o, lse []float64) {
+	starts []int64, scale float64, rd Rounding) (o, lse []float64) {
 	o = make([]float64, len(q))
 	lse = make([]float64, d.B*d.Hq*d.T)
 	cfg.Branches = branches
@@ -163,7 +185,7 @@ func dilatedForward(q, k, v []float64, d Dims, cfg DilatedConfig, branches []Bra
 			r := d.qAt(b, p, h)
 			acc := negInf // o[r:r+D] is 0, the value of a row no branch selected
 			for i, br := range branches {
-				ks, ok := branchKeys(p, br, offs[i], d.T, cfg.Causal)
+				ks, ok := branchKeys(p, br, offs[i], d.T, docStart(starts, d, b, p), cfg.Causal)
 				if !ok {
 					continue
 				}

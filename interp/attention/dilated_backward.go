@@ -11,10 +11,23 @@ func DilatedBackward(q, k, v, o, lse, do []float64, d Dims, cfg DilatedConfig,
 	return DilatedBackwardRounded(q, k, v, o, lse, do, d, cfg, scale, Rounding{})
 }
 
+// DilatedDocsBackward is the exact gradient of DilatedDocs.
+func DilatedDocsBackward(q, k, v, o, lse, do []float64, d Dims, cfg DilatedConfig,
+	starts []int64, scale float64, rd Rounding) (dq, dk, dv []float64) {
+	mustDocs("attention.DilatedDocsBackward", d, starts, cfg.Causal)
+	return dilatedBackward(q, k, v, o, lse, do, d, cfg, starts, scale, rd)
+}
+
 // DilatedBackwardRounded is DilatedBackward as the tensor-core kernels compute it,
 // with the roundings r models in every branch (the zero Rounding gives
 // DilatedBackward).
 func DilatedBackwardRounded(q, k, v, o, lse, do []float64, d Dims, cfg DilatedConfig,
+	scale float64, rd Rounding) (dq, dk, dv []float64) {
+	return dilatedBackward(q, k, v, o, lse, do, d, cfg, nil, scale, rd)
+}
+
+// dilatedBackward is DilatedBackwardRounded over the documents starts (nil: one).
+func dilatedBackward(q, k, v, o, lse, do []float64, d Dims, cfg DilatedConfig, starts []int64,
 	scale float64, rd Rounding) (dq, dk, dv []float64) {
 	d.mustMatch("attention.DilatedBackward", "q", q, "k", k, "v", v, "o", o, "lse", lse,
 		"do", do)
@@ -39,7 +52,7 @@ func DilatedBackwardRounded(q, k, v, o, lse, do []float64, d Dims, cfg DilatedCo
 				qRow, dqRow, oRow, doRow := q[r:r+d.D], dq[r:r+d.D], o[r:r+d.D], do[r:r+d.D]
 				delta := dot(doRow, oRow)
 				for i, br := range cfg.Branches {
-					if ks, ok := branchKeys(p, br, offs[i], d.T, cfg.Causal); ok {
+					if ks, ok := branchKeys(p, br, offs[i], d.T, docStart(starts, d, b, p), cfg.Causal); ok {
 						backwardRow(qRow, dqRow, kv, ks, nil, scale, l, delta, rd, doRow)
 					}
 				}

@@ -45,11 +45,18 @@ type Options struct {
 	TokenBytes int
 	// Log gets the progress of checking a large token file at open (nil: none).
 	Log io.Writer
+	// PackDocs packs whole documents, split after each DocSep token, into each
+	// sequence of a token or bytes file (pack.go), and Batch.DocStarts says where
+	// each document starts.
+	PackDocs bool
+	DocSep   int64
 }
 
-// Batch is one step's data: int64 [batch, seq] token ids and next-token labels.
+// Batch is one step's data: int64 [batch, seq] token ids and next-token labels,
+// and with packed documents the position of each token's document start.
 type Batch struct {
 	InputIDs, Labels *tensor.Tensor
+	DocStarts        *tensor.Tensor // nil unless Options.PackDocs
 }
 
 // State is where a stream is: what a checkpoint records to resume it.
@@ -87,6 +94,10 @@ func Open(spec string, o Options) (*Stream, error) {
 	if o.Vocab < 2 {
 		return nil, fmt.Errorf("data %q: vocabulary %d: want >= 2", spec, o.Vocab)
 	}
+	if o.PackDocs && (o.DocSep < 0 || o.DocSep >= o.Vocab) {
+		return nil, fmt.Errorf("data %q: --doc-sep %d is outside the model's vocabulary [0, %d)",
+			spec, o.DocSep, o.Vocab)
+	}
 	kind, arg, ok := strings.Cut(spec, ":")
 	if !ok || arg == "" {
 		return nil, fmt.Errorf("data %q: want synthetic:copy, synthetic:passkey, tokens:FILE or "+
@@ -98,6 +109,10 @@ func Open(spec string, o Options) (*Stream, error) {
 	)
 	switch kind {
 	case "synthetic":
+		if o.PackDocs {
+			return nil, fmt.Errorf("data %q: --doc-sep packs the documents of tokens:FILE or bytes:FILE, "+
+				"not a synthetic task", spec)
+		}
 		task, param, _ := strings.Cut(arg, ":")
 		switch task {
 		case "copy":
@@ -138,13 +153,24 @@ func Open(spec string, o Options) (*Stream, error) {
 func (s *Stream) Next() (*Batch, error) {
 	b, t := int64(s.opts.Batch), int64(s.opts.SeqLen)
 	ids, labels := tensor.New(tensor.I64, b, t), tensor.New(tensor.I64, b, t)
+	var starts *tensor.Tensor
+	if s.opts.PackDocs {
+		starts = tensor.New(tensor.I64, b, t)
+	}
 	for i := range b {
-		if err := s.src.sequence(s.seqs, s.rng, ids.I[i*t:(i+1)*t], labels.I[i*t:(i+1)*t]); err != nil {
+		var err error
+		if starts != nil {
+			err = s.src.(*fileSource).packed(s.seqs, ids.I[i*t:(i+1)*t], labels.I[i*t:(i+1)*t],
+				starts.I[i*t:(i+1)*t])
+		} else {
+			err = s.src.sequence(s.seqs, s.rng, ids.I[i*t:(i+1)*t], labels.I[i*t:(i+1)*t])
+		}
+		if err != nil {
 			return nil, fmt.Errorf("data %q: %w", s.spec, err)
 		}
 		s.seqs++
 	}
-	return &Batch{InputIDs: ids, Labels: labels}, nil
+	return &Batch{InputIDs: ids, Labels: labels, DocStarts: starts}, nil
 }
 
 // State returns the stream's position, for checkpoints.

@@ -23,6 +23,11 @@ type fileSource struct {
 	windows int64 // W
 	vocab   int64
 	buf     []byte
+	// Packed documents (pack.go): the separator, the file's token count and the
+	// windows; wins is nil without --doc-sep.
+	sep    int64
+	tokens int64
+	wins   []window
 }
 
 func openFile(path string, width int, o Options) (source, error) {
@@ -51,6 +56,13 @@ func openFile(path string, width int, o Options) (source, error) {
 	if err := s.checkVocab(size, o.Log); err != nil {
 		f.Close()
 		return nil, err
+	}
+	if o.PackDocs {
+		s.sep, s.tokens = o.DocSep, n
+		if s.wins, err = s.packWindows(n, t, o.DocSep); err != nil {
+			f.Close()
+			return nil, err
+		}
 	}
 	return s, nil
 }
