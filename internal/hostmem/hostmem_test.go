@@ -73,3 +73,24 @@ func TestCgroups(t *testing.T) {
 		t.Error("a meminfo without MemAvailable gave no error")
 	}
 }
+
+// TestMemLock: the limit reads here, and RLIM_INFINITY (and any figure past
+// int64) is Unlimited, not a negative size.
+func TestMemLock(t *testing.T) {
+	b, err := MemLock()
+	if err != nil {
+		t.Skipf("no memlock limit here: %v", err)
+	}
+	if b < 0 {
+		t.Errorf("MemLock() = %d", b)
+	}
+	t.Logf("RLIMIT_MEMLOCK %d bytes", b)
+	for raw, want := range map[uint64]int64{rlimInfinity: Unlimited, 1 << 63: Unlimited, 65536: 65536, 0: 0} {
+		if got := memLockBytes(raw); got != want {
+			t.Errorf("memLockBytes(%d) = %d, want %d", raw, got, want)
+		}
+	}
+	if l, ok := Read(); ok && (l.Available <= 0 || l.MemLock != b) {
+		t.Errorf("Read() = %+v, MemLock %d", l, b)
+	}
+}
