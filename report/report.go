@@ -178,6 +178,12 @@ type Memory struct {
 	// Both are 0 for a compile without checkpoints (cost.StepMemory.WithSnapshots).
 	SnapshotHostBytes    int64 `json:"snapshot_host_bytes,omitempty"`
 	SnapshotStagingBytes int64 `json:"snapshot_staging_bytes,omitempty"`
+	// HostPeakBytes is the planned host peak of a run (cost.StepMemory's
+	// HostPeakBytes): HostModelBytes, the model as lcc holds it on the host,
+	// plus PinnedBytes, every pinned buffer (HostBytes and SnapshotHostBytes).
+	HostPeakBytes  int64 `json:"host_peak_bytes,omitempty"`
+	HostModelBytes int64 `json:"host_model_bytes,omitempty"`
+	PinnedBytes    int64 `json:"pinned_bytes,omitempty"`
 }
 
 // FLOPs counts floating-point operations of one step on one GPU: the whole step
@@ -370,6 +376,8 @@ func Build(f *ir.Func, in Input) *Report {
 		r.Memory.FixedBytes = m.FixedBytes
 		r.Memory.HostBytes = m.HostBytes
 		r.Memory.SnapshotHostBytes, r.Memory.SnapshotStagingBytes = m.SnapshotHostBytes, m.SnapshotStagingBytes
+		r.Memory.HostPeakBytes, r.Memory.HostModelBytes = m.HostPeakBytes(), m.HostModelBytes
+		r.Memory.PinnedBytes = m.PinnedBytes()
 		if m.Model == "arena" {
 			r.Memory.ContextBytes = cost.CUDAContextBytes
 		}
@@ -452,8 +460,16 @@ func (r *Report) WriteText(w io.Writer) {
 	}
 	fmt.Fprintf(w, "fused CE   %d\n", r.FusedCE)
 	off := ""
-	if n := r.Checkpoints.Offloaded; n > 0 {
-		off = fmt.Sprintf(", %d values offloaded to host memory", n)
+	if c := r.Checkpoints; c.Offloaded > 0 {
+		off = fmt.Sprintf(", %d values offloaded to host memory", c.Offloaded)
+		if c.Offloadable > 0 {
+			off = fmt.Sprintf(", %d of %d kept values offloaded to host memory (%s pinned), the rest on the GPU",
+				c.Offloaded, c.Offloadable, Bytes(c.OffloadedBytes))
+		}
+		if cp := c.Copies; cp != nil {
+			off += fmt.Sprintf("; copies %.3f s on the host link, %.3f s of compute stalled (of %.3f s)",
+				cp.CopySeconds, cp.StallSeconds, cp.ComputeSeconds)
+		}
 	}
 	fmt.Fprintf(w, "checkpoint %s: %d ops recomputed, %s saved%s\n", r.Checkpoints.Policy,
 		r.Checkpoints.RecomputedOps, Bytes(r.Checkpoints.SavedBytes), off)
@@ -486,6 +502,10 @@ func (r *Report) WriteText(w io.Writer) {
 	if r.Memory.HostBytes > 0 {
 		fmt.Fprintf(w, "memory     host (pinned) %s of offloaded activations beside the GPU, not in its peak\n",
 			Bytes(r.Memory.HostBytes))
+	}
+	if m := r.Memory; m.HostPeakBytes > 0 && m.Model == "arena" {
+		fmt.Fprintf(w, "memory     host peak %s beside the GPU's %s (model as lcc holds it %s, pinned %s)\n",
+			Bytes(m.HostPeakBytes), Bytes(m.PerGPUPeakBytes), Bytes(m.HostModelBytes), Bytes(m.PinnedBytes))
 	}
 	if m := r.Memory; m.SnapshotHostBytes > 0 {
 		how := fmt.Sprintf("staged through %s on the GPU (in its peak)", Bytes(m.SnapshotStagingBytes))

@@ -1,0 +1,177 @@
+package driver
+
+import (
+	"errors"
+	"fmt"
+	"math/bits"
+	"slices"
+	"strings"
+
+	cudagen "github.com/lcc-dev/lcc/codegen/cuda"
+	"github.com/lcc-dev/lcc/cost"
+	"github.com/lcc-dev/lcc/ir"
+	"github.com/lcc-dev/lcc/passes"
+	"github.com/lcc-dev/lcc/report"
+	"github.com/lcc-dev/lcc/tensor"
+)
+
+// The host side of a GPU step's plan (issue #26, "the planner knows the host").
+// The planned host peak is part of the one memory model (cost.StepMemory): the
+// model as lcc holds it on the host, the pinned block of offloaded activations
+// and the pinned checkpoint buffer. A budget for it comes only from
+// --host-memory-budget, never from the machine a compile runs on, so that a
+// compile without the flag is byte-identical everywhere (same IR, kernels and
+// hash); lcc train compares the plan with the limits it measures before it
+// allocates anything (train.CheckHost).
+
+// hostModel is what lcc holds of f's model on the host while f runs.
+func (m memoryModel) hostModel(f *ir.Func) int64 {
+	var elems int64
+	for _, p := range f.Params {
+		if p.Role == ir.RoleWeight {
+			elems += p.Value.Type.Numel()
+		}
+	}
+	return cost.HostModelBytes(elems, trainable(f), m.trained)
+}
+
+// hostFixed is the host memory of f's plan besides offloaded activations: the
+// model and, when the trainer checkpoints with its state on the GPU, the pinned
+// checkpoint buffer.
+func (m memoryModel) hostFixed(f *ir.Func) int64 {
+	b := m.hostModel(f)
+	if m.snapshots && m.trained {
+		b += cost.OptimizerStateBytes(trainable(f))
+	}
+	return b
+}
+
+// offloadBounds are checkpointing's bounds on offload for f under a host budget
+// (0: none): the pinned bytes left beside the host's fixed part (at least 1, so
+// that a budget the fixed part fills refuses every offload rather than none),
+// and the compute rate and host link rate the copies are timed at. The link
+// rate is in the IR's bytes: a bf16-stored f32 value crosses in half its IR
+// size. A target without a link rate (or the CPU) times nothing.
+func (m memoryModel) offloadBounds(f *ir.Func, hostBudget int64) (host int64, flops, link float64) {
+	if hostBudget > 0 {
+		host = max(hostBudget-m.hostFixed(f), 1)
+	}
+	if !m.gpu() || m.target.HostLinkBytesPerSec <= 0 {
+		return host, 0, 0
+	}
+	link = m.target.HostLinkBytesPerSec
+	if m.storage == tensor.BF16 {
+		link *= 2
+	}
+	// The tensor-core peak: the shortest compute, so copies are never assumed
+	// hidden behind time the step does not take.
+	return host, m.target.PeakBF16FLOPs, link
+}
+
+// fitHost refuses a GPU step whose planned host peak passes a host budget
+// (0: none), before anything is allocated: both figures, the parts, and what
+// would fit.
+func (m memoryModel) fitHost(f *ir.Func, sm cost.StepMemory, budget int64) error {
+	if budget <= 0 || !m.gpu() || sm.HostPeakBytes() <= budget {
+		return nil
+	}
+	var fit []string
+	fit = append(fit, "--host-memory-budget="+ceilGiB(sm.HostPeakBytes()))
+	if sm.HostBytes > 0 && sm.HostModelBytes+sm.SnapshotHostBytes < budget {
+		fit = append(fit, fmt.Sprintf("--checkpoint=auto, which offloads only what the GPU cannot hold and "+
+			"at most the %s this budget leaves beside the model", report.Bytes(budget-sm.HostModelBytes-
+			sm.SnapshotHostBytes)))
+	}
+	if sm.SnapshotHostBytes > 0 {
+		fit = append(fit, fmt.Sprintf("no --checkpoint-dir (its pinned buffer takes %s)",
+			report.Bytes(sm.SnapshotHostBytes)))
+	}
+	return fmt.Errorf("@%s does not fit the host: its plan holds %s on the host at its peak (%s), beside %s "+
+		"per GPU, more than the %s of --host-memory-budget; it would fit with %s",
+		f.Name, report.Bytes(sm.HostPeakBytes()), hostParts(sm), report.Bytes(sm.PeakBytes),
+		report.Bytes(budget), strings.Join(fit, ", or "))
+}
+
+// hostParts lists a plan's host memory by part.
+func hostParts(sm cost.StepMemory) string {
+	return fmt.Sprintf("the model as lcc holds it %s, pinned offloaded activations %s, pinned checkpoint "+
+		"buffer %s", report.Bytes(sm.HostModelBytes), report.Bytes(sm.HostBytes), report.Bytes(sm.SnapshotHostBytes))
+}
+
+// ceilGiB renders b rounded up to whole GiB, as a flag value.
+func ceilGiB(b int64) string { return fmt.Sprintf("%dGiB", (b+(1<<30)-1)>>30) }
+
+// explain adds to checkpointing's refusal the host figures and the settings
+// that would fit: the host budget an offload plan that fit the GPU needs, and
+// the sequence length that would fit at the smallest plan's activations per
+// token. f holds the smallest plan (passes.Recompute applies it).
+func (m memoryModel) explain(f *ir.Func, err error, budget, hostBudget int64) error {
+	var re *passes.RecomputeError
+	if !errors.As(err, &re) {
+		return err
+	}
+	var fit []string
+	if o := re.Offload; o != nil && hostBudget > 0 && strings.Contains(re.Rejected, "host budget") {
+		fit = append(fit, fmt.Sprintf("--checkpoint=auto and --host-memory-budget=%s (%s offloaded beside "+
+			"the host's %s of model and checkpoint buffer)", ceilGiB(m.hostFixed(f)+o.OffloadedBytes),
+			report.Bytes(o.OffloadedBytes), report.Bytes(m.hostFixed(f))))
+	}
+	if n, ok := m.seqThatFits(f, re.Smallest.PeakAfter, budget); ok {
+		fit = append(fit, fmt.Sprintf("about --seq-len=%d (the smallest plan's activations scaled to the "+
+			"budget, rounded down to a power of two)", n))
+	}
+	host := ""
+	if hostBudget > 0 {
+		host = fmt.Sprintf("; host: the model and checkpoint buffer take %s of the %s of --host-memory-budget",
+			report.Bytes(m.hostFixed(f)), report.Bytes(hostBudget))
+	}
+	if len(fit) == 0 {
+		return fmt.Errorf("%w%s", err, host)
+	}
+	return fmt.Errorf("%w%s; it would fit with %s", err, host, strings.Join(fit, ", or "))
+}
+
+// seqThatFits estimates the sequence length at which f's smallest plan (peak
+// bytes per GPU) fits budget: the part of the peak that does not grow with the
+// sequence (the weights' working copy, their gradients, the optimizer state and
+// the fixed costs) stays, the rest scales with the sequence, and the result is
+// rounded down to a power of two (dilated segments are). ok is false when f
+// has no bound sequence dim, or no shorter sequence can fit.
+func (m memoryModel) seqThatFits(f *ir.Func, peak, budget int64) (int64, bool) {
+	seq := seqLenOf(f)
+	if seq < 4 || !m.gpu() {
+		return 0, false
+	}
+	prog, err := cudagen.Build(f, cudagen.Options{Arch: m.target.Arch, Storage: m.storage, Rank: m.rank})
+	if err != nil {
+		return 0, false
+	}
+	weights, grads := arenaParts(prog)
+	fixed := weights + grads + cost.OptimizerStateBytes(trainable(f)) + cost.FixedBytes
+	if budget <= fixed || peak <= fixed {
+		return 0, false
+	}
+	n := int64(float64(seq) * float64(budget-fixed) / float64(peak-fixed))
+	if n < 2 {
+		return 0, false
+	}
+	n = 1 << (63 - bits.LeadingZeros64(uint64(n)))
+	return n, n < seq
+}
+
+// seqLenOf is the sequence dim bound in f's inputs (labelled by one of the
+// names --seq-len binds), or 0.
+func seqLenOf(f *ir.Func) int64 {
+	for _, p := range f.Params {
+		if p.Role != ir.RoleInput && p.Role != ir.RoleLabel {
+			continue
+		}
+		t := p.Value.Type
+		for i, l := range t.Labels {
+			if slices.Contains(seqNames, l) {
+				return t.Shape[i]
+			}
+		}
+	}
+	return 0
+}
