@@ -98,8 +98,13 @@ func hostParts(sm cost.StepMemory) string {
 		"buffer %s", report.Bytes(sm.HostModelBytes), report.Bytes(sm.HostBytes), report.Bytes(sm.SnapshotHostBytes))
 }
 
-// ceilGiB renders b rounded up to whole GiB, as a flag value.
-func ceilGiB(b int64) string { return fmt.Sprintf("%dGiB", (b+(1<<30)-1)>>30) }
+// ceilGiB renders b rounded up to whole GiB (MiB below 1 GiB), as a flag value.
+func ceilGiB(b int64) string {
+	if b < 1<<30 {
+		return fmt.Sprintf("%dMiB", (b+(1<<20)-1)>>20)
+	}
+	return fmt.Sprintf("%dGiB", (b+(1<<30)-1)>>30)
+}
 
 // explain adds to checkpointing's refusal the host figures and the settings
 // that would fit: the host budget an offload plan that fit the GPU needs, and

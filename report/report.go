@@ -463,8 +463,11 @@ func (r *Report) WriteText(w io.Writer) {
 	if c := r.Checkpoints; c.Offloaded > 0 {
 		off = fmt.Sprintf(", %d values offloaded to host memory", c.Offloaded)
 		if c.Offloadable > 0 {
-			off = fmt.Sprintf(", %d of %d kept values offloaded to host memory (%s pinned), the rest on the GPU",
+			off = fmt.Sprintf(", %d of %d kept values offloaded to host memory (%s pinned)",
 				c.Offloaded, c.Offloadable, Bytes(c.OffloadedBytes))
+			if c.Offloaded < c.Offloadable {
+				off += ", the rest on the GPU"
+			}
 		}
 		if cp := c.Copies; cp != nil {
 			off += fmt.Sprintf("; copies %.3f s on the host link, %.3f s of compute stalled (of %.3f s)",

@@ -95,6 +95,9 @@ type Config struct {
 	// HostBudget bounds the host memory of a step on the CPU interpreter (Run nil);
 	// the zero value checks nothing.
 	HostBudget driver.HostBudget
+	// HostMemoryBudget bounds a GPU step's planned host peak, as lcc compile's
+	// --host-memory-budget does (driver.Options.HostMemoryBudget; 0: no bound).
+	HostMemoryBudget int64
 	// Precision is the device storage (fp32 or bf16); it chooses the kernels.
 	Precision string
 	// Ranks > 1 shards every step's sequence over that many ranks with ShardMode
@@ -267,7 +270,7 @@ func (c *Config) adamW() optim.AdamW {
 func (c *Config) compileOptions() driver.CompileOptions {
 	o := driver.CompileOptions{Target: c.Target, Model: c.Model, Options: driver.Options{
 		Loss: c.Loss, Attention: c.Attention, Checkpoint: c.Checkpoint, MemoryBudget: c.MemoryBudget,
-		Precision: c.Precision, Ranks: c.Ranks, ShardMode: c.ShardMode}}
+		Precision: c.Precision, Ranks: c.Ranks, ShardMode: c.ShardMode, HostMemoryBudget: c.HostMemoryBudget}}
 	if c.Comm != nil {
 		o.Ranks, o.SPMD, o.Rank = c.Comm.Size(), true, c.Comm.Rank()
 	}

@@ -100,6 +100,11 @@ naming it; --comm-timeout also bounds the rendezvous.`,
 			cfg.Target, cfg.Loss, cfg.Attention, cfg.Checkpoint = t, o.Loss, o.Attention, o.Checkpoint
 			cfg.MemoryBudget, cfg.Precision, cfg.Ranks, cfg.ShardMode = o.MemoryBudget, o.Precision, o.Ranks, o.ShardMode
 			precision := o.Precision
+			if cfg.Device == "cuda" {
+				// A GPU step plans its host side under the flag (none: the measured
+				// limits are checked at run time, the plan is lcc compile's).
+				cfg.HostMemoryBudget = int64(hostBudget)
+			}
 			if cfg.Device == "cpu" {
 				whole := driver.NewHostBudget(int64(hostBudget))
 				cfg.HostBudget = whole
