@@ -72,19 +72,24 @@ type StepMemory struct {
 	// staged through (in PeakBytes; 0 when it would not fit): see WithSnapshots.
 	SnapshotHostBytes, SnapshotStagingBytes int64
 	// HostModelBytes is what lcc holds of the model on the host while the step
-	// runs (HostModelBytes below): beside the pinned buffers, in HostPeakBytes.
-	HostModelBytes int64
+	// is set up (HostModelBytes below), HostKeptBytes what it keeps once a
+	// resident run has uploaded it (the untrained weights' host tensors, which
+	// checkpoints write from the host): see HostPeakBytes.
+	HostModelBytes, HostKeptBytes int64
 }
 
 // PinnedBytes is the page-locked host memory of the step: the offloaded
 // activations' block and the checkpoints' buffer.
 func (m StepMemory) PinnedBytes() int64 { return m.HostBytes + m.SnapshotHostBytes }
 
-// HostPeakBytes is the planned host peak of a run of the step: the model as lcc
-// holds it on the host plus every pinned buffer, all live at once (the pinned
-// blocks are allocated once the model is loaded, and the model's host tensors
-// stay for checkpoints of untrained weights and a host-side fallback).
-func (m StepMemory) HostPeakBytes() int64 { return m.HostModelBytes + m.PinnedBytes() }
+// HostPeakBytes is the planned host peak of a run of the step, the larger of
+// its two phases: while the step is bound, the model as lcc holds it and the
+// offload block (allocated with the arena); once the state is on the device,
+// what the host keeps of the model, the offload block and the checkpoints'
+// buffer (allocated after the host copies are released).
+func (m StepMemory) HostPeakBytes() int64 {
+	return max(m.HostModelBytes+m.HostBytes, m.HostKeptBytes+m.HostBytes+m.SnapshotHostBytes)
+}
 
 // HostModelBytes is what lcc holds of a model on the host during a run: every
 // weight's host tensor (weightElems elements, tensor.HostElemBytes each: a host

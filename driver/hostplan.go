@@ -24,26 +24,33 @@ import (
 // hash); lcc train compares the plan with the limits it measures before it
 // allocates anything (train.CheckHost).
 
-// hostModel is what lcc holds of f's model on the host while f runs.
-func (m memoryModel) hostModel(f *ir.Func) int64 {
+// hostModel is what lcc holds of f's model on the host while f is set up, and
+// what it keeps once a resident run has uploaded it (every host tensor of a
+// trained weight and its optimizer state is then released: train's
+// releaseHost).
+func (m memoryModel) hostModel(f *ir.Func) (setup, kept int64) {
 	var elems int64
 	for _, p := range f.Params {
 		if p.Role == ir.RoleWeight {
 			elems += p.Value.Type.Numel()
 		}
 	}
-	return cost.HostModelBytes(elems, trainable(f), m.trained)
+	setup = cost.HostModelBytes(elems, trainable(f), m.trained)
+	if !m.trained {
+		return setup, setup
+	}
+	return setup, cost.HostModelBytes(elems-trainable(f), 0, false)
 }
 
-// hostFixed is the host memory of f's plan besides offloaded activations: the
-// model and, when the trainer checkpoints with its state on the GPU, the pinned
-// checkpoint buffer.
+// hostFixed is the host memory f's plan needs besides its offloaded
+// activations, at the phase where it needs the most (cost.StepMemory's
+// HostPeakBytes with no offload).
 func (m memoryModel) hostFixed(f *ir.Func) int64 {
-	b := m.hostModel(f)
+	setup, kept := m.hostModel(f)
 	if m.snapshots && m.trained {
-		b += cost.OptimizerStateBytes(trainable(f))
+		kept += cost.OptimizerStateBytes(trainable(f))
 	}
-	return b
+	return max(setup, kept)
 }
 
 // offloadBounds are checkpointing's bounds on offload for f under a host budget
@@ -77,10 +84,11 @@ func (m memoryModel) fitHost(f *ir.Func, sm cost.StepMemory, budget int64) error
 	}
 	var fit []string
 	fit = append(fit, "--host-memory-budget="+ceilGiB(sm.HostPeakBytes()))
-	if sm.HostBytes > 0 && sm.HostModelBytes+sm.SnapshotHostBytes < budget {
+	fixed := sm
+	fixed.HostBytes = 0
+	if left := budget - fixed.HostPeakBytes(); sm.HostBytes > 0 && left > 0 {
 		fit = append(fit, fmt.Sprintf("--checkpoint=auto, which offloads only what the GPU cannot hold and "+
-			"at most the %s this budget leaves beside the model", report.Bytes(budget-sm.HostModelBytes-
-			sm.SnapshotHostBytes)))
+			"at most the %s this budget leaves beside the model", report.Bytes(left)))
 	}
 	if sm.SnapshotHostBytes > 0 {
 		fit = append(fit, fmt.Sprintf("no --checkpoint-dir (its pinned buffer takes %s)",
@@ -94,8 +102,9 @@ func (m memoryModel) fitHost(f *ir.Func, sm cost.StepMemory, budget int64) error
 
 // hostParts lists a plan's host memory by part.
 func hostParts(sm cost.StepMemory) string {
-	return fmt.Sprintf("the model as lcc holds it %s, pinned offloaded activations %s, pinned checkpoint "+
-		"buffer %s", report.Bytes(sm.HostModelBytes), report.Bytes(sm.HostBytes), report.Bytes(sm.SnapshotHostBytes))
+	return fmt.Sprintf("the model as lcc holds it %s (%s once on the GPU), pinned offloaded activations %s, "+
+		"pinned checkpoint buffer %s", report.Bytes(sm.HostModelBytes), report.Bytes(sm.HostKeptBytes),
+		report.Bytes(sm.HostBytes), report.Bytes(sm.SnapshotHostBytes))
 }
 
 // ceilGiB renders b rounded up to whole GiB (MiB below 1 GiB), as a flag value.
@@ -127,7 +136,7 @@ func (m memoryModel) explain(f *ir.Func, err error, budget, hostBudget int64) er
 	}
 	host := ""
 	if hostBudget > 0 {
-		host = fmt.Sprintf("; host: the model and checkpoint buffer take %s of the %s of --host-memory-budget",
+		host = fmt.Sprintf("; host: the model (and checkpoint buffer) take %s of the %s of --host-memory-budget",
 			report.Bytes(m.hostFixed(f)), report.Bytes(hostBudget))
 	}
 	if len(fit) == 0 {

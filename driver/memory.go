@@ -45,13 +45,13 @@ func (m memoryModel) of(f *ir.Func, prog *cudagen.Program) cost.StepMemory {
 		if prog != nil {
 			_, arena := cudagen.PlanArena(prog.Plan)
 			sm := cost.NewStepMemory("arena", arena, opt, cost.FixedBytes, cudagen.HostBytes(prog.Plan))
-			sm.HostModelBytes = m.hostModel(f)
+			sm.HostModelBytes, sm.HostKeptBytes = m.hostModel(f)
 			return sm
 		}
 	}
 	sim := cost.Simulate(f)
 	sm := cost.NewStepMemory("simulated", sim.PeakBytes, opt, 0, sim.HostBytes)
-	sm.HostModelBytes = m.hostModel(f)
+	sm.HostModelBytes, sm.HostKeptBytes = m.hostModel(f)
 	return sm
 }
 

@@ -181,8 +181,11 @@ type Memory struct {
 	// HostPeakBytes is the planned host peak of a run (cost.StepMemory's
 	// HostPeakBytes): HostModelBytes, the model as lcc holds it on the host,
 	// plus PinnedBytes, every pinned buffer (HostBytes and SnapshotHostBytes).
+	// HostKeptBytes is what the host keeps of the model once a resident run
+	// has it on the GPU.
 	HostPeakBytes  int64 `json:"host_peak_bytes,omitempty"`
 	HostModelBytes int64 `json:"host_model_bytes,omitempty"`
+	HostKeptBytes  int64 `json:"host_kept_bytes,omitempty"`
 	PinnedBytes    int64 `json:"pinned_bytes,omitempty"`
 }
 
@@ -377,6 +380,7 @@ func Build(f *ir.Func, in Input) *Report {
 		r.Memory.HostBytes = m.HostBytes
 		r.Memory.SnapshotHostBytes, r.Memory.SnapshotStagingBytes = m.SnapshotHostBytes, m.SnapshotStagingBytes
 		r.Memory.HostPeakBytes, r.Memory.HostModelBytes = m.HostPeakBytes(), m.HostModelBytes
+		r.Memory.HostKeptBytes = m.HostKeptBytes
 		r.Memory.PinnedBytes = m.PinnedBytes()
 		if m.Model == "arena" {
 			r.Memory.ContextBytes = cost.CUDAContextBytes
@@ -507,8 +511,9 @@ func (r *Report) WriteText(w io.Writer) {
 			Bytes(r.Memory.HostBytes))
 	}
 	if m := r.Memory; m.HostPeakBytes > 0 && m.Model == "arena" {
-		fmt.Fprintf(w, "memory     host peak %s beside the GPU's %s (model as lcc holds it %s, pinned %s)\n",
-			Bytes(m.HostPeakBytes), Bytes(m.PerGPUPeakBytes), Bytes(m.HostModelBytes), Bytes(m.PinnedBytes))
+		fmt.Fprintf(w, "memory     host peak %s beside the GPU's %s (model as lcc holds it %s, %s once "+
+			"on the GPU; pinned %s)\n", Bytes(m.HostPeakBytes), Bytes(m.PerGPUPeakBytes), Bytes(m.HostModelBytes),
+			Bytes(m.HostKeptBytes), Bytes(m.PinnedBytes))
 	}
 	if m := r.Memory; m.SnapshotHostBytes > 0 {
 		how := fmt.Sprintf("staged through %s on the GPU (in its peak)", Bytes(m.SnapshotStagingBytes))
