@@ -173,6 +173,11 @@ type Result struct {
 	PlannedPeakBytes int64
 	// MeasuredPeakBytes is Config.Memory's peak at the end (0 without one).
 	MeasuredPeakBytes int64
+	// PlannedHostPeakBytes is the compile report's host peak of a GPU run;
+	// HostRSSBytes and HostHWMBytes the process's resident set at the end and
+	// at its peak (VmRSS, VmHWM), PinnedPeakBytes the most pinned host memory
+	// it held (runtime/cuda's count); all 0 for a CPU run.
+	PlannedHostPeakBytes, HostRSSBytes, HostHWMBytes, PinnedPeakBytes int64
 	// Resident says whether the training state stayed on the device; HostBytes
 	// is then the most bytes one step moved between host and device
 	// (checkpoints' copies, queued between steps, excepted), BatchBytes the

@@ -279,6 +279,12 @@ func trainSummary(cmd *cobra.Command, r *train.Result) error {
 		fmt.Fprintf(out, "host    at most %d bytes per step between host and device (token batch %d bytes)\n",
 			r.HostBytes, r.BatchBytes)
 	}
+	if r.HostHWMBytes > 0 {
+		fmt.Fprintf(out, "host    planned peak %s, measured peak resident set %s (%+.1f%%; now %s), pinned %s at most\n",
+			report.Bytes(r.PlannedHostPeakBytes), report.Bytes(r.HostHWMBytes),
+			100*(float64(r.HostHWMBytes)/float64(max(r.PlannedHostPeakBytes, 1))-1), report.Bytes(r.HostRSSBytes),
+			report.Bytes(r.PinnedPeakBytes))
+	}
 	if r.ProfileSteps > 0 {
 		printProfile(out, r)
 	}

@@ -94,3 +94,23 @@ func TestMemLock(t *testing.T) {
 		t.Errorf("Read() = %+v, MemLock %d", l, b)
 	}
 }
+
+// TestResident: this process's figures read, the peak at least the current
+// set; a fake status file parses, and one without the lines is an error.
+func TestResident(t *testing.T) {
+	rss, hwm, err := Resident()
+	if err != nil {
+		t.Skipf("no /proc/self/status here: %v", err)
+	}
+	if rss <= 0 || hwm < rss {
+		t.Errorf("VmRSS %d, VmHWM %d", rss, hwm)
+	}
+	root := fakeRoot(t, map[string]string{"proc/self/status": "Name:\tlcc\nVmHWM:\t  2048 kB\nVmRSS:\t  1024 kB\n"})
+	if rss, hwm, err := residentFrom(root); err != nil || rss != 1<<20 || hwm != 2<<20 {
+		t.Errorf("fake status: %d, %d, %v", rss, hwm, err)
+	}
+	root = fakeRoot(t, map[string]string{"proc/self/status": "Name:\tlcc\n"})
+	if _, _, err := residentFrom(root); err == nil || !strings.Contains(err.Error(), "VmRSS") {
+		t.Errorf("no Vm lines: %v", err)
+	}
+}
