@@ -3,6 +3,7 @@ package driver
 import (
 	"errors"
 	"fmt"
+	"math"
 	"math/bits"
 	"slices"
 	"strings"
@@ -130,9 +131,9 @@ func (m memoryModel) explain(f *ir.Func, err error, budget, hostBudget int64) er
 			"the host's %s of model and checkpoint buffer)", ceilGiB(m.hostFixed(f)+o.OffloadedBytes),
 			report.Bytes(o.OffloadedBytes), report.Bytes(m.hostFixed(f))))
 	}
-	if n, ok := m.seqThatFits(f, re.Smallest.PeakAfter, budget); ok {
-		fit = append(fit, fmt.Sprintf("about --seq-len=%d (the smallest plan's activations scaled to the "+
-			"budget, rounded down to a power of two)", n))
+	if n, how, ok := m.seqThatFits(f, re, budget, hostBudget); ok {
+		fit = append(fit, fmt.Sprintf("about --seq-len=%d (%s, activations scaled to the budgets, rounded "+
+			"down to a power of two)", n, how))
 	}
 	host := ""
 	if hostBudget > 0 {
@@ -145,32 +146,66 @@ func (m memoryModel) explain(f *ir.Func, err error, budget, hostBudget int64) er
 	return fmt.Errorf("%w%s; it would fit with %s", err, host, strings.Join(fit, ", or "))
 }
 
-// seqThatFits estimates the sequence length at which f's smallest plan (peak
-// bytes per GPU) fits budget: the part of the peak that does not grow with the
-// sequence (the weights' working copy, their gradients, the optimizer state and
-// the fixed costs) stays, the rest scales with the sequence, and the result is
-// rounded down to a power of two (dilated segments are). ok is false when f
-// has no bound sequence dim, or no shorter sequence can fit.
-func (m memoryModel) seqThatFits(f *ir.Func, peak, budget int64) (int64, bool) {
+// seqThatFits estimates the longest sequence, a power of two below f's (dilated
+// segments are), at which one of the plans auto evaluated fits: the part of a
+// peak that does not grow with the sequence (the weights' working copy, their
+// gradients, the optimizer state, the fixed costs) stays, activations and
+// offloaded bytes scale with it. A fixed policy fits while its activations fit
+// the GPU's budget; its "+offload" form may move up to all of its offloadable
+// bytes to the host within what the host budget leaves (partial offload), so
+// the GPU holds its in-device activations less what was moved. It returns the
+// length, the plan it is for, and ok false when f has no bound sequence dim or
+// no shorter sequence fits.
+func (m memoryModel) seqThatFits(f *ir.Func, re *passes.RecomputeError, budget, hostBudget int64) (int64, string, bool) {
 	seq := seqLenOf(f)
 	if seq < 4 || !m.gpu() {
-		return 0, false
+		return 0, "", false
 	}
 	prog, err := cudagen.Build(f, cudagen.Options{Arch: m.target.Arch, Storage: m.storage, Rank: m.rank})
 	if err != nil {
-		return 0, false
+		return 0, "", false
 	}
 	weights, grads := arenaParts(prog)
-	fixed := weights + grads + cost.OptimizerStateBytes(trainable(f)) + cost.FixedBytes
-	if budget <= fixed || peak <= fixed {
-		return 0, false
+	w := float64(weights + grads + cost.OptimizerStateBytes(trainable(f)) + cost.FixedBytes)
+	b := float64(budget)
+	host := math.Inf(1) // what the host budget leaves for offload
+	if hostBudget > 0 {
+		host = float64(hostBudget - m.hostFixed(f))
 	}
-	n := int64(float64(seq) * float64(budget-fixed) / float64(peak-fixed))
+	in := map[string]passes.RecomputeStats{}
+	for _, p := range re.Plans {
+		if !strings.HasSuffix(p.Policy, "+offload") {
+			in[p.Policy] = p
+		}
+	}
+	var best float64
+	how := ""
+	for _, p := range append([]passes.RecomputeStats{re.Smallest}, re.Plans...) {
+		a := float64(p.PeakAfter) - w // activations on the GPU at seq
+		if a <= 0 || b <= w {
+			continue
+		}
+		scale := (b - w) / a // in-device: the activations fit at this fraction of seq
+		name := p.Policy
+		base, ok := in[strings.TrimSuffix(p.Policy, "+offload")]
+		if o := float64(p.OffloadedBytes); ok && o > 0 && p.Offloaded == p.Offloadable && host > 0 {
+			// GPU(s) = w + ain·s − min(host, o·s): moving all o·s fits until the host is full.
+			ain := float64(base.PeakAfter) - w
+			if s := host / o; w+(ain-o)*s <= b {
+				scale = (b - w + host) / ain
+			}
+			name = p.Policy + " (--checkpoint=auto offloads what the GPU cannot hold)"
+		}
+		if scale > best {
+			best, how = scale, name
+		}
+	}
+	n := int64(best * float64(seq))
 	if n < 2 {
-		return 0, false
+		return 0, "", false
 	}
 	n = 1 << (63 - bits.LeadingZeros64(uint64(n)))
-	return n, n < seq
+	return n, how, n < seq
 }
 
 // seqLenOf is the sequence dim bound in f's inputs (labelled by one of the

@@ -124,6 +124,10 @@ type RecomputeError struct {
 	// copies that do not hide); nil when no offload plan fit the GPU.
 	Offload  *RecomputeStats
 	Rejected string
+	// Plans are the whole plans auto evaluated: the in-device fixed policies
+	// and each "+offload" policy with every value offloaded (for estimates of
+	// what would fit at other sizes).
+	Plans []RecomputeStats
 }
 
 func (e *RecomputeError) Error() string {
@@ -308,6 +312,10 @@ func Recompute(f *ir.Func, cfg RecomputeConfig) (RecomputeStats, error) {
 	// the budget, if their pinned bytes fit the host's budget and their copies
 	// hide behind compute.
 	var off []cand
+	var whole []RecomputeStats // the fixed plans and full offloads, for a refusal's estimates
+	for _, c := range all {
+		whole = append(whole, c.s)
+	}
 	var refused *RecomputeStats
 	var why string
 	best = -1
@@ -318,8 +326,9 @@ func Recompute(f *ir.Func, cfg RecomputeConfig) (RecomputeStats, error) {
 		{"layers" + offloadPolicy, layerInputs(f, start)},
 		{"sublayers" + offloadPolicy, blockBoundaries(f, start)},
 	} {
-		g, s := partialOffload(c.name, keepOnly(f, c.keep), fits, try)
+		g, s, full := partialOffload(c.name, keepOnly(f, c.keep), fits, try)
 		off = append(off, cand{g, s})
+		whole = append(whole, full)
 		if !fits(s) {
 			continue
 		}
@@ -359,7 +368,7 @@ func Recompute(f *ir.Func, cfg RecomputeConfig) (RecomputeStats, error) {
 		s.Tried = tried
 		*f = *g // the smallest peak found, so the report shows the closest plan
 		return s, &RecomputeError{BudgetBytes: cfg.BudgetBytes, Smallest: s, NoneBytes: before,
-			Hints: cfg.Hints, Offload: refused, Rejected: why}
+			Hints: cfg.Hints, Offload: refused, Rejected: why, Plans: whole}
 	}
 	s.Tried = tried
 	return apply(g, s)
@@ -369,12 +378,14 @@ func Recompute(f *ir.Func, cfg RecomputeConfig) (RecomputeStats, error) {
 // the fewest kept values offloaded that make the plan fit: every offloadable
 // value first (when even that does not fit, that plan is returned), then a
 // binary search on the count, the peak falling as more values wait on the
-// host. It returns the smallest fitting plan it tried.
+// host. It returns the smallest fitting plan it tried, and the plan with every
+// value offloaded.
 func partialOffload(policy string, recompute func(*ir.Node) bool, fits func(RecomputeStats) bool,
-	try func(string, func(*ir.Node) bool, int) (*ir.Func, RecomputeStats)) (*ir.Func, RecomputeStats) {
+	try func(string, func(*ir.Node) bool, int) (*ir.Func, RecomputeStats)) (*ir.Func, RecomputeStats, RecomputeStats) {
 	g, s := try(policy, recompute, offloadAll)
+	full := s
 	if !fits(s) || s.Offloaded <= 1 {
-		return g, s
+		return g, s, full
 	}
 	lo, hi := 0, s.Offloaded // hi fits; lo does not (0 is the in-device plan, which did not)
 	for hi-lo > 1 {
@@ -385,7 +396,7 @@ func partialOffload(policy string, recompute func(*ir.Node) bool, fits func(Reco
 			lo = mid
 		}
 	}
-	return g, s
+	return g, s, full
 }
 
 // offloadRefusal says why auto may not take the offload plan s ("" when it
