@@ -125,7 +125,7 @@ func newTrainer(cfg Config) (*trainer, error) {
 	t := &trainer{cfg: cfg, grad: grad, upd: upd, adamw: o, lossName: lossName,
 		hash:    ModelHash(loaded, grad, cfg.compileOptions().Options),
 		program: step.Hash, plannedPeak: step.Report.Memory.PerGPUPeakBytes, shard: shard, rank: rank,
-		plannedHost: step.Report.Memory.HostPeakBytes,
+		plannedHost:    step.Report.Memory.HostPeakBytes,
 		stageSnapshots: step.Report.Memory.SnapshotStagingBytes > 0,
 		plan: fmt.Sprintf("checkpoint policy %s, %s pinned host memory", step.Report.Checkpoints.Policy,
 			report.Bytes(step.Report.Memory.HostBytes)),
