@@ -62,3 +62,53 @@ func TestActivations(t *testing.T) {
 		t.Errorf("FLOPs forward %d (want %d), backward %d", fwd, want, bwd)
 	}
 }
+
+// TestHostPeak: the host peak is the larger phase, the setup's (the whole
+// model on the host beside the offload block) or the run's (what the host
+// keeps, the offload block and the checkpoints' buffer); pinned bytes are the
+// two pinned buffers.
+func TestHostPeak(t *testing.T) {
+	m := cost.StepMemory{HostModelBytes: cost.HostModelBytes(100, 60, true), HostKeptBytes: 40 * 8,
+		HostBytes: 1000, SnapshotHostBytes: 60 * 12}
+	if m.HostModelBytes != 100*8+60*24 || m.PinnedBytes() != 1000+720 {
+		t.Fatalf("model %d, pinned %d", m.HostModelBytes, m.PinnedBytes())
+	}
+	if got := m.HostPeakBytes(); got != 2240+1000 {
+		t.Errorf("setup phase: host peak %d", got)
+	}
+	m.SnapshotHostBytes = 3000
+	if got := m.HostPeakBytes(); got != 320+1000+3000 {
+		t.Errorf("run phase: host peak %d", got)
+	}
+}
+
+// TestOffloadCopies: the copy stream runs d2h and h2d in order after the
+// compute before them, and a reader of a prefetched value waits for its copy.
+func TestOffloadCopies(t *testing.T) {
+	f, err := ir.Parse(`func @f(
+    %0: f32[1024] input "x",
+) {
+  %1 = exp(%0) : f32[1024] loc("a")
+  %2 = offload(%1) : f32[1024] loc("off")
+  %3 = exp(%1) : f32[1024] loc("b")
+  %4 = prefetch(%2) : f32[1024] loc("pre")
+  %5 = add(%4, %3) : f32[1024] loc("c")
+  return %5 "y"
+}
+`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 1024 FLOPs a node at 1024 FLOP/s: 1 s each; 4096 bytes a copy. The
+	// prefetch queued right before c makes c wait for it (1/256 s): hidden.
+	fast := cost.OffloadCopies(f, 1024, 1<<20)
+	if fast.Bytes != 4096 || fast.ComputeSeconds != 3 || fast.StallSeconds != 1.0/256 || !fast.Hidden() {
+		t.Errorf("fast link: %+v", fast)
+	}
+	// At 4096 B/s each copy takes 1 s: the d2h runs from 1 s to 2 s during b,
+	// the h2d from 2 s to 3 s, so c waits 1 s.
+	slow := cost.OffloadCopies(f, 1024, 4096)
+	if slow.CopySeconds != 2 || slow.StallSeconds != 1 || slow.Hidden() {
+		t.Errorf("slow link: %+v", slow)
+	}
+}

@@ -1,5 +1,7 @@
 package cost
 
+import "github.com/lcc-dev/lcc/tensor"
+
 // The per-GPU memory of a training step on a GPU target is one model, the one the
 // executor allocates (docs/design.md §10, "One memory model"):
 //
@@ -69,6 +71,38 @@ type StepMemory struct {
 	// step are copied into, and SnapshotStagingBytes the device copy they are
 	// staged through (in PeakBytes; 0 when it would not fit): see WithSnapshots.
 	SnapshotHostBytes, SnapshotStagingBytes int64
+	// HostModelBytes is what lcc holds of the model on the host while the step
+	// is set up (HostModelBytes below), HostKeptBytes what it keeps once a
+	// resident run has uploaded it (the untrained weights' host tensors, which
+	// checkpoints write from the host): see HostPeakBytes.
+	HostModelBytes, HostKeptBytes int64
+}
+
+// PinnedBytes is the page-locked host memory of the step: the offloaded
+// activations' block and the checkpoints' buffer.
+func (m StepMemory) PinnedBytes() int64 { return m.HostBytes + m.SnapshotHostBytes }
+
+// HostPeakBytes is the planned host peak of a run of the step, the larger of
+// its two phases: while the step is bound, the model as lcc holds it and the
+// offload block (allocated with the arena); once the state is on the device,
+// what the host keeps of the model, the offload block and the checkpoints'
+// buffer (allocated after the host copies are released).
+func (m StepMemory) HostPeakBytes() int64 {
+	return max(m.HostModelBytes+m.HostBytes, m.HostKeptBytes+m.HostBytes+m.SnapshotHostBytes)
+}
+
+// HostModelBytes is what lcc holds of a model on the host during a run: every
+// weight's host tensor (weightElems elements, tensor.HostElemBytes each: a host
+// tensor keeps every element in 8 bytes, whatever its dtype) and, for a training
+// step, the optimizer's host state of its trainable parameters (an fp32 master
+// and two AdamW moments, each a host tensor: 24 bytes a parameter) that the
+// resident optimizer is loaded from and checkpoints fall back on.
+func HostModelBytes(weightElems, trainable int64, trained bool) int64 {
+	b := weightElems * tensor.HostElemBytes
+	if trained {
+		b += 3 * trainable * tensor.HostElemBytes
+	}
+	return b
 }
 
 // WithSnapshots adds what writing checkpoints of a step whose optimizer state

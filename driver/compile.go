@@ -318,7 +318,7 @@ func (res *Result) attachSharded() {
 
 // compileOne compiles f for one GPU, or for one of opts.Ranks ranks.
 func compileOne(f *ir.Func, opts CompileOptions) (*Result, *pipeline, error) {
-	p, err := newPipeline(opts.Target, opts.Options)
+	p, err := newStepPipeline(opts.Target, opts.Options, opts.Snapshots)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -384,6 +384,9 @@ func compileOne(f *ir.Func, opts CompileOptions) (*Result, *pipeline, error) {
 	mem := p.mem.of(f, prog)
 	if opts.Snapshots && training.Enabled && mem.Model == "arena" {
 		mem = mem.WithSnapshots(p.budget())
+	}
+	if err := p.mem.fitHost(f, mem, opts.HostMemoryBudget); err != nil {
+		return nil, nil, err
 	}
 	in := report.Input{Model: filepath.Base(opts.Model), Target: opts.Target,
 		Passes: stats, Training: training, Attention: &att, Memory: &mem}

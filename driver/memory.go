@@ -20,6 +20,9 @@ type memoryModel struct {
 	// trained: the step is a training step whose optimizer state the trainer
 	// keeps beside it.
 	trained bool
+	// snapshots: the trainer checkpoints it with its state on the GPU, into a
+	// pinned host buffer (cost.StepMemory.WithSnapshots).
+	snapshots bool
 }
 
 // gpu says whether the target runs the step on GPUs (an arena and fixed costs).
@@ -41,11 +44,22 @@ func (m memoryModel) of(f *ir.Func, prog *cudagen.Program) cost.StepMemory {
 		}
 		if prog != nil {
 			_, arena := cudagen.PlanArena(prog.Plan)
-			return cost.NewStepMemory("arena", arena, opt, cost.FixedBytes, cudagen.HostBytes(prog.Plan))
+			sm := cost.NewStepMemory("arena", arena, opt, cost.FixedBytes, cudagen.HostBytes(prog.Plan))
+			sm.HostModelBytes, sm.HostKeptBytes = m.hostModel(f)
+			return sm
 		}
 	}
 	sim := cost.Simulate(f)
-	return cost.NewStepMemory("simulated", sim.PeakBytes, opt, 0, sim.HostBytes)
+	sm := cost.NewStepMemory("simulated", sim.PeakBytes, opt, 0, sim.HostBytes)
+	sm.HostModelBytes, sm.HostKeptBytes = m.hostModel(f)
+	return sm
+}
+
+// measure is of's per-GPU peak and pinned offload bytes, checkpointing's
+// memory model (one build of the program gives both).
+func (m memoryModel) measure(f *ir.Func) (peak, host int64) {
+	sm := m.of(f, nil)
+	return sm.PeakBytes, sm.HostBytes
 }
 
 // peak is of's total, the function checkpointing minimises.

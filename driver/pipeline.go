@@ -25,6 +25,12 @@ type Options struct {
 	// MemoryBudget overrides the budget derived from the target.
 	Checkpoint   string
 	MemoryBudget int64
+	// HostMemoryBudget (--host-memory-budget) bounds the planned host peak of a
+	// GPU step (the model as lcc holds it, pinned offload and checkpoint
+	// buffers): checkpointing offloads no more than it leaves, and a plan past it
+	// is refused. Zero plans without a host bound, so a compile never depends on
+	// the machine it runs on; lcc train checks the measured limits at run time.
+	HostMemoryBudget int64
 	// Precision is the device storage of float values: fp32 (default) or bf16
 	// (math stays fp32). It chooses the kernels.
 	Precision string
@@ -95,6 +101,9 @@ func (o Options) validate() error {
 	}
 	if o.MemoryBudget < 0 {
 		return fmt.Errorf("--memory-budget %d: want a positive number of bytes", o.MemoryBudget)
+	}
+	if o.HostMemoryBudget < 0 {
+		return fmt.Errorf("--host-memory-budget %d: want a positive number of bytes", o.HostMemoryBudget)
 	}
 	if o.Ranks < 0 {
 		return fmt.Errorf("--ranks %d: want a positive number", o.Ranks)
@@ -268,6 +277,8 @@ func (autodiffConfig) String() string { return "" }
 type checkpointConfig struct {
 	Policy string
 	Budget int64 // --memory-budget (0: the target's)
+	// HostBudget is --host-memory-budget (0: no host bound).
+	HostBudget int64
 
 	budget int64
 	mem    memoryModel
@@ -278,6 +289,9 @@ func (c checkpointConfig) String() string {
 	s := "policy=" + c.Policy
 	if c.Budget > 0 {
 		s += fmt.Sprintf(" budget=%d", c.Budget)
+	}
+	if c.HostBudget > 0 {
+		s += fmt.Sprintf(" host-budget=%d", c.HostBudget)
 	}
 	return s
 }
@@ -401,12 +415,18 @@ func Pipeline(t targets.Target, o Options) ([]passes.Pass, error) {
 	return p.passes, nil
 }
 
-func newPipeline(t targets.Target, o Options) (*pipeline, error) {
+func newPipeline(t targets.Target, o Options) (*pipeline, error) { return newStepPipeline(t, o, false) }
+
+// newStepPipeline is newPipeline for a step whose trainer takes checkpoints
+// with its optimizer state on the GPU (CompileOptions.Snapshots): their pinned
+// buffer is then part of the host plan checkpointing is bounded by.
+func newStepPipeline(t targets.Target, o Options, snapshots bool) (*pipeline, error) {
 	if err := o.validate(); err != nil {
 		return nil, err
 	}
 	storage, _ := o.Storage()
-	p := &pipeline{opts: o, target: t, mem: memoryModel{target: t, storage: storage, rank: o.Rank}}
+	p := &pipeline{opts: o, target: t, mem: memoryModel{target: t, storage: storage, rank: o.Rank,
+		snapshots: snapshots}}
 	if !p.hasCodegen() {
 		p.mem.target.Arch = targets.ArchCPU // no GPU program: the simulated model
 	}
@@ -489,8 +509,8 @@ func (p *pipeline) table() []stage {
 	if policy == "" {
 		policy = "auto"
 	}
-	cc := checkpointConfig{Policy: policy, Budget: o.MemoryBudget, budget: p.budget(), mem: p.mem,
-		hints: p.memoryHints}
+	cc := checkpointConfig{Policy: policy, Budget: o.MemoryBudget, HostBudget: o.HostMemoryBudget,
+		budget: p.budget(), mem: p.mem, hints: p.memoryHints}
 	add(stage{name: "insert-checkpoints", doc: "recompute forward activations in the backward to fit the memory budget",
 		cfg: cc, run: func(f *ir.Func, fd *findings) error {
 			if !fd.trained {
@@ -498,10 +518,12 @@ func (p *pipeline) table() []stage {
 			}
 			mem := cc.mem
 			mem.trained = true
-			stats, err := passes.Recompute(f, passes.RecomputeConfig{Policy: cc.Policy, BudgetBytes: cc.budget,
-				Peak: mem.peak, Hints: cc.hints(len(fd.matches.Found) > 0)})
+			rc := passes.RecomputeConfig{Policy: cc.Policy, BudgetBytes: cc.budget, Memory: mem.measure,
+				Hints: cc.hints(len(fd.matches.Found) > 0)}
+			rc.HostBudgetBytes, rc.FLOPsPerSec, rc.LinkBytesPerSec = mem.offloadBounds(f, cc.HostBudget)
+			stats, err := passes.Recompute(f, rc)
 			fd.ckpt = &stats
-			return err
+			return mem.explain(f, err, cc.budget, cc.HostBudget)
 		}})
 	plains(passes.EliminateDeadCode)
 	return append(rows, p.codegenRows()...)

@@ -30,10 +30,19 @@ import (
 // offloadPolicy is the suffix that adds offload to a policy ("layers+offload").
 const offloadPolicy = "+offload"
 
+// Partial offload (auto's choice, issue #26): "memory that HBM can hold stays
+// in HBM". Of the kept values, those the backward needs last (the first layers'
+// inputs) are offloaded first: they wait on the device longest, across the
+// backward's peak, and their copies back have the most compute to hide behind.
+// offloadAll offloads every candidate (the explicit "+offload" policies).
+const offloadAll = -1
+
 // offloadKept rewrites g, a forward followed by its backward from start, to
-// offload every non-constant forward value the backward reads (but the first
-// needed) and prefetch it back. It returns the number of values offloaded.
-func offloadKept(g *ir.Func, start int) int {
+// offload the last n (offloadAll: every one) of the non-constant forward values
+// the backward reads, in the order it first reads them, but the first needed,
+// and prefetch them back. It returns the number of values offloaded and the
+// number of candidates there were.
+func offloadKept(g *ir.Func, start, n int) (offloaded, candidates int) {
 	pos := make(map[*ir.Node]int, len(g.Body))
 	for i, n := range g.Body {
 		pos[n] = i
@@ -54,9 +63,13 @@ func offloadKept(g *ir.Func, start int) int {
 		}
 	}
 	if len(kept) < 2 {
-		return 0
+		return 0, 0
 	}
 	sort.SliceStable(kept, func(i, j int) bool { return first[kept[i]] < first[kept[j]] })
+	from := 1 // kept[from:] are offloaded
+	if n >= 0 && n < len(kept)-1 {
+		from = len(kept) - n
+	}
 	live := cost.LiveBytes(g)
 	// The first forward reader of each kept value: its offload goes after it, so
 	// that a kernel which fuses the value's producer into its reader (a residual
@@ -74,7 +87,7 @@ func offloadKept(g *ir.Func, start int) int {
 	at := map[int][]*ir.Node{}
 	after := map[*ir.Node][]*ir.Node{}
 	pre := map[*ir.Value]*ir.Value{}
-	for k := 1; k < len(kept); k++ {
+	for k := from; k < len(kept); k++ {
 		v := kept[k]
 		off := &ir.Node{Op: ir.OpOffload, Args: []*ir.Value{v}, Name: v.Def.Name + "/offload"}
 		h := &ir.Value{Type: v.Type, Def: off}
@@ -112,5 +125,5 @@ func offloadKept(g *ir.Func, start int) int {
 		body = append(body, at[i]...)
 	}
 	g.Body = body
-	return len(pre)
+	return len(pre), len(kept) - 1
 }

@@ -62,6 +62,20 @@ type RecomputeConfig struct {
 	// Hints are the flags that would lower the peak, which auto's refusal
 	// names (the driver's, from the compile's options); nil names the usual ones.
 	Hints []string
+	// Memory, when set, is the memory model as a whole: the per-GPU peak and the
+	// pinned host bytes of the offloaded values (the driver's: codegen's arena and
+	// host block, in storage dtypes). It replaces Peak; nil means Peak and
+	// cost.Simulate's host bytes.
+	Memory func(*ir.Func) (peak, host int64)
+	// HostBudgetBytes bounds the pinned host bytes auto may offload: what the
+	// host budget leaves beside the model and the other pinned buffers. Zero or
+	// less means no bound.
+	HostBudgetBytes int64
+	// FLOPsPerSec and LinkBytesPerSec (the IR's bytes per second over the host
+	// link, each direction) time the offload copies against the compute they
+	// overlap (cost.OffloadCopies); auto takes no offload whose copies do not
+	// hide and recomputes instead. Either zero skips the check.
+	FLOPsPerSec, LinkBytesPerSec float64
 }
 
 // PolicyNames lists the policies RecomputeConfig.Policy takes, for errors and
@@ -84,8 +98,15 @@ type RecomputeStats struct {
 	PeakAfter  int64 `json:"peak_after_bytes"`
 	// Tried lists the plans auto evaluated, in order ("policy=peak").
 	Tried []string `json:"tried,omitempty"`
-	// Offloaded is the number of kept values offloaded to host memory.
-	Offloaded int `json:"offloaded,omitempty"`
+	// Offloaded is the number of kept values offloaded to host memory, of
+	// Offloadable (every kept value but the one the backward reads first);
+	// OffloadedBytes their pinned host bytes (the memory model's).
+	Offloaded      int   `json:"offloaded,omitempty"`
+	Offloadable    int   `json:"offloadable,omitempty"`
+	OffloadedBytes int64 `json:"offloaded_bytes,omitempty"`
+	// Copies times the offload copies against compute (auto's plans with a
+	// link rate; nil otherwise).
+	Copies *cost.Copies `json:"copies,omitempty"`
 }
 
 // RecomputeError is auto's refusal: no plan searched fits the budget.
@@ -98,6 +119,15 @@ type RecomputeError struct {
 	NoneBytes int64
 	// Hints are the flags named as ways out.
 	Hints []string
+	// Offload is the offload plan with the fewest pinned bytes that fit the
+	// GPU's budget but was refused, and Rejected why (the host budget, or
+	// copies that do not hide); nil when no offload plan fit the GPU.
+	Offload  *RecomputeStats
+	Rejected string
+	// Plans are the whole plans auto evaluated: the in-device fixed policies
+	// and each "+offload" policy with every value offloaded (for estimates of
+	// what would fit at other sizes).
+	Plans []RecomputeStats
 }
 
 func (e *RecomputeError) Error() string {
@@ -106,10 +136,16 @@ func (e *RecomputeError) Error() string {
 		hints = []string{"a larger --memory-budget", "more GPUs (--ranks)", "--attention=dilated",
 			"--precision=bf16", "a shorter --seq-len"}
 	}
+	var off string
+	if e.Offload != nil {
+		off = fmt.Sprintf("; %s would fit the GPU at %s offloading %d of %d values (%s pinned), but %s",
+			e.Offload.Policy, gib(e.Offload.PeakAfter), e.Offload.Offloaded, e.Offload.Offloadable,
+			gib(e.Offload.OffloadedBytes), e.Rejected)
+	}
 	return fmt.Sprintf("activations do not fit the memory budget: budget %s per GPU, smallest planned "+
-		"peak %s (policy %s; without checkpointing %s; tried %s); try %s",
+		"peak %s (policy %s; without checkpointing %s; tried %s)%s; try %s",
 		gib(e.BudgetBytes), gib(e.Smallest.PeakAfter), e.Smallest.Policy, gib(e.NoneBytes),
-		strings.Join(e.Smallest.Tried, " "), strings.Join(hints, ", "))
+		strings.Join(e.Smallest.Tried, " "), off, strings.Join(hints, ", "))
 }
 
 // shortBytes renders a byte count in GiB, or bytes when small.
@@ -159,27 +195,46 @@ var _ = RegisterConfigurable(InsertRecompute(RecomputeConfig{Policy: "auto"}),
 // the step's memory plan once: about 0.3 s for the flagship at 1M tokens).
 const maxKnapsackTrials = 24
 
-// Checkpoint applies cfg to f, a function made by autodiff, in place.
+// Recompute applies cfg to f, a function made by autodiff, in place.
 func Recompute(f *ir.Func, cfg RecomputeConfig) (RecomputeStats, error) {
-	peakOf := cfg.Peak
-	if peakOf == nil {
-		peakOf = func(g *ir.Func) int64 { return cost.Simulate(g).PeakBytes }
+	measure := cfg.Memory
+	if measure == nil {
+		peakOf := cfg.Peak
+		if peakOf == nil {
+			peakOf = func(g *ir.Func) int64 { return cost.Simulate(g).PeakBytes }
+		}
+		measure = func(g *ir.Func) (int64, int64) { return peakOf(g), cost.Simulate(g).HostBytes }
 	}
 	start := cost.BackwardStart(f)
-	before := peakOf(f)
+	before, _ := measure(f)
 	st := RecomputeStats{Policy: "none", PeakBefore: before, PeakAfter: before}
 	var tried []string
-	try := func(policy string, recompute func(*ir.Node) bool) (*ir.Func, RecomputeStats) {
+	// try plans policy: recompute what recompute selects, then offload the last
+	// off of the kept values (offloadAll: every one; 0: none).
+	try := func(policy string, recompute func(*ir.Node) bool, off int) (*ir.Func, RecomputeStats) {
 		g := f.Clone()
 		n, flops := rematerialize(g, start, func(i int) bool { return recompute(f.Body[i]) })
-		var off int
-		if strings.HasSuffix(policy, offloadPolicy) {
-			off = offloadKept(g, start)
+		var done, can int
+		if off != 0 {
+			done, can = offloadKept(g, start, off)
 		}
-		peak := peakOf(g)
-		tried = append(tried, fmt.Sprintf("%s=%s", policy, shortBytes(peak)))
-		return g, RecomputeStats{Policy: policy, RecomputedOps: n, RecomputedFLOPs: flops,
-			SavedBytes: before - peak, PeakBefore: before, PeakAfter: peak, Offloaded: off}
+		peak, host := measure(g)
+		name := policy
+		if off > 0 {
+			name = fmt.Sprintf("%s(%d/%d)", policy, done, can)
+		}
+		tried = append(tried, fmt.Sprintf("%s=%s", name, shortBytes(peak)))
+		s := RecomputeStats{Policy: policy, RecomputedOps: n, RecomputedFLOPs: flops,
+			SavedBytes: before - peak, PeakBefore: before, PeakAfter: peak, Offloaded: done,
+			Offloadable: can}
+		if done > 0 {
+			s.OffloadedBytes = host
+			if cfg.FLOPsPerSec > 0 && cfg.LinkBytesPerSec > 0 {
+				c := cost.OffloadCopies(g, cfg.FLOPsPerSec, cfg.LinkBytesPerSec)
+				s.Copies = &c
+			}
+		}
+		return g, s
 	}
 	apply := func(g *ir.Func, s RecomputeStats) (RecomputeStats, error) {
 		*f = *g
@@ -190,15 +245,15 @@ func Recompute(f *ir.Func, cfg RecomputeConfig) (RecomputeStats, error) {
 	case "none":
 		return st, nil
 	case "selective":
-		return apply(try("selective", selectiveRecompute))
+		return apply(try("selective", selectiveRecompute, 0))
 	case "layers":
-		return apply(try("layers", keepOnly(f, layerInputs(f, start))))
+		return apply(try("layers", keepOnly(f, layerInputs(f, start)), 0))
 	case "sublayers":
-		return apply(try("sublayers", keepOnly(f, blockBoundaries(f, start))))
+		return apply(try("sublayers", keepOnly(f, blockBoundaries(f, start)), 0))
 	case "layers" + offloadPolicy:
-		return apply(try(cfg.Policy, keepOnly(f, layerInputs(f, start))))
+		return apply(try(cfg.Policy, keepOnly(f, layerInputs(f, start)), offloadAll))
 	case "sublayers" + offloadPolicy:
-		return apply(try(cfg.Policy, keepOnly(f, blockBoundaries(f, start))))
+		return apply(try(cfg.Policy, keepOnly(f, blockBoundaries(f, start)), offloadAll))
 	case "auto", "":
 	default:
 		return st, fmt.Errorf("--checkpoint %q: want %s", cfg.Policy, PolicyNames)
@@ -221,13 +276,13 @@ func Recompute(f *ir.Func, cfg RecomputeConfig) (RecomputeStats, error) {
 		{"sublayers", keepOnly(f, blockBoundaries(f, start))},
 		{"layers", keepOnly(f, layerInputs(f, start))},
 	} {
-		g, s := try(c.name, c.rec)
+		g, s := try(c.name, c.rec, 0)
 		all = append(all, cand{g, s})
 	}
 	// Recompute within 2% of the step's work counts as equal (it is not worth
-	// gigabytes): then the smaller peak wins. For the flagship at 1M tokens,
-	// per-layer recomputes the output projections that sublayers keeps (1.8% of
-	// the step) and peaks 9 GiB lower.
+	// gigabytes): then the fewer bytes over the host link win, then the smaller
+	// peak. For the flagship at 1M tokens, per-layer recomputes the output
+	// projections that sublayers keeps (1.8% of the step) and peaks 9 GiB lower.
 	var work int64
 	for _, n := range f.Body {
 		work += cost.NodeFLOPs(n)
@@ -236,6 +291,9 @@ func Recompute(f *ir.Func, cfg RecomputeConfig) (RecomputeStats, error) {
 	better := func(a, b RecomputeStats) bool {
 		if d := a.RecomputedFLOPs - b.RecomputedFLOPs; d < -tol || d > tol {
 			return d < 0
+		}
+		if a.OffloadedBytes != b.OffloadedBytes {
+			return a.OffloadedBytes < b.OffloadedBytes
 		}
 		return a.PeakAfter < b.PeakAfter
 	}
@@ -249,8 +307,18 @@ func Recompute(f *ir.Func, cfg RecomputeConfig) (RecomputeStats, error) {
 		all[best].s.Tried = tried
 		return apply(all[best].g, all[best].s)
 	}
-	// Offload: the kept values of layers, then sublayers, in host memory.
+	// Offload, only what the GPU cannot hold: of the kept values of layers,
+	// then sublayers, the fewest (needed last first) that bring the peak within
+	// the budget, if their pinned bytes fit the host's budget and their copies
+	// hide behind compute.
 	var off []cand
+	var whole []RecomputeStats // the fixed plans and full offloads, for a refusal's estimates
+	for _, c := range all {
+		whole = append(whole, c.s)
+	}
+	var refused *RecomputeStats
+	var why string
+	best = -1
 	for _, c := range []struct {
 		name string
 		keep map[*ir.Node]bool
@@ -258,12 +326,25 @@ func Recompute(f *ir.Func, cfg RecomputeConfig) (RecomputeStats, error) {
 		{"layers" + offloadPolicy, layerInputs(f, start)},
 		{"sublayers" + offloadPolicy, blockBoundaries(f, start)},
 	} {
-		g, s := try(c.name, keepOnly(f, c.keep))
-		if fits(s) {
-			s.Tried = tried
-			return apply(g, s)
-		}
+		g, s, full := partialOffload(c.name, keepOnly(f, c.keep), fits, try)
 		off = append(off, cand{g, s})
+		whole = append(whole, full)
+		if !fits(s) {
+			continue
+		}
+		if r := offloadRefusal(s, cfg); r != "" {
+			if refused == nil || s.OffloadedBytes < refused.OffloadedBytes {
+				refused, why = &s, r
+			}
+			continue
+		}
+		if best < 0 || better(s, off[best].s) {
+			best = len(off) - 1
+		}
+	}
+	if best >= 0 {
+		off[best].s.Tried = tried
+		return apply(off[best].g, off[best].s)
 	}
 	// Knapsack: from the in-device plan with the smallest peak, drop kept
 	// values, largest first, while the peak falls, until it fits.
@@ -273,23 +354,62 @@ func Recompute(f *ir.Func, cfg RecomputeConfig) (RecomputeStats, error) {
 			smallest = i
 		}
 	}
-	g, s := knapsackDrop(f, start, keptBy(f, start, all[smallest].g), cfg.BudgetBytes, try)
+	g, s := knapsackDrop(f, start, keptBy(f, start, all[smallest].g), cfg.BudgetBytes,
+		func(p string, rec func(*ir.Node) bool) (*ir.Func, RecomputeStats) { return try(p, rec, 0) })
 	if !fits(s) {
 		if all[smallest].s.PeakAfter <= s.PeakAfter {
 			g, s = all[smallest].g, all[smallest].s
 		}
 		for _, c := range off {
-			if c.s.PeakAfter < s.PeakAfter {
+			if c.s.PeakAfter < s.PeakAfter && offloadRefusal(c.s, cfg) == "" {
 				g, s = c.g, c.s
 			}
 		}
 		s.Tried = tried
 		*f = *g // the smallest peak found, so the report shows the closest plan
 		return s, &RecomputeError{BudgetBytes: cfg.BudgetBytes, Smallest: s, NoneBytes: before,
-			Hints: cfg.Hints}
+			Hints: cfg.Hints, Offload: refused, Rejected: why, Plans: whole}
 	}
 	s.Tried = tried
 	return apply(g, s)
+}
+
+// partialOffload plans policy (a "+offload" policy's kept set, recompute) with
+// the fewest kept values offloaded that make the plan fit: every offloadable
+// value first (when even that does not fit, that plan is returned), then a
+// binary search on the count, the peak falling as more values wait on the
+// host. It returns the smallest fitting plan it tried, and the plan with every
+// value offloaded.
+func partialOffload(policy string, recompute func(*ir.Node) bool, fits func(RecomputeStats) bool,
+	try func(string, func(*ir.Node) bool, int) (*ir.Func, RecomputeStats)) (*ir.Func, RecomputeStats, RecomputeStats) {
+	g, s := try(policy, recompute, offloadAll)
+	full := s
+	if !fits(s) || s.Offloaded <= 1 {
+		return g, s, full
+	}
+	lo, hi := 0, s.Offloaded // hi fits; lo does not (0 is the in-device plan, which did not)
+	for hi-lo > 1 {
+		mid := (lo + hi) / 2
+		if g2, s2 := try(policy, recompute, mid); fits(s2) {
+			g, s, hi = g2, s2, mid
+		} else {
+			lo = mid
+		}
+	}
+	return g, s, full
+}
+
+// offloadRefusal says why auto may not take the offload plan s ("" when it
+// may): its pinned bytes pass the host budget, or its copies do not hide.
+func offloadRefusal(s RecomputeStats, cfg RecomputeConfig) string {
+	if b := cfg.HostBudgetBytes; b > 0 && s.OffloadedBytes > b {
+		return fmt.Sprintf("the host budget leaves %s for pinned activations", gib(b))
+	}
+	if c := s.Copies; c != nil && !c.Hidden() {
+		return fmt.Sprintf("its copies (%.3f s on the host link) would stall compute %.3f s of %.3f s",
+			c.CopySeconds, c.StallSeconds, c.ComputeSeconds)
+	}
+	return ""
 }
 
 // keepOnly recomputes every forward node except constants and keep.

@@ -180,6 +180,15 @@ type Memory struct {
 	// Both are 0 for a compile without checkpoints (cost.StepMemory.WithSnapshots).
 	SnapshotHostBytes    int64 `json:"snapshot_host_bytes,omitempty"`
 	SnapshotStagingBytes int64 `json:"snapshot_staging_bytes,omitempty"`
+	// HostPeakBytes is the planned host peak of a run (cost.StepMemory's
+	// HostPeakBytes): HostModelBytes, the model as lcc holds it on the host,
+	// plus PinnedBytes, every pinned buffer (HostBytes and SnapshotHostBytes).
+	// HostKeptBytes is what the host keeps of the model once a resident run
+	// has it on the GPU.
+	HostPeakBytes  int64 `json:"host_peak_bytes,omitempty"`
+	HostModelBytes int64 `json:"host_model_bytes,omitempty"`
+	HostKeptBytes  int64 `json:"host_kept_bytes,omitempty"`
+	PinnedBytes    int64 `json:"pinned_bytes,omitempty"`
 }
 
 // FLOPs counts floating-point operations of one step on one GPU: the whole step
@@ -372,6 +381,9 @@ func Build(f *ir.Func, in Input) *Report {
 		r.Memory.FixedBytes = m.FixedBytes
 		r.Memory.HostBytes = m.HostBytes
 		r.Memory.SnapshotHostBytes, r.Memory.SnapshotStagingBytes = m.SnapshotHostBytes, m.SnapshotStagingBytes
+		r.Memory.HostPeakBytes, r.Memory.HostModelBytes = m.HostPeakBytes(), m.HostModelBytes
+		r.Memory.HostKeptBytes = m.HostKeptBytes
+		r.Memory.PinnedBytes = m.PinnedBytes()
 		if m.Model == "arena" {
 			r.Memory.ContextBytes = cost.CUDAContextBytes
 		}
@@ -459,8 +471,19 @@ func (r *Report) WriteText(w io.Writer) {
 	}
 	fmt.Fprintf(w, "fused CE   %d\n", r.FusedCE)
 	off := ""
-	if n := r.Checkpoints.Offloaded; n > 0 {
-		off = fmt.Sprintf(", %d values offloaded to host memory", n)
+	if c := r.Checkpoints; c.Offloaded > 0 {
+		off = fmt.Sprintf(", %d values offloaded to host memory", c.Offloaded)
+		if c.Offloadable > 0 {
+			off = fmt.Sprintf(", %d of %d kept values offloaded to host memory (%s pinned)",
+				c.Offloaded, c.Offloadable, Bytes(c.OffloadedBytes))
+			if c.Offloaded < c.Offloadable {
+				off += ", the rest on the GPU"
+			}
+		}
+		if cp := c.Copies; cp != nil {
+			off += fmt.Sprintf("; copies %.3f s on the host link, %.3f s of compute stalled (of %.3f s)",
+				cp.CopySeconds, cp.StallSeconds, cp.ComputeSeconds)
+		}
 	}
 	fmt.Fprintf(w, "checkpoint %s: %d ops recomputed, %s saved%s\n", r.Checkpoints.Policy,
 		r.Checkpoints.RecomputedOps, Bytes(r.Checkpoints.SavedBytes), off)
@@ -493,6 +516,11 @@ func (r *Report) WriteText(w io.Writer) {
 	if r.Memory.HostBytes > 0 {
 		fmt.Fprintf(w, "memory     host (pinned) %s of offloaded activations beside the GPU, not in its peak\n",
 			Bytes(r.Memory.HostBytes))
+	}
+	if m := r.Memory; m.HostPeakBytes > 0 && m.Model == "arena" {
+		fmt.Fprintf(w, "memory     host peak %s beside the GPU's %s (model as lcc holds it %s, %s once "+
+			"on the GPU; pinned %s)\n", Bytes(m.HostPeakBytes), Bytes(m.PerGPUPeakBytes), Bytes(m.HostModelBytes),
+			Bytes(m.HostKeptBytes), Bytes(m.PinnedBytes))
 	}
 	if m := r.Memory; m.SnapshotHostBytes > 0 {
 		how := fmt.Sprintf("staged through %s on the GPU (in its peak)", Bytes(m.SnapshotStagingBytes))

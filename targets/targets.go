@@ -9,6 +9,8 @@
 //     1555 GB/s (40 GB); NVLink 3 600 GB/s.
 //   - H100 SXM: 989 TFLOP/s bf16, 67 TFLOP/s fp32, HBM3 3.35 TB/s, NVLink 4 900 GB/s.
 //   - H200 SXM: 989 TFLOP/s bf16, 67 TFLOP/s fp32, HBM3e 4.8 TB/s, NVLink 4 900 GB/s.
+//   - Host link: PCIe Gen4 x16 (A100) 32 GB/s, Gen5 x16 (H100, H200) 64 GB/s per
+//     direction.
 //
 // Invariants:
 //   - MemoryBytes is what the driver reports as total memory (nvidia-smi's
@@ -17,6 +19,10 @@
 //     The runtime subtracts its own reserve (context, workspace) from it.
 //   - InterconnectBytesPerSec is the per-GPU NVLink aggregate over both directions as
 //     NVIDIA quotes it; the cost model halves it for one direction.
+//   - HostLinkBytesPerSec is what a pinned copy reaches in one direction, taken as
+//     80% of the link's data sheet rate (an estimate, not a measurement: lcc
+//     train's copies report the measured one); 0 (a target file without it)
+//     means unknown, and the planner then does not time offload copies.
 //   - Every Target from this package has passed Validate: a non-empty name, a known
 //     Arch whose ComputeCapability matches, and positive counts, sizes and rates.
 package targets
@@ -49,6 +55,9 @@ type Target struct {
 	PeakFP32FLOPs float64 `json:"peak_fp32_flops"`
 	// HBMBytesPerSec is the memory bandwidth of one device.
 	HBMBytesPerSec float64 `json:"hbm_bytes_per_sec"`
+	// HostLinkBytesPerSec is the pinned host-device copy rate of one device in
+	// one direction (PCIe); 0 is unknown.
+	HostLinkBytesPerSec float64 `json:"host_link_bytes_per_sec,omitempty"`
 	// GPU is the device's product name, for reports ("NVIDIA H200").
 	GPU string `json:"gpu"`
 }
@@ -91,16 +100,20 @@ const (
 var (
 	a100g80 = Target{GPU: "NVIDIA A100-SXM4-80GB", Arch: "sm_80", ComputeCapability: 80,
 		MemoryBytes: 81920 * mib, InterconnectBytesPerSec: 600 * giga,
-		PeakBF16FLOPs: 312 * tera, PeakFP32FLOPs: 19.5 * tera, HBMBytesPerSec: 2039 * giga}
+		PeakBF16FLOPs: 312 * tera, PeakFP32FLOPs: 19.5 * tera, HBMBytesPerSec: 2039 * giga,
+		HostLinkBytesPerSec: 0.8 * 32 * giga}
 	a100g40 = Target{GPU: "NVIDIA A100-SXM4-40GB", Arch: "sm_80", ComputeCapability: 80,
 		MemoryBytes: 40960 * mib, InterconnectBytesPerSec: 600 * giga,
-		PeakBF16FLOPs: 312 * tera, PeakFP32FLOPs: 19.5 * tera, HBMBytesPerSec: 1555 * giga}
+		PeakBF16FLOPs: 312 * tera, PeakFP32FLOPs: 19.5 * tera, HBMBytesPerSec: 1555 * giga,
+		HostLinkBytesPerSec: 0.8 * 32 * giga}
 	h100 = Target{GPU: "NVIDIA H100 80GB HBM3", Arch: "sm_90a", ComputeCapability: 90,
 		MemoryBytes: 81559 * mib, InterconnectBytesPerSec: 900 * giga,
-		PeakBF16FLOPs: 989 * tera, PeakFP32FLOPs: 67 * tera, HBMBytesPerSec: 3350 * giga}
+		PeakBF16FLOPs: 989 * tera, PeakFP32FLOPs: 67 * tera, HBMBytesPerSec: 3350 * giga,
+		HostLinkBytesPerSec: 0.8 * 64 * giga}
 	h200 = Target{GPU: "NVIDIA H200", Arch: "sm_90a", ComputeCapability: 90,
 		MemoryBytes: 143771 * mib, InterconnectBytesPerSec: 900 * giga,
-		PeakBF16FLOPs: 989 * tera, PeakFP32FLOPs: 67 * tera, HBMBytesPerSec: 4800 * giga}
+		PeakBF16FLOPs: 989 * tera, PeakFP32FLOPs: 67 * tera, HBMBytesPerSec: 4800 * giga,
+		HostLinkBytesPerSec: 0.8 * 64 * giga}
 	// cpu is nominal: it lets --device=cpu plan with the same code. Its rates only
 	// scale the report's estimates; one device means the interconnect is never used.
 	cpu = Target{GPU: "host CPU", Arch: ArchCPU, ComputeCapability: 0,
@@ -185,6 +198,9 @@ func (t Target) Validate() error {
 		return positive("peak_fp32_flops", t.PeakFP32FLOPs)
 	case !(t.HBMBytesPerSec > 0):
 		return positive("hbm_bytes_per_sec", t.HBMBytesPerSec)
+	case t.HostLinkBytesPerSec < 0 || t.HostLinkBytesPerSec > 1e30:
+		return &FieldError{Field: "host_link_bytes_per_sec",
+			Msg: fmt.Sprintf("%g: want a rate in bytes per second (0: unknown)", t.HostLinkBytesPerSec)}
 	}
 	// +Inf passes "> 0" but would make every estimate zero.
 	for _, f := range []struct {

@@ -99,6 +99,9 @@ type Config struct {
 	// HostBudget bounds the host memory of a step on the CPU interpreter (Run nil);
 	// the zero value checks nothing.
 	HostBudget driver.HostBudget
+	// HostMemoryBudget bounds a GPU step's planned host peak, as lcc compile's
+	// --host-memory-budget does (driver.Options.HostMemoryBudget; 0: no bound).
+	HostMemoryBudget int64
 	// Precision is the device storage (fp32 or bf16); it chooses the kernels.
 	Precision string
 	// RoPE is --rope-theta and --rope-scaling (rescale-rope; the zero value keeps
@@ -177,6 +180,11 @@ type Result struct {
 	PlannedPeakBytes int64
 	// MeasuredPeakBytes is Config.Memory's peak at the end (0 without one).
 	MeasuredPeakBytes int64
+	// PlannedHostPeakBytes is the compile report's host peak of a GPU run;
+	// HostRSSBytes and HostHWMBytes the process's resident set at the end and
+	// at its peak (VmRSS, VmHWM), PinnedPeakBytes the most pinned host memory
+	// it held (runtime/cuda's count); all 0 for a CPU run.
+	PlannedHostPeakBytes, HostRSSBytes, HostHWMBytes, PinnedPeakBytes int64
 	// Resident says whether the training state stayed on the device; HostBytes
 	// is then the most bytes one step moved between host and device
 	// (checkpoints' copies, queued between steps, excepted), BatchBytes the
@@ -276,7 +284,8 @@ func (c *Config) adamW() optim.AdamW {
 func (c *Config) compileOptions() driver.CompileOptions {
 	o := driver.CompileOptions{Target: c.Target, Model: c.Model, Options: driver.Options{
 		Loss: c.Loss, Attention: c.Attention, Checkpoint: c.Checkpoint, MemoryBudget: c.MemoryBudget,
-		Precision: c.Precision, Ranks: c.Ranks, ShardMode: c.ShardMode, RoPE: c.RoPE, PackDocs: c.DocSep >= 0}}
+		Precision: c.Precision, Ranks: c.Ranks, ShardMode: c.ShardMode, RoPE: c.RoPE, PackDocs: c.DocSep >= 0,
+		HostMemoryBudget: c.HostMemoryBudget}}
 	if c.Comm != nil {
 		o.Ranks, o.SPMD, o.Rank = c.Comm.Size(), true, c.Comm.Rank()
 	}

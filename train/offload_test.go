@@ -79,6 +79,13 @@ func TestGPUOffload(t *testing.T) {
 			if off.HostBytes <= base.HostBytes {
 				t.Errorf("host traffic %d bytes per step with offload, %d without", off.HostBytes, base.HostBytes)
 			}
+			// The host side: the plan counts the pinned block, the run measured
+			// it (runtime/cuda's count) and holds it in its resident set.
+			if off.PlannedHostPeakBytes <= base.PlannedHostPeakBytes || off.PinnedPeakBytes <= 0 ||
+				off.HostHWMBytes < off.PinnedPeakBytes {
+				t.Errorf("host: planned %d (without offload %d), pinned peak %d, VmHWM %d",
+					off.PlannedHostPeakBytes, base.PlannedHostPeakBytes, off.PinnedPeakBytes, off.HostHWMBytes)
+			}
 			t.Logf("bitwise %v; losses %v; host traffic %d → %d bytes per step; planned peak %d → %d", bitwise, off.Losses,
 				base.HostBytes, off.HostBytes, base.PlannedPeakBytes, off.PlannedPeakBytes)
 		})

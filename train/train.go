@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/lcc-dev/lcc/driver"
+	"github.com/lcc-dev/lcc/internal/hostmem"
 	"github.com/lcc-dev/lcc/interp"
 	"github.com/lcc-dev/lcc/ir"
 	"github.com/lcc-dev/lcc/passes"
@@ -44,6 +45,8 @@ type trainer struct {
 	// plannedPeak is the compile report's per-GPU peak of the step; plan its
 	// checkpoint policy and pinned host memory, for the progress lines.
 	plannedPeak int64
+	// plannedHost is the compile report's host peak of the step.
+	plannedHost int64
 	// stageSnapshots: the plan holds a device staging copy for checkpoints.
 	stageSnapshots bool
 	plan           string
@@ -75,7 +78,12 @@ func Train(cfg Config) (*Result, error) {
 		return nil, err
 	}
 	defer t.stream.Close()
-	return t.run()
+	res, err := t.run()
+	if res != nil && cfg.Device == "cuda" {
+		res.PlannedHostPeakBytes = t.plannedHost
+		measureHost(res)
+	}
+	return res, err
 }
 
 func newTrainer(cfg Config) (*trainer, error) {
@@ -100,6 +108,14 @@ func newTrainer(cfg Config) (*trainer, error) {
 	if shard != nil {
 		rank = cfg.Comm.Rank()
 	}
+	if cfg.Device == "cuda" {
+		// Before the optimizer's state, the arena or a pinned buffer exists.
+		if lim, ok := hostmem.Read(); ok {
+			if err := checkHost(step.Report.Memory, loadedBytes(grad), lim); err != nil {
+				return nil, fmt.Errorf("%s: %w", cfg.Model, err)
+			}
+		}
+	}
 	o := cfg.adamW()
 	upd, err := o.Build(grad)
 	if err != nil {
@@ -111,6 +127,7 @@ func newTrainer(cfg Config) (*trainer, error) {
 	t := &trainer{cfg: cfg, grad: grad, upd: upd, adamw: o, lossName: lossName,
 		hash:    ModelHash(loaded, grad, cfg.compileOptions().Options),
 		program: step.Hash, plannedPeak: step.Report.Memory.PerGPUPeakBytes, shard: shard, rank: rank,
+		plannedHost:    step.Report.Memory.HostPeakBytes,
 		stageSnapshots: step.Report.Memory.SnapshotStagingBytes > 0, rope: step.Report.RoPE,
 		plan: fmt.Sprintf("checkpoint policy %s, %s pinned host memory", step.Report.Checkpoints.Policy,
 			report.Bytes(step.Report.Memory.HostBytes)),
@@ -307,6 +324,7 @@ func (t *trainer) run() (*Result, error) {
 			return nil, fmt.Errorf("keeping the training state on the GPU: %w", err)
 		}
 		defer t.dev.opt.Close()
+		t.releaseHost()
 		res.Resident = true
 		res.BatchBytes = int64(cfg.Accumulate * cfg.Batch * cfg.SeqLen * tensor.I64.Size())
 		if t.labels != "" {

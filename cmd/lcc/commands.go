@@ -191,6 +191,7 @@ func compileCmd() *cobra.Command {
 		timePasses            bool
 		measured              string
 		rank                  int
+		hostBudget            byteSize
 	)
 	cmd := &cobra.Command{
 		Use:   "compile MODEL",
@@ -233,7 +234,7 @@ func compileCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			o.Rank = rank
+			o.Rank, o.HostMemoryBudget = rank, int64(hostBudget)
 			b, err := sf.bindings()
 			if err != nil {
 				return err
@@ -279,6 +280,7 @@ func compileCmd() *cobra.Command {
 	}
 	sf.add(cmd)
 	cf.add(cmd)
+	addHostBudget(cmd, &hostBudget)
 	cmd.Flags().IntVar(&rank, "rank", 0, "with a sharded plan: the rank whose program the report lists and "+
 		"-o writes (ops, kernels, launch plan, program hash; rank.lcc)")
 	cmd.Flags().BoolVar(&timePasses, "time-passes", false, "include pass timings in the report (then it differs run to run)")

@@ -32,11 +32,15 @@ func (d *deviceFlags) add(cmd *cobra.Command) {
 	addHostBudget(cmd, &d.hostBudget)
 }
 
-// addHostBudget adds --host-memory-budget, which bounds a CPU run's host memory.
+// addHostBudget adds --host-memory-budget, which bounds a CPU run's host memory
+// and a GPU step's planned host peak.
 func addHostBudget(cmd *cobra.Command, b *byteSize) {
 	cmd.Flags().Var(b, "host-memory-budget", "host memory a --device=cpu run may hold at its peak, "+
 		"e.g. 8GiB (default: what the host has available, or its cgroup's limit if smaller); "+
-		"a run whose estimated peak passes it is refused before it starts")
+		"a run whose estimated peak passes it is refused before it starts. For a GPU target (lcc compile, "+
+		"lcc train --device=cuda) it bounds the planned host peak (the model as lcc holds it, pinned "+
+		"offload and checkpoint buffers): checkpointing offloads within it; default: no bound at plan "+
+		"time, and lcc train checks the measured host limits before allocating")
 }
 
 // runner returns the driver.Runner for the flags and a function that releases the

@@ -101,6 +101,11 @@ naming it; --comm-timeout also bounds the rendezvous.`,
 			cfg.MemoryBudget, cfg.Precision, cfg.Ranks, cfg.ShardMode = o.MemoryBudget, o.Precision, o.Ranks, o.ShardMode
 			cfg.RoPE = o.RoPE
 			precision := o.Precision
+			if cfg.Device == "cuda" {
+				// A GPU step plans its host side under the flag (none: the measured
+				// limits are checked at run time, the plan is lcc compile's).
+				cfg.HostMemoryBudget = int64(hostBudget)
+			}
 			if cfg.Device == "cpu" {
 				whole := driver.NewHostBudget(int64(hostBudget))
 				cfg.HostBudget = whole
@@ -277,6 +282,12 @@ func trainSummary(cmd *cobra.Command, r *train.Result) error {
 	if r.Resident {
 		fmt.Fprintf(out, "host    at most %d bytes per step between host and device (token batch %d bytes)\n",
 			r.HostBytes, r.BatchBytes)
+	}
+	if r.HostHWMBytes > 0 {
+		fmt.Fprintf(out, "host    planned peak %s, measured peak resident set %s (%+.1f%%; now %s), pinned %s at most\n",
+			report.Bytes(r.PlannedHostPeakBytes), report.Bytes(r.HostHWMBytes),
+			100*(float64(r.HostHWMBytes)/float64(max(r.PlannedHostPeakBytes, 1))-1), report.Bytes(r.HostRSSBytes),
+			report.Bytes(r.PinnedPeakBytes))
 	}
 	if r.ProfileSteps > 0 {
 		printProfile(out, r)

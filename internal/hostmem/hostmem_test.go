@@ -73,3 +73,44 @@ func TestCgroups(t *testing.T) {
 		t.Error("a meminfo without MemAvailable gave no error")
 	}
 }
+
+// TestMemLock: the limit reads here, and RLIM_INFINITY (and any figure past
+// int64) is Unlimited, not a negative size.
+func TestMemLock(t *testing.T) {
+	b, err := MemLock()
+	if err != nil {
+		t.Skipf("no memlock limit here: %v", err)
+	}
+	if b < 0 {
+		t.Errorf("MemLock() = %d", b)
+	}
+	t.Logf("RLIMIT_MEMLOCK %d bytes", b)
+	for raw, want := range map[uint64]int64{rlimInfinity: Unlimited, 1 << 63: Unlimited, 65536: 65536, 0: 0} {
+		if got := memLockBytes(raw); got != want {
+			t.Errorf("memLockBytes(%d) = %d, want %d", raw, got, want)
+		}
+	}
+	if l, ok := Read(); ok && (l.Available <= 0 || l.MemLock != b) {
+		t.Errorf("Read() = %+v, MemLock %d", l, b)
+	}
+}
+
+// TestResident: this process's figures read, the peak at least the current
+// set; a fake status file parses, and one without the lines is an error.
+func TestResident(t *testing.T) {
+	rss, hwm, err := Resident()
+	if err != nil {
+		t.Skipf("no /proc/self/status here: %v", err)
+	}
+	if rss <= 0 || hwm < rss {
+		t.Errorf("VmRSS %d, VmHWM %d", rss, hwm)
+	}
+	root := fakeRoot(t, map[string]string{"proc/self/status": "Name:\tlcc\nVmHWM:\t  2048 kB\nVmRSS:\t  1024 kB\n"})
+	if rss, hwm, err := residentFrom(root); err != nil || rss != 1<<20 || hwm != 2<<20 {
+		t.Errorf("fake status: %d, %d, %v", rss, hwm, err)
+	}
+	root = fakeRoot(t, map[string]string{"proc/self/status": "Name:\tlcc\n"})
+	if _, _, err := residentFrom(root); err == nil || !strings.Contains(err.Error(), "VmRSS") {
+		t.Errorf("no Vm lines: %v", err)
+	}
+}

@@ -2,6 +2,7 @@ package cuda
 
 import (
 	"fmt"
+	"sync/atomic"
 	"unsafe"
 )
 
@@ -12,6 +13,26 @@ type HostBuffer struct {
 	dev  *Device
 	ptr  unsafe.Pointer // outside the Go heap
 	size int
+}
+
+// pinned counts the page-locked bytes this process holds from AllocHost, now
+// and at most: lcc train prints them beside the planned host peak. Portable
+// buffers belong to the process, not to a device, so the count is too.
+var pinned struct{ live, peak atomic.Int64 }
+
+// PinnedBytes returns the pinned host bytes AllocHost has allocated and not
+// freed, and the most it held at once.
+func PinnedBytes() (live, peak int64) { return pinned.live.Load(), pinned.peak.Load() }
+
+// countPinned adds n (negative: freed) to the pinned count.
+func countPinned(n int64) {
+	live := pinned.live.Add(n)
+	for {
+		p := pinned.peak.Load()
+		if live <= p || pinned.peak.CompareAndSwap(p, live) {
+			return
+		}
+	}
 }
 
 // hostAllocPortable is CU_MEMHOSTALLOC_PORTABLE: the buffer is pinned for every
@@ -31,6 +52,7 @@ func (d *Device) AllocHost(bytes int) (*HostBuffer, error) {
 	if err != nil {
 		return nil, err
 	}
+	countPinned(int64(bytes))
 	return h, nil
 }
 
@@ -49,8 +71,9 @@ func (h *HostBuffer) Free() error {
 	if h == nil || h.ptr == nil {
 		return nil
 	}
-	p := h.ptr
+	p, n := h.ptr, h.size
 	h.ptr, h.size = nil, 0
+	countPinned(-int64(n))
 	return h.dev.do(func() error { return cu(cuMemFreeHost, "", uintptr(p)) })
 }
 

@@ -1,0 +1,96 @@
+package driver
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+
+	"github.com/lcc-dev/lcc/cost"
+	"github.com/lcc-dev/lcc/internal/llamagen"
+)
+
+// hostPlanned compiles the dilated flagship at 1M tokens in bf16 on one H200
+// under a 58 GiB GPU budget (which needs some of its per-layer checkpoints
+// offloaded: TestFlagshipMillion58GiB) and host budget host (0: none).
+func hostPlanned(t *testing.T, policy string, host int64) (*Result, error) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("compiles a 1M-token step several times (3 s)")
+	}
+	f, err := llamagen.Build(llamagen.Flagship(1 << 20))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return Compile(f, CompileOptions{Target: h200(t), Options: Options{Loss: "cross-entropy",
+		Precision: "bf16", Attention: AttentionOptions{Mode: "dilated"}, Checkpoint: policy,
+		MemoryBudget: 58 << 30, HostMemoryBudget: host}})
+}
+
+// TestHostPlanReported: the report's host peak is the model as lcc holds it
+// (8 bytes an element of every weight, 24 a trained parameter for the
+// optimizer's host state) plus the pinned offload block, printed beside the
+// GPU's peak; a host budget that binds nothing leaves the program (its hash)
+// as it is without one.
+func TestHostPlanReported(t *testing.T) {
+	res, err := hostPlanned(t, "auto", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, c := res.Report.Memory, res.Report.Checkpoints
+	n := res.Report.Params.Count
+	if want := cost.HostModelBytes(n, n, true); m.HostModelBytes != want || want != 32*n {
+		t.Errorf("host model %d bytes, want %d (%d parameters)", m.HostModelBytes, want, n)
+	}
+	// Every weight of the flagship trains: once on the GPU, the host keeps
+	// none of it, and the peak is the setup's.
+	if m.PinnedBytes != m.HostBytes || m.HostPeakBytes != m.HostModelBytes+m.PinnedBytes || m.HostBytes == 0 ||
+		m.HostKeptBytes != 0 {
+		t.Errorf("host peak %d = model %d (kept %d) + pinned %d (offload %d)", m.HostPeakBytes,
+			m.HostModelBytes, m.HostKeptBytes, m.PinnedBytes, m.HostBytes)
+	}
+	if c.Offloaded == 0 || c.Offloaded >= c.Offloadable || c.OffloadedBytes != m.HostBytes || c.Copies == nil ||
+		!c.Copies.Hidden() {
+		t.Errorf("partial offload: %+v", c)
+	}
+	var text bytes.Buffer
+	res.Report.WriteText(&text)
+	for _, want := range []string{"host peak", "kept values offloaded", "pinned), the rest on the GPU"} {
+		if !strings.Contains(text.String(), want) {
+			t.Errorf("text report lacks %q:\n%s", want, text.String())
+		}
+	}
+	loose, err := hostPlanned(t, "auto", 1<<40)
+	if err != nil || loose.Hash != res.Hash {
+		t.Errorf("a host budget that binds nothing: hash %s, %v; without one %s", loose.Hash, err, res.Hash)
+	}
+}
+
+// TestHostBudgetPlans: a host budget too small for the pinned bytes partial
+// offload needs makes auto recompute instead (passes' TestOffloadUnderHostBudget),
+// and here, where recompute cannot fit the GPU, refuse with both figures, the
+// host budget and the sequence length that would fit; an explicit offload policy past the budget is
+// refused before anything is allocated, naming a policy that fits.
+func TestHostBudgetPlans(t *testing.T) {
+	res, err := hostPlanned(t, "auto", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := res.Report.Memory
+	tight := m.HostModelBytes + m.HostBytes/2
+	// Half the pinned bytes: the knapsack's recompute cannot reach 58 GiB
+	// (69 GiB at best), so the plan is refused with what would fit.
+	_, err = hostPlanned(t, "auto", tight)
+	for _, want := range []string{"smallest planned peak", "layers+offload would fit the GPU",
+		"the host budget leaves", "--host-memory-budget=23GiB", "of --host-memory-budget", "about --seq-len="} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("auto under host budget %d: want %q in %v", tight, want, err)
+		}
+	}
+	_, err = hostPlanned(t, "layers+offload", tight)
+	for _, want := range []string{"does not fit the host", "pinned offloaded activations",
+		"--host-memory-budget=", "--checkpoint=auto", "per GPU"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("explicit offload past the host budget: want %q in %v", want, err)
+		}
+	}
+}

@@ -1,0 +1,87 @@
+package train
+
+import (
+	"fmt"
+	"runtime/debug"
+
+	"github.com/lcc-dev/lcc/internal/hostmem"
+	"github.com/lcc-dev/lcc/ir"
+	"github.com/lcc-dev/lcc/report"
+	"github.com/lcc-dev/lcc/runtime/cuda"
+	"github.com/lcc-dev/lcc/tensor"
+	"github.com/lcc-dev/lcc/train/optim"
+)
+
+// The host side of a GPU run (issue #26). The plan's host peak (the compile
+// report's, driver's hostplan.go) was made without the machine's figures, so
+// that lcc compile and lcc train name the same program; before the run
+// allocates its optimizer state, arena and pinned buffers, checkHost compares
+// what the plan still has to allocate with the limits measured here, and
+// refuses a run that would not fit, naming the figures, where the limit comes
+// from and the --host-memory-budget that plans within it. Once the state is on
+// the device, releaseHost drops the host copies the run no longer reads.
+
+// checkHost refuses a plan m whose host side does not fit the limits lim,
+// given loaded bytes of it already held (the model's host tensors).
+func checkHost(m report.Memory, loaded int64, lim hostmem.Limits) error {
+	if m.HostPeakBytes <= 0 {
+		return nil
+	}
+	if lim.MemLock != hostmem.Unlimited && m.PinnedBytes > lim.MemLock {
+		return fmt.Errorf("the plan pins %s of host memory (offloaded activations %s, checkpoint buffer %s), "+
+			"more than the %s this process may lock (RLIMIT_MEMLOCK, ulimit -l): raise the limit, or plan "+
+			"less offload with --host-memory-budget", report.Bytes(m.PinnedBytes), report.Bytes(m.HostBytes),
+			report.Bytes(m.SnapshotHostBytes), report.Bytes(lim.MemLock))
+	}
+	need := max(m.HostPeakBytes-loaded, 0)
+	if need <= lim.Available {
+		return nil
+	}
+	return fmt.Errorf("the plan needs %s more host memory than the %s already loaded (host peak %s: the "+
+		"model as lcc holds it %s, pinned %s), but the host has %s available (%s); it would fit with "+
+		"--host-memory-budget=%dMiB, under which the plan offloads less (or refuses, saying what fits)",
+		report.Bytes(need), report.Bytes(loaded), report.Bytes(m.HostPeakBytes), report.Bytes(m.HostModelBytes),
+		report.Bytes(m.PinnedBytes), report.Bytes(lim.Available), lim.Source, (lim.Available+loaded)>>20)
+}
+
+// loadedBytes is what f's weights take on the host now (every host tensor
+// element in tensor.HostElemBytes).
+func loadedBytes(f *ir.Func) int64 {
+	var b int64
+	for _, p := range f.Params {
+		if p.Role == ir.RoleWeight && p.Data != nil {
+			b += int64(p.Data.Numel()) * tensor.HostElemBytes
+		}
+	}
+	return b
+}
+
+// releaseHost drops the host copies a resident run no longer reads once its
+// state is on the device: each trained weight's host tensor and its master and
+// moments (checkpoints take them from the device: residentRaw), then returns
+// the memory to the operating system, so that the checkpoints' pinned buffer
+// allocated next has the room the plan gave it (cost.StepMemory's run phase).
+func (t *trainer) releaseHost() {
+	for _, w := range t.upd.Weights {
+		delete(t.weights, w)
+		if p := t.grad.Param(w); p != nil {
+			p.Data = nil
+		}
+		for _, pre := range []string{optim.MasterPrefix, optim.MomentPrefix, optim.VariancePrefix} {
+			delete(t.state, pre+w)
+			if p := t.upd.Func.Param(pre + w); p != nil {
+				p.Data = nil
+			}
+		}
+	}
+	debug.FreeOSMemory()
+}
+
+// measureHost fills res's measured host figures: the resident set now and at
+// its peak, and the pinned bytes at their peak.
+func measureHost(res *Result) {
+	if rss, hwm, err := hostmem.Resident(); err == nil {
+		res.HostRSSBytes, res.HostHWMBytes = rss, hwm
+	}
+	_, res.PinnedPeakBytes = cuda.PinnedBytes()
+}
