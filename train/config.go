@@ -97,6 +97,9 @@ type Config struct {
 	HostBudget driver.HostBudget
 	// Precision is the device storage (fp32 or bf16); it chooses the kernels.
 	Precision string
+	// CUDAGraph is driver.Options.CUDAGraph: "off" runs a GPU step's launches
+	// one by one instead of replaying them as a CUDA graph.
+	CUDAGraph string
 	// Ranks > 1 shards every step's sequence over that many ranks with ShardMode
 	// (ring, ulysses or dilated: see driver.ShardModes); Comm is this rank's
 	// communicator (with Ranks ≤ 1, a Comm of one rank runs the step sharded for
@@ -186,6 +189,9 @@ type Result struct {
 	// profiles (exec.Options.Profile).
 	Profile      map[string]time.Duration
 	ProfileSteps int
+	// CUDAGraph says how a resident step ran: "captured N launches (M graph
+	// nodes)" or "not captured: why" ("" on the CPU or before a second step).
+	CUDAGraph string
 }
 
 // check validates cfg, naming the flag at fault.
@@ -267,7 +273,7 @@ func (c *Config) adamW() optim.AdamW {
 func (c *Config) compileOptions() driver.CompileOptions {
 	o := driver.CompileOptions{Target: c.Target, Model: c.Model, Options: driver.Options{
 		Loss: c.Loss, Attention: c.Attention, Checkpoint: c.Checkpoint, MemoryBudget: c.MemoryBudget,
-		Precision: c.Precision, Ranks: c.Ranks, ShardMode: c.ShardMode}}
+		Precision: c.Precision, Ranks: c.Ranks, ShardMode: c.ShardMode, CUDAGraph: c.CUDAGraph}}
 	if c.Comm != nil {
 		o.Ranks, o.SPMD, o.Rank = c.Comm.Size(), true, c.Comm.Rank()
 	}

@@ -353,6 +353,13 @@ func (t *trainer) run() (*Result, error) {
 			res.MeasuredPeakBytes = cfg.Memory.Peak()
 		}
 		res.StepTimes = append(res.StepTimes, dt)
+		if t.dev != nil && res.CUDAGraph == "" {
+			// The second step captures the step or says why not (exec.Bound).
+			if g := t.dev.bound.CUDAGraph(); g != "" {
+				res.CUDAGraph = g
+				fmt.Fprintf(cfg.Progress, "cuda graph: %s\n", g)
+			}
+		}
 		var ck checkpointStats
 		if t.dev != nil {
 			p0 := time.Now()

@@ -99,6 +99,7 @@ naming it; --comm-timeout also bounds the rendezvous.`,
 			}
 			cfg.Target, cfg.Loss, cfg.Attention, cfg.Checkpoint = t, o.Loss, o.Attention, o.Checkpoint
 			cfg.MemoryBudget, cfg.Precision, cfg.Ranks, cfg.ShardMode = o.MemoryBudget, o.Precision, o.Ranks, o.ShardMode
+			cfg.CUDAGraph = o.CUDAGraph
 			precision := o.Precision
 			if cfg.Device == "cpu" {
 				whole := driver.NewHostBudget(int64(hostBudget))

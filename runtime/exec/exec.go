@@ -116,6 +116,8 @@ type runner struct {
 	resident map[int]*tensor.Tensor
 	// prof is the session's profiler (nil unless Options.Profile).
 	prof *profiler
+	// graphs is the CUDA graph a Bound step replays (graph.go).
+	graphs graphState
 	// nParams, nBody and nOutputs are the function's sizes when it was built: a
 	// cheap guard against a Func edited in place between runs.
 	nParams, nBody, nOutputs int
@@ -125,6 +127,8 @@ type runner struct {
 // stream and the BlasLt handle.
 func (r *runner) close() error {
 	var errs []error
+	errs = append(errs, r.graphs.graph.Destroy())
+	r.graphs.graph = nil
 	for _, m := range r.mods {
 		errs = append(errs, m.Unload())
 	}
