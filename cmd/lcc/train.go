@@ -275,6 +275,9 @@ func trainSummary(cmd *cobra.Command, r *train.Result) error {
 		fmt.Fprintf(out, "host    at most %d bytes per step between host and device (token batch %d bytes)\n",
 			r.HostBytes, r.BatchBytes)
 	}
+	if r.Resident {
+		printStepTime(out, r)
+	}
 	if r.ProfileSteps > 0 {
 		printProfile(out, r)
 	}
@@ -329,6 +332,27 @@ func printCheckpointTimes(out io.Writer, r *train.Result) {
 		}
 		fmt.Fprintln(out, line)
 	}
+}
+
+// printStepTime prints the median wall-clock step time after the first two
+// steps (the first builds the program, the second captures the CUDA graph), and
+// how the step ran: what --cuda-graph=on and off are compared by.
+func printStepTime(out io.Writer, r *train.Result) {
+	if len(r.StepTimes) < 3 {
+		return
+	}
+	ts := slices.Clone(r.StepTimes[2:])
+	slices.Sort(ts)
+	med := ts[len(ts)/2]
+	if len(ts)%2 == 0 {
+		med = (ts[len(ts)/2-1] + med) / 2
+	}
+	graph := r.CUDAGraph
+	if graph == "" {
+		graph = "undecided"
+	}
+	fmt.Fprintf(out, "step    median %.3f ms over steps %d..%d (cuda graph: %s)\n",
+		float64(med)/float64(time.Millisecond), r.FirstStep+3, r.Step, graph)
 }
 
 // printProfile prints the mean wall-clock step time and the GPU time per
