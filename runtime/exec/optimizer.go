@@ -32,7 +32,11 @@ type Optimizer struct {
 	// direct runs on the gradients in the arena (one micro-step), summed on
 	// the flat sums (several).
 	sumsq, norm, adamw, accum, cast *cuda.Function
-	// wdt is the working weights' storage, wbufs their buffers (for poisoning).
+	// gsz, asz and wsz are the element sizes of the gradients the norm and
+	// AdamW read (the arena's, or the fp32 sums), of the arena's gradients and
+	// of the working weights: what the profile's byte counts use.
+	gsz, asz, wsz int64
+	// wbufs are the working weights' buffers (for poisoning).
 	wbufs []codegen.Buffer
 	wptrs []cuda.DevicePtr
 	// copy is the stream of Snapshot's device-to-host copies; copyStart and
@@ -98,6 +102,7 @@ func (b *Bound) NewOptimizer(spec OptimizerSpec) (*Optimizer, error) {
 	if o.micro > 1 {
 		gsrc = "f32"
 	}
+	o.gsz, o.asz, o.wsz = dtypeSize(gsrc), dtypeSize(gdt), dtypeSize(wdt)
 	if err := o.load(gdt, gsrc, wdt); err != nil {
 		o.Close()
 		return nil, err
@@ -277,7 +282,7 @@ func (o *Optimizer) Accumulate(first bool) error {
 		err = s.stream.Synchronize()
 	}
 	if err == nil {
-		err = s.prof.collect([]string{"optim.accum"})
+		err = s.prof.collect([]span{o.accumSpan(first)})
 	}
 	return err
 }
@@ -349,7 +354,7 @@ func (o *Optimizer) Step(h AdamWStep) (float64, error) {
 		err = s.stream.Synchronize()
 	}
 	if err == nil && s.prof != nil {
-		err = s.prof.collect([]string{"optim.norm", "optim.adamw"})
+		err = s.prof.collect(o.stepSpans())
 	}
 	if err != nil {
 		return 0, fmt.Errorf("exec: optimizer step: %w", err)
@@ -359,6 +364,42 @@ func (o *Optimizer) Step(h AdamWStep) (float64, error) {
 		return 0, fmt.Errorf("exec: optimizer step: downloading the norm: %w", err)
 	}
 	return math.Float64frombits(binary.LittleEndian.Uint64(raw[:])), nil
+}
+
+// dtypeSize is the byte size of one element of storage dtype dt (4 if unknown).
+func dtypeSize(dt string) int64 {
+	t, err := tensor.ParseDType(dt)
+	if err != nil {
+		return 4
+	}
+	return int64(t.Size())
+}
+
+// The optimizer's passes over its state, per trained element, as the profile
+// counts them (the chunk tables and per-chunk partial sums are left out: a few
+// bytes per 64K elements):
+//   - accum reads the arena's gradient and writes the fp32 sum, reading it too
+//     unless it is the first micro-step;
+//   - norm (sumsq, then one block for the norm) reads the gradient once;
+//   - adamw reads the gradient, reads and writes the fp32 master, m and v
+//     (24 bytes), and writes the working weight: 28 bytes per element with
+//     bf16 gradients and weights, the floor of an update that touches each
+//     of them once. Clipping needs the global norm before the first update,
+//     so the gradient is read twice: 30 bytes per element a step in all.
+func (o *Optimizer) accumSpan(first bool) span {
+	per := o.asz + 8
+	if first {
+		per = o.asz + 4
+	}
+	return span{fam: "optim.accum", launches: 1, work: codegen.Work{Bytes: o.total * per}}
+}
+
+// stepSpans are the norm's two launches and AdamW's one (see accumSpan).
+func (o *Optimizer) stepSpans() []span {
+	return []span{
+		{fam: "optim.norm", launches: 2, work: codegen.Work{Bytes: o.total * o.gsz}},
+		{fam: "optim.adamw", launches: 1, work: codegen.Work{Bytes: o.total * (o.gsz + 24 + o.wsz)}},
+	}
 }
 
 // Save downloads master weights and moments, one fp32 tensor per trained
