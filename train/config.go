@@ -189,6 +189,14 @@ type Result struct {
 	// profiles (exec.Options.Profile).
 	Profile      map[string]time.Duration
 	ProfileSteps int
+	// Roofline is what each kernel family did over the ProfileSteps steps
+	// (exec.Session.Roofline): time, launches, bytes and FLOPs.
+	Roofline map[string]exec.Family
+	// GPU is the device the step ran on (Config.GPU.Name; "" on the CPU).
+	GPU string
+	// TrainedElements is the number of trained weight elements of a resident
+	// run (the optimizer's passes are per element).
+	TrainedElements int64
 	// CUDAGraph says how a resident step ran: "captured N launches (M graph
 	// nodes)" or "not captured: why" ("" on the CPU or before a second step).
 	CUDAGraph string

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 
+	cudagen "github.com/lcc-dev/lcc/codegen/cuda"
+	"github.com/lcc-dev/lcc/runtime/exec"
 	"github.com/lcc-dev/lcc/tensor"
 )
 
@@ -93,5 +95,46 @@ func TestGPUCUDAGraphOffload(t *testing.T) {
 	if !strings.HasPrefix(res.CUDAGraph, "not captured: step ") ||
 		!strings.Contains(res.CUDAGraph, "offloaded activation") {
 		t.Errorf("offloading step: %q, want it not captured for its offload copies", res.CUDAGraph)
+	}
+}
+
+// TestGPURoofline profiles llama_mini's bf16 step: a profiled step runs
+// uncaptured and says so; every family's launches per step add up to the
+// plan's steps plus the optimizer's three; AdamW moves 28 bytes and the norm
+// 2 per trained element; the GEMMs' FLOPs are the plan's.
+func TestGPURoofline(t *testing.T) {
+	dev := openGPU(t)
+	c := small(t, 4)
+	c.Model, c.Precision = "../testdata/onnx/llama_mini.onnx", "bf16"
+	s := exec.NewSession(dev, exec.Options{Storage: tensor.BF16, Profile: true, CacheDir: t.TempDir()})
+	defer s.Close()
+	c.Device, c.Session, c.Run, c.Adopt, c.GPU = "cuda", s, s.Run, s.Adopt, s.GPU()
+	res := run(t, c)
+	if !strings.HasPrefix(res.CUDAGraph, "not captured: --profile") {
+		t.Errorf("a profiled step: %q", res.CUDAGraph)
+	}
+	st := step(t, c)
+	plan := st.Program.Plan
+	var launches int
+	var flops int64
+	for _, f := range res.Roofline {
+		launches += f.Launches
+		flops += f.FLOPs
+	}
+	var want int64
+	for _, w := range cudagen.PlanWork(plan) {
+		want += w.FLOPs
+	}
+	n := res.ProfileSteps
+	if n != 3 || launches != n*(len(plan.Steps)+3) || flops != int64(n)*want || want == 0 {
+		t.Errorf("%d profiled steps: %d launches, %d FLOPs; the plan has %d steps (+3 optimizer), %d FLOPs",
+			n, launches, flops, len(plan.Steps), want)
+	}
+	per := func(fam string) float64 {
+		return float64(res.Roofline[fam].Bytes) / float64(int64(n)*res.TrainedElements)
+	}
+	if per("optim.adamw") != 28 || per("optim.norm") != 2 {
+		t.Errorf("optimizer bytes per parameter: adamw %g, norm %g; want 28 and 2", per("optim.adamw"),
+			per("optim.norm"))
 	}
 }

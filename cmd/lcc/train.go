@@ -13,8 +13,10 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/lcc-dev/lcc/driver"
+	"github.com/lcc-dev/lcc/perf"
 	"github.com/lcc-dev/lcc/report"
 	"github.com/lcc-dev/lcc/runtime/exec"
+	"github.com/lcc-dev/lcc/targets"
 	"github.com/lcc-dev/lcc/tensor"
 	"github.com/lcc-dev/lcc/train"
 	"github.com/lcc-dev/lcc/train/runner"
@@ -387,5 +389,13 @@ func printProfile(out io.Writer, r *train.Result) {
 		"wall minus attention %.2f ms/step\n", r.Step-n+1, r.Step, ms(wall), ms(gpu), ms(attn), ms(wall-attn))
 	for _, f := range fams {
 		fmt.Fprintf(out, "  %-32s %9.3f ms/step %5.1f%%\n", f.name, ms(f.d), 100*float64(f.d)/float64(max(gpu, 1)))
+	}
+	if r.Roofline != nil {
+		dev, ok := targets.ForGPU(r.GPU)
+		if !ok {
+			dev, _ = targets.Lookup("h200x1")
+			fmt.Fprintf(out, "roofline: no ceilings known for %q; those of %s stand in\n", r.GPU, dev.GPU)
+		}
+		perf.WriteRoofline(out, perf.Roofline(r.Roofline, r.ProfileSteps, dev, r.TrainedElements), dev)
 	}
 }

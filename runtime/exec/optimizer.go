@@ -391,14 +391,14 @@ func (o *Optimizer) accumSpan(first bool) span {
 	if first {
 		per = o.asz + 4
 	}
-	return span{fam: "optim.accum", launches: 1, work: codegen.Work{Bytes: o.total * per}}
+	return span{fam: "optim.accum", kind: "optim", launches: 1, work: codegen.Work{Bytes: o.total * per}}
 }
 
 // stepSpans are the norm's two launches and AdamW's one (see accumSpan).
 func (o *Optimizer) stepSpans() []span {
 	return []span{
-		{fam: "optim.norm", launches: 2, work: codegen.Work{Bytes: o.total * o.gsz}},
-		{fam: "optim.adamw", launches: 1, work: codegen.Work{Bytes: o.total * (o.gsz + 24 + o.wsz)}},
+		{fam: "optim.norm", kind: "optim", launches: 2, work: codegen.Work{Bytes: o.total * o.gsz}},
+		{fam: "optim.adamw", kind: "optim", launches: 1, work: codegen.Work{Bytes: o.total * (o.gsz + 24 + o.wsz)}},
 	}
 }
 

@@ -26,6 +26,10 @@ type profiler struct {
 // launches, the bytes their buffers span and the FLOPs of their GEMMs
 // (codegen.PlanWork; the optimizer's own for "optim.*").
 type Family struct {
+	// Kind is the plan's step kind of the family ("kernel", "gemm",
+	// "collective", "d2h", "h2d"; "optim" for the optimizer's kernels): what
+	// its roofline is.
+	Kind         string
 	Time         time.Duration
 	Launches     int
 	Bytes, FLOPs int64
@@ -34,9 +38,9 @@ type Family struct {
 // span is what runs between two marks of the profiler: a family's launches
 // and their work.
 type span struct {
-	fam      string
-	launches int
-	work     codegen.Work
+	fam, kind string
+	launches  int
+	work      codegen.Work
 }
 
 // planSpans is one span per step of plan: its family (the step's Op, else
@@ -45,7 +49,7 @@ func planSpans(plan *codegen.LaunchPlan) []span {
 	work := codegen.PlanWork(plan)
 	out := make([]span, len(plan.Steps))
 	for i, s := range plan.Steps {
-		out[i] = span{fam: s.Op, launches: 1, work: work[i]}
+		out[i] = span{fam: s.Op, kind: s.Kind, launches: 1, work: work[i]}
 		if out[i].fam == "" {
 			out[i].fam = s.Kind
 		}
@@ -75,6 +79,9 @@ func (p *profiler) collect(spans []span) error {
 		}
 		p.byFam[sp.fam] += d
 		f := p.fams[sp.fam]
+		if f.Kind == "" || f.Kind == "wait" {
+			f.Kind = sp.kind // a wait joins the copy or collective of its family
+		}
 		f.Time += d
 		f.Launches += sp.launches
 		f.Bytes += sp.work.Bytes
