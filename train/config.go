@@ -198,7 +198,8 @@ type Result struct {
 	// run (the optimizer's passes are per element).
 	TrainedElements int64
 	// CUDAGraph says how a resident step ran: "captured N launches (M graph
-	// nodes)" or "not captured: why" ("" on the CPU or before a second step).
+	// nodes)" or "not captured: why", then "; optimizer " and the same of the
+	// update ("" on the CPU or before a second step).
 	CUDAGraph string
 }
 

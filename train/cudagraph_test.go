@@ -47,26 +47,34 @@ func graphRun(t *testing.T, c Config, graph string, st tensor.DType, cache strin
 }
 
 // TestGPUCUDAGraph trains llama_mini for six steps on the GPU, in fp32 and
-// bf16, with the step captured as a CUDA graph and launched one by one: the
+// bf16 (and bf16 accumulating two micro-batches), with the step and the AdamW update captured as CUDA graphs (the
+// learning rate changes every step: warmup) and launched one by one: the
 // losses, the gradient norms and the final weights and optimizer state (the
 // checkpoint's bytes) are the same bit for bit, since the graph replays the
 // same kernels on the same addresses. The captured run says so, with the
 // plan's launch count; the other says capture was turned off.
 func TestGPUCUDAGraph(t *testing.T) {
 	cache := t.TempDir()
-	for _, st := range []tensor.DType{tensor.F32, tensor.BF16} {
-		t.Run(st.String(), func(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		st         tensor.DType
+		accumulate int
+	}{{"fp32", tensor.F32, 1}, {"bf16", tensor.BF16, 1}, {"bf16-accumulate", tensor.BF16, 2}} {
+		st := tc.st
+		t.Run(tc.name, func(t *testing.T) {
 			c := small(t, 6)
-			c.Model, c.Clip = "../testdata/onnx/llama_mini.onnx", 1
+			c.Model, c.Clip, c.Accumulate = "../testdata/onnx/llama_mini.onnx", 1, tc.accumulate
 			if st == tensor.BF16 {
 				c.Precision = "bf16"
 			}
 			on, onNorms, onCkpt := graphRun(t, c, "on", st, cache)
 			off, offNorms, offCkpt := graphRun(t, c, "off", st, cache)
-			if !strings.HasPrefix(on.CUDAGraph, "captured ") {
-				t.Errorf("--cuda-graph=on: %q, want the step captured", on.CUDAGraph)
+			if !strings.HasPrefix(on.CUDAGraph, "captured ") ||
+				!strings.Contains(on.CUDAGraph, "; optimizer captured 3 launches") {
+				t.Errorf("--cuda-graph=on: %q, want the step and the update captured", on.CUDAGraph)
 			}
-			if off.CUDAGraph != "not captured: turned off (--cuda-graph=off)" {
+			if off.CUDAGraph != "not captured: turned off (--cuda-graph=off); "+
+				"optimizer not captured: turned off (--cuda-graph=off)" {
 				t.Errorf("--cuda-graph=off: %q", off.CUDAGraph)
 			}
 			if !sameBits(on.Losses, off.Losses) {

@@ -356,10 +356,11 @@ func (t *trainer) run() (*Result, error) {
 		}
 		res.StepTimes = append(res.StepTimes, dt)
 		if t.dev != nil && res.CUDAGraph == "" {
-			// The second step captures the step or says why not (exec.Bound).
-			if g := t.dev.bound.CUDAGraph(); g != "" {
-				res.CUDAGraph = g
-				fmt.Fprintf(cfg.Progress, "cuda graph: %s\n", g)
+			// The second step captures the step and the update, or says why not
+			// (exec.Bound, exec.Optimizer).
+			if g, u := t.dev.bound.CUDAGraph(), t.dev.opt.CUDAGraph(); g != "" && u != "" {
+				res.CUDAGraph = g + "; optimizer " + u
+				fmt.Fprintf(cfg.Progress, "cuda graph: %s\n", res.CUDAGraph)
 			}
 		}
 		var ck checkpointStats

@@ -26,9 +26,15 @@ type Optimizer struct {
 	maxNorm float64
 
 	master, m, v, sum, partial, normCoef cuda.DevicePtr
-	gptr, sptr, wptr, base, ck, cs, cl   cuda.DevicePtr
-	allocs                               []cuda.DevicePtr
-	mods                                 []*cuda.Module
+	// scalars holds the step's OptimScalars fp32 values, written before each
+	// update; graph is the update captured (nil: launched one by one), graphs
+	// the decision (graph.go).
+	scalars                            cuda.DevicePtr
+	hostScalars                        *cuda.HostBuffer
+	graphs                             graphState
+	gptr, sptr, wptr, base, ck, cs, cl cuda.DevicePtr
+	allocs                             []cuda.DevicePtr
+	mods                               []*cuda.Module
 	// direct runs on the gradients in the arena (one micro-step), summed on
 	// the flat sums (several).
 	sumsq, norm, adamw, accum, cast *cuda.Function
@@ -130,7 +136,11 @@ func (b *Bound) NewOptimizer(spec OptimizerSpec) (*Optimizer, error) {
 		}
 	}
 	if o.partial, err = alloc(8 * int64(o.nChunks)); err == nil {
-		o.normCoef, err = alloc(16)
+		if o.normCoef, err = alloc(16); err == nil {
+			if o.scalars, err = alloc(4 * codegen.OptimScalars); err == nil {
+				o.hostScalars, err = o.dev.AllocHost(4 * codegen.OptimScalars)
+			}
+		}
 	}
 	if err != nil {
 		o.Close()
@@ -316,39 +326,26 @@ func (o *Optimizer) Step(h AdamWStep) (float64, error) {
 			return 0, err
 		}
 	}
-	micro := float32(o.micro)
-	clip := int32(0)
-	if o.maxNorm > 0 {
-		clip = 1
+	// The scalars go up in stream order from pinned memory, ahead of the
+	// launches that read them; the previous update has finished (Step
+	// synchronises), so its copy no longer reads the pinned bytes.
+	sc := []float32{h.Decay, h.OneMinusBeta1, h.Beta2, h.OneMinusBeta2, h.Bc2Sqrt, h.Eps, h.StepSize}
+	for i, x := range sc {
+		binary.LittleEndian.PutUint32(o.hostScalars.Bytes()[4*i:], math.Float32bits(x))
 	}
-	mark := func(k int) error {
-		if s.prof == nil {
-			return nil
-		}
-		return s.prof.mark(k, s.stream)
-	}
-	err := mark(0)
-	if err == nil {
-		err = o.launch(o.sumsq, g, o.ck, o.cs, o.cl, o.partial, micro)
-	}
-	if err == nil {
-		err = o.norm.Launch([3]uint32{1, 1, 1}, optimBlock, 0, s.stream, o.partial, int32(o.nChunks),
-			o.maxNorm, o.normCoef)
-	}
-	if err == nil {
-		err = mark(1)
-	}
-	if err == nil && o.pending != nil {
-		// A snapshot is still copying the state this update overwrites.
+	err := s.stream.CopyHtoDAsync(o.scalars, o.hostScalars, 0, 4*len(sc))
+	switch {
+	case err != nil:
+	case o.pending != nil:
+		// A snapshot is still copying the state this update overwrites: this
+		// step waits for it, so it runs uncaptured.
 		err = s.stream.Wait(o.pending)
 		o.pending = nil
-	}
-	if err == nil {
-		err = o.launch(o.adamw, g, o.wptr, o.base, o.ck, o.cs, o.cl, o.master, o.m, o.v, o.normCoef,
-			micro, clip, h.Decay, h.OneMinusBeta1, h.Beta2, h.OneMinusBeta2, h.Bc2Sqrt, h.Eps, h.StepSize)
-	}
-	if err == nil {
-		err = mark(2)
+		if err == nil {
+			err = o.queue(g)
+		}
+	default:
+		err = o.replay(g)
 	}
 	if err == nil {
 		err = s.stream.Synchronize()
@@ -402,6 +399,77 @@ func (o *Optimizer) stepSpans() []span {
 	}
 }
 
+// queue issues the update's launches on the session's stream: the norm
+// (sumsq, then one block) and AdamW, reading g (the arena's gradients or the
+// sums), with profiling marks around the norm and the update.
+func (o *Optimizer) queue(g cuda.DevicePtr) error {
+	s := o.b.s
+	micro := float32(o.micro)
+	clip := int32(0)
+	if o.maxNorm > 0 {
+		clip = 1
+	}
+	mark := func(k int) error {
+		if s.prof == nil {
+			return nil
+		}
+		return s.prof.mark(k, s.stream)
+	}
+	err := mark(0)
+	if err == nil {
+		err = o.launch(o.sumsq, g, o.ck, o.cs, o.cl, o.partial, micro)
+	}
+	if err == nil {
+		err = o.norm.Launch([3]uint32{1, 1, 1}, optimBlock, 0, s.stream, o.partial, int32(o.nChunks),
+			o.maxNorm, o.normCoef)
+	}
+	if err == nil {
+		err = mark(1)
+	}
+	if err == nil {
+		err = o.launch(o.adamw, g, o.wptr, o.base, o.ck, o.cs, o.cl, o.master, o.m, o.v, o.normCoef,
+			micro, clip, o.scalars)
+	}
+	if err == nil {
+		err = mark(2)
+	}
+	return err
+}
+
+// replay runs the update as a CUDA graph where the bound step is captured:
+// launched one by one on the first Step, captured on the second, replayed
+// after; the step's scalars are in device memory, so the graph is the same
+// every step. A capture that fails leaves the update uncaptured, saying why.
+func (o *Optimizer) replay(g cuda.DevicePtr) error {
+	gs := &o.graphs
+	gs.runs++
+	if !gs.decided && gs.runs > 1 {
+		gs.decided = true
+		if why := captureReason(o.b.r.plan, o.b.s.opts); why != "" {
+			gs.note = why
+		} else if o.nChunks == 0 {
+			gs.note = "not captured: nothing to update"
+		} else if graph, err := o.b.s.stream.Capture(func() error { return o.queue(g) }); err != nil {
+			gs.note = fmt.Sprintf("not captured: capturing the update failed: %v", err)
+		} else {
+			gs.graph = graph
+			gs.note = fmt.Sprintf("captured 3 launches (%d graph nodes)", graph.Nodes())
+		}
+	}
+	if gs.graph == nil {
+		return o.queue(g)
+	}
+	return gs.graph.Launch(o.b.s.stream)
+}
+
+// CUDAGraph says how the update runs: "captured 3 launches (N graph nodes)",
+// "not captured: why", or "" before its second Step decides.
+func (o *Optimizer) CUDAGraph() string {
+	o.b.s.mu.Lock()
+	defer o.b.s.mu.Unlock()
+	return o.graphs.note
+}
+
 // Save downloads master weights and moments, one fp32 tensor per trained
 // weight in spec order (what a checkpoint holds).
 func (o *Optimizer) Save() (master, m, v []*tensor.Tensor, err error) {
@@ -445,6 +513,8 @@ func (o *Optimizer) Close() error {
 	if o.snap != nil {
 		errs = append(errs, o.snap.Release())
 	}
+	errs = append(errs, o.graphs.graph.Destroy(), o.hostScalars.Free())
+	o.graphs.graph, o.hostScalars = nil, nil
 	if o.copy != nil {
 		errs = append(errs, o.copy.Synchronize(), o.copy.Destroy(), o.copyStart.Destroy(), o.copyReady.Destroy(),
 			o.copyDone.Destroy())
