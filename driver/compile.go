@@ -309,7 +309,7 @@ func (res *Result) attachSharded() {
 	sr := sh.Report
 	rep.FLOPs, rep.Checkpoints, rep.Ops = sr.FLOPs, sr.Checkpoints, sr.Ops
 	rep.Kernels, rep.AttentionKernels = sr.Kernels, sr.AttentionKernels
-	rep.KernelError = ""
+	rep.KernelError, rep.CUDAGraph = "", sr.CUDAGraph
 	if sr.KernelError != "" {
 		rep.KernelError = "sharded step: " + sr.KernelError
 	}
@@ -411,6 +411,7 @@ func compileOne(f *ir.Func, opts CompileOptions) (*Result, *pipeline, error) {
 				Name: a.Name, Kernel: a.Kernel, Tier: a.Tier, Why: a.Why})
 		}
 		rep.Kernels = append(rep.Kernels, libraryKernels(p.found.prog.Plan)...)
+		rep.CUDAGraph = p.found.prog.Plan.Graph.String()
 	}
 	res.Hash = ProgramHash(f, res.Program)
 	rep.ProgramHash = res.Hash

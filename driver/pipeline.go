@@ -64,6 +64,10 @@ type Options struct {
 	// RoPE is --rope-theta and --rope-scaling: rescale-rope runs first when it
 	// asks for anything.
 	RoPE passes.RoPEConfig
+	// CUDAGraph is "on" (the default, also "") or "off": whether the executor
+	// captures the step as a CUDA graph where its plan allows (lcc train
+	// --cuda-graph). It is recorded in the launch plan, so the hash covers it.
+	CUDAGraph string
 }
 
 // Storage is the device storage dtype Precision names.
@@ -87,6 +91,9 @@ func (o Options) validate() error {
 	}
 	if err := loss.CheckKind(o.Loss); err != nil {
 		return err
+	}
+	if o.CUDAGraph != "" && o.CUDAGraph != "on" && o.CUDAGraph != "off" {
+		return fmt.Errorf("--cuda-graph %q: want on or off", o.CUDAGraph)
 	}
 	if _, err := o.Storage(); err != nil {
 		return err
@@ -302,6 +309,7 @@ type codegenConfig struct {
 	Arch    string
 	Storage tensor.DType
 	Rank    int
+	NoGraph bool // the plan runs uncaptured (--cuda-graph=off)
 }
 
 func (c codegenConfig) String() string {
@@ -311,6 +319,9 @@ func (c codegenConfig) String() string {
 	}
 	if c.Rank > 0 {
 		s += fmt.Sprintf(" rank=%d", c.Rank)
+	}
+	if c.NoGraph {
+		s += " cuda-graph=off"
 	}
 	return s
 }
@@ -327,7 +338,8 @@ func (e *codegenError) Unwrap() error { return e.err }
 func codegenStage(c codegenConfig) stage {
 	return stage{name: "codegen", doc: "lower the final program to CUDA kernels and a launch plan (GPU targets)",
 		cfg: c, run: func(f *ir.Func, fd *findings) error {
-			prog, err := cudagen.Build(f, cudagen.Options{Arch: c.Arch, Storage: c.Storage, Rank: c.Rank})
+			prog, err := cudagen.Build(f, cudagen.Options{Arch: c.Arch, Storage: c.Storage, Rank: c.Rank,
+				NoCUDAGraph: c.NoGraph})
 			if err != nil {
 				return &codegenError{err}
 			}
@@ -578,7 +590,8 @@ func (p *pipeline) codegenRows() []stage {
 		return nil
 	}
 	storage, _ := p.opts.Storage()
-	return []stage{codegenStage(codegenConfig{Arch: p.target.Arch, Storage: storage, Rank: p.opts.Rank})}
+	return []stage{codegenStage(codegenConfig{Arch: p.target.Arch, Storage: storage, Rank: p.opts.Rank,
+		NoGraph: p.opts.CUDAGraph == "off"})}
 }
 
 // options is what autodiff differentiates in f, given what the stages before

@@ -76,8 +76,11 @@ type Report struct {
 	// order, which kernels it runs on (empty when no CUDA code was generated).
 	AttentionKernels []AttentionKernel `json:"attention_kernels,omitempty"`
 	// KernelError says why CUDA code could not be generated ("" when it was).
-	KernelError string        `json:"kernel_error,omitempty"`
-	Passes      []passes.Stat `json:"passes"`
+	KernelError string `json:"kernel_error,omitempty"`
+	// CUDAGraph says whether lcc train captures the step as a CUDA graph
+	// ("captured N launches") or why not; "" without CUDA code.
+	CUDAGraph string        `json:"cuda_graph,omitempty"`
+	Passes    []passes.Stat `json:"passes"`
 	// Pipeline lists the passes with their configuration, as `lcc passes
 	// --pipeline` prints them. Passes and Pipeline are those that made the
 	// step of graph.lcc, the one-GPU step of a sharded plan (whose rank's
@@ -541,6 +544,9 @@ func (r *Report) WriteText(w io.Writer) {
 	}
 	if r.ProgramHash != "" {
 		fmt.Fprintf(w, "program    %s\n", r.ProgramHash)
+	}
+	if r.CUDAGraph != "" {
+		fmt.Fprintf(w, "cuda graph %s\n", r.CUDAGraph)
 	}
 	if r.KernelError != "" {
 		fmt.Fprintf(w, "kernels    incomplete: %s\n", r.KernelError)

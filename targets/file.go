@@ -31,6 +31,9 @@ type fileTarget struct {
 	PeakFP32FLOPs           *float64 `json:"peak_fp32_flops"`
 	HBMBytesPerSec          *float64 `json:"hbm_bytes_per_sec"`
 	GPU                     *string  `json:"gpu"`
+	// The measured ceilings are optional (0: the data sheet's figures).
+	CopyBytesPerSec *float64 `json:"copy_bytes_per_sec"`
+	GEMMBF16FLOPs   *float64 `json:"gemm_bf16_flops"`
 }
 
 // LoadFile reads targets for --target-file: a JSON object (one target) or a list of
@@ -195,6 +198,20 @@ func parseOne(raw json.RawMessage) (Target, error) {
 		case ft.Base == nil:
 			return t, &FieldError{Field: r.field, Msg: "missing"}
 		}
+	}
+	// A base's measured ceiling belongs to its own device: new data-sheet
+	// figures drop it unless the file measures again.
+	if ft.HBMBytesPerSec != nil {
+		t.CopyBytesPerSec = 0
+	}
+	if ft.PeakBF16FLOPs != nil {
+		t.GEMMBF16FLOPs = 0
+	}
+	if ft.CopyBytesPerSec != nil {
+		t.CopyBytesPerSec = *ft.CopyBytesPerSec
+	}
+	if ft.GEMMBF16FLOPs != nil {
+		t.GEMMBF16FLOPs = *ft.GEMMBF16FLOPs
 	}
 	return t, t.Validate()
 }

@@ -12,6 +12,17 @@
 //   - Host link: PCIe Gen4 x16 (A100) 32 GB/s, Gen5 x16 (H100, H200) 64 GB/s per
 //     direction.
 //
+// The roofline of lcc train --profile measures against what a device reaches,
+// not its data sheet (CopyBytesPerSec, GEMMBF16FLOPs):
+//   - H200: a device-to-device copy moves 4.2 TB/s and a bf16 GEMM at 8192³ does
+//     794 TFLOP/s, both measured with PyTorch 2.11 on the project's H200
+//     (2026-12-01).
+//   - A100 SXM: about 1.7 TB/s copy (80 GB; 1.3 TB/s for 40 GB, about 85% of
+//     HBM) and 280 TFLOP/s bf16 GEMM (about 90% of peak): commonly published
+//     measurements, not measured by this project.
+//   - Elsewhere (0 in the table or a target file) the data sheet's HBM bandwidth
+//     and bf16 peak stand in (Target.CopyCeiling, Target.GEMMCeiling).
+//
 // Invariants:
 //   - MemoryBytes is what the driver reports as total memory (nvidia-smi's
 //     "memory.total": A100-80GB 81920 MiB, A100-40GB 40960 MiB, H100 81559 MiB,
@@ -60,6 +71,29 @@ type Target struct {
 	HostLinkBytesPerSec float64 `json:"host_link_bytes_per_sec,omitempty"`
 	// GPU is the device's product name, for reports ("NVIDIA H200").
 	GPU string `json:"gpu"`
+	// CopyBytesPerSec is the bandwidth a device-to-device copy reaches, and
+	// GEMMBF16FLOPs the rate a large bf16 GEMM reaches: the roofline's
+	// ceilings (0: unknown; CopyCeiling and GEMMCeiling use the data sheet's).
+	CopyBytesPerSec float64 `json:"copy_bytes_per_sec,omitempty"`
+	GEMMBF16FLOPs   float64 `json:"gemm_bf16_flops,omitempty"`
+}
+
+// CopyCeiling is the memory-bound roofline of one device in bytes/s: the
+// measured copy bandwidth, else the data sheet's HBM bandwidth.
+func (t Target) CopyCeiling() float64 {
+	if t.CopyBytesPerSec > 0 {
+		return t.CopyBytesPerSec
+	}
+	return t.HBMBytesPerSec
+}
+
+// GEMMCeiling is the compute roofline of one device in FLOP/s: the measured
+// bf16 GEMM rate, else the data sheet's bf16 peak.
+func (t Target) GEMMCeiling() float64 {
+	if t.GEMMBF16FLOPs > 0 {
+		return t.GEMMBF16FLOPs
+	}
+	return t.PeakBF16FLOPs
 }
 
 // IsCPU reports whether t is the host CPU rather than GPUs.
@@ -101,11 +135,11 @@ var (
 	a100g80 = Target{GPU: "NVIDIA A100-SXM4-80GB", Arch: "sm_80", ComputeCapability: 80,
 		MemoryBytes: 81920 * mib, InterconnectBytesPerSec: 600 * giga,
 		PeakBF16FLOPs: 312 * tera, PeakFP32FLOPs: 19.5 * tera, HBMBytesPerSec: 2039 * giga,
-		HostLinkBytesPerSec: 0.8 * 32 * giga}
+		HostLinkBytesPerSec: 0.8 * 32 * giga, CopyBytesPerSec: 1700 * giga, GEMMBF16FLOPs: 280 * tera}
 	a100g40 = Target{GPU: "NVIDIA A100-SXM4-40GB", Arch: "sm_80", ComputeCapability: 80,
 		MemoryBytes: 40960 * mib, InterconnectBytesPerSec: 600 * giga,
 		PeakBF16FLOPs: 312 * tera, PeakFP32FLOPs: 19.5 * tera, HBMBytesPerSec: 1555 * giga,
-		HostLinkBytesPerSec: 0.8 * 32 * giga}
+		HostLinkBytesPerSec: 0.8 * 32 * giga, CopyBytesPerSec: 1300 * giga, GEMMBF16FLOPs: 280 * tera}
 	h100 = Target{GPU: "NVIDIA H100 80GB HBM3", Arch: "sm_90a", ComputeCapability: 90,
 		MemoryBytes: 81559 * mib, InterconnectBytesPerSec: 900 * giga,
 		PeakBF16FLOPs: 989 * tera, PeakFP32FLOPs: 67 * tera, HBMBytesPerSec: 3350 * giga,
@@ -113,7 +147,7 @@ var (
 	h200 = Target{GPU: "NVIDIA H200", Arch: "sm_90a", ComputeCapability: 90,
 		MemoryBytes: 143771 * mib, InterconnectBytesPerSec: 900 * giga,
 		PeakBF16FLOPs: 989 * tera, PeakFP32FLOPs: 67 * tera, HBMBytesPerSec: 4800 * giga,
-		HostLinkBytesPerSec: 0.8 * 64 * giga}
+		HostLinkBytesPerSec: 0.8 * 64 * giga, CopyBytesPerSec: 4200 * giga, GEMMBF16FLOPs: 794 * tera}
 	// cpu is nominal: it lets --device=cpu plan with the same code. Its rates only
 	// scale the report's estimates; one device means the interconnect is never used.
 	cpu = Target{GPU: "host CPU", Arch: ArchCPU, ComputeCapability: 0,
@@ -202,6 +236,14 @@ func (t Target) Validate() error {
 		return &FieldError{Field: "host_link_bytes_per_sec",
 			Msg: fmt.Sprintf("%g: want a rate in bytes per second (0: unknown)", t.HostLinkBytesPerSec)}
 	}
+	switch {
+	case t.CopyBytesPerSec < 0 || t.CopyBytesPerSec > t.HBMBytesPerSec:
+		return &FieldError{Field: "copy_bytes_per_sec", Msg: fmt.Sprintf("%g: want 0 (unknown) or up to "+
+			"hbm_bytes_per_sec (%g)", t.CopyBytesPerSec, t.HBMBytesPerSec)}
+	case t.GEMMBF16FLOPs < 0 || t.GEMMBF16FLOPs > t.PeakBF16FLOPs:
+		return &FieldError{Field: "gemm_bf16_flops", Msg: fmt.Sprintf("%g: want 0 (unknown) or up to "+
+			"peak_bf16_flops (%g)", t.GEMMBF16FLOPs, t.PeakBF16FLOPs)}
+	}
 	// +Inf passes "> 0" but would make every estimate zero.
 	for _, f := range []struct {
 		name string
@@ -217,6 +259,19 @@ func (t Target) Validate() error {
 		}
 	}
 	return nil
+}
+
+// ForGPU is the built-in device row whose product name is gpu (a Device's
+// Name, "NVIDIA H200"), as a one-GPU target: the roofline of the GPU a run
+// found, whatever target it compiled for.
+func ForGPU(gpu string) (Target, bool) {
+	for _, t := range builtin {
+		if t.GPU == gpu && !t.IsCPU() {
+			t.GPUs = 1
+			return t, true
+		}
+	}
+	return Target{}, false
 }
 
 // WithArch is t with its code built for arch instead, every other property

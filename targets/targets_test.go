@@ -189,6 +189,10 @@ func TestLoadFileErrors(t *testing.T) {
 		{"duplicate", `[{"base": "cpu", "name": "a"}, {"base": "cpu", "name": "a"}]`,
 			`target "a": defined twice`},
 		{"trailing", `{"base": "cpu", "name": "a"} {}`, "malformed JSON at line 1, column 30"},
+		{"copy above hbm", `{"base": "h200x8", "name": "a", "copy_bytes_per_sec": 5e12}`,
+			"field copy_bytes_per_sec: 5e+12: want 0 (unknown) or up to hbm_bytes_per_sec"},
+		{"negative gemm", `{"base": "h200x8", "name": "a", "gemm_bf16_flops": -1}`,
+			"field gemm_bf16_flops: -1: want 0 (unknown)"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -241,5 +245,30 @@ func TestWithArch(t *testing.T) {
 			!strings.Contains(err.Error(), c.arch) {
 			t.Errorf("%s.WithArch(%q) = %v, want an error naming both", c.t.Name, c.arch, err)
 		}
+	}
+}
+
+// TestCeilings: the roofline's ceilings are the measured ones where the table
+// has them (H200: 4.2 TB/s copy, 794 TFLOP/s bf16 GEMM), else the data sheet's;
+// a target file over a base that gives a new HBM bandwidth drops the base's
+// measured copy rate; ForGPU finds a device row by its product name.
+func TestCeilings(t *testing.T) {
+	h200, _ := Lookup("h200x8")
+	h100, _ := Lookup("h100x8")
+	if h200.CopyCeiling() != 4.2e12 || h200.GEMMCeiling() != 794e12 {
+		t.Errorf("h200: copy %g, GEMM %g", h200.CopyCeiling(), h200.GEMMCeiling())
+	}
+	if h100.CopyCeiling() != h100.HBMBytesPerSec || h100.GEMMCeiling() != h100.PeakBF16FLOPs {
+		t.Errorf("h100 (no measured ceilings): copy %g, GEMM %g", h100.CopyCeiling(), h100.GEMMCeiling())
+	}
+	ts, err := LoadFile(writeFile(t, `{"base": "h200x8", "name": "slow", "hbm_bytes_per_sec": 3e12}`))
+	if err != nil || ts[0].CopyCeiling() != 3e12 || ts[0].GEMMCeiling() != 794e12 {
+		t.Errorf("a base with a new HBM bandwidth: %+v, %v", ts, err)
+	}
+	if g, ok := ForGPU("NVIDIA H200"); !ok || g.GPUs != 1 || g.GEMMBF16FLOPs != 794e12 {
+		t.Errorf("ForGPU(NVIDIA H200) = %+v, %v", g, ok)
+	}
+	if _, ok := ForGPU("NVIDIA B200"); ok {
+		t.Error("ForGPU found a GPU the table lacks")
 	}
 }

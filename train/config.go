@@ -107,6 +107,9 @@ type Config struct {
 	// RoPE is --rope-theta and --rope-scaling (rescale-rope; the zero value keeps
 	// the model's rotary embeddings).
 	RoPE passes.RoPEConfig
+	// CUDAGraph is driver.Options.CUDAGraph: "off" runs a GPU step's launches
+	// one by one instead of replaying them as a CUDA graph.
+	CUDAGraph string
 	// Ranks > 1 shards every step's sequence over that many ranks with ShardMode
 	// (ring, ulysses or dilated: see driver.ShardModes); Comm is this rank's
 	// communicator (with Ranks ≤ 1, a Comm of one rank runs the step sharded for
@@ -201,6 +204,18 @@ type Result struct {
 	// profiles (exec.Options.Profile).
 	Profile      map[string]time.Duration
 	ProfileSteps int
+	// Roofline is what each kernel family did over the ProfileSteps steps
+	// (exec.Session.Roofline): time, launches, bytes and FLOPs.
+	Roofline map[string]exec.Family
+	// GPU is the device the step ran on (Config.GPU.Name; "" on the CPU).
+	GPU string
+	// TrainedElements is the number of trained weight elements of a resident
+	// run (the optimizer's passes are per element).
+	TrainedElements int64
+	// CUDAGraph says how a resident step ran: "captured N launches (M graph
+	// nodes)" or "not captured: why", then "; optimizer " and the same of the
+	// update ("" on the CPU or before a second step).
+	CUDAGraph string
 }
 
 // check validates cfg, naming the flag at fault.
@@ -285,7 +300,7 @@ func (c *Config) compileOptions() driver.CompileOptions {
 	o := driver.CompileOptions{Target: c.Target, Model: c.Model, Options: driver.Options{
 		Loss: c.Loss, Attention: c.Attention, Checkpoint: c.Checkpoint, MemoryBudget: c.MemoryBudget,
 		Precision: c.Precision, Ranks: c.Ranks, ShardMode: c.ShardMode, RoPE: c.RoPE, PackDocs: c.DocSep >= 0,
-		HostMemoryBudget: c.HostMemoryBudget}}
+		HostMemoryBudget: c.HostMemoryBudget, CUDAGraph: c.CUDAGraph}}
 	if c.Comm != nil {
 		o.Ranks, o.SPMD, o.Rank = c.Comm.Size(), true, c.Comm.Rank()
 	}

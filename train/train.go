@@ -17,6 +17,7 @@ import (
 	"github.com/lcc-dev/lcc/passes/autodiff"
 	"github.com/lcc-dev/lcc/passes/loss"
 	"github.com/lcc-dev/lcc/report"
+	"github.com/lcc-dev/lcc/runtime/exec"
 	"github.com/lcc-dev/lcc/tensor"
 	"github.com/lcc-dev/lcc/train/data"
 	"github.com/lcc-dev/lcc/train/optim"
@@ -326,6 +327,7 @@ func (t *trainer) run() (*Result, error) {
 		defer t.dev.opt.Close()
 		t.releaseHost()
 		res.Resident = true
+		res.TrainedElements, res.GPU = t.dev.opt.Elements(), cfg.GPU.Name
 		res.BatchBytes = int64(cfg.Accumulate * cfg.Batch * cfg.SeqLen * tensor.I64.Size())
 		if t.labels != "" {
 			res.BatchBytes *= 2
@@ -382,6 +384,14 @@ func (t *trainer) run() (*Result, error) {
 			res.MeasuredPeakBytes = cfg.Memory.Peak()
 		}
 		res.StepTimes = append(res.StepTimes, dt)
+		if t.dev != nil && res.CUDAGraph == "" {
+			// The second step captures the step and the update, or says why not
+			// (exec.Bound, exec.Optimizer).
+			if g, u := t.dev.bound.CUDAGraph(), t.dev.opt.CUDAGraph(); g != "" && u != "" {
+				res.CUDAGraph = g + "; optimizer " + u
+				fmt.Fprintf(cfg.Progress, "cuda graph: %s\n", res.CUDAGraph)
+			}
+		}
 		var ck checkpointStats
 		if t.dev != nil {
 			p0 := time.Now()
@@ -402,6 +412,18 @@ func (t *trainer) run() (*Result, error) {
 					res.Profile[k] += v
 				}
 				res.ProfileSteps++
+			}
+			if r := cfg.Session.Roofline(); r != nil && s > first {
+				if res.Roofline == nil {
+					res.Roofline = map[string]exec.Family{}
+				}
+				for k, v := range r {
+					f := res.Roofline[k]
+					f.Kind = v.Kind
+					f.Time, f.Launches, f.Bytes, f.FLOPs = f.Time+v.Time, f.Launches+v.Launches,
+						f.Bytes+v.Bytes, f.FLOPs+v.FLOPs
+					res.Roofline[k] = f
+				}
 			}
 		}
 		res.Losses = append(res.Losses, st.loss)

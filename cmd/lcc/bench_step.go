@@ -44,7 +44,7 @@ and prints the ratio of its step time to lcc's (above 1: lcc is faster).`,
 			}
 			cfg.Model, cfg.Device, cfg.Data = args[0], "cuda", "synthetic:copy"
 			cfg.Target, cfg.Loss, cfg.Attention, cfg.Checkpoint = t, o.Loss, o.Attention, o.Checkpoint
-			cfg.MemoryBudget, cfg.Precision = o.MemoryBudget, o.Precision
+			cfg.MemoryBudget, cfg.Precision, cfg.CUDAGraph = o.MemoryBudget, o.Precision, o.CUDAGraph
 			cfg.Steps, cfg.ProgressEvery, cfg.Log = bf.warm+bf.iters, 0, cmd.ErrOrStderr()
 			df := deviceFlags{device: "cuda", precision: o.Precision}
 			s, meter, release, err := df.session(true)

@@ -138,6 +138,7 @@ type compileFlags struct {
 	budget             byteSize
 	precision          string
 	rope               ropeFlags
+	cudaGraph          string
 }
 
 // add registers the pipeline flags lcc compile, check and train share (the
@@ -154,6 +155,8 @@ func (c *compileFlags) add(cmd *cobra.Command) {
 		"checkpointing bound on the planned per-GPU peak (arena, optimizer state, fixed costs): bytes, or with a unit (80GB, 70GiB); default: the target's memory per GPU")
 	f.StringVar(&c.precision, "precision", "fp32",
 		"device storage: fp32, or bf16 (bf16 storage, fp32 math, fp32 master weights and AdamW state)")
+	f.StringVar(&c.cudaGraph, "cuda-graph", "on", "on: a GPU step whose launch plan allows it is captured "+
+		"once as a CUDA graph and replayed (not with --profile); off: launched one by one. Recorded in the plan")
 }
 
 // options validates the flags and returns the target and the pipeline options.
@@ -171,7 +174,8 @@ func (c *compileFlags) options() (targets.Target, driver.Options, error) {
 		return targets.Target{}, driver.Options{}, err
 	}
 	o := driver.Options{Loss: c.loss, Attention: att, Checkpoint: c.checkpoint, MemoryBudget: int64(c.budget),
-		Precision: c.precision, Ranks: c.af.ranks, ShardMode: c.af.shardMode, RoPE: rope}
+		Precision: c.precision, Ranks: c.af.ranks, ShardMode: c.af.shardMode, RoPE: rope,
+		CUDAGraph: c.cudaGraph}
 	if _, err := driver.Pipeline(t, o); err != nil {
 		return targets.Target{}, driver.Options{}, err
 	}

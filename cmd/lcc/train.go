@@ -13,8 +13,10 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/lcc-dev/lcc/driver"
+	"github.com/lcc-dev/lcc/perf"
 	"github.com/lcc-dev/lcc/report"
 	"github.com/lcc-dev/lcc/runtime/exec"
+	"github.com/lcc-dev/lcc/targets"
 	"github.com/lcc-dev/lcc/tensor"
 	"github.com/lcc-dev/lcc/train"
 	"github.com/lcc-dev/lcc/train/runner"
@@ -100,6 +102,7 @@ naming it; --comm-timeout also bounds the rendezvous.`,
 			cfg.Target, cfg.Loss, cfg.Attention, cfg.Checkpoint = t, o.Loss, o.Attention, o.Checkpoint
 			cfg.MemoryBudget, cfg.Precision, cfg.Ranks, cfg.ShardMode = o.MemoryBudget, o.Precision, o.Ranks, o.ShardMode
 			cfg.RoPE = o.RoPE
+			cfg.CUDAGraph = o.CUDAGraph
 			precision := o.Precision
 			if cfg.Device == "cuda" {
 				// A GPU step plans its host side under the flag (none: the measured
@@ -289,6 +292,9 @@ func trainSummary(cmd *cobra.Command, r *train.Result) error {
 			100*(float64(r.HostHWMBytes)/float64(max(r.PlannedHostPeakBytes, 1))-1), report.Bytes(r.HostRSSBytes),
 			report.Bytes(r.PinnedPeakBytes))
 	}
+	if r.Resident {
+		printStepTime(out, r)
+	}
 	if r.ProfileSteps > 0 {
 		printProfile(out, r)
 	}
@@ -345,6 +351,27 @@ func printCheckpointTimes(out io.Writer, r *train.Result) {
 	}
 }
 
+// printStepTime prints the median wall-clock step time after the first two
+// steps (the first builds the program, the second captures the CUDA graph), and
+// how the step ran: what --cuda-graph=on and off are compared by.
+func printStepTime(out io.Writer, r *train.Result) {
+	if len(r.StepTimes) < 3 {
+		return
+	}
+	ts := slices.Clone(r.StepTimes[2:])
+	slices.Sort(ts)
+	med := ts[len(ts)/2]
+	if len(ts)%2 == 0 {
+		med = (ts[len(ts)/2-1] + med) / 2
+	}
+	graph := r.CUDAGraph
+	if graph == "" {
+		graph = "undecided"
+	}
+	fmt.Fprintf(out, "step    median %.3f ms over steps %d..%d (cuda graph: %s)\n",
+		float64(med)/float64(time.Millisecond), r.FirstStep+3, r.Step, graph)
+}
+
 // printProfile prints the mean wall-clock step time and the GPU time per
 // kernel family per step of the profiled steps (all but the first).
 func printProfile(out io.Writer, r *train.Result) {
@@ -377,5 +404,13 @@ func printProfile(out io.Writer, r *train.Result) {
 		"wall minus attention %.2f ms/step\n", r.Step-n+1, r.Step, ms(wall), ms(gpu), ms(attn), ms(wall-attn))
 	for _, f := range fams {
 		fmt.Fprintf(out, "  %-32s %9.3f ms/step %5.1f%%\n", f.name, ms(f.d), 100*float64(f.d)/float64(max(gpu, 1)))
+	}
+	if r.Roofline != nil {
+		dev, ok := targets.ForGPU(r.GPU)
+		if !ok {
+			dev, _ = targets.Lookup("h200x1")
+			fmt.Fprintf(out, "roofline: no ceilings known for %q; those of %s stand in\n", r.GPU, dev.GPU)
+		}
+		perf.WriteRoofline(out, perf.Roofline(r.Roofline, r.ProfileSteps, dev, r.TrainedElements), dev)
 	}
 }

@@ -20,6 +20,9 @@ import (
 // squares in fp64 in a fixed tree (deterministic). The host computes the step's
 // scalars in fp64, rounded to fp32 as the IR update casts them.
 
+// OptimScalars is the number of fp32 step scalars the AdamW kernel reads.
+const OptimScalars = 7
+
 // OptimChunk is the number of elements one block of an optimizer kernel handles.
 const OptimChunk = 8192
 
@@ -35,6 +38,8 @@ const (
 	// clipping coefficient min(max_norm/(norm+1e-6), 1) (1 without clipping).
 	OptimNormEntry = "lcc_optim_norm"
 	// OptimAdamWEntry: the AdamW update of master, m and v, and the working copy.
+	// Its step scalars are OptimScalars fp32 values in device memory: decay,
+	// 1−β1, β2, 1−β2, √(bias correction 2), ε and the step size.
 	OptimAdamWEntry = "lcc_optim_adamw"
 	// OptimAccumEntry: sum = g (first micro-step) or sum + g.
 	OptimAccumEntry = "lcc_optim_accum"
@@ -83,9 +88,12 @@ extern "C" __global__ void @NORM@(const double* partial, int n, double max_norm,
 extern "C" __global__ void @ADAMW@(const unsigned long long* gptr, const unsigned long long* wptr,
     const long long* base, const int* ck, const long long* cs, const int* cl,
     float* master, float* m, float* v, const double* normcoef, float micro, int clip,
-    float decay, float one_minus_beta1, float beta2, float one_minus_beta2, float bc2_sqrt,
-    float eps, float step_size) {
+    const float* sc) {
   OPTIM_CHUNK();
+  // The step's scalars (OptimScalars) come from device memory, written before
+  // each launch, so that a captured CUDA graph replays the update at a new rate.
+  const float decay = sc[0], one_minus_beta1 = sc[1], beta2 = sc[2], one_minus_beta2 = sc[3];
+  const float bc2_sqrt = sc[4], eps = sc[5], step_size = sc[6];
   const @GT@* g = (const @GT@*)gptr[k] + s;
   @WT@* w = (@WT@*)wptr[k] + s;
   const long long o = base[k] + s;

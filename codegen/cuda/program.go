@@ -25,6 +25,9 @@ type Options struct {
 	// `lcc check --attention-kernels=scalar` can hold the tensor-core tier's
 	// results beside theirs on the same model.
 	ScalarAttention bool
+	// NoCUDAGraph records in the plan that its steps run uncaptured
+	// (lcc train --cuda-graph=off), for comparison with the captured step.
+	NoCUDAGraph bool
 }
 
 // Param is one kernel parameter: a pointer to a buffer.
@@ -136,6 +139,9 @@ type LaunchPlan struct {
 	Buffers []Buffer `json:"buffers"`
 	Steps   []Step   `json:"steps"`
 	Outputs []Output `json:"outputs"`
+	// Graph says whether the executor captures the steps as a CUDA graph
+	// (PlanGraph); the program hash covers it.
+	Graph Graph `json:"cuda_graph"`
 	// Constants maps a "const" buffer id to its value (written to
 	// constants.safetensors under the name "%<id>").
 	Constants map[int]*tensor.Tensor `json:"-"`
@@ -188,6 +194,7 @@ func Build(f *ir.Func, opts Options) (*Program, error) {
 		g.prog.Plan.Outputs = append(g.prog.Plan.Outputs, Output{Name: o.Name, ID: g.ids[o.Value]})
 	}
 	deferWaits(g.prog.Plan)
+	g.prog.Plan.Graph = PlanGraph(g.prog.Plan, opts.NoCUDAGraph)
 	return g.prog, nil
 }
 

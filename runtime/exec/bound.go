@@ -140,7 +140,7 @@ func (b *Bound) Step(inputs map[string]*tensor.Tensor, scalars ...string) ([]flo
 	if err := b.r.upload(host, true); err != nil {
 		return nil, err
 	}
-	if err := b.r.launch(b.f); err != nil {
+	if err := b.r.boundLaunch(b.f); err != nil {
 		return nil, err
 	}
 	out := make([]float64, len(scalars))

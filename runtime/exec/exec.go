@@ -114,8 +114,12 @@ type runner struct {
 	// Data or a constant's value, by pointer) whose contents the arena holds, so
 	// the next run need not upload it again.
 	resident map[int]*tensor.Tensor
-	// prof is the session's profiler (nil unless Options.Profile).
-	prof *profiler
+	// prof is the session's profiler (nil unless Options.Profile), spans its
+	// family and work per step (made at the first profiled run).
+	prof  *profiler
+	spans []span
+	// graphs is the CUDA graph a Bound step replays (graph.go).
+	graphs graphState
 	// nParams, nBody and nOutputs are the function's sizes when it was built: a
 	// cheap guard against a Func edited in place between runs.
 	nParams, nBody, nOutputs int
@@ -125,6 +129,8 @@ type runner struct {
 // stream and the BlasLt handle.
 func (r *runner) close() error {
 	var errs []error
+	errs = append(errs, r.graphs.graph.Destroy())
+	r.graphs.graph = nil
 	for _, m := range r.mods {
 		errs = append(errs, m.Unload())
 	}
@@ -374,14 +380,10 @@ func (r *runner) launch(f *ir.Func) error {
 		return fmt.Errorf("exec: running the plan (set Options.SyncEach to find the step): %w", err)
 	}
 	if r.prof != nil {
-		fams := make([]string, len(r.plan.Steps))
-		for i, s := range r.plan.Steps {
-			fams[i] = s.Op
-			if fams[i] == "" {
-				fams[i] = s.Kind
-			}
+		if r.spans == nil {
+			r.spans = planSpans(r.plan)
 		}
-		return r.prof.collect(fams)
+		return r.prof.collect(r.spans)
 	}
 	return nil
 }

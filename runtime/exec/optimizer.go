@@ -26,13 +26,23 @@ type Optimizer struct {
 	maxNorm float64
 
 	master, m, v, sum, partial, normCoef cuda.DevicePtr
-	gptr, sptr, wptr, base, ck, cs, cl   cuda.DevicePtr
-	allocs                               []cuda.DevicePtr
-	mods                                 []*cuda.Module
+	// scalars holds the step's OptimScalars fp32 values, written before each
+	// update; graph is the update captured (nil: launched one by one), graphs
+	// the decision (graph.go).
+	scalars                            cuda.DevicePtr
+	hostScalars                        *cuda.HostBuffer
+	graphs                             graphState
+	gptr, sptr, wptr, base, ck, cs, cl cuda.DevicePtr
+	allocs                             []cuda.DevicePtr
+	mods                               []*cuda.Module
 	// direct runs on the gradients in the arena (one micro-step), summed on
 	// the flat sums (several).
 	sumsq, norm, adamw, accum, cast *cuda.Function
-	// wdt is the working weights' storage, wbufs their buffers (for poisoning).
+	// gsz, asz and wsz are the element sizes of the gradients the norm and
+	// AdamW read (the arena's, or the fp32 sums), of the arena's gradients and
+	// of the working weights: what the profile's byte counts use.
+	gsz, asz, wsz int64
+	// wbufs are the working weights' buffers (for poisoning).
 	wbufs []codegen.Buffer
 	wptrs []cuda.DevicePtr
 	// copy is the stream of Snapshot's device-to-host copies; copyStart and
@@ -98,6 +108,7 @@ func (b *Bound) NewOptimizer(spec OptimizerSpec) (*Optimizer, error) {
 	if o.micro > 1 {
 		gsrc = "f32"
 	}
+	o.gsz, o.asz, o.wsz = dtypeSize(gsrc), dtypeSize(gdt), dtypeSize(wdt)
 	if err := o.load(gdt, gsrc, wdt); err != nil {
 		o.Close()
 		return nil, err
@@ -125,7 +136,11 @@ func (b *Bound) NewOptimizer(spec OptimizerSpec) (*Optimizer, error) {
 		}
 	}
 	if o.partial, err = alloc(8 * int64(o.nChunks)); err == nil {
-		o.normCoef, err = alloc(16)
+		if o.normCoef, err = alloc(16); err == nil {
+			if o.scalars, err = alloc(4 * codegen.OptimScalars); err == nil {
+				o.hostScalars, err = o.dev.AllocHost(4 * codegen.OptimScalars)
+			}
+		}
 	}
 	if err != nil {
 		o.Close()
@@ -277,7 +292,7 @@ func (o *Optimizer) Accumulate(first bool) error {
 		err = s.stream.Synchronize()
 	}
 	if err == nil {
-		err = s.prof.collect([]string{"optim.accum"})
+		err = s.prof.collect([]span{o.accumSpan(first)})
 	}
 	return err
 }
@@ -311,6 +326,84 @@ func (o *Optimizer) Step(h AdamWStep) (float64, error) {
 			return 0, err
 		}
 	}
+	// The scalars go up in stream order from pinned memory, ahead of the
+	// launches that read them; the previous update has finished (Step
+	// synchronises), so its copy no longer reads the pinned bytes.
+	sc := []float32{h.Decay, h.OneMinusBeta1, h.Beta2, h.OneMinusBeta2, h.Bc2Sqrt, h.Eps, h.StepSize}
+	for i, x := range sc {
+		binary.LittleEndian.PutUint32(o.hostScalars.Bytes()[4*i:], math.Float32bits(x))
+	}
+	err := s.stream.CopyHtoDAsync(o.scalars, o.hostScalars, 0, 4*len(sc))
+	switch {
+	case err != nil:
+	case o.pending != nil:
+		// A snapshot is still copying the state this update overwrites: this
+		// step waits for it, so it runs uncaptured.
+		err = s.stream.Wait(o.pending)
+		o.pending = nil
+		if err == nil {
+			err = o.queue(g)
+		}
+	default:
+		err = o.replay(g)
+	}
+	if err == nil {
+		err = s.stream.Synchronize()
+	}
+	if err == nil && s.prof != nil {
+		err = s.prof.collect(o.stepSpans())
+	}
+	if err != nil {
+		return 0, fmt.Errorf("exec: optimizer step: %w", err)
+	}
+	var raw [8]byte
+	if err := cuda.CopyDtoH(o.dev, raw[:], o.normCoef); err != nil {
+		return 0, fmt.Errorf("exec: optimizer step: downloading the norm: %w", err)
+	}
+	return math.Float64frombits(binary.LittleEndian.Uint64(raw[:])), nil
+}
+
+// dtypeSize is the byte size of one element of storage dtype dt (4 if unknown).
+func dtypeSize(dt string) int64 {
+	t, err := tensor.ParseDType(dt)
+	if err != nil {
+		return 4
+	}
+	return int64(t.Size())
+}
+
+// The optimizer's passes over its state, per trained element, as the profile
+// counts them (the chunk tables and per-chunk partial sums are left out: a few
+// bytes per 64K elements):
+//   - accum reads the arena's gradient and writes the fp32 sum, reading it too
+//     unless it is the first micro-step;
+//   - norm (sumsq, then one block for the norm) reads the gradient once;
+//   - adamw reads the gradient, reads and writes the fp32 master, m and v
+//     (24 bytes), and writes the working weight: 28 bytes per element with
+//     bf16 gradients and weights, the floor of an update that touches each
+//     of them once. Clipping needs the global norm before the first update,
+//     so the gradient is read twice: 30 bytes per element a step in all.
+func (o *Optimizer) accumSpan(first bool) span {
+	per := o.asz + 8
+	if first {
+		per = o.asz + 4
+	}
+	return span{fam: "optim.accum", kind: "optim", launches: 1, work: codegen.Work{Bytes: o.total * per}}
+}
+
+// stepSpans are the norm's two launches and AdamW's one (see accumSpan).
+func (o *Optimizer) stepSpans() []span {
+	return []span{
+		{fam: "optim.norm", kind: "optim", launches: 2, work: codegen.Work{Bytes: o.total * o.gsz}},
+		{fam: "optim.adamw", kind: "optim", launches: 1, work: codegen.Work{Bytes: o.total * (o.gsz + 24 + o.wsz)}},
+	}
+}
+
+// queue issues the update's launches on the session's stream: the norm
+// (sumsq, then one block) and AdamW, reading g (the arena's gradients or the
+// sums), with profiling marks around the norm and the update.
+func (o *Optimizer) queue(g cuda.DevicePtr) error {
+	s := o.b.s
 	micro := float32(o.micro)
 	clip := int32(0)
 	if o.maxNorm > 0 {
@@ -333,32 +426,48 @@ func (o *Optimizer) Step(h AdamWStep) (float64, error) {
 	if err == nil {
 		err = mark(1)
 	}
-	if err == nil && o.pending != nil {
-		// A snapshot is still copying the state this update overwrites.
-		err = s.stream.Wait(o.pending)
-		o.pending = nil
-	}
 	if err == nil {
 		err = o.launch(o.adamw, g, o.wptr, o.base, o.ck, o.cs, o.cl, o.master, o.m, o.v, o.normCoef,
-			micro, clip, h.Decay, h.OneMinusBeta1, h.Beta2, h.OneMinusBeta2, h.Bc2Sqrt, h.Eps, h.StepSize)
+			micro, clip, o.scalars)
 	}
 	if err == nil {
 		err = mark(2)
 	}
-	if err == nil {
-		err = s.stream.Synchronize()
+	return err
+}
+
+// replay runs the update as a CUDA graph where the bound step is captured:
+// launched one by one on the first Step, captured on the second, replayed
+// after; the step's scalars are in device memory, so the graph is the same
+// every step. A capture that fails leaves the update uncaptured, saying why.
+func (o *Optimizer) replay(g cuda.DevicePtr) error {
+	gs := &o.graphs
+	gs.runs++
+	if !gs.decided && gs.runs > 1 {
+		gs.decided = true
+		if why := captureReason(o.b.r.plan, o.b.s.opts); why != "" {
+			gs.note = why
+		} else if o.nChunks == 0 {
+			gs.note = "not captured: nothing to update"
+		} else if graph, err := o.b.s.stream.Capture(func() error { return o.queue(g) }); err != nil {
+			gs.note = fmt.Sprintf("not captured: capturing the update failed: %v", err)
+		} else {
+			gs.graph = graph
+			gs.note = fmt.Sprintf("captured 3 launches (%d graph nodes)", graph.Nodes())
+		}
 	}
-	if err == nil && s.prof != nil {
-		err = s.prof.collect([]string{"optim.norm", "optim.adamw"})
+	if gs.graph == nil {
+		return o.queue(g)
 	}
-	if err != nil {
-		return 0, fmt.Errorf("exec: optimizer step: %w", err)
-	}
-	var raw [8]byte
-	if err := cuda.CopyDtoH(o.dev, raw[:], o.normCoef); err != nil {
-		return 0, fmt.Errorf("exec: optimizer step: downloading the norm: %w", err)
-	}
-	return math.Float64frombits(binary.LittleEndian.Uint64(raw[:])), nil
+	return gs.graph.Launch(o.b.s.stream)
+}
+
+// CUDAGraph says how the update runs: "captured 3 launches (N graph nodes)",
+// "not captured: why", or "" before its second Step decides.
+func (o *Optimizer) CUDAGraph() string {
+	o.b.s.mu.Lock()
+	defer o.b.s.mu.Unlock()
+	return o.graphs.note
 }
 
 // Save downloads master weights and moments, one fp32 tensor per trained
@@ -404,6 +513,8 @@ func (o *Optimizer) Close() error {
 	if o.snap != nil {
 		errs = append(errs, o.snap.Release())
 	}
+	errs = append(errs, o.graphs.graph.Destroy(), o.hostScalars.Free())
+	o.graphs.graph, o.hostScalars = nil, nil
 	if o.copy != nil {
 		errs = append(errs, o.copy.Synchronize(), o.copy.Destroy(), o.copyStart.Destroy(), o.copyReady.Destroy(),
 			o.copyDone.Destroy())

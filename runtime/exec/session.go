@@ -310,7 +310,7 @@ func (s *Session) build(f *ir.Func, prog *codegen.Program) (*runner, error) {
 		return nil, err
 	}
 	if s.opts.Profile && s.prof == nil {
-		s.prof = &profiler{dev: s.dev, byFam: map[string]time.Duration{}}
+		s.prof = &profiler{dev: s.dev, byFam: map[string]time.Duration{}, fams: map[string]Family{}}
 	}
 	r := &runner{dev: s.dev, prog: prog, plan: prog.Plan, offs: offs, opts: s.opts, prof: s.prof,
 		stream: s.stream, copy: s.copy, blas: s.blas, resident: map[int]*tensor.Tensor{},
