@@ -31,9 +31,12 @@ trained weights:
                         their own, read by the nodes that read them in PyTorch).`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			// -o has no default: export never guesses a file to overwrite. Checking it first
+			// also avoids reading a large checkpoint only to fail at the write.
 			if out == "" {
 				return fmt.Errorf("-o FILE is required")
 			}
+			// Refuse a directory or an unwritable path before export.Run does any work.
 			if err := checkOutputFile("-o", out); err != nil {
 				return err
 			}
@@ -41,10 +44,13 @@ trained weights:
 			if err != nil {
 				return err
 			}
+			// Refused checkpoints (torn or corrupt) are not fatal: export falls back to an older
+			// valid one, but the user should know which were passed over and why.
 			for _, r := range res.Refused {
 				fmt.Fprintf(cmd.ErrOrStderr(), "lcc: warning: skipped %s: %v\n", r.Path, r.Err)
 			}
 			w := cmd.OutOrStdout()
+			// Skipped tensors go to stdout with the result, since they change what the file holds.
 			for _, s := range res.Skipped {
 				fmt.Fprintf(w, "skipped %s\n", s)
 			}
