@@ -430,6 +430,8 @@ func coalesce(shape []int64, as []*access) []int64 {
 // along the row and every other stride and the offset a multiple of the lanes
 // (arena buffers are 256-byte aligned, ArenaAlign).
 func ewLanes(shape []int64, as []*access) (lanes int64, flat bool) {
+	// One lane count for the whole kernel: 4 f32 or 8 bf16 elements each fill one
+	// 16-byte access, and a mixed run takes 8 so the bf16 side stays vectorised.
 	lanes = 4
 	for _, a := range as {
 		switch a.dt {
@@ -440,10 +442,13 @@ func ewLanes(shape []int64, as []*access) (lanes int64, flat bool) {
 			return 1, false
 		}
 	}
+	// A 0-d run (every dim coalesced away or a scalar) has one element; nothing to vectorise.
 	if len(shape) == 0 {
 		return 1, false
 	}
 	last := len(shape) - 1
+	// Rows that are not whole vectors can still go L at a time when the run is one
+	// flat dim (no rows to straddle): vectors cover the bulk, a scalar tail the rest.
 	if shape[last]%lanes != 0 {
 		if last != 0 {
 			return 1, false
@@ -461,6 +466,7 @@ func ewLanes(shape []int64, as []*access) (lanes int64, flat bool) {
 			aligned = aligned && s%lanes == 0
 		}
 		switch {
+		// A value broadcast along the row is loaded once per vector step and shared.
 		case a.st[last] == 0:
 			a.mode = bcastMode
 		case a.st[last] == 1 && aligned:
@@ -497,6 +503,7 @@ func ewOffset(a *access, shape []int64) string {
 }
 
 // ewCoords splits i into coordinates when the run has more than one dim.
+// A one-dim run indexes with i directly: no division at all.
 func ewCoords(it string, shape []int64) string {
 	if len(shape) <= 1 {
 		return ""
@@ -544,6 +551,8 @@ func ewVector(it string, lanes int64, shape []int64, ins, outs []*access, outVar
 	for k := range outs {
 		fmt.Fprintf(&sb, "    float o%d[%d];\n", k, lanes)
 	}
+	// The member expressions are emitted once and unrolled over lanes, so the
+	// vector body reuses the scalar body's text unchanged.
 	fmt.Fprintf(&sb, "#pragma unroll\n    for (int k = 0; k < %d; ++k) {\n", lanes)
 	for k, a := range ins {
 		if a.mode == bcastMode {
