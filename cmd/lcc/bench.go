@@ -119,6 +119,8 @@ func benchAttentionCmd(bf *benchFlags) *cobra.Command {
 			if s.Hkv == 0 {
 				s.Hkv = s.H
 			}
+			// Grouped-query attention shares each kv head among H/Hkv query heads, so the
+			// division must be exact.
 			if s.T <= 0 || s.B <= 0 || s.H <= 0 || s.Hkv <= 0 || s.H%s.Hkv != 0 {
 				return fmt.Errorf("--T %d --B %d --H %d --Hkv %d: want positive sizes and H a multiple of Hkv",
 					s.T, s.B, s.H, s.Hkv)
@@ -208,6 +210,7 @@ func benchDilatedCmd(bf *benchFlags) *cobra.Command {
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			w := cmd.OutOrStdout()
+			// LongNet pairs each segment length with one dilation; the lists must line up.
 			if s.T <= 0 || s.H <= 0 || len(s.Segments) == 0 || len(s.Segments) != len(s.Dilations) {
 				return fmt.Errorf("--T %d --H %d --segments %v --dilations %v: want positive sizes and one dilation per segment",
 					s.T, s.H, s.Segments, s.Dilations)
@@ -241,6 +244,7 @@ func benchDilatedCmd(bf *benchFlags) *cobra.Command {
 				return err
 			}
 			defer done()
+			// A tier given in --tiles wins over --tier.
 			if tiles.Tier == 0 {
 				if tiles.Tier, err = bf.tierOf(b); err != nil {
 					return err
@@ -275,6 +279,8 @@ func benchDilatedCmd(bf *benchFlags) *cobra.Command {
 	f.Int64Var(&s.T, "T", 1048576, "sequence length")
 	f.IntVar(&s.H, "H", 8, "heads")
 	f.IntVar(&s.D, "D", 128, "head dim (64 or 128)")
+	// The defaults follow the LongNet paper's geometric schedule: each branch
+	// doubles both the segment and the dilation.
 	f.Int64SliceVar(&s.Segments, "segments", []int64{2048, 4096, 8192, 16384, 32768}, "segment lengths w")
 	f.Int64SliceVar(&s.Dilations, "dilations", []int64{1, 2, 4, 8, 16}, "dilations r, one per segment")
 	f.StringVar(&dq, "dq", "auto", "backward: auto, fused (dQ in a fixed-point sum inside the dK/dV kernels) or split")

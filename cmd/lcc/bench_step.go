@@ -19,6 +19,8 @@ import (
 // steps after --warmup), with its GPU time per kernel family, beside
 // flagship.py's PyTorch step when the model is the flagship and --anchors is set.
 func benchStepCmd(bf *benchFlags) *cobra.Command {
+	// Start from lcc train's defaults, so the bench times the step a plain lcc train
+	// with the same flags would run.
 	cfg := train.DefaultConfig()
 	var cf compileFlags
 	cmd := &cobra.Command{

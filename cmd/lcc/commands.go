@@ -237,6 +237,7 @@ func compileCmd() *cobra.Command {
 			if len(emit) > 0 && out == "" {
 				return fmt.Errorf("--emit needs -o DIR")
 			}
+			// --measured only adds a line to the memory plot; alone it would be silently ignored.
 			if measured != "" && !plotMemory {
 				return fmt.Errorf("--measured needs --emit=memory")
 			}
@@ -332,6 +333,7 @@ func written(dir string) []string {
 
 // checkPrintAfter validates --print-ir-after against the registered passes.
 func checkPrintAfter(name string) error {
+	// Empty prints nothing and all prints after every pass; neither names a pass.
 	if name == "" || name == "all" {
 		return nil
 	}
@@ -348,6 +350,7 @@ func targetsCmd() *cobra.Command {
 		Short: "list the built-in targets",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			// Fixed units per column (TFLOP/s, TB/s, GB/s), so targets compare at a glance.
 			w := tabwriter.NewWriter(cmd.OutOrStdout(), 2, 4, 2, ' ', 0)
 			fmt.Fprintln(w, "NAME\tGPUS\tGPU\tARCH\tMEMORY/GPU\tBF16 PEAK\tHBM\tINTERCONNECT")
 			for _, t := range targets.All() {

@@ -70,6 +70,8 @@ func (d *deviceFlags) runnerWithPrograms() (driver.Runner, func(*ir.Func) *codeg
 		}
 		// One session for the command: a training loop runs the same functions every
 		// step and so builds, loads and allocates each of them once.
+		// --attention-kernels=scalar swaps the tensor-core attention kernels for the
+		// simple ones, to tell a flash-kernel fault from a model fault.
 		s := exec.NewSession(dev, exec.Options{Storage: storage, ScalarAttention: d.attentionKernels == "scalar"})
 		return s.Run, s.ProgramOf, func() {
 			s.Close()
@@ -80,7 +82,8 @@ func (d *deviceFlags) runnerWithPrograms() (driver.Runner, func(*ir.Func) *codeg
 }
 
 // session opens GPU 0 and starts a peak-memory meter there, then a session with
-// the flags' storage (timing launches by family with profile); release closes them in reverse order.
+// the flags' storage (timing launches by family with profile); release closes
+// them in reverse order.
 func (d *deviceFlags) session(profile bool) (*exec.Session, *cuda.PeakMeter, func(), error) {
 	storage, err := d.storage()
 	if err != nil {

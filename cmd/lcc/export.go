@@ -58,6 +58,7 @@ trained weights:
 			return nil
 		},
 	}
+	// safetensors by default: the format a PyTorch user loads directly.
 	cmd.Flags().StringVar(&format, "format", "safetensors", "safetensors (PyTorch state_dict names) or onnx")
 	cmd.Flags().StringVarP(&out, "output", "o", "", "the file to write")
 	cmd.Flags().IntVar(&step, "step", 0, "export the checkpoint of this step (default: the newest valid one)")
