@@ -71,7 +71,7 @@ func (d *deviceFlags) runnerWithPrograms() (driver.Runner, func(*ir.Func) *codeg
 		// One session for the command: a training loop runs the same functions every
 		// step and so builds, loads and allocates each of them once.
 		// --attention-kernels=scalar swaps the tensor-core attention kernels for the
-		// simple ones, to tell a flash-kernel fault from a model fault.
+		// CUDA-core ones, to tell a tensor-core kernel fault from a model fault.
 		s := exec.NewSession(dev, exec.Options{Storage: storage, ScalarAttention: d.attentionKernels == "scalar"})
 		return s.Run, s.ProgramOf, func() {
 			s.Close()
