@@ -15,6 +15,8 @@ import (
 )
 
 // benchFlags are shared by every `lcc bench` workload.
+// anchors is the folder of PyTorch anchor scripts; empty skips the anchors.
+// warm and iters are the untimed and timed runs; tier picks the attention kernel tier.
 type benchFlags struct {
 	anchors     string
 	warm, iters int
@@ -24,6 +26,7 @@ type benchFlags struct {
 // tierOf is --tier, or the tier lcc picks for the device when it is 0.
 func (bf *benchFlags) tierOf(b *perf.Bench) (int, error) {
 	switch bf.tier {
+	// 0 defers to the device: wgmma (tier 2) needs sm_90a, older GPUs take mma.sync.
 	case 0:
 		return perf.TierFor(b.Dev), nil
 	case 1, 2:
@@ -56,6 +59,7 @@ same command, at the same shape, and prints the ratio of their time to lcc's
 
 // openBench opens GPU 0, a stream and the kernel cache.
 func (bf *benchFlags) open() (*perf.Bench, func(), error) {
+	// Validate the counts before opening a device, which is slow and may be shared.
 	if bf.iters < 1 || bf.warm < 0 {
 		return nil, nil, fmt.Errorf("--iters %d, --warmup %d: want iters ≥ 1 and warmup ≥ 0", bf.iters, bf.warm)
 	}
@@ -68,6 +72,8 @@ func (bf *benchFlags) open() (*perf.Bench, func(), error) {
 		dev.Close()
 		return nil, nil, err
 	}
+	// The on-disk kernel cache is the one lcc's other commands use, so kernels built
+	// once are not rebuilt by every bench run.
 	dir, err := cuda.DefaultCacheDir()
 	if err != nil {
 		dev.Close()
@@ -79,6 +85,8 @@ func (bf *benchFlags) open() (*perf.Bench, func(), error) {
 		return nil, nil, err
 	}
 	b := &perf.Bench{Dev: dev, Stream: st, Cache: cache, Warm: bf.warm, Iters: bf.iters}
+	// Release in reverse order of opening: the cache's modules and the stream belong
+	// to the device's context.
 	return b, func() { b.Close(); st.Destroy(); dev.Close() }, nil
 }
 
@@ -87,6 +95,7 @@ func (bf *benchFlags) anchorRows(w io.Writer, script string, args ...string) ([]
 	if bf.anchors == "" {
 		return nil, nil
 	}
+	// Echo the exact command so a surprising anchor figure can be reproduced by hand.
 	fmt.Fprintf(w, "anchor: python3 %s/%s %v\n", bf.anchors, script, args)
 	return perf.RunAnchor(context.Background(), bf.anchors, script, args, os.Stderr)
 }
@@ -104,14 +113,19 @@ func benchAttentionCmd(bf *benchFlags) *cobra.Command {
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			w := cmd.OutOrStdout()
+			// The flag is negative because causal is the default and the anchors time only causal.
 			s.Causal = !noCausal
+			// 0 means plain multi-head attention: one key/value head per query head.
 			if s.Hkv == 0 {
 				s.Hkv = s.H
 			}
+			// Grouped-query attention shares each kv head among H/Hkv query heads, so the
+			// division must be exact.
 			if s.T <= 0 || s.B <= 0 || s.H <= 0 || s.Hkv <= 0 || s.H%s.Hkv != 0 {
 				return fmt.Errorf("--T %d --B %d --H %d --Hkv %d: want positive sizes and H a multiple of Hkv",
 					s.T, s.B, s.H, s.Hkv)
 			}
+			// One zero configuration: every field 0 takes the kernel's own default tiles.
 			ts := []perf.Tiles{{}}
 			if tiles != "" {
 				var err error
@@ -129,12 +143,15 @@ func benchAttentionCmd(bf *benchFlags) *cobra.Command {
 				return err
 			}
 			for i := range ts {
+				// A sweep entry without a tier runs in --tier, so a sweep can mix tiers.
 				if ts[i].Tier == 0 {
 					ts[i].Tier = tier
 				}
 			}
 			fmt.Fprintf(w, "lcc bench attention: B=%d T=%d H=%d Hkv=%d D=%d causal=%v on %s\n",
 				s.B, s.T, s.H, s.Hkv, s.D, s.Causal, b.Dev.Name())
+			// Print the rows that ran before looking at err: a sweep that fails on one
+			// configuration still reports the others.
 			rows, err := b.Attention(s, ts)
 			for _, r := range rows {
 				res := r.Result(s)
@@ -145,6 +162,7 @@ func benchAttentionCmd(bf *benchFlags) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			// Compare the fastest configuration by fwd+bwd, the figure training pays.
 			best := rows[0]
 			for _, r := range rows {
 				if r.FwdBwd.Median < best.FwdBwd.Median {
@@ -192,6 +210,7 @@ func benchDilatedCmd(bf *benchFlags) *cobra.Command {
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			w := cmd.OutOrStdout()
+			// LongNet pairs each segment length with one dilation; the lists must line up.
 			if s.T <= 0 || s.H <= 0 || len(s.Segments) == 0 || len(s.Segments) != len(s.Dilations) {
 				return fmt.Errorf("--T %d --H %d --segments %v --dilations %v: want positive sizes and one dilation per segment",
 					s.T, s.H, s.Segments, s.Dilations)
@@ -209,6 +228,8 @@ func benchDilatedCmd(bf *benchFlags) *cobra.Command {
 				}
 				tiles = ts[0]
 			}
+			// dQ can be summed inside the dK/dV kernels (fused, no extra pass) or in a
+			// kernel of its own (split, no fixed-point rounding); auto lets the kernel choose.
 			switch dq {
 			case "auto":
 			case "fused":
@@ -223,6 +244,7 @@ func benchDilatedCmd(bf *benchFlags) *cobra.Command {
 				return err
 			}
 			defer done()
+			// A tier given in --tiles wins over --tier.
 			if tiles.Tier == 0 {
 				if tiles.Tier, err = bf.tierOf(b); err != nil {
 					return err
@@ -234,6 +256,8 @@ func benchDilatedCmd(bf *benchFlags) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			// At a million tokens the backward's side buffers matter as much as time, and
+			// the anchor reports the same figure for comparison.
 			fmt.Fprintf(w, "  extra memory (lse, delta, fp32 accumulators): %.2f GiB\n", float64(row.ExtraBytes)/(1<<30))
 			var anchors []perf.Result
 			arows, err := bf.anchorRows(w, "attention.py", "dilated", "--T", strconv.FormatInt(s.T, 10),
@@ -255,6 +279,8 @@ func benchDilatedCmd(bf *benchFlags) *cobra.Command {
 	f.Int64Var(&s.T, "T", 1048576, "sequence length")
 	f.IntVar(&s.H, "H", 8, "heads")
 	f.IntVar(&s.D, "D", 128, "head dim (64 or 128)")
+	// The defaults follow the LongNet paper's geometric schedule: each branch
+	// doubles both the segment and the dilation.
 	f.Int64SliceVar(&s.Segments, "segments", []int64{2048, 4096, 8192, 16384, 32768}, "segment lengths w")
 	f.Int64SliceVar(&s.Dilations, "dilations", []int64{1, 2, 4, 8, 16}, "dilations r, one per segment")
 	f.StringVar(&dq, "dq", "auto", "backward: auto, fused (dQ in a fixed-point sum inside the dK/dV kernels) or split")

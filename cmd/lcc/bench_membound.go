@@ -12,6 +12,7 @@ import (
 )
 
 // memShape is the shape and precision of the memory-bound workloads (ce, embed).
+// t tokens, d hidden size, v vocabulary; precision is the storage dtype's flag value.
 type memShape struct {
 	t, d, v   int64
 	precision string
@@ -22,6 +23,8 @@ type memShape struct {
 func (m *memShape) add(cmd *cobra.Command, t int64) {
 	f := cmd.Flags()
 	f.Int64Var(&m.t, "T", t, "tokens")
+	// One flag set for ce and embed, with the names attention.py takes, so one shape
+	// passes unchanged to the anchor.
 	f.Int64Var(&m.d, "d", 1024, "hidden size")
 	f.Int64Var(&m.v, "V", 32768, "vocabulary size")
 	f.StringVar(&m.precision, "precision", "bf16", "storage precision: bf16 or fp32")
@@ -70,17 +73,25 @@ first run (arena, kernels and the cuBLASLt workspace).`,
 				return err
 			}
 			defer done()
+			// The workload is an IR function, compiled and run as any program is, so the
+			// bench times the kernels lcc emits, not a hand-launched kernel.
 			f, err := perf.CEFunc(m.t, m.d, m.v)
 			if err != nil {
 				return err
 			}
+			// The anchor's inputs at a fixed seed, so the printed loss repeats run to run.
 			p, err := perf.MeasureProgram(b.Dev, f, perf.CEInputs(m.t, m.d, m.v, 1), storage, bf.warm, bf.iters)
 			if err != nil {
 				return err
 			}
 			w := cmd.OutOrStdout()
 			fmt.Fprintf(w, "lcc bench ce: T=%d d=%d V=%d %s on %s (logits chunk budget %d MiB)\n",
+				// The chunk budget bounds the logits held at once, which is what the extra
+				// memory figure below mostly measures.
 				m.t, m.d, m.v, m.precision, b.Dev.Name(), codegen.CEChunkBytes>>20)
+			// Both figures: the plan is what lcc promises, cuMemGetInfo what the driver saw,
+			// and a gap between them points at memory outside the arena. The loss is a cheap
+			// check that the timed program computed something sensible.
 			fmt.Fprintf(w, "lcc: extra memory %.2f GiB (arena plan), %.2f GiB (cuMemGetInfo); loss %.4f\n",
 				perf.GiB(p.PlanExtra), perf.GiB(p.MeasuredExtra), p.Outputs["loss"].F[0])
 			rows, err := bf.anchorRows(w, "attention.py", m.anchorArgs("ce")...)
@@ -93,6 +104,7 @@ first run (arena, kernels and the cuBLASLt workspace).`,
 				fmt.Fprintf(w, "%s: extra memory %.2f GiB (torch peak)\n", r.Name(), gib)
 				anchors = append(anchors, perf.AnchorResult(r, "fwdbwd"))
 			}
+			// Three T×d×V matmuls (logits, dh, dW) at 2 FLOPs per multiply-add.
 			tf := 6 * float64(m.t) * float64(m.d) * float64(m.v) / (p.Ms() * 1e9)
 			return perf.Compare(w, fmt.Sprintf("ce T=%d d=%d V=%d %s", m.t, m.d, m.v, m.precision),
 				perf.Result{Who: "lcc", Figures: []perf.Figure{{Phase: "fwdbwd", Ms: p.Ms(), TFLOPs: tf}}},
@@ -125,6 +137,8 @@ their difference.`,
 				return err
 			}
 			defer done()
+			// Forward and backward are separate programs so the scatter-add, whose atomics
+			// are the slow part, gets a time of its own.
 			fwd, bwd, err := perf.EmbedFuncs(m.t, m.d, m.v)
 			if err != nil {
 				return err
@@ -140,6 +154,7 @@ their difference.`,
 			}
 			w := cmd.OutOrStdout()
 			fmt.Fprintf(w, "lcc bench embed: T=%d d=%d V=%d %s on %s\n", m.t, m.d, m.v, m.precision, b.Dev.Name())
+			// Only the backward's memory is reported: the forward's output is the gather itself.
 			fmt.Fprintf(w, "lcc: backward extra memory %.3f GiB (arena plan), %.3f GiB (cuMemGetInfo)\n",
 				perf.GiB(pb.PlanExtra), perf.GiB(pb.MeasuredExtra))
 			rows, err := bf.anchorRows(w, "attention.py", m.anchorArgs("embed")...)
@@ -149,11 +164,13 @@ their difference.`,
 			var anchors []perf.Result
 			for _, r := range rows {
 				a := perf.AnchorResult(r, "fwd", "fwdbwd")
+				// PyTorch cannot time its backward alone here; the script reports fwdbwd − fwd.
 				if bw, ok := r.Float("bwd_ms_approx"); ok {
 					a.Figures = append(a.Figures, perf.Figure{Phase: "bwd", Ms: bw})
 				}
 				anchors = append(anchors, a)
 			}
+			// lcc's fwdbwd is the sum of the two programs, as the anchor's is one step of both.
 			lcc := perf.Result{Who: "lcc", Figures: []perf.Figure{{Phase: "fwd", Ms: pf.Ms()},
 				{Phase: "bwd", Ms: pb.Ms()}, {Phase: "fwdbwd", Ms: pf.Ms() + pb.Ms()}}}
 			return perf.Compare(w, fmt.Sprintf("embed T=%d d=%d V=%d %s", m.t, m.d, m.v, m.precision),

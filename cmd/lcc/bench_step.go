@@ -19,6 +19,8 @@ import (
 // steps after --warmup), with its GPU time per kernel family, beside
 // flagship.py's PyTorch step when the model is the flagship and --anchors is set.
 func benchStepCmd(bf *benchFlags) *cobra.Command {
+	// Start from lcc train's defaults, so the bench times the step a plain lcc train
+	// with the same flags would run.
 	cfg := train.DefaultConfig()
 	var cf compileFlags
 	cmd := &cobra.Command{
@@ -35,6 +37,7 @@ and prints the ratio of its step time to lcc's (above 1: lcc is faster).`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			w := cmd.OutOrStdout()
+			// Checked before opening the GPU: a bad count should not cost a device session.
 			if bf.iters < 1 || bf.warm < 0 {
 				return fmt.Errorf("--iters %d, --warmup %d: want iters ≥ 1 and warmup ≥ 0", bf.iters, bf.warm)
 			}
@@ -42,11 +45,15 @@ and prints the ratio of its step time to lcc's (above 1: lcc is faster).`,
 			if err != nil {
 				return err
 			}
+			// synthetic:copy needs no dataset on the machine and keeps every step the same
+			// shape, so step times compare across runs and against the anchor.
 			cfg.Model, cfg.Device, cfg.Data = args[0], "cuda", "synthetic:copy"
 			cfg.Target, cfg.Loss, cfg.Attention, cfg.Checkpoint = t, o.Loss, o.Attention, o.Checkpoint
 			cfg.MemoryBudget, cfg.Precision, cfg.CUDAGraph = o.MemoryBudget, o.Precision, o.CUDAGraph
+			// No progress lines: printing inside the loop would add host time to the timed steps.
 			cfg.Steps, cfg.ProgressEvery, cfg.Log = bf.warm+bf.iters, 0, cmd.ErrOrStderr()
 			df := deviceFlags{device: "cuda", precision: o.Precision}
+			// Profile on: the per-kernel-family GPU times printed below come from it.
 			s, meter, release, err := df.session(true)
 			if err != nil {
 				return err
@@ -57,6 +64,8 @@ and prints the ratio of its step time to lcc's (above 1: lcc is faster).`,
 			if err != nil {
 				return err
 			}
+			// The median, not the mean: a single step stalled by the host or by a lazy
+			// kernel load would otherwise move the figure.
 			timed := slices.Clone(res.StepTimes[bf.warm:])
 			slices.Sort(timed)
 			med := timed[len(timed)/2]
@@ -72,15 +81,19 @@ and prints the ratio of its step time to lcc's (above 1: lcc is faster).`,
 			if bf.anchors == "" {
 				return nil
 			}
+			// The anchor is a hand-written PyTorch model of the flagship at batch 1; any
+			// other model or batch has no like-for-like PyTorch step to compare with.
 			if !strings.HasPrefix(filepath.Base(cfg.Model), "flagship") || cfg.Batch != 1 {
 				fmt.Fprintln(w, "anchor skipped: flagship.py trains the flagship model at batch 1")
 				return nil
 			}
+			// flagship.py knows only dense and dilated; every other lcc mode times against dense.
 			attn := "dense"
 			if o.Attention.Mode == "dilated" {
 				attn = "dilated"
 			}
 			rows, err := bf.anchorRows(w, "flagship.py", "train", "--T", strconv.Itoa(cfg.SeqLen), "--attn", attn,
+				// naive: plain cross-entropy over materialised logits, the simplest PyTorch baseline.
 				"--ce", "naive")
 			if err != nil {
 				return err
@@ -90,6 +103,7 @@ and prints the ratio of its step time to lcc's (above 1: lcc is faster).`,
 					fmt.Fprintf(w, "  %-5s %s\n", r.Name(), e)
 					continue
 				}
+				// A row without step_s is a note from the script, not a timing; skip it.
 				st, ok := r.Float("step_s")
 				if !ok {
 					continue

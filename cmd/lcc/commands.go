@@ -21,6 +21,8 @@ import (
 
 // shapeFlags are the dim-binding flags shared by compile, run and check.
 type shapeFlags struct {
+	// 0 leaves a dim to the model (or to --shape); --shape binds dims by name for
+	// models whose dims the two shorthands do not recognise.
 	seqLen, batch int64
 	shapes        []string
 }
@@ -40,6 +42,7 @@ func (s *shapeFlags) bindings() (driver.Bindings, error) {
 	if err != nil {
 		return driver.Bindings{}, err
 	}
+	// 0 is allowed: it means "not given", not an empty sequence.
 	if s.seqLen < 0 {
 		return driver.Bindings{}, fmt.Errorf("--seq-len %d: want a positive integer", s.seqLen)
 	}
@@ -52,6 +55,8 @@ func (s *shapeFlags) bindings() (driver.Bindings, error) {
 // attentionFlags are the attention-rewrite and sequence-parallel flags shared by
 // compile and check.
 type attentionFlags struct {
+	// mode and the dilated fields feed the attention rewrite; ranks and shardMode
+	// decide sequence parallelism, which only ring and ulysses imply by themselves.
 	mode, offsets       string
 	segments, dilations []int64
 	require             bool
@@ -80,6 +85,8 @@ const rankFlagDoc = "split the sequence over N ranks (1: do not split). Default:
 // options validates the flags; gpus is the target's GPU count (0 where there is
 // no target), which --attention=ring or ulysses without --ranks shards over.
 func (a *attentionFlags) options(gpus int) (driver.AttentionOptions, error) {
+	// One --attention value names two choices: the rewrite that runs on every rank,
+	// and how the sequence is split across ranks.
 	rewrite, shard, err := driver.ShardModes(a.mode)
 	if err != nil {
 		return driver.AttentionOptions{}, err
@@ -87,6 +94,8 @@ func (a *attentionFlags) options(gpus int) (driver.AttentionOptions, error) {
 	if a.ranks < 0 {
 		return driver.AttentionOptions{}, fmt.Errorf("--ranks %d: want a positive number", a.ranks)
 	}
+	// Ring and Ulysses mean nothing on one rank, so without --ranks they take every
+	// GPU of the target rather than failing.
 	if (a.mode == "ring" || a.mode == "ulysses") && a.ranks == 0 && gpus > 1 {
 		a.ranks = gpus
 	}
@@ -100,6 +109,8 @@ func (a *attentionFlags) options(gpus int) (driver.AttentionOptions, error) {
 	a.shardMode = shard
 	o := driver.AttentionOptions{Mode: rewrite, Segments: a.segments, Dilations: a.dilations,
 		Offsets: a.offsets, Require: a.require}
+	// Validate here too, so check and compile refuse bad dilated segments before
+	// reading the model, with the flag's name in the message.
 	return o, o.Validate()
 }
 
@@ -107,6 +118,8 @@ func (a *attentionFlags) options(gpus int) (driver.AttentionOptions, error) {
 // --target-file, an entry of that file (the only one when name is empty); the
 // error lists the names that exist.
 func lookupTarget(name, file string) (targets.Target, error) {
+	// With a file, only its entries are candidates, so a name there never resolves
+	// to a built-in target of the same name by accident.
 	if file != "" {
 		ts, err := targets.LoadFile(file)
 		if err != nil {
@@ -114,6 +127,7 @@ func lookupTarget(name, file string) (targets.Target, error) {
 		}
 		var names []string
 		for _, t := range ts {
+			// A file of one target needs no --target.
 			if t.Name == name || (name == "" && len(ts) == 1) {
 				return t, nil
 			}
@@ -131,6 +145,8 @@ func lookupTarget(name, file string) (targets.Target, error) {
 
 // compileFlags are the flags that choose the pipeline's passes: lcc compile,
 // lcc train and lcc passes --pipeline take them with the same meanings.
+// Kept in one struct so every command that compiles parses the same flags the
+// same way; a step compiled by one runs unchanged under another.
 type compileFlags struct {
 	af                 attentionFlags
 	target, targetFile string
@@ -176,6 +192,8 @@ func (c *compileFlags) options() (targets.Target, driver.Options, error) {
 	o := driver.Options{Loss: c.loss, Attention: att, Checkpoint: c.checkpoint, MemoryBudget: int64(c.budget),
 		Precision: c.precision, Ranks: c.af.ranks, ShardMode: c.af.shardMode, RoPE: rope,
 		CUDAGraph: c.cudaGraph}
+	// Build the pass list once and drop it: this surfaces flag combinations that no
+	// pipeline supports as flag errors, before a model is loaded.
 	if _, err := driver.Pipeline(t, o); err != nil {
 		return targets.Target{}, driver.Options{}, err
 	}
@@ -220,9 +238,11 @@ func compileCmd() *cobra.Command {
 					return fmt.Errorf("--emit %q: want onnx, dot or memory", e)
 				}
 			}
+			// Every --emit output is a file in the -o folder; without one there is nowhere to put it.
 			if len(emit) > 0 && out == "" {
 				return fmt.Errorf("--emit needs -o DIR")
 			}
+			// --measured only adds a line to the memory plot; alone it would be silently ignored.
 			if measured != "" && !plotMemory {
 				return fmt.Errorf("--measured needs --emit=memory")
 			}
@@ -231,6 +251,8 @@ func compileCmd() *cobra.Command {
 					return err
 				}
 			}
+			// Before cf.options: recorded flags of a compiled step must be set before the
+			// flags are read.
 			if err := applyRecorded(cmd, args[0]); err != nil {
 				return err
 			}
@@ -247,8 +269,11 @@ func compileCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			// Warnings are about the model as loaded, before passes rewrite it away.
 			warnings := driver.Warnings(f)
 			res, err := driver.Compile(f, driver.CompileOptions{Options: o, Target: t, PrintAfter: printAfter,
+				// DefaultShard lets compile split over a multi-GPU target's GPUs when one cannot
+				// hold the step (see rankFlagDoc); check and run do not.
 				Model: args[0], TimePasses: timePasses, DefaultShard: true})
 			if err != nil {
 				return err
@@ -258,6 +283,8 @@ func compileCmd() *cobra.Command {
 			if out != "" {
 				wo := driver.OutputOptions{Emit: files}
 				if plotMemory {
+					// The plot is drawn inside WriteFolder so it lands in the folder before the
+					// folder is swapped in whole.
 					wo.Extra = func(dir string) error {
 						return writeMemoryPlot(filepath.Join(dir, "memory.png"), args[0], res, measured)
 					}
@@ -267,6 +294,7 @@ func compileCmd() *cobra.Command {
 				}
 			}
 			w := cmd.OutOrStdout()
+			// JSON goes out alone so it can be piped into jq; the "wrote" line is text only.
 			if reportFmt == "json" {
 				js, err := driver.ReportJSON(res.Report)
 				if err != nil {
@@ -301,6 +329,7 @@ func compileCmd() *cobra.Command {
 func written(dir string) []string {
 	var out []string
 	for _, name := range append(slices.Clone(driver.OutputFiles), "manifest.json") {
+		// List only what exists: which files are written depends on target and flags.
 		if _, err := os.Stat(filepath.Join(dir, name)); err == nil {
 			out = append(out, name)
 		}
@@ -310,6 +339,7 @@ func written(dir string) []string {
 
 // checkPrintAfter validates --print-ir-after against the registered passes.
 func checkPrintAfter(name string) error {
+	// Empty prints nothing and all prints after every pass; neither names a pass.
 	if name == "" || name == "all" {
 		return nil
 	}
@@ -326,6 +356,7 @@ func targetsCmd() *cobra.Command {
 		Short: "list the built-in targets",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			// Fixed units per column (TFLOP/s, TB/s, GB/s), so targets compare at a glance.
 			w := tabwriter.NewWriter(cmd.OutOrStdout(), 2, 4, 2, ' ', 0)
 			fmt.Fprintln(w, "NAME\tGPUS\tGPU\tARCH\tMEMORY/GPU\tBF16 PEAK\tHBM\tINTERCONNECT")
 			for _, t := range targets.All() {
@@ -371,6 +402,7 @@ func passesCmd() *cobra.Command {
 					ps = append(ps, p)
 				}
 			}
+			// Sorted by name, not registry order, so the list is stable as passes are added.
 			sort.Slice(ps, func(i, j int) bool { return ps[i].Name < ps[j].Name })
 			tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
 			for _, p := range ps {

@@ -48,6 +48,7 @@ func addHostBudget(cmd *cobra.Command, b *byteSize) {
 // or driver is an error, not a panic.
 func (d *deviceFlags) runner() (driver.Runner, func(), error) {
 	run, _, release, err := d.runnerWithPrograms()
+	// Callers that need no program hook get the two-value form.
 	return run, release, err
 }
 
@@ -61,7 +62,8 @@ func (d *deviceFlags) runnerWithPrograms() (driver.Runner, func(*ir.Func) *codeg
 	}
 	switch d.device {
 	case "cpu":
-		// --precision=bf16 on the CPU rounds what the GPU stores in bf16.
+		// --precision=bf16 on the CPU rounds what the GPU stores in bf16. The CPU holds
+		// nothing to release and compiles no program for check to follow.
 		return func(f *ir.Func, in map[string]*tensor.Tensor) (map[string]*tensor.Tensor, error) {
 			return driver.RunCPU(f, in, storage, driver.NewHostBudget(int64(d.hostBudget)))
 		}, nil, func() {}, nil
@@ -72,6 +74,8 @@ func (d *deviceFlags) runnerWithPrograms() (driver.Runner, func(*ir.Func) *codeg
 		}
 		// One session for the command: a training loop runs the same functions every
 		// step and so builds, loads and allocates each of them once.
+		// --attention-kernels=scalar swaps the tensor-core attention kernels for the
+		// CUDA-core ones, to tell a tensor-core kernel fault from a model fault.
 		s := exec.NewSession(dev, exec.Options{Storage: storage, ScalarAttention: d.attentionKernels == "scalar"})
 		return s.Run, s.ProgramOf, func() {
 			s.Close()
@@ -82,7 +86,8 @@ func (d *deviceFlags) runnerWithPrograms() (driver.Runner, func(*ir.Func) *codeg
 }
 
 // session opens GPU 0 and starts a peak-memory meter there, then a session with
-// the flags' storage (timing launches by family with profile); release closes them in reverse order.
+// the flags' storage (timing launches by family with profile); release closes
+// them in reverse order.
 func (d *deviceFlags) session(profile bool) (*exec.Session, *cuda.PeakMeter, func(), error) {
 	storage, err := d.storage()
 	if err != nil {
@@ -92,6 +97,8 @@ func (d *deviceFlags) session(profile bool) (*exec.Session, *cuda.PeakMeter, fun
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("--device=cuda: %w", err)
 	}
+	// 10 ms sampling: short enough to catch a step's transient peak, cheap enough
+	// to leave running beside the step.
 	meter, err := dev.StartPeakMeter(10 * time.Millisecond)
 	if err != nil {
 		dev.Close()
@@ -99,6 +106,7 @@ func (d *deviceFlags) session(profile bool) (*exec.Session, *cuda.PeakMeter, fun
 	}
 	s := exec.NewSession(dev, exec.Options{Storage: storage, Profile: profile})
 	return s, meter, func() {
+		// Stop the meter first: it samples the device that is closed last.
 		meter.Stop()
 		s.Close()
 		dev.Close()
@@ -118,6 +126,7 @@ func (d *deviceFlags) storage() (tensor.DType, error) {
 
 // defaultTolerance is 1e-4 for fp32 and 2e-2 for bf16 storage (docs/design.md §8).
 func (d *deviceFlags) defaultTolerance() float64 {
+	// bf16 keeps 8 significant bits, so 2e-2 is a few ulps of the stored values.
 	if d.precision == "bf16" {
 		return 2e-2
 	}

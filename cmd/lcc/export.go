@@ -31,9 +31,12 @@ trained weights:
                         their own, read by the nodes that read them in PyTorch).`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			// -o has no default: export never guesses a file to overwrite. Checking it first
+			// also avoids reading a large checkpoint only to fail at the write.
 			if out == "" {
 				return fmt.Errorf("-o FILE is required")
 			}
+			// Refuse a directory or an unwritable path before export.Run does any work.
 			if err := checkOutputFile("-o", out); err != nil {
 				return err
 			}
@@ -41,10 +44,13 @@ trained weights:
 			if err != nil {
 				return err
 			}
+			// Refused checkpoints (torn or corrupt) are not fatal: export falls back to an older
+			// valid one, but the user should know which were passed over and why.
 			for _, r := range res.Refused {
 				fmt.Fprintf(cmd.ErrOrStderr(), "lcc: warning: skipped %s: %v\n", r.Path, r.Err)
 			}
 			w := cmd.OutOrStdout()
+			// Skipped tensors go to stdout with the result, since they change what the file holds.
 			for _, s := range res.Skipped {
 				fmt.Fprintf(w, "skipped %s\n", s)
 			}
@@ -52,6 +58,7 @@ trained weights:
 			return nil
 		},
 	}
+	// safetensors by default: the format a PyTorch user loads directly.
 	cmd.Flags().StringVar(&format, "format", "safetensors", "safetensors (PyTorch state_dict names) or onnx")
 	cmd.Flags().StringVarP(&out, "output", "o", "", "the file to write")
 	cmd.Flags().IntVar(&step, "step", 0, "export the checkpoint of this step (default: the newest valid one)")

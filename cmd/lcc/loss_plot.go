@@ -20,6 +20,8 @@ import (
 func plotLoss(path string, cfg train.Config, res *train.Result, log io.Writer) error {
 	first, losses := res.FirstStep, res.Losses
 	if first > 0 && cfg.Metrics != "" {
+		// Only a metrics file that covers every step replaces the run's own losses; a
+		// partial one (edited, or from another run) would draw a curve with gaps or lies.
 		if all, ok := metricsLosses(cfg.Metrics, res.Step); ok {
 			first, losses = 0, all
 		}
@@ -28,6 +30,7 @@ func plotLoss(path string, cfg train.Config, res *train.Result, log io.Writer) e
 		fmt.Fprintf(log, "lcc: note: --plot draws steps %d..%d, this part of the run (with --metrics, "+
 			"a resumed run draws every step)\n", first+1, res.Step)
 	}
+	// The program hash in the title ties a plot to the exact compiled step.
 	title := fmt.Sprintf("%s: loss (program %.19s…)", filepath.Base(cfg.Model), res.Program)
 	// checkOutputFile found the folder creatable before the run.
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
@@ -49,9 +52,12 @@ func metricsLosses(path string, last int) ([]float64, bool) {
 			Step int      `json:"step"`
 			Loss *float64 `json:"loss"`
 		}
+		// Any gap, repeat or foreign line means the file is not this run's history:
+		// give up and let the caller draw what it holds in memory.
 		if json.Unmarshal([]byte(line), &m) != nil || m.Step != len(out)+1 {
 			return nil, false
 		}
+		// A diverged step writes a null loss (JSON has no NaN); keep its place in the curve.
 		l := math.NaN()
 		if m.Loss != nil {
 			l = *m.Loss

@@ -16,6 +16,8 @@ import (
 // writeMemoryPlot draws res's planned memory over its schedule to path, and the
 // measured peak of a --metrics file when one is given.
 func writeMemoryPlot(path, model string, res *driver.Result, metrics string) error {
+	// Without a GPU program there is no arena plan to draw; say why the target
+	// has none rather than drawing an empty plot.
 	if res.Program == nil {
 		why := "the target has no GPU program"
 		if res.Report.KernelError != "" {
@@ -23,10 +25,13 @@ func writeMemoryPlot(path, model string, res *driver.Result, metrics string) err
 		}
 		return fmt.Errorf("--emit=memory: no arena to draw: %s", why)
 	}
+	// A sharded plan has one arena per rank, and a single plot would mix them.
 	if res.Sharded != nil {
 		return fmt.Errorf("--emit=memory: the plan is sequence-sharded; draw one GPU's step with --ranks=1")
 	}
 	m := res.Report.Memory
+	// Live is the arena over the schedule; Beside adds the memory held outside it
+	// (optimizer state, fixed buffers) so the line ends at the reported peak.
 	s := plot.MemorySeries{Live: cudagen.ArenaUsage(res.Program.Plan), Beside: m.OptimizerBytes + m.FixedBytes,
 		PeakBytes: m.PerGPUPeakBytes}
 	if metrics != "" {
@@ -49,11 +54,13 @@ func measuredPeak(path string) (int64, error) {
 	}
 	defer f.Close()
 	sc := bufio.NewScanner(f)
+	// A metrics line may outgrow Scanner's 64 KiB default; allow up to 16 MiB.
 	sc.Buffer(make([]byte, 1<<20), 1<<24)
 	var peak int64
 	line := 0
 	for sc.Scan() {
 		line++
+		// Tolerate blank lines, such as the trailing one an interrupted run leaves.
 		if len(sc.Bytes()) == 0 {
 			continue
 		}
@@ -68,6 +75,7 @@ func measuredPeak(path string) (int64, error) {
 	if err := sc.Err(); err != nil {
 		return 0, fmt.Errorf("--measured %s: %w", path, err)
 	}
+	// A CPU run writes no measured peak; a zero would draw a misleading line at 0.
 	if peak == 0 {
 		return 0, fmt.Errorf("--measured %s: no line has measured_peak_bytes (lcc train --metrics on a GPU writes it)", path)
 	}

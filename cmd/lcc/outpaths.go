@@ -51,6 +51,7 @@ func checkOutputFile(flag, path string) error {
 		}
 		return f.Close()
 	}
+	// The file does not exist yet: what matters is that its folder can take it.
 	return checkOutputDir(flag+" "+path+": its folder", filepath.Dir(path))
 }
 
@@ -61,6 +62,7 @@ func creatable(flag, path string) error {
 	if err != nil {
 		return fmt.Errorf("%s %s: %w", flag, path, err)
 	}
+	// MkdirAll will make every missing level, so only the first existing one is tested.
 	for dir := filepath.Dir(abs); ; dir = filepath.Dir(dir) {
 		st, err := os.Stat(dir)
 		switch {
@@ -71,6 +73,7 @@ func creatable(flag, path string) error {
 		case !missing(err):
 			return fmt.Errorf("%s %s: %w", flag, path, fserr.Cause(err))
 		}
+		// Reached the root without an existing folder: stop rather than loop on "/".
 		if dir == filepath.Dir(dir) {
 			return fmt.Errorf("%s %s: no folder above it exists", flag, path)
 		}
@@ -110,6 +113,7 @@ func checkTrainOutputs(cfg train.Config, plotPath string) error {
 	if plotPath == "" {
 		return nil
 	}
+	// An unknown image extension is caught now rather than after the last step.
 	if err := plot.CheckFormat(plotPath); err != nil {
 		return fmt.Errorf("--plot %w", err)
 	}

@@ -9,6 +9,7 @@ import (
 // ropeFlags are --rope-theta and --rope-scaling, which compile, check, run and
 // train take alike: the rescale-rope pass's configuration.
 type ropeFlags struct {
+	// theta 0 and scaling "none" leave the model's embeddings as exported.
 	theta   float64
 	scaling string
 }
@@ -28,6 +29,7 @@ func (r *ropeFlags) config() (passes.RoPEConfig, error) {
 	if err != nil {
 		return passes.RoPEConfig{}, err
 	}
+	// Validate here so a bad combination is a flag error, not a failure inside the pass.
 	c := passes.RoPEConfig{Theta: r.theta, Scaling: s}
 	return c, c.Validate()
 }

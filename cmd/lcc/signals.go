@@ -16,15 +16,19 @@ import (
 // request that training stop after the step in flight, with a checkpoint. A
 // second signal exits at once, as a user pressing Ctrl-C twice expects.
 type stopper struct {
+	// stop is closed on the first signal; training polls it between steps.
 	stop chan struct{}
 	sigs chan os.Signal
 
+	// got is read by the command after training returns, from another goroutine.
 	mu  sync.Mutex
 	got os.Signal
 }
 
 // stopOnSignals starts catching the signals; release stops it.
 func stopOnSignals(log io.Writer) *stopper {
+	// Room for two signals: signal.Notify drops what the channel cannot take, and
+	// the second one is the one that must not be lost.
 	s := &stopper{stop: make(chan struct{}), sigs: make(chan os.Signal, 2)}
 	signal.Notify(s.sigs, syscall.SIGINT, syscall.SIGTERM)
 	go func() {
@@ -41,6 +45,7 @@ func stopOnSignals(log io.Writer) *stopper {
 			}
 			fmt.Fprintf(log, "lcc: %s: stopping after this step (with a checkpoint under --checkpoint-dir); "+
 				"once more to exit now\n", signalName(sig))
+			// Close, not send: every reader of stop sees it, and only the first signal gets here.
 			close(s.stop)
 		}
 	}()
@@ -50,6 +55,7 @@ func stopOnSignals(log io.Writer) *stopper {
 // release stops catching the signals.
 func (s *stopper) release() {
 	signal.Stop(s.sigs)
+	// Closing ends the goroutine's range loop; Stop first so no send hits a closed channel.
 	close(s.sigs)
 }
 
@@ -63,6 +69,7 @@ func (s *stopper) signal() os.Signal {
 // exitStatus is the shell's status for a process ended by sig: 128 + its number.
 func exitStatus(sig os.Signal) int {
 	if n, ok := sig.(syscall.Signal); ok {
+		// Shells and schedulers read 128+N as "killed by signal N" and may requeue on it.
 		return 128 + int(n)
 	}
 	return 1
@@ -84,6 +91,7 @@ func signalName(sig os.Signal) string {
 // is, or that there is none (without --checkpoint-dir).
 func stopped(s *stopper, res *train.Result, checkpoints bool) error {
 	sig := s.signal()
+	// A signal that came after the last step did not stop anything: the run completed.
 	if sig == nil || !res.Stopped {
 		return nil
 	}

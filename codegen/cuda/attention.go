@@ -265,6 +265,8 @@ const attnDKDV = `extern "C" __global__ void __launch_bounds__(128) @KERNEL@(%s)
 `
 
 // maxHeadDim bounds D: each lane keeps D/32 elements of a row per operand.
+// Beyond 256 a lane's slices of the rows it keeps (q and acc; dk and dv in the
+// backward) would spill out of registers.
 const maxHeadDim = 256
 
 // attnHeader renders attnCommon for node n (forward or grad).
@@ -275,19 +277,26 @@ func (g *gen) attnHeader(n *ir.Node) (string, error) {
 	if d > maxHeadDim {
 		return "", fmt.Errorf("head dim %d: the GPU kernels support D ≤ %d", d, maxHeadDim)
 	}
+	// Heads and batch ride on gridDim.y and .z, which CUDA caps at 65535; the query
+	// tiles take gridDim.x, whose limit is far larger.
 	if b > 65535 || hq > 65535 {
 		return "", fmt.Errorf("batch %d or heads %d exceed the grid limit 65535", b, hq)
 	}
+	// One definition of the default 1/√D scale, shared with the CPU interpreter.
 	scale := ir.AttentionScale(n)
 	causal := b2i(n.AttrBool("causal"))
 	dilated := 0
 	brW, brR := []string{"1"}, []string{"1"}
 	offBlock := 0
 	if n.Op == ir.OpDilatedAttention || n.Op == ir.OpDilatedAttentionGrad {
+		// LongNet's segments partition one sequence, so queries and keys must be the
+		// same positions; cross-attention has no dilated form.
 		if s != t {
 			return "", fmt.Errorf("dilated attention needs as many keys as queries, got T=%d, S=%d", t, s)
 		}
 		dilated = 1
+		// One branch per (segment, dilation) pair, as constant arrays in the kernel so
+		// the branch loop costs no parameter loads.
 		brW, brR = nil, nil
 		seg, dil := n.AttrInts("segments"), n.AttrInts("dilations")
 		for i := range seg {
@@ -306,6 +315,8 @@ func (g *gen) attnHeader(n *ir.Node) (string, error) {
 		m := n.Args[maskIdx]
 		hasMask = 1
 		maskFloat = b2i(m.Type.DType.IsFloat())
+		// The mask is read in place with broadcast strides (0 on a size-1 dim), so a
+		// [1, 1, T, S] causal mask is never expanded to [B, H, T, S].
 		st := bcastStrides(m.Type.Shape, []int64{b, hq, t, s})
 		copy(ms[:], st)
 		mt = storageC[g.storageOf(m)]
@@ -314,6 +325,8 @@ func (g *gen) attnHeader(n *ir.Node) (string, error) {
 	hdr := fmt.Sprintf(attnCommon, b, t, s, hq, hkv, d, clit.Float(scale), causal, dilated, len(brW),
 		offBlock, hasMask, maskFloat, ms[0], ms[1], ms[2], ms[3], qt, mt,
 		strings.Join(brW, ", "), strings.Join(brR, ", "))
+	// Without a mask the kernel passes a null pointer that mask_bias never reads,
+	// so one template serves both signatures.
 	if hasMask == 1 {
 		hdr += "#define MASK_ARG mask\n"
 	} else {
@@ -322,6 +335,7 @@ func (g *gen) attnHeader(n *ir.Node) (string, error) {
 	return fmt.Sprintf("// %s q %v k %v\n", n.Op, q, k) + hdr, nil
 }
 
+// b2i turns a flag into the 0 or 1 a #define in the kernel templates tests.
 func b2i(b bool) int {
 	if b {
 		return 1
@@ -334,6 +348,8 @@ func lowerAttention(g *gen, n *ir.Node) error {
 	if err := refuseDocs(n); err != nil {
 		return err
 	}
+	// Flash kernels when the shape, dtype and arch allow (attention_flash.go); the
+	// warp-per-row kernels below serve everything else.
 	if d, err := g.chooseAttention(n); err == nil {
 		return lowerFlash(g, n, d)
 	}
@@ -351,6 +367,7 @@ func lowerAttention(g *gen, n *ir.Node) error {
 		args = append(args, g.ids[n.Args[3]])
 	}
 	t, hq, b := q.Type.Shape[1], q.Type.Shape[2], q.Type.Shape[0]
+	// Four warps per block, one query row each: 128 threads, as attnForward assumes.
 	grid := [3]uint32{uint32((t + 3) / 4), uint32(hq), uint32(b)}
 	g.emit(kernelSpec{op: n.Op.String(), body: hdr + fmt.Sprintf(attnForward, signature(params)),
 		grid: grid, block: [3]uint32{128, 1, 1}, params: params, args: args})
@@ -374,6 +391,8 @@ func lowerAttentionGrad(g *gen, n *ir.Node) error {
 	dq, dk, dv := n.Results[0], n.Results[1], n.Results[2]
 	b, t, hq := q.Type.Shape[0], q.Type.Shape[1], q.Type.Shape[2]
 	s, hkv := k.Type.Shape[1], k.Type.Shape[2]
+	// delta is a temporary: both the dq and the dk/dv kernels read it, and
+	// recomputing it in each would read dO and O twice more.
 	delta := g.temp(tensor.F32, b, hq, t)
 	deltaP := Param{Name: "delta", CType: "float"}
 	var maskP []Param

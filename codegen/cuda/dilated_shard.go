@@ -66,10 +66,13 @@ func shardedDilGeometry(g *gen, n *ir.Node) (shardedDil, error) {
 	seg, dil := n.AttrInts("segments"), n.AttrInts("dilations")
 	for i := range seg {
 		w, r := seg[i], dil[i]
+		// Segments that tile the rank's block never cross a rank boundary, so they need
+		// no communication at all.
 		if w < total && sd.l%w == 0 {
 			sd.localSeg, sd.localDil = append(sd.localSeg, w), append(sd.localDil, r)
 			continue
 		}
+		// A segment longer than the sequence acts as one segment of the whole sequence.
 		wc := min(w, total)
 		if sd.l%r != 0 || wc%r != 0 || wc%sd.l != 0 {
 			return sd, fmt.Errorf("no GPU lowering for a branch with segment %d and dilation %d on %d ranks "+
@@ -78,6 +81,8 @@ func shardedDilGeometry(g *gen, n *ir.Node) (shardedDil, error) {
 		}
 		fb := farBranch{i: i, r: r, lc: sd.l / r,
 			blk: newBlockGeom(sd.b, sd.l/r, sd.hq, sd.hq, sd.d, sd.scale, sd.st)}
+		// The first rank of this rank's segment: round the block's start down to a
+		// multiple of wc, then convert positions back to ranks.
 		first := int64(sd.rank) * sd.l / wc * wc / sd.l
 		for s := first; s < first+wc/sd.l; s++ {
 			fb.segRanks = append(fb.segRanks, int(s))
@@ -85,6 +90,8 @@ func shardedDilGeometry(g *gen, n *ir.Node) (shardedDil, error) {
 		sd.far = append(sd.far, fb)
 	}
 	var why error
+	// The tensor-core kernels take bf16 only; any other storage runs every local
+	// branch on the scalar kernels.
 	if sd.st != tensor.BF16 {
 		why = fmt.Errorf("storage %v: the tensor-core kernels take bf16", sd.st)
 	}
@@ -99,6 +106,8 @@ func shardedDilGeometry(g *gen, n *ir.Node) (shardedDil, error) {
 			why = fb.blk.why
 		}
 	}
+	// Record the choice and its reason for the compile report, rather than leave
+	// a slow fallback to be guessed from timings.
 	g.recordChoice(n, why)
 	return sd, nil
 }
@@ -107,6 +116,8 @@ func shardedDilGeometry(g *gen, n *ir.Node) (shardedDil, error) {
 func (sd shardedDil) localDesc(i int) flash.Desc {
 	d := flash.Desc{B: sd.b, T: sd.l, S: sd.l, Hq: int(sd.hq), Hkv: int(sd.hkv), D: int(sd.d), Causal: sd.causal,
 		Scale: sd.scale, W: sd.localSeg[i], R: int(sd.localDil[i]), Offsets: sd.offsets, Accumulate: true}
+	// A segment covering the whole block with dilation 1 is dense attention over
+	// the block; W = T tells the kernel so.
 	if d.W >= d.T && d.R == 1 {
 		d.W = d.T
 	}
@@ -156,6 +167,7 @@ func (fb farBranch) keys(bl farBlock, own bool, sel, all int) (at, at) {
 // gather selects k and v of far branch fb into sel and all-gathers them into all.
 func (g *gen) gatherFar(sd shardedDil, n *ir.Node, fb farBranch, k, v int) (sel, all int) {
 	n1 := fb.blk.nq()
+	// k and v share one buffer so one all_gather moves both.
 	sel = g.temp(sd.st, 2, n1)
 	all = g.temp(sd.st, int64(sd.n), 2*n1)
 	g.selectRows(sd, fb, at{sel, 0}, at{k, 0}, sd.hkv)
@@ -187,8 +199,11 @@ func lowerShardedDilated(g *gen, n *ir.Node) error {
 	q, k, v := id(n.Args[0]), id(n.Args[1]), id(n.Args[2])
 	lse := id(n.Results[1])
 	nq := sd.b * sd.l * sd.hq * sd.d
+	// Branches merge into fp32 running sums (acc, lse), written to the output's
+	// storage only once at the end, so rounding happens once however many branches.
 	acc := g.temp(tensor.F32, nq)
 	g.emitFlash(flash.Fill(nq, 0), []int{acc})
+	// 0xff800000 is −inf in fp32: the log-sum-exp of no keys yet.
 	g.emitFlash(flash.Fill(sd.b*sd.hq*sd.l, 0xff800000), []int{lse})
 	// Every far branch's gather first, so that the transfers run while the
 	// local branches compute.

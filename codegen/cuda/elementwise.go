@@ -14,6 +14,9 @@ import (
 // types. floatExpr serves float and double operands (the lcc_* helpers are
 // overloaded for both), intExpr int64 operands, boolExpr bools. A missing entry
 // is an op the IR does not allow on that kind (Infer rejects it).
+//
+// recip's integer literal 1 converts to the operand's type, so one text serves float
+// and double; isnan is x != x, true only for NaN, with no overload to pick.
 var floatExpr = map[ir.Op]string{
 	ir.OpNeg:     "(-$0)",
 	ir.OpExp:     "lcc_exp($0)",
@@ -51,6 +54,9 @@ const geluTanhExpr = "lcc_gelu_tanh($0)"
 // stop_gradient is the identity on values (its gradient is autodiff's business).
 func init() { floatExpr[ir.OpStopGradient] = "$0" }
 
+// intExpr is floatExpr's counterpart for int64 compute values; ops with no
+// integer meaning (exp, sqrt, ...) are absent, so exprOf reports them.
+// An integer is never NaN, so isnan is false rather than an error.
 var intExpr = map[ir.Op]string{
 	ir.OpIsNaN: "false",
 	ir.OpAdd:   "($0 + $1)",
@@ -68,6 +74,8 @@ var intExpr = map[ir.Op]string{
 	ir.OpWhere: "($0 ? $1 : $2)",
 }
 
+// boolExpr is for bool operands, where only logic, equality and where apply.
+// Xor on bools is inequality: C has no logical ^^.
 var boolExpr = map[ir.Op]string{
 	ir.OpNot:   "(!$0)",
 	ir.OpAnd:   "($0 && $1)",
@@ -80,6 +88,10 @@ var boolExpr = map[ir.Op]string{
 // resultFmt rounds or wraps a computed value (%s) to its IR dtype, as the CPU
 // interpreter does after every op; values already exact in their compute type
 // need nothing.
+// Compute types are wider than the IR's narrow dtypes (float for bf16, long long
+// for i32), so each op's result is narrowed again: otherwise a fused chain
+// would keep extra precision and disagree with the interpreter, which rounds
+// after every op.
 var resultFmt = map[tensor.DType]string{
 	tensor.BF16: "lcc_round_bf16(%s)",
 	tensor.F16:  "lcc_round_f16(%s)",
@@ -121,6 +133,7 @@ func exprOf(n *ir.Node, operands []string) (string, error) {
 	if !ok {
 		return "", fmt.Errorf("no %v form of elementwise op %s", dt, n.Op)
 	}
+	// Replace from the highest index down so "$1" is never matched inside "$10"'s text.
 	for i := len(operands) - 1; i >= 0; i-- {
 		tmpl = strings.ReplaceAll(tmpl, fmt.Sprintf("$%d", i), operands[i])
 	}
@@ -137,10 +150,14 @@ type fusion struct {
 	produced map[*ir.Value]bool
 }
 
+// accepts says whether n can join the run: one output shape for the whole
+// kernel, so one index space covers every member.
 func (r *fusion) accepts(n *ir.Node) bool {
 	return len(r.nodes) == 0 || slices.Equal(r.shape, n.Result().Type.Shape)
 }
 
+// add appends n, the i-th node of the function, to the run; the kernel goes
+// after the last added node, so every member's operands exist by then.
 func (r *fusion) add(i int, n *ir.Node) {
 	if r.produced == nil {
 		r.produced = map[*ir.Value]bool{}
@@ -200,6 +217,8 @@ func (g *gen) elementwise(r *fusion) error {
 	local := map[*ir.Value]string{}
 	roots := map[*ir.Value]string{}
 	var inRoots, outRoots []*ir.Value
+	// root names each distinct buffer once: several views of one buffer share a
+	// kernel parameter, so the signature does not grow with the number of views.
 	root := func(v *ir.Value, out bool) string {
 		if name, ok := roots[v]; ok {
 			return name
@@ -222,6 +241,7 @@ func (g *gen) elementwise(r *fusion) error {
 		vs := v.Type.Shape
 		for j := range rank {
 			d := j - (rank - len(vs))
+			// A dim of size 1 (or a missing leading dim) keeps stride 0 and so repeats.
 			if d >= 0 && vs[d] == r.shape[j] {
 				st[j] = w.st[d]
 			}
@@ -236,6 +256,7 @@ func (g *gen) elementwise(r *fusion) error {
 		if r.produced[a] || local[a] != "" {
 			return nil
 		}
+		// Scalar constants and fulls become literals: no load, and the compiler can fold them.
 		if v, ok := inlinable(a); ok {
 			local[a] = literal(a.Type.DType, v)
 			return nil
@@ -291,6 +312,8 @@ func (g *gen) elementwise(r *fusion) error {
 		fmt.Fprintf(&body, "    const %s %s = %s;\n", computeC[res.Type.DType], v, e)
 		local[res] = v
 		ops = append(ops, m.Op.String())
+		// A result is stored when the function returns it or a node outside the run reads
+		// it; a recomputed value's outside readers compute it again and need no store.
 		stored := g.outputs[res]
 		for _, u := range g.uses[res] {
 			stored = stored || !members[u] && !g.recompute[res]
@@ -306,6 +329,8 @@ func (g *gen) elementwise(r *fusion) error {
 	if len(outs) == 0 {
 		return nil // nothing escapes: dead code
 	}
+	// Coalescing and lane choice look at every access at once: a dim merges only if
+	// it is contiguous for all of them.
 	all := append(append([]*access{}, ins...), outs...)
 	shape := coalesce(r.shape, all)
 	lanes, flat := ewLanes(shape, all)
@@ -315,6 +340,8 @@ func (g *gen) elementwise(r *fusion) error {
 		params = append(params, g.param(roots[v], v, true))
 		args = append(args, g.ids[v])
 	}
+	// The index type must address the largest buffer touched, which can exceed the
+	// run's extent (a view into a larger root).
 	extent := n
 	for _, v := range inRoots {
 		params = append(params, g.param(roots[v], v, false))
@@ -349,6 +376,8 @@ func (g *gen) elementwise(r *fusion) error {
 	}
 	src.WriteString("}\n")
 	grid, block := flatGrid(max(groups, 1))
+	// The kernel is attributed to the run's last node, where it is launched, for
+	// profiles and error messages.
 	saved := g.node
 	g.node = r.last
 	g.emit(kernelSpec{op: "elementwise", body: src.String(), grid: grid, block: block,
@@ -368,6 +397,8 @@ func coalesce(shape []int64, as []*access) []int64 {
 			continue
 		}
 		if k := len(out) - 1; k >= 0 {
+			// Merge dim j into the previous kept dim only when every access steps by the
+			// previous stride = this stride × d, i.e. the two dims are one contiguous run.
 			merge := true
 			for i, a := range as {
 				merge = merge && sts[i][k] == a.st[j]*d
@@ -399,6 +430,8 @@ func coalesce(shape []int64, as []*access) []int64 {
 // along the row and every other stride and the offset a multiple of the lanes
 // (arena buffers are 256-byte aligned, ArenaAlign).
 func ewLanes(shape []int64, as []*access) (lanes int64, flat bool) {
+	// One lane count for the whole kernel: 4 f32 or 8 bf16 elements each fill one
+	// 16-byte access, and a mixed run takes 8 so the bf16 side stays vectorised.
 	lanes = 4
 	for _, a := range as {
 		switch a.dt {
@@ -409,10 +442,13 @@ func ewLanes(shape []int64, as []*access) (lanes int64, flat bool) {
 			return 1, false
 		}
 	}
+	// A 0-d run (every dim coalesced away or a scalar) has one element; nothing to vectorise.
 	if len(shape) == 0 {
 		return 1, false
 	}
 	last := len(shape) - 1
+	// Rows that are not whole vectors can still go L at a time when the run is one
+	// flat dim (no rows to straddle): vectors cover the bulk, a scalar tail the rest.
 	if shape[last]%lanes != 0 {
 		if last != 0 {
 			return 1, false
@@ -430,6 +466,7 @@ func ewLanes(shape []int64, as []*access) (lanes int64, flat bool) {
 			aligned = aligned && s%lanes == 0
 		}
 		switch {
+		// A value broadcast along the row is loaded once per vector step and shared.
 		case a.st[last] == 0:
 			a.mode = bcastMode
 		case a.st[last] == 1 && aligned:
@@ -466,6 +503,7 @@ func ewOffset(a *access, shape []int64) string {
 }
 
 // ewCoords splits i into coordinates when the run has more than one dim.
+// A one-dim run indexes with i directly: no division at all.
 func ewCoords(it string, shape []int64) string {
 	if len(shape) <= 1 {
 		return ""
@@ -513,6 +551,8 @@ func ewVector(it string, lanes int64, shape []int64, ins, outs []*access, outVar
 	for k := range outs {
 		fmt.Fprintf(&sb, "    float o%d[%d];\n", k, lanes)
 	}
+	// The member expressions are emitted once and unrolled over lanes, so the
+	// vector body reuses the scalar body's text unchanged.
 	fmt.Fprintf(&sb, "#pragma unroll\n    for (int k = 0; k < %d; ++k) {\n", lanes)
 	for k, a := range ins {
 		if a.mode == bcastMode {

@@ -54,6 +54,8 @@ extern "C" __global__ void __launch_bounds__(%[8]d) @KERNEL@(%[9]s) {
 
 // lossSumBody folds the per-row losses in a fixed order: the sum, or the mean
 // over rows not ignored (NaN when all are, as in PyTorch).
+// One block for all rows rather than atomics into y: the fold order is fixed, so
+// the loss is bit-identical run to run, and N is small next to N·C.
 const lossSumBody = `// %[1]s reduction %[2]s over %[3]d rows
 #define N %[3]dLL
 #define MEAN %[4]d
@@ -78,12 +80,15 @@ func lowerLoss(g *gen, n *ir.Node) error {
 // loss emits the row kernel and, for mean and sum, the fold, over logits in
 // buffer xID ([rows, c] of C type xC); n supplies the attributes.
 func (g *gen) loss(n *ir.Node, xID int, xC string, rows, c int64, labels, y *ir.Value, isNLL bool) {
+	// ignore_index may be present but null (an ONNX attribute with no value); only
+	// an integer value enables the ignore test.
 	ign, hasIgnore := n.Attrs.Get("ignore_index")
 	iv, _ := ign.(int64)
 	red := n.AttrString("reduction")
 	nll, none := b2i(isNLL), b2i(red == "none")
 	hi := b2i(hasIgnore && ign != nil)
 	bs := pow2(c, 32, 256)
+	// nll reads one element per row, so a single warp is plenty; more threads would idle.
 	if isNLL {
 		bs = 32
 	}
@@ -91,9 +96,12 @@ func (g *gen) loss(n *ir.Node, xID int, xC string, rows, c int64, labels, y *ir.
 	var args []int
 	var lossID, cntID int
 	if none == 1 {
+		// With reduction none the per-row losses are the result itself; otherwise they
+		// and the counts go to temporaries that only the fold reads.
 		params = []Param{g.param("loss", y, true)}
 		args = []int{g.ids[y]}
 	} else {
+		// fp32 whatever the storage: bf16 per-row losses would lose digits before the sum.
 		lossID, cntID = g.temp(tensor.F32, rows), g.temp(tensor.F32, rows)
 		params = []Param{{Name: "loss", CType: "float", Out: true}, {Name: "cnt", CType: "float", Out: true}}
 		args = []int{lossID, cntID}
@@ -107,6 +115,7 @@ func (g *gen) loss(n *ir.Node, xID int, xC string, rows, c int64, labels, y *ir.
 	if none == 1 {
 		return
 	}
+	// The counts make the mean skip ignored rows, as PyTorch's does.
 	params = []Param{g.param("y", y, true), {Name: "loss", CType: "float"}, {Name: "cnt", CType: "float"}}
 	body = fmt.Sprintf(lossSumBody, n.Op, red, rows, b2i(red == "mean"), 256, signature(params))
 	g.emit(kernelSpec{op: n.Op.String() + ".sum", body: body, grid: [3]uint32{1, 1, 1},

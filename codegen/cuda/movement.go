@@ -11,6 +11,8 @@ import (
 
 // flatKernel renders a grid-stride kernel over n output elements whose loop body
 // is body (with i the element index).
+// The comment lands in the kernel source, so a .cu file in compile -o says which
+// node it came from.
 func (g *gen) flatKernel(op, comment string, n int64, params []Param, args []int, body string) {
 	if n == 0 {
 		return // an empty tensor: nothing to launch
@@ -26,6 +28,8 @@ func (g *gen) flatKernel(op, comment string, n int64, params []Param, args []int
 }
 
 // lowerFull fills a full that some non-elementwise node reads.
+// Fulls that only elementwise kernels read are inlined as literals there and
+// never reach this lowering (see the package doc).
 func lowerFull(g *gen, n *ir.Node) error {
 	y := n.Result()
 	v := literal(y.Type.DType, n.AttrFloat("value"))
@@ -41,6 +45,8 @@ func lowerRange(g *gen, n *ir.Node) error {
 	start, delta := n.AttrFloat("start"), n.AttrFloat("delta")
 	g.flatKernel("range", fmt.Sprintf("range %v", y.Type), y.Type.Numel(),
 		[]Param{g.param("y", y, true)}, []int{g.ids[y]},
+		// start + i·delta, not a running sum: each element is exact on its own and the
+		// kernel needs no ordering between threads.
 		fmt.Sprintf("    const double v = %s + (double)i * %s;\n    y[i] = %s;\n", dlit(start), dlit(delta),
 			store(g.storageOf(y), castFromDouble(y.Type.DType, "v"))))
 	return nil
@@ -61,6 +67,8 @@ func castFromDouble(dt tensor.DType, v string) string {
 func (g *gen) stridedCopy(op string, n *ir.Node, base int64, st, mods []int64) {
 	x, y := n.Args[0], n.Result()
 	shape := y.Type.Shape
+	// Both sides must fit the index type: an expand reads a small x into a big y,
+	// a slice a big x into a small y.
 	it := idxType(max(y.Type.Numel(), x.Type.Numel()))
 	var terms []string
 	if base != 0 {
@@ -68,10 +76,12 @@ func (g *gen) stridedCopy(op string, n *ir.Node, base int64, st, mods []int64) {
 	}
 	for d, s := range st {
 		c := fmt.Sprintf("c%d", d)
+		// A modulus equal to the dim is a no-op; dropping it saves a division per element.
 		if mods != nil && mods[d] != 0 && mods[d] != shape[d] {
 			c = fmt.Sprintf("(c%d %% %d)", d, mods[d])
 		}
 		switch {
+		// A broadcast dim contributes nothing to the offset.
 		case s == 0:
 		case s == 1:
 			terms = append(terms, c)
@@ -88,6 +98,7 @@ func (g *gen) stridedCopy(op string, n *ir.Node, base int64, st, mods []int64) {
 		[]int{g.ids[y], g.ids[x]}, coords("c", "i", it, shape)+fmt.Sprintf("    y[i] = x[%s];\n", off))
 }
 
+// lowerTranspose reads x's dims in perm order: output dim i walks input dim perm[i].
 func lowerTranspose(g *gen, n *ir.Node) error {
 	xs := stridesOf(n.Args[0].Type.Shape)
 	perm := n.AttrInts("perm")
@@ -99,6 +110,7 @@ func lowerTranspose(g *gen, n *ir.Node) error {
 	return nil
 }
 
+// lowerExpand reads broadcast dims with stride 0, so every output copy reads one element.
 func lowerExpand(g *gen, n *ir.Node) error {
 	g.stridedCopy("expand", n, 0, bcastStrides(n.Args[0].Type.Shape, n.Result().Type.Shape), nil)
 	return nil
@@ -116,6 +128,8 @@ func lowerSlice(g *gen, n *ir.Node) error {
 		if err != nil {
 			return err
 		}
+		// A slice is a strided view: start moves the base, step scales the stride (a
+		// negative step walks backwards from start).
 		base += starts[i] * xs[ax]
 		st[ax] = steps[i] * xs[ax]
 	}
@@ -126,6 +140,7 @@ func lowerSlice(g *gen, n *ir.Node) error {
 	return nil
 }
 
+// lowerTile wraps each output coordinate by the input's dim, repeating x.
 func lowerTile(g *gen, n *ir.Node) error {
 	x := n.Args[0]
 	g.stridedCopy("tile", n, 0, stridesOf(x.Type.Shape), x.Type.Shape)
@@ -144,8 +159,10 @@ func lowerConcat(g *gen, n *ir.Node) error {
 	dst := g.viewOf(y)
 	at := int64(0)
 	for _, a := range n.Args {
+		// Each operand's region shares the result's strides; only the offset moves along axis.
 		region := view{root: dst.root, off: dst.off + at*dst.st[ax], st: dst.st}
 		at += a.Type.Shape[ax]
+		// A placed operand's producer already wrote into this region.
 		if g.placed[a] {
 			continue
 		}
@@ -167,6 +184,7 @@ func lowerSplit(g *gen, n *ir.Node) error {
 	for _, r := range n.Results {
 		region := view{root: src.root, off: src.off + at*src.st[ax], st: src.st}
 		at += r.Type.Shape[ax]
+		// A result that readers index in place needs no buffer and no copy.
 		if _, ok := g.views[r]; ok {
 			continue
 		}
@@ -187,9 +205,13 @@ func (g *gen) copyView(op, comment string, shape []int64, dst, src view) {
 	dt := g.storageOf(src.root)
 	d := &access{v: dst.root, param: "y", dt: dt, off: dst.off, st: slices.Clone(dst.st)}
 	s := &access{v: src.root, param: "x", dt: dt, off: src.off, st: slices.Clone(src.st)}
+	// Coalesce dims that are contiguous on both sides first: a long innermost run is
+	// what makes 16-byte accesses possible.
 	cs := coalesce(shape, []*access{d, s})
 	lanes := int64(16 / dt.Size())
 	last := len(cs) - 1
+	// uint4 accesses need every vector to start on a 16-byte boundary, on both
+	// sides: the run, every outer stride and the offset must be whole vectors.
 	vec := last >= 0 && cs[last]%lanes == 0
 	for _, a := range []*access{d, s} {
 		vec = vec && a.st[last] == 1 && a.off%lanes == 0
@@ -244,6 +266,8 @@ func lowerTrilu(g *gen, n *ir.Node) error {
 
 // badValue is what a gather writes for an out-of-range index: NaN, or 0 for
 // integers (the CPU interpreter reports an error instead).
+// A kernel cannot return an error: NaN makes a bad index visible downstream
+// instead of reading out of bounds.
 func (g *gen) badValue(v *ir.Value) string {
 	if v.Type.DType.IsFloat() {
 		return store(g.storageOf(v), "LCC_NAN")
@@ -254,6 +278,8 @@ func (g *gen) badValue(v *ir.Value) string {
 // wrapIndex renders the ONNX index fix-up of idx into a dim of size d as a
 // statement defining j, and the in-range test.
 func wrapIndex(j, idx string, d int64) string {
+	// Negative indices count from the end, once, as ONNX says; what is still out of
+	// range is reported through ok_j rather than clamped.
 	return fmt.Sprintf("    long long %s = (long long)(%s); if (%s < 0) %s += %d;\n    const bool ok_%s = %s >= 0 && %s < %d;\n",
 		j, idx, j, j, d, j, j, j, d)
 }
@@ -266,6 +292,7 @@ func lowerGather(g *gen, n *ir.Node) error {
 		return err
 	}
 	m, inner, ni := x.Type.Shape[ax], prod(x.Type.Shape[ax+1:]), idx.Type.Numel()
+	// y viewed as [outer, ni, inner]: o and in pass through, p picks the index.
 	body := fmt.Sprintf("    const long long o = i / %d, p = (i / %d) %% %d, in = i %% %d;\n", ni*inner, inner, ni, inner) +
 		wrapIndex("j", "idx[p]", m) +
 		fmt.Sprintf("    y[i] = ok_j ? x[(o * %d + j) * %d + in] : %s;\n", m, inner, g.badValue(y))
@@ -284,6 +311,8 @@ func lowerGatherElements(g *gen, n *ir.Node) error {
 	}
 	xs := stridesOf(x.Type.Shape)
 	st := append([]int64{}, xs...)
+	// The axis coordinate comes from idx, not from c, so its stride is dropped here
+	// and added back as j·stride below.
 	st[ax] = 0
 	body := coords("c", "i", "long long", idx.Type.Shape) + wrapIndex("j", "idx[i]", x.Type.Shape[ax]) +
 		fmt.Sprintf("    y[i] = ok_j ? x[%s + j * %d] : %s;\n", offset("c", st), xs[ax], g.badValue(y))
@@ -301,11 +330,14 @@ func lowerGatherND(g *gen, n *ir.Node) error {
 	xs := stridesOf(x.Type.Shape)
 	inner := prod(x.Type.Shape[b+q:])
 	rows := prod(idx.Type.Shape[:idx.Type.Rank()-1])
+	// The max(…, 1) guards keep empty shapes from dividing by zero in the generated
+	// source; such kernels are never launched (flatKernel skips n = 0).
 	perBatch := rows / max(prod(idx.Type.Shape[:b]), 1)
 	batchSize := prod(x.Type.Shape[b:])
 	var body strings.Builder
 	fmt.Fprintf(&body, "    const long long r = i / %d, e = i %% %d;\n", max(inner, 1), max(inner, 1))
 	fmt.Fprintf(&body, "    long long src = (r / %d) * %d + e;\n    bool ok = true;\n", max(perBatch, 1), batchSize)
+	// Each of the q index components addresses one leading dim of x after the batch dims.
 	for d := 0; d < q; d++ {
 		j := fmt.Sprintf("j%d", d)
 		body.WriteString(wrapIndex(j, fmt.Sprintf("idx[r * %d + %d]", q, d), x.Type.Shape[b+d]))

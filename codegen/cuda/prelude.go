@@ -57,6 +57,8 @@ __device__ __forceinline__ void lcc_set(lcc_f16* p, float v) { *p = lcc_f16_of(v
 
 // preludeMath lists the float/double overloads of the math the op table uses,
 // as (name, float body, double body) with x (and y) the arguments.
+// Overloads rather than per-dtype names let the op table write one expression
+// (lcc_exp(x)) for f32 and f64 kernels alike.
 var preludeMath = []struct{ name, f, d string }{
 	{"lcc_exp", "expf(x)", "exp(x)"},
 	{"lcc_log", "logf(x)", "log(x)"},
@@ -68,9 +70,12 @@ var preludeMath = []struct{ name, f, d string }{
 	{"lcc_sin", "sinf(x)", "sin(x)"},
 	{"lcc_abs", "fabsf(x)", "fabs(x)"},
 	{"lcc_relu", "x < 0.0f ? 0.0f : x", "x < 0.0 ? 0.0 : x"},
+	// Split on the sign so expf never overflows: for large |x| the naive form gives
+	// inf/inf = NaN on the negative side.
 	{"lcc_sigmoid", "x >= 0.0f ? 1.0f / (1.0f + expf(-x)) : expf(x) / (1.0f + expf(x))",
 		"x >= 0.0 ? 1.0 / (1.0 + exp(-x)) : exp(x) / (1.0 + exp(x))"},
 	{"lcc_silu", "x * lcc_sigmoid(x)", "x * lcc_sigmoid(x)"},
+	// Exact (erf) GELU is PyTorch's default; the tanh form below is approximate="tanh".
 	{"lcc_gelu", "0.5f * x * (1.0f + erff(x * 0.70710678118654752f))",
 		"0.5 * x * (1.0 + erf(x * 0.70710678118654752))"},
 	{"lcc_gelu_tanh", "0.5f * x * (1.0f + tanhf(0.79788456080286536f * (x + 0.044715f * x * x * x)))",
@@ -121,6 +126,7 @@ __device__ __forceinline__ T lcc_block_reduce(T v, T* sh, F f) {
 `
 
 // prelude is the full text, built once from the tables above.
+// Built once at init: the tables are fixed, and every kernel shares the text.
 var prelude = func() string {
 	var sb strings.Builder
 	sb.WriteString(preludeHead)
@@ -132,6 +138,8 @@ var prelude = func() string {
 		sb.WriteString("__device__ __forceinline__ float " + m.name + "(float x, float y) { return " + m.f + "; }\n")
 		sb.WriteString("__device__ __forceinline__ double " + m.name + "(double x, double y) { return " + m.d + "; }\n")
 	}
+	// The head-offset helper comes from package ir so the CPU interpreter and the
+	// GPU compute dilated attention's offsets from one definition.
 	sb.WriteString(ir.HeadOffsetCUDA)
 	sb.WriteString(preludeTail)
 	sb.WriteString(vecHelpers)

@@ -34,8 +34,11 @@ func ReadProgram(dir string) (*Program, error) {
 		return nil, jsonerr.Describe(path, js, err)
 	}
 	prog := &Program{Plan: pf.LaunchPlan}
+	// Never nil, so readConstants and the executor can index it without a check.
 	prog.Plan.Constants = map[int]*tensor.Tensor{}
 	for _, m := range pf.Kernels {
+		// The file name is derived, not trusted: a plan naming "../x.cu" must not make
+		// the reader open files outside the folder.
 		if m.Name == "" || strings.ContainsAny(m.Name, `/\`) || m.File != "kernels/"+m.Name+".cu" {
 			return nil, fmt.Errorf("%s: kernel %q: its file is %q, not kernels/%s.cu", path, m.Name, m.File, m.Name)
 		}
@@ -46,6 +49,8 @@ func ReadProgram(dir string) (*Program, error) {
 		prog.Kernels = append(prog.Kernels, Kernel{Name: m.Name, Op: m.Op, Source: string(src), Entry: m.Entry,
 			Grid: m.Grid, Block: m.Block, Shared: m.Shared, Params: m.Params, Arch: m.Arch})
 	}
+	// Check the structure before loading constants, so a malformed plan fails with
+	// its own message rather than as a confusing constants error.
 	if err := checkPlan(prog); err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
@@ -80,6 +85,7 @@ func checkPlan(prog *Program) error {
 	}
 	params := map[string]int{}
 	for _, k := range prog.Kernels {
+		// Two kernels of one name would make the step → kernel lookup ambiguous.
 		if _, dup := params[k.Name]; dup {
 			return fmt.Errorf("kernel %s listed twice", k.Name)
 		}
@@ -91,6 +97,7 @@ func checkPlan(prog *Program) error {
 				return fmt.Errorf("step %d (%s): argument %d names no buffer", i, st.Op, a)
 			}
 		}
+		// Offsets are per argument when present; a shorter list would be read past its end.
 		if len(st.Offs) != 0 && len(st.Offs) != len(st.Args) {
 			return fmt.Errorf("step %d (%s): %d offsets for %d arguments", i, st.Op, len(st.Offs), len(st.Args))
 		}
@@ -101,11 +108,15 @@ func checkPlan(prog *Program) error {
 			ok = known && np == len(st.Args)
 		case "gemm":
 			ok = st.Gemm != nil && len(st.Args) >= 3
+		// A wait step carries no collective of its own: it waits on the one its
+		// arguments name.
 		case "collective", "wait":
 			ok = (st.Coll != nil || st.Kind == "wait") && len(st.Args) >= 2
 		case "d2h", "h2d":
 			ok = len(st.Args) >= 2
 		}
+		// Unknown kinds are refused too: a newer lcc's plan must not be half-run by an
+		// older executor.
 		if !ok {
 			return fmt.Errorf("step %d: a %q step (op %s, kernel %q, %d arguments) that no executor runs",
 				i, st.Kind, st.Op, st.Kernel, len(st.Args))
@@ -124,6 +135,8 @@ func checkPlan(prog *Program) error {
 func readConstants(dir string, plan *LaunchPlan) error {
 	path := filepath.Join(dir, "constants.safetensors")
 	f, err := safetensors.Read(path)
+	// WriteKernels writes no file for a plan without constants, so absence is
+	// fine unless a buffer needs one.
 	if errors.Is(err, fs.ErrNotExist) {
 		for _, b := range plan.Buffers {
 			if b.Kind == "const" {
@@ -138,6 +151,8 @@ func readConstants(dir string, plan *LaunchPlan) error {
 	for _, name := range f.Names {
 		id, err := strconv.Atoi(strings.TrimPrefix(name, "%"))
 		if err != nil || !strings.HasPrefix(name, "%") || id < 0 || id >= len(plan.Buffers) ||
+			// Only "const" buffers may be filled from the file, so a crafted constants file
+			// cannot overwrite inputs or weights.
 			plan.Buffers[id].Kind != "const" {
 			return fmt.Errorf("%s: tensor %q names no constant buffer of the plan", path, name)
 		}

@@ -13,6 +13,10 @@ import (
 // reduceOps gives, per reduction, its combining functor, its identity per
 // accumulator kind, and the fold of the final value (%s is the accumulator, $R
 // the element count). Sums accumulate in fp32 (int64 for integers).
+//
+// An integer mean over zero elements would divide by zero (undefined, not a NaN),
+// so it folds to 0; the float forms give NaN as PyTorch does. INT64_MIN is written
+// as -MAX-1: the literal 9223372036854775808 does not fit in long long.
 var reduceOps = map[ir.Op]struct {
 	functor        string
 	initF, initD   string
@@ -34,6 +38,8 @@ func lowerReduce(g *gen, n *ir.Node) error {
 	if err != nil {
 		return err
 	}
+	// Split the input's dims into kept (they index the output) and reduced ones,
+	// keeping each dim's stride in x so neither needs to be contiguous.
 	red := map[int]bool{}
 	for _, a := range axes {
 		red[a] = true
@@ -48,6 +54,7 @@ func lowerReduce(g *gen, n *ir.Node) error {
 		}
 	}
 	nOut, nRed := prod(keptShape), prod(redShape)
+	// 32-bit index math where the input allows: integer division is cheaper than 64-bit.
 	it := idxType(x.Type.Numel())
 	ro := reduceOps[n.Op]
 	acc := accC(x.Type.DType)
@@ -58,6 +65,7 @@ func lowerReduce(g *gen, n *ir.Node) error {
 	case "long long":
 		init, final = ro.initI, ro.finalI
 	}
+	// $R is cast to the accumulator's type so a mean divides in fp32 (or int64), not int.
 	final = strings.ReplaceAll(fmt.Sprintf(final, "acc"), "$R", fmt.Sprintf("(%s)%d", acc, nRed))
 	ld := func(idx string) string {
 		v := load(g.storageOf(x), "x["+idx+"]")
@@ -93,9 +101,12 @@ func lowerReduce(g *gen, n *ir.Node) error {
 		trailing = trailing && !red[d]
 	}
 	l := vecLanes(g.storageOf(x), nRed)
+	// Vector loads need a contiguous run, and lcc_ld16 widens to float lanes only.
 	if !trailing || acc != "float" {
 		l = 1
 	}
+	// At least a warp, at most 256 threads: enough for the tree, small enough that
+	// several blocks share an SM.
 	bs := pow2(nRed/l, 32, 256)
 	fmt.Fprintf(&src, "extern \"C\" __global__ void __launch_bounds__(%d) @KERNEL@(%s) {\n", bs, signature(params))
 	fmt.Fprintf(&src, "  __shared__ %s sh[%d];\n", acc, bs)
@@ -113,6 +124,8 @@ func lowerReduce(g *gen, n *ir.Node) error {
 		fmt.Fprintf(&src, "    acc = %s()(acc, (%s)%s);\n", ro.functor, acc, ld("base + "+offset("r", redSt)))
 	}
 	src.WriteString("  }\n")
+	// A fixed-order tree rather than atomics: the same input always sums to the same
+	// bits, so results repeat run to run.
 	fmt.Fprintf(&src, "  acc = lcc_block_reduce(acc, sh, %s());\n", ro.functor)
 	fmt.Fprintf(&src, "  if (threadIdx.x == 0) y[o] = %s;\n}\n", store(g.storageOf(y), final))
 	g.emit(kernelSpec{op: n.Op.String(), body: src.String(), grid: [3]uint32{uint32(nOut), 1, 1},
@@ -135,6 +148,9 @@ func indent(s string, extra int) string {
 
 // softmaxBody views x as [outer, m, inner] and gives each (outer, inner) row a
 // block whose threads stride over m; three passes: max, sum of exp, write.
+// Subtracting the row max first keeps exp from overflowing for large logits, and
+// log_softmax is v − max − log(sum) rather than log(softmax), which would
+// underflow to −inf for small probabilities.
 const softmaxBody = `// %[1]s over axis %[2]d of %[3]s: one block per row
 #define M %[4]dLL
 #define INNER %[5]dLL
@@ -160,6 +176,7 @@ extern "C" __global__ void __launch_bounds__(%[7]d) @KERNEL@(%[8]s) {
 // lowerSoftmax renders softmax and log_softmax, max-subtracted, in fp32.
 func lowerSoftmax(g *gen, n *ir.Node) error {
 	x, y := n.Args[0], n.Result()
+	// The body accumulates in float; an f64 input would silently lose precision.
 	if !x.Type.DType.IsFloat() || x.Type.DType == tensor.F64 {
 		return fmt.Errorf("needs f32, bf16 or f16, got %v", x.Type)
 	}
@@ -181,6 +198,9 @@ func lowerSoftmax(g *gen, n *ir.Node) error {
 	return nil
 }
 
+// normBody is the scalar form of layer_norm and rms_norm: %[8]s applies scale and
+// bias, %[9]s the fused residual add. The variance is a second pass over x,
+// not E[x²]−E[x]², which cancels badly in fp32.
 const normBody = `// %[1]s over the last %[2]d elements of %[3]s: one block per row
 #define M %[2]dLL
 #define RMS %[4]d
@@ -257,6 +277,8 @@ func normLanes(g *gen, n *ir.Node, dims []int64) int64 {
 		return 0
 	}
 	vals := n.Args[1:]
+	// A fused residual's operands are loaded with the same 16-byte accesses, so they
+	// must meet the same conditions.
 	if add := g.resid[n]; add != nil {
 		vals = append(vals, add.Args...)
 	}
@@ -283,6 +305,8 @@ func lowerNorm(g *gen, n *ir.Node) error {
 	// A residual add feeding the norm (residual.go) runs first in the same
 	// kernel: each thread writes x = ra + rb for the columns it reads back.
 	add := g.resid[n]
+	// x is writable only when the fused residual add stores its sum there: the sum
+	// is a value of the graph, and its other readers find it in x.
 	params := []Param{g.param("y", y, true), g.param("x", x, add != nil)}
 	args := []int{g.ids[y], g.ids[x]}
 	pre, preVec := "", ""
@@ -298,6 +322,8 @@ func lowerNorm(g *gen, n *ir.Node) error {
 	var apply strings.Builder
 	for i, p := range n.Args[1:] {
 		name := []string{"scale", "bias"}[i]
+		// Inserted after y and x so the parameter order is y, x, scale, bias, ra, rb
+		// whatever the node has.
 		params = slices.Insert(params, 2+i, g.param(name, p, false))
 		args = slices.Insert(args, 2+i, g.ids[p])
 		op := []string{"*=", "+="}[i]
@@ -316,6 +342,8 @@ func lowerNorm(g *gen, n *ir.Node) error {
 	if n.Op == ir.OpRMSNorm {
 		rms = 1
 	}
+	// The vector body needs scale and bias as whole rows (normLanes checks), so it
+	// rebuilds apply with vector loads instead of the broadcast forms above.
 	if l := normLanes(g, n, dims); l > 0 {
 		var apply strings.Builder
 		for i := range n.Args[1:] {
@@ -340,6 +368,8 @@ func lowerNorm(g *gen, n *ir.Node) error {
 
 // lowerCumSum is one thread per line along the axis, a serial running sum in
 // fp32 (int64 for integers); exclusive and reverse as in ONNX CumSum.
+// One thread per line keeps the sum's order that of the axis, as a sequential
+// reference computes it; lines are independent, so parallelism comes from outer·inner.
 func lowerCumSum(g *gen, n *ir.Node) error {
 	x, y := n.Args[0], n.Result()
 	ax, err := ir.AxisIndex(n.AttrInt("axis"), x.Type.Rank())
@@ -355,6 +385,7 @@ func lowerCumSum(g *gen, n *ir.Node) error {
 		jexpr = fmt.Sprintf("(%d - 1 - jj)", m)
 	}
 	step := fmt.Sprintf("s += (%s)%s; y[k] = %s;", acc, load(g.storageOf(x), "x[k]"), store(g.storageOf(y), "s"))
+	// Exclusive writes the sum before adding the element, so y[0] is 0.
 	if excl {
 		step = fmt.Sprintf("y[k] = %s; s += (%s)%s;", store(g.storageOf(y), "s"), acc, load(g.storageOf(x), "x[k]"))
 	}

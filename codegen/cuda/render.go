@@ -11,6 +11,8 @@ import (
 )
 
 // storageC is the C type of an element in device memory, per dtype.
+// bf16 and f16 are the prelude's structs, not CUDA's headers (NVRTC lacks them);
+// bool is stored as unsigned char, one byte per element as on the host.
 var storageC = map[tensor.DType]string{
 	tensor.F32: "float", tensor.BF16: "lcc_bf16", tensor.F16: "lcc_f16", tensor.F64: "double",
 	tensor.I64: "long long", tensor.I32: "int", tensor.I8: "signed char",
@@ -19,6 +21,8 @@ var storageC = map[tensor.DType]string{
 
 // computeC is the C type kernels compute in, per dtype: fp32 for every float
 // storage (f64 stays double), int64 for integers.
+// Narrow floats compute in fp32, as the CPU interpreter does; resultFmt rounds
+// back after each op so both agree.
 var computeC = map[tensor.DType]string{
 	tensor.F32: "float", tensor.BF16: "float", tensor.F16: "float", tensor.F64: "double",
 	tensor.I64: "long long", tensor.I32: "long long", tensor.I8: "long long",
@@ -49,6 +53,7 @@ var storeFmt = map[tensor.DType]string{
 	tensor.U8: "(unsigned char)(%s)", tensor.Bool: "(unsigned char)((%s) != 0)",
 }
 
+// load and store apply loadFmt and storeFmt to an expression.
 func load(dt tensor.DType, expr string) string  { return fmt.Sprintf(loadFmt[dt], expr) }
 func store(dt tensor.DType, expr string) string { return fmt.Sprintf(storeFmt[dt], expr) }
 
@@ -57,10 +62,12 @@ func supported(dt tensor.DType) bool { _, ok := storageC[dt]; return ok }
 
 // dlit renders v as a C double literal.
 func dlit(v float64) string {
+	// inf and NaN have no C literal; spell their bit patterns instead.
 	if math.IsInf(v, 0) || v != v {
 		return fmt.Sprintf("__longlong_as_double(0x%016xLL)", math.Float64bits(v))
 	}
 	s := strconv.FormatFloat(v, 'g', -1, 64)
+	// "1" would be an int literal in C and change the type of the expression.
 	if !strings.ContainsAny(s, ".e") {
 		s += ".0"
 	}
@@ -69,6 +76,7 @@ func dlit(v float64) string {
 
 // ilit renders an int64 literal.
 func ilit(v int64) string {
+	// -9223372036854775808LL parses as the negation of a literal that does not fit.
 	if v == math.MinInt64 {
 		return "(-9223372036854775807LL - 1)"
 	}
@@ -88,12 +96,15 @@ func literal(dt tensor.DType, v float64) string {
 		}
 		return "false"
 	}
+	// Wrap to the dtype first, so a literal means what the interpreter computes.
 	return ilit(tensor.WrapInt(int64(v), dt))
 }
 
 // idxType is the index type for n elements (plus the grid stride): int when it
 // cannot overflow, else long long.
 func idxType(n int64) string {
+	// The 2^28 margin below 2^31 is the largest grid stride (flatGrid: 2^20 blocks
+	// of 256), so i += stride cannot overflow int before the loop test fails.
 	if n < 1<<31-1<<28 {
 		return "int"
 	}
@@ -118,6 +129,7 @@ func coords(p, lin, it string, shape []int64) string {
 		return ""
 	}
 	fmt.Fprintf(&sb, "    %s %s_r = %s;\n", it, p, lin)
+	// Constant divisors let nvcc turn each % and / into multiplies and shifts.
 	for d := r - 1; d > 0; d-- {
 		fmt.Fprintf(&sb, "    const %s %s%d = %s_r %% %d; %s_r /= %d;\n", it, p, d, p, shape[d], p, shape[d])
 	}
@@ -153,6 +165,8 @@ func gridStride(it string, n int64) string {
 func flatGrid(n int64) (grid, block [3]uint32) {
 	const bs = 256
 	g := (n + bs - 1) / bs
+	// At most 2^20 blocks, the grid-stride loop covering the rest: this keeps the
+	// stride ≤ 2^28, the margin idxType relies on.
 	g = max(1, min(g, 1<<20))
 	return [3]uint32{uint32(g), 1, 1}, [3]uint32{bs, 1, 1}
 }
@@ -170,6 +184,7 @@ func pow2(n, lo, hi int64) int64 {
 func signature(params []Param) string {
 	var ps []string
 	for _, p := range params {
+		// const on inputs: the compiler then refuses any kernel text that writes one.
 		c := ""
 		if !p.Out {
 			c = "const "

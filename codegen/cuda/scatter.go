@@ -29,6 +29,8 @@ import (
 // (256 × tiles int32) and two int32 arrays of size.
 
 // scatterWarps is the number of warps (tiles) per block of the sort kernels.
+// Each warp walks its own tile in order, so the block size changes speed only,
+// never the result.
 const scatterWarps = 8
 
 // scatterKeyBody makes the sort keys and positions.
@@ -173,13 +175,18 @@ func lowerScatterAdd(g *gen, n *ir.Node) error {
 	if y.Type.Numel() == 0 {
 		return nil
 	}
+	// Keys and positions are int32 to halve the sort's traffic, and outer rides on
+	// gridDim.y, capped at 65535.
 	if ni >= 1<<31-1 || size >= 1<<31-1 || outer >= 1<<16 {
 		return fmt.Errorf("scatter_add with %d indices into %d rows (outer %d): the GPU sort takes fewer than 2^31 of each and outer dims below 65536", ni, size, outer)
 	}
 	xdt, ydt := g.storageOf(x), g.storageOf(y)
+	// The sum kernel loads and stores one storage type; a cast belongs in the graph.
 	if xdt != ydt {
 		return fmt.Errorf("scatter_add stores x as %v and y as %v: want one dtype", xdt, ydt)
 	}
+	// Rows no index hits must read an empty run (start = end = 0), so both arrays
+	// are cleared first; the bounds kernel only writes rows that occur.
 	start, end := g.temp(tensor.I32, size), g.temp(tensor.I32, size)
 	g.flatKernel("scatter_add.zero", fmt.Sprintf("scatter_add: empty runs for %d rows", size), size,
 		[]Param{{Name: "start", CType: "int", Out: true}, {Name: "end", CType: "int", Out: true}},
@@ -188,6 +195,8 @@ func lowerScatterAdd(g *gen, n *ir.Node) error {
 	if ni > 0 {
 		val = g.scatterSort(idx, ni, size, start, end)
 	} else {
+		// No indices: every run is empty and val is never read, but the parameter needs
+		// a buffer.
 		val = g.temp(tensor.I32, 1)
 	}
 	vec := vecLanes(xdt, inner)
@@ -198,6 +207,8 @@ func lowerScatterAdd(g *gen, n *ir.Node) error {
 	body := fmt.Sprintf(scatterSumBody, fmt.Sprintf("%v by %v at axis %d into %v", x.Type, idx.Type, ax, y.Type),
 		ni, size, inner, vec, nt, storageC[xdt], storageC[ydt], acc, signature(params),
 		load(xdt, "src[0]"), store(ydt, "acc[0]"))
+	// One block per output row and outer slice: rows are independent, so no two
+	// blocks write the same element.
 	g.emit(kernelSpec{op: "scatter_add", body: body, grid: [3]uint32{uint32(size), uint32(outer), 1},
 		block: [3]uint32{uint32(nt), 1, 1}, params: params,
 		args: []int{g.ids[y], g.ids[x], val, start, end}})
@@ -208,6 +219,7 @@ func lowerScatterAdd(g *gen, n *ir.Node) error {
 // size rows, fills the start and end buffers, and returns the buffer of sorted
 // positions.
 func (g *gen) scatterSort(idx *ir.Value, ni, size int64, start, end int) int {
+	// Double buffers: each digit pass reads one and writes the other (ping-pong).
 	key := [2]int{g.temp(tensor.I32, ni), g.temp(tensor.I32, ni)}
 	val := [2]int{g.temp(tensor.I32, ni), g.temp(tensor.I32, ni)}
 	g.flatKernel("scatter_add.keys", fmt.Sprintf("scatter_add: sort keys of %v into %d rows", idx.Type, size), ni,
@@ -215,10 +227,13 @@ func (g *gen) scatterSort(idx *ir.Value, ni, size int64, start, end int) int {
 			g.param("idx", idx, false)}, []int{key[0], val[0], g.ids[idx]}, fmt.Sprintf(scatterKeyBody, size))
 	// Tiles of at least 1024 keys, at most 1024 tiles: the scan stays one block.
 	tile := max(1024, (ni+1023)/1024)
+	// Whole warps of keys per tile, so __match_any_sync always sees 32 valid lanes
+	// except in the last tile.
 	tile = (tile + 31) / 32 * 32
 	units := (ni + tile - 1) / tile
 	hist := g.temp(tensor.I32, 256*units)
 	blocks := uint32((units + scatterWarps - 1) / scatterWarps)
+	// Only the digits size needs: a vocabulary of 32768 takes two passes, not four.
 	passes := (bits.Len64(uint64(size)) + 7) / 8
 	cur := 0
 	for p := range passes {

@@ -39,6 +39,7 @@ __device__ __forceinline__ void lcc_st16(lcc_bf16* p, const float* o) {
 func vecLanes(dt tensor.DType, n int64) int64 {
 	var l int64
 	switch dt {
+	// Only f32 and bf16 have lcc_ld16/lcc_st16 overloads; f16 and integers go scalar.
 	case tensor.F32:
 		l = 4
 	case tensor.BF16:
@@ -46,6 +47,8 @@ func vecLanes(dt tensor.DType, n int64) int64 {
 	default:
 		return 1
 	}
+	// A row that is not whole vectors would put the next row's first vector off a
+	// 16-byte boundary.
 	if n%l != 0 {
 		return 1
 	}

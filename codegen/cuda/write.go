@@ -20,6 +20,8 @@ type planFile struct {
 	Kernels []kernelMeta `json:"kernels"`
 }
 
+// kernelMeta is one kernel's entry in launch_plan.json: what a launcher needs
+// to load the .cu file's entry point and launch it without re-deriving anything.
 type kernelMeta struct {
 	Name   string    `json:"name"`
 	Op     string    `json:"op"`
@@ -37,6 +39,7 @@ type kernelMeta struct {
 func PlanJSON(ks []Kernel, plan *LaunchPlan) ([]byte, error) {
 	pf := planFile{LaunchPlan: plan}
 	for _, k := range ks {
+		// Paths are relative to the output folder so the folder can be moved whole.
 		pf.Kernels = append(pf.Kernels, kernelMeta{Name: k.Name, Op: k.Op, File: "kernels/" + k.Name + ".cu",
 			Entry: k.Entry, Grid: k.Grid, Block: k.Block, Shared: k.Shared, Params: k.Params, Arch: k.Arch})
 	}
@@ -62,6 +65,8 @@ func WriteKernels(dir string, ks []Kernel, plan *LaunchPlan) error {
 		return fmt.Errorf("codegen/cuda: -o %s: %w", dir, err)
 	}
 	for _, k := range ks {
+		// Atomic writes: an interrupted compile leaves old or new files, never a
+		// truncated kernel that a later run would fail to compile.
 		if err := atomicfile.WriteFile(filepath.Join(kdir, k.Name+".cu"), []byte(k.Source), 0o644); err != nil {
 			return fmt.Errorf("codegen/cuda: %w", err)
 		}
@@ -73,6 +78,7 @@ func WriteKernels(dir string, ks []Kernel, plan *LaunchPlan) error {
 	if err := atomicfile.WriteFile(filepath.Join(dir, "launch_plan.json"), js, 0o644); err != nil {
 		return fmt.Errorf("codegen/cuda: %w", err)
 	}
+	// No empty constants file: its absence tells the executor there is nothing to upload.
 	if len(plan.Constants) == 0 {
 		return nil
 	}
@@ -95,6 +101,7 @@ func ConstantsSafetensors(plan *LaunchPlan) ([]byte, error) {
 		ts[name] = t
 		names = append(names, name)
 	}
+	// Sorted so equal plans encode to equal bytes (map order is random).
 	sort.Strings(names)
 	return safetensors.Encode(names, ts, map[string]string{"format": "lcc-constants"})
 }
