@@ -59,12 +59,18 @@ type State struct {
 	Sequences int64 `json:"sequences"`
 	// RNG is the generator's state (RNG.State).
 	RNG string `json:"rng"`
+	// Offset is the token of a file source where the next window starts (nil
+	// for synthetic sources, and in checkpoints older than it, which read window
+	// Sequences mod W). It is kept apart from Sequences because a resume at
+	// another --seq-len continues the file where the last window ended.
+	Offset *int64 `json:"offset,omitempty"`
 }
 
-// source makes sequence k: it fills ids (SeqLen tokens) and labels. Synthetic
-// sources draw from rng; file sources ignore it and read window k.
+// source makes the next sequence: it fills ids (SeqLen tokens) and labels.
+// Synthetic sources draw from rng; file sources ignore it and read the window
+// at token off, returning where the next one starts.
 type source interface {
-	sequence(k int64, rng *RNG, ids, labels []int64) error
+	sequence(off int64, rng *RNG, ids, labels []int64) (next int64, err error)
 	close() error
 }
 
@@ -75,6 +81,7 @@ type Stream struct {
 	src  source
 	rng  *RNG
 	seqs int64
+	off  int64 // the file position (State.Offset)
 }
 
 // Open parses spec and opens its source. Errors name the spec and say what was
@@ -139,21 +146,28 @@ func (s *Stream) Next() (*Batch, error) {
 	b, t := int64(s.opts.Batch), int64(s.opts.SeqLen)
 	ids, labels := tensor.New(tensor.I64, b, t), tensor.New(tensor.I64, b, t)
 	for i := range b {
-		if err := s.src.sequence(s.seqs, s.rng, ids.I[i*t:(i+1)*t], labels.I[i*t:(i+1)*t]); err != nil {
+		next, err := s.src.sequence(s.off, s.rng, ids.I[i*t:(i+1)*t], labels.I[i*t:(i+1)*t])
+		if err != nil {
 			return nil, fmt.Errorf("data %q: %w", s.spec, err)
 		}
-		s.seqs++
+		s.seqs, s.off = s.seqs+1, next
 	}
 	return &Batch{InputIDs: ids, Labels: labels}, nil
 }
 
 // State returns the stream's position, for checkpoints.
 func (s *Stream) State() State {
-	return State{Spec: s.spec, Sequences: s.seqs, RNG: s.rng.State()}
+	st := State{Spec: s.spec, Sequences: s.seqs, RNG: s.rng.State()}
+	if _, ok := s.src.(*fileSource); ok {
+		off := s.off
+		st.Offset = &off
+	}
+	return st
 }
 
 // Restore moves the stream to a position returned by State on a stream opened
-// with the same spec and options.
+// with the same spec and options but maybe another SeqLen: a file is read on
+// from the token after the last window read (see fileSource).
 func (s *Stream) Restore(st State) error {
 	if st.Spec != s.spec {
 		return fmt.Errorf("data: the checkpoint was trained on %q, this run reads %q", st.Spec, s.spec)
@@ -163,6 +177,14 @@ func (s *Stream) Restore(st State) error {
 	}
 	s.rng.SetState(st.RNG)
 	s.seqs = st.Sequences
+	if f, ok := s.src.(*fileSource); ok {
+		if st.Offset == nil {
+			// Written before Offset: the old streams read window Sequences mod W.
+			s.off = st.Sequences % f.windows * int64(s.opts.SeqLen)
+		} else if s.off = *st.Offset; s.off < 0 {
+			return fmt.Errorf("data: file offset %d: want >= 0", s.off)
+		}
+	}
 	return nil
 }
 
