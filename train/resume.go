@@ -4,9 +4,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
-	"slices"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"github.com/lcc-dev/lcc/internal/fserr"
