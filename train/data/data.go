@@ -200,5 +200,14 @@ func (st State) Check() error {
 	return nil
 }
 
+// Windows is the number of windows of a file source before it wraps around
+// (W = (n−1)/SeqLen), 0 for synthetic sources.
+func (s *Stream) Windows() int64 {
+	if f, ok := s.src.(*fileSource); ok {
+		return f.windows
+	}
+	return 0
+}
+
 // Close releases the source's file, if any.
 func (s *Stream) Close() error { return s.src.close() }
