@@ -91,6 +91,26 @@ func Heatmap(path, title string, g Grid) error {
 	h := plotter.NewHeatMap(g, scorePalette{})
 	h.Min, h.Max, h.NaN = 0, 1, color.Gray{0xcc}
 	p.Add(h)
+	// Each cell's score written in it, as the heat maps of the papers do.
+	var xy plotter.XYLabels
+	for r, row := range g.Scores {
+		for c, v := range row {
+			if !math.IsNaN(v) {
+				xy.XYs = append(xy.XYs, plotter.XY{X: float64(c), Y: float64(-r)})
+				xy.Labels = append(xy.Labels, fmt.Sprintf("%.2f", v))
+			}
+		}
+	}
+	if len(xy.Labels) > 0 {
+		labels, err := plotter.NewLabels(xy)
+		if err != nil {
+			return fmt.Errorf("%s: %w", path, err)
+		}
+		for i := range labels.TextStyle {
+			labels.TextStyle[i].XAlign, labels.TextStyle[i].YAlign = draw.XCenter, draw.YCenter
+		}
+		p.Add(labels)
+	}
 	p.X.Tick.Marker = labelTicks(g.Cols, 1)
 	p.Y.Tick.Marker = labelTicks(g.Rows, -1)
 	p.X.Min, p.X.Max = -0.5, float64(len(g.Cols))-0.5
