@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/lcc-dev/lcc/tensor"
 )
 
 // progressive is llama_mini on testdata/trajectory/tokens.bin, 20 steps of 2
@@ -124,6 +126,26 @@ func TestSeqLenScheduleFlags(t *testing.T) {
 		c.SeqLenSchedule, c.SeqLen = tc.stages, tc.seq
 		if _, err := Train(c); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%v: %v, want %q", tc.stages, err, tc.want)
+		}
+	}
+}
+
+// TestGPUSeqLenSchedule runs --seq-len-schedule 32:4,64 on the GPU with the
+// state resident: each stage's program in one session (the first stage's arena
+// released before the second is built), the CPU's losses within 1e-4.
+func TestGPUSeqLenSchedule(t *testing.T) {
+	dev := openGPU(t)
+	c := progressive(t)
+	c.Steps, c.Warmup = 8, 2
+	c.SeqLenSchedule = []Stage{{32, 4}, {64, 0}}
+	want := run(t, c)
+	got := run(t, gpuConfig(t, dev, c, tensor.F32, t.TempDir()))
+	if !got.Resident || len(got.Losses) != 8 || len(got.Stages) != 2 {
+		t.Fatalf("resident %v, %d losses, stages %+v", got.Resident, len(got.Losses), got.Stages)
+	}
+	for i := range want.Losses {
+		if e := math.Abs(got.Losses[i]-want.Losses[i]) / math.Abs(want.Losses[i]); !(e <= 1e-4) {
+			t.Errorf("step %d: GPU loss %.7g, CPU %.7g (relative %.2g)", i+1, got.Losses[i], want.Losses[i], e)
 		}
 	}
 }
