@@ -14,9 +14,16 @@ The recipe is lcc train's (train/, train/optim, train/data), step for step:
   - learning rate of update s (0-based): lr·(s+1)/warmup during warmup, then a cosine
     from lr to min_lr (lr/10) reached at the last step;
   - loss: the mean cross-entropy of the logits against the next tokens;
-  - data: tokens:FILE, little-endian uint16; sequence k is window k mod W of T+1
-    tokens starting at token k·T (W = (n−1)/T), inputs its first T, labels its last
-    T; step s reads sequences s·B .. s·B+B−1.
+  - data: tokens:FILE, little-endian uint16; windows of T+1 tokens read in order,
+    each starting T tokens after the last (window k at token (k mod W)·T, W = (n−1)/T,
+    while T stays the same), one that would pass the end starting again at token 0;
+    inputs its first T, labels its last T; step s reads the next B windows.
+
+    python3 scripts/torch_trajectory.py OUTDIR --progressive
+writes OUTDIR/progressive.json instead: llama_mini trained 10 steps at T=32, then 10
+at T=64 (--seq-len-schedule 32:10,64, or lcc train --steps 20 --stop-at 10 resumed at
+--seq-len 64), batch 2, warmup 5, one schedule over the 20 steps; the windows at T=64
+start at the token after the last T=32 window (train/data: State.Offset).
 Everything runs in float32 on the CPU (no TF32, no reduced-precision reductions).
 
 Models come in two kinds. Those already under testdata/ are rebuilt in PyTorch with the
@@ -64,24 +71,48 @@ def batch(tokens, s, B, T):
     return torch.tensor(ids, dtype=torch.int64), torch.tensor(labels, dtype=torch.int64)
 
 
-def train(logits_of, params, tokens, B, T):
+class Windows:
+    """data.fileSource: windows of T+1 tokens in order, wrapping to token 0."""
+
+    def __init__(s, tokens):
+        s.tokens, s.off = tokens, 0
+
+    def batch(s, B, T):
+        ids, labels = [], []
+        for _ in range(B):
+            if s.off + T + 1 > len(s.tokens):
+                s.off = 0
+            win = s.tokens[s.off:s.off + T + 1]
+            s.off += T
+            ids.append(win[:T])
+            labels.append(win[1:])
+        return torch.tensor(ids, dtype=torch.int64), torch.tensor(labels, dtype=torch.int64)
+
+
+def train(logits_of, params, tokens, B, T, stages=None, steps=STEPS):
+    """stages: [(T, steps)] in order (T for all STEPS when None), one schedule over all."""
     params = list(params)
     opt = torch.optim.AdamW(params, lr=LR, betas=(0.9, 0.999), eps=1e-8, weight_decay=WD,
                             foreach=False)
     losses, norms, lrs = [], [], []
-    for s in range(STEPS):
-        ids, labels = batch(tokens, s, B, T)
+    lens = [t for t, n in (stages or [(T, steps)]) for _ in range(n)]
+    win = Windows(tokens)
+    for s in range(steps):
+        if stages is None:
+            ids, labels = batch(tokens, s, B, T)
+        else:
+            ids, labels = win.batch(B, lens[s])
         logits = logits_of(ids)
         loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1))
         opt.zero_grad(set_to_none=True)
         loss.backward()
         norm = torch.nn.utils.clip_grad_norm_(params, CLIP, foreach=False)
         for g in opt.param_groups:
-            g["lr"] = lr_at(s)
+            g["lr"] = lr_at(s, total=steps)
         opt.step()
         losses.append(loss.item())
         norms.append(norm.item())
-        lrs.append(lr_at(s))
+        lrs.append(lr_at(s, total=steps))
     return losses, norms, lrs
 
 
@@ -357,9 +388,25 @@ def main():
     ap.add_argument("names", nargs="*")
     ap.add_argument("--testdata", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "..",
                                                         "testdata"))
+    ap.add_argument("--progressive", action="store_true",
+                    help="write progressive.json: llama_mini 10 steps at seq 32, then 10 at 64")
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
     tokens = read_tokens(os.path.join(a.testdata, "trajectory", "tokens.bin"))
+    if a.progressive:
+        m, fwd, B, path, err = rebuild("llama_mini", a.testdata)
+        if not err < 1e-4:
+            raise RuntimeError(f"llama_mini: rebuilt logits differ from the reference by {err:.3g}")
+        stages = [(32, 10), (64, 10)]
+        losses, norms, lrs = train(fwd, m.parameters(), tokens, B, None, stages=stages, steps=20)
+        rec = dict(name="progressive", model=path, batch=B, seq_len_schedule="32:10,64", stages=stages,
+                   steps=20, lr=LR, warmup=WARMUP, min_lr=LR / 10, weight_decay=WD, clip=CLIP,
+                   data="tokens:trajectory/tokens.bin", losses=losses, grad_norms=norms, lrs=lrs,
+                   torch=torch.__version__)
+        with open(os.path.join(a.out, "progressive.json"), "w") as f:
+            json.dump(rec, f, indent=1)
+        print("ok progressive", losses[0], losses[-1], flush=True)
+        return
     failed = []
     for name in a.names or list(TESTDATA) + list(EXPORTS):
         try:

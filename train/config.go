@@ -38,6 +38,15 @@ type Config struct {
 	// static batch if it has one, else 1. Shape binds other named dims (--shape).
 	SeqLen, Batch int
 	Shape         map[string]int64
+	// SeqLenSchedule, if set (--seq-len-schedule, SeqLen then 0), trains its
+	// stages in order, each at its length in a program compiled for it, under
+	// one learning-rate schedule over all Steps (0: the stages' sum).
+	SeqLenSchedule []Stage
+	// resumeStep, if > 0, makes Resume load the checkpoint of that step (a
+	// stage of SeqLenSchedule resumes where the previous one ended).
+	resumeStep int
+	// releaseAfter frees the step's GPU program once the run ends (a stage).
+	releaseAfter bool
 	// Steps is the number of optimizer steps the run (and its schedule) spans.
 	Steps int
 	// StopAt, if > 0, stops after that step, checkpointing there, with the
@@ -216,6 +225,9 @@ type Result struct {
 	// nodes)" or "not captured: why", then "; optimizer " and the same of the
 	// update ("" on the CPU or before a second step).
 	CUDAGraph string
+	// Stages are the stages of a --seq-len-schedule run, in order (nil
+	// without one; Program is then the last stage's).
+	Stages []StageResult
 }
 
 // check validates cfg, naming the flag at fault.

@@ -29,7 +29,10 @@
 //     straight run, provided the flags are the same; --steps is part of the
 //     schedule (the cosine spans it), so split a run with --stop-at, not by
 //     changing --steps (a resume that changes the schedule says so).
-//   - A checkpoint of another model (ModelHash) or a damaged one is never loaded;
+//   - A checkpoint of other parameters (ParamsHash: names, dtypes and shapes of the
+//     weights and optimizer state) or a damaged one is never loaded; one of the same
+//     parameters resumes into whatever program the flags compile (a new --seq-len:
+//     progressive length; SeqLenSchedule runs such stages as one run);
 //     --resume falls back to the newest valid checkpoint and says which it skipped.
 //     The activation-checkpoint policy is not part of the model: a resume may
 //     change it (and --memory-budget, --target), with the same losses.

@@ -102,7 +102,10 @@ func (l *metricsLog) close() error { return l.f.Close() }
 
 // metric is one line of the --metrics file.
 type metric struct {
-	Step       int     `json:"step"`
+	Step int `json:"step"`
+	// SeqLen is the step's sequence length (it changes between the stages of
+	// --seq-len-schedule and at a resume with another --seq-len).
+	SeqLen     int     `json:"seq_len"`
 	Loss       any     `json:"loss"` // a number, or null if not finite
 	LR         float64 `json:"lr"`
 	GradNorm   any     `json:"grad_norm"`

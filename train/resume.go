@@ -3,8 +3,10 @@ package train
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"github.com/lcc-dev/lcc/internal/fserr"
@@ -15,7 +17,7 @@ import (
 
 // wantCheckpoint is what a checkpoint of this run must hold.
 func (t *trainer) wantCheckpoint() snapshot.Want {
-	w := snapshot.Want{ModelHash: t.hash, Tensors: map[string]ir.Type{}}
+	w := snapshot.Want{ParamsHash: t.hash, Tensors: map[string]ir.Type{}}
 	for _, p := range t.grad.Params {
 		if p.Role == ir.RoleWeight {
 			w.Tensors[p.Name] = p.Value.Type
@@ -30,12 +32,14 @@ func (t *trainer) wantCheckpoint() snapshot.Want {
 }
 
 // settings are the flags that shape the computation after a checkpoint; a resume
-// that changes one cannot match a straight run, and says so.
+// that changes one cannot match a straight run, and says so. seq_len is the
+// exception: a new length is what progressive training means (see resume).
 func (t *trainer) settings() map[string]any {
 	c := t.cfg
 	return map[string]any{"steps": c.Steps, "lr": c.LR, "min_lr": c.MinLR, "warmup": c.Warmup,
 		"weight_decay": c.WeightDecay, "clip": c.Clip, "accumulate": c.Accumulate, "seed": c.Seed,
-		"loss": c.Loss, "ranks": max(c.Ranks, 1), "attention": attentionSetting(c)}
+		"loss": c.Loss, "ranks": max(c.Ranks, 1), "attention": attentionSetting(c),
+		"precision": c.Precision, "seq_len": c.SeqLen, "batch": c.Batch}
 }
 
 // resume restores the newest valid checkpoint and returns its step. A folder
@@ -49,7 +53,7 @@ func (t *trainer) resume(res *Result) (int, error) {
 	} else if !st.IsDir() {
 		return 0, fmt.Errorf("--resume: --checkpoint-dir %s is a file, not a folder", dir)
 	}
-	c, skipped, err := snapshot.Latest(dir, t.wantCheckpoint())
+	c, skipped, err := t.resumeFrom(dir)
 	if err != nil {
 		return 0, err
 	}
@@ -81,10 +85,16 @@ func (t *trainer) resume(res *Result) (int, error) {
 	var now map[string]any
 	js, _ := json.Marshal(t.settings())
 	json.Unmarshal(js, &now)
-	for k, v := range now {
-		if old, ok := c.Meta.Config[k]; ok && old != v {
+	for _, k := range sortedKeys(now) {
+		old, ok := c.Meta.Config[k]
+		switch {
+		case !ok || old == now[k]:
+		case k == "seq_len":
+			fmt.Fprintf(t.cfg.Progress, "resume: --seq-len %v -> %v: the same parameters and AdamW state "+
+				"(step %d) go on in the new length's program %s\n", old, now[k], c.Meta.Step, t.program)
+		default:
 			fmt.Fprintf(t.cfg.Progress, "resume: %s changed from %v to %v; the run will not match a "+
-				"straight run bit for bit\n", k, old, v)
+				"straight run bit for bit\n", k, old, now[k])
 		}
 	}
 	res.Resumed, t.resumedLine = c.Path, c.Meta.Metrics
@@ -108,7 +118,7 @@ func (t *trainer) save(step int, loss float64, line []byte) (string, error) {
 // meta is the JSON half of a checkpoint taken now, after a step of loss whose
 // --metrics line (its checkpoint's costs aside, not known yet) is line.
 func (t *trainer) meta(loss float64, line []byte) snapshot.Meta {
-	return snapshot.Meta{Data: t.stream.State(), LCCVersion: t.cfg.Version, ModelHash: t.hash,
+	return snapshot.Meta{Data: t.stream.State(), LCCVersion: t.cfg.Version, ParamsHash: t.hash,
 		Loss: loss, Config: t.settings(), Model: absPath(t.cfg.Model), Params: frameworkParams(t.grad),
 		Metrics: line}
 }
@@ -167,4 +177,9 @@ func frameworkParams(f *ir.Func) map[string]snapshot.Param {
 		out[p.Name] = c
 	}
 	return out
+}
+
+// sortedKeys are m's keys in order, for messages in a fixed order.
+func sortedKeys(m map[string]any) []string {
+	return slices.Sorted(maps.Keys(m))
 }

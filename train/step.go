@@ -5,7 +5,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"strings"
 
 	"github.com/lcc-dev/lcc/driver"
@@ -76,27 +75,25 @@ func modelBatch(f *ir.Func) int {
 	return 1
 }
 
-// ModelHash identifies a model for checkpoints: the SHA-256 of the model as
-// loaded (model, its printed IR: graph and bound shapes), the flags that change what
-// its step computes (o's loss, attention, precision, sharding and RoPE), and the
-// names, dtypes and shapes of the weights and state of its step grad. Weight
-// values are not hashed: they are what training changes. Neither are the
-// activation-checkpoint policy, the memory budget and the target: they choose
-// which values the step recomputes and where it keeps them, not what it
-// computes (a recomputed value is bitwise the original), so a resume may
-// change them.
-func ModelHash(model string, grad *ir.Func, o driver.Options) string {
+// ParamsHash identifies what a checkpoint holds, the parameters: the SHA-256
+// of the names, dtypes and shapes of the weights and optimizer state of the
+// step grad and its update upd (their values are what training changes). It is all a resume must
+// agree on. The program (--seq-len, --batch, the graph's bound shapes, --loss,
+// --attention, --precision, --ranks, the checkpoint policy, the target) is not
+// part of it: a resume at a new --seq-len (progressive length training) or with
+// another attention rewrite compiles the new program, prints its hash and
+// continues the same parameters and AdamW state; the changes that make the run
+// differ from a straight one are printed (settings).
+func ParamsHash(grad, upd *ir.Func) string {
 	h := sha256.New()
-	io.WriteString(h, model)
-	a := o.Attention
-	fmt.Fprintf(h, "loss %q attention %q %v %v %q precision %q ranks %d %q\n", o.Loss, a.Mode,
-		a.Segments, a.Dilations, a.Offsets, o.Precision, max(o.Ranks, 1), o.ShardMode)
-	if o.RoPE.Active() { // the rotary frequencies change what the step computes
-		fmt.Fprintf(h, "rope %s\n", o.RoPE)
-	}
 	for _, p := range grad.Params {
-		if p.Role == ir.RoleWeight || p.Role == ir.RoleState {
+		if p.Role == ir.RoleWeight {
 			fmt.Fprintf(h, "%s %v\n", p.Name, p.Value.Type)
+		}
+	}
+	for _, p := range upd.Params {
+		if p.Role == ir.RoleState {
+			fmt.Fprintf(h, "state %s %v\n", p.Name, p.Value.Type)
 		}
 	}
 	return hex.EncodeToString(h.Sum(nil))

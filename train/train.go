@@ -65,6 +65,9 @@ type trainer struct {
 
 // Train runs cfg on the CPU interpreter in f32 (see package doc).
 func Train(cfg Config) (*Result, error) {
+	if len(cfg.SeqLenSchedule) > 0 {
+		return trainStages(cfg)
+	}
 	if cfg.MinLR < 0 {
 		cfg.MinLR = cfg.LR / 10
 	}
@@ -84,6 +87,12 @@ func Train(cfg Config) (*Result, error) {
 		res.PlannedHostPeakBytes = t.plannedHost
 		measureHost(res)
 	}
+	if cfg.Session != nil && cfg.releaseAfter {
+		// The next stage runs another program: its arena replaces this one's.
+		if rerr := cfg.Session.Release(t.grad); err == nil && rerr != nil {
+			err = fmt.Errorf("releasing the stage's program: %w", rerr)
+		}
+	}
 	return res, err
 }
 
@@ -92,8 +101,6 @@ func newTrainer(cfg Config) (*trainer, error) {
 	if err != nil {
 		return nil, err
 	}
-	// Printed before the passes, which may rewrite model in place.
-	loaded := ir.Print(model)
 	var spare *ir.Func
 	if cfg.RecompileForDevice {
 		spare = model.Clone() // the passes rewrite model; a recompile starts again from this
@@ -126,7 +133,7 @@ func newTrainer(cfg Config) (*trainer, error) {
 		return nil, fmt.Errorf("%s: %w", cfg.Model, err)
 	}
 	t := &trainer{cfg: cfg, grad: grad, upd: upd, adamw: o, lossName: lossName,
-		hash:    ModelHash(loaded, grad, cfg.compileOptions().Options),
+		hash:    ParamsHash(grad, upd.Func),
 		program: step.Hash, plannedPeak: step.Report.Memory.PerGPUPeakBytes, shard: shard, rank: rank,
 		plannedHost:    step.Report.Memory.HostPeakBytes,
 		stageSnapshots: step.Report.Memory.SnapshotStagingBytes > 0, rope: step.Report.RoPE,
@@ -436,7 +443,7 @@ func (t *trainer) run() (*Result, error) {
 		}
 		checkpointed := !bad && cfg.CheckpointDir != "" && t.rank == 0 &&
 			((cfg.CheckpointEvery > 0 && res.Step%cfg.CheckpointEvery == 0) || res.Step == last || stopping)
-		line := metric{Step: s + 1, Loss: finite(st.loss), LR: st.lr, GradNorm: finite(st.gradNorm),
+		line := metric{Step: s + 1, SeqLen: cfg.SeqLen, Loss: finite(st.loss), LR: st.lr, GradNorm: finite(st.gradNorm),
 			TokensPerS: tokensPerStep / dt.Seconds(), StepMS: ms(dt), PlannedPeak: t.plannedPeak,
 			MeasuredPeak: res.MeasuredPeakBytes, HostBytes: stepBytes, Checkpoint: checkpointed}
 		if checkpointed {

@@ -118,7 +118,7 @@ func TestModelLoss(t *testing.T) {
 
 // TestResumeSkipsBad damages the newest checkpoint: resume says which it skipped
 // and why, continues from the previous one, and still matches a straight run. A
-// checkpoint of another model (other --seq-len) is refused naming the file.
+// checkpoint of another model (other weights) is refused naming the file.
 func TestResumeSkipsBad(t *testing.T) {
 	dir := t.TempDir()
 	c := small(t, 8)
@@ -140,7 +140,7 @@ func TestResumeSkipsBad(t *testing.T) {
 	}
 
 	other := c
-	other.SeqLen = 32
+	other.Model = "../testdata/onnx/llama_mini.onnx" // other weights
 	_, err := Train(other)
 	if err == nil || !strings.Contains(err.Error(), "is of another model") ||
 		!strings.Contains(err.Error(), "no valid checkpoint in "+dir) {

@@ -38,7 +38,7 @@ func main() {
 	}
 	root.SetFlagErrorFunc(suggestFlag)
 	root.PersistentPreRunE = func(cmd *cobra.Command, _ []string) error { return checkPositiveFlags(cmd) }
-	root.AddCommand(compileCmd(), runCmd(), checkCmd(), trainCmd(), exportCmd(), targetsCmd(), passesCmd(), benchCmd(), versionCmd())
+	root.AddCommand(compileCmd(), runCmd(), checkCmd(), trainCmd(), evalCmd(), exportCmd(), targetsCmd(), passesCmd(), benchCmd(), versionCmd())
 	usageOnArgError(root)
 	if err := root.Execute(); err != nil {
 		if cuda.NoDriver(err) {

@@ -31,6 +31,7 @@ func trainCmd() *cobra.Command {
 	var profile, sharedGPU bool
 	var shapes []string
 	var hostBudget byteSize
+	var seqLenSchedule string
 	cmd := &cobra.Command{
 		Use:   "train MODEL --data=SPEC --seq-len N --batch N --steps N --lr X",
 		Short: "train a model (.onnx or .lcc): AdamW, warmup+cosine, checkpoints, bit-identical resume",
@@ -51,6 +52,9 @@ The learning rate warms up linearly over --warmup steps, then follows a cosine t
 --min-lr at --steps. Checkpoints (--checkpoint-dir) hold weights, optimizer state,
 the data position and RNG; --resume continues from the newest valid one bit for
 bit. To split one run, keep --steps and stop the first part with --stop-at.
+A resume may change --seq-len (progressive length): the parameters and optimizer
+state go on in the new length's program (a new hash); only other weights' names,
+dtypes or shapes are refused. --seq-len-schedule runs such stages in one command.
 SIGINT (Ctrl-C) or SIGTERM stops after the step in flight, with a checkpoint of it,
 and exits 130 or 143; a second one exits at once.
 
@@ -70,6 +74,11 @@ naming it; --comm-timeout also bounds the rendezvous.`,
 			cfg.Model = args[0]
 			if cfg.Shape, err = driver.ParseShapeFlags(shapes); err != nil {
 				return err
+			}
+			if seqLenSchedule != "" {
+				if cfg.SeqLenSchedule, err = train.ParseSeqLenSchedule(seqLenSchedule); err != nil {
+					return err
+				}
 			}
 			cfg.Progress = cmd.OutOrStdout()
 			cfg.Log = cmd.ErrOrStderr()
@@ -176,7 +185,11 @@ naming it; --comm-timeout also bounds the rendezvous.`,
 	f.StringVar(&cfg.Device, "device", cfg.Device, "where to train: cpu (reference interpreter, f32) or cuda (GPU 0, state resident there; --precision picks fp32 or bf16 storage)")
 	f.StringVar(&cfg.Data, "data", "",
 		"training data: synthetic:copy, synthetic:passkey, tokens:FILE or bytes:FILE")
-	f.IntVar(&cfg.SeqLen, "seq-len", 0, "tokens per sequence (binds the model's seq dim)")
+	f.IntVar(&cfg.SeqLen, "seq-len", 0, "tokens per sequence (binds the model's seq dim); a --resume "+
+		"at another --seq-len continues the checkpoint's parameters and AdamW state in the new program")
+	f.StringVar(&seqLenSchedule, "seq-len-schedule", "", "progressive length instead of --seq-len: "+
+		"LEN:STEPS,...,LEN (65536:200,262144:400,1048576), each stage compiled for its length, one "+
+		"learning-rate schedule over --steps")
 	f.IntVar(&cfg.Batch, "batch", 0, "sequences per micro-batch (binds the model's batch dim; default 1, "+
 		"or the model's static batch, which a given --batch must equal)")
 	f.StringArrayVar(&shapes, "shape", nil, "bind a named dim: NAME=VALUE (repeatable), as lcc compile does")

@@ -371,6 +371,30 @@ func (s *Session) shared(plan *codegen.LaunchPlan) error {
 	return nil
 }
 
+// Release waits for queued work and frees f's program, arena and bindings, so
+// that a session that moves on to another Func (the next stage of progressive
+// length training, a longer program) does not hold both arenas. A later Run of
+// f builds it again; its adopted program is forgotten too.
+func (s *Session) Release(f *ir.Func) error {
+	if s == nil {
+		return nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.adopted, f)
+	r := s.funcs[f]
+	if r == nil {
+		return nil
+	}
+	delete(s.funcs, f)
+	if s.stream != nil {
+		if err := s.stream.Synchronize(); err != nil {
+			return err
+		}
+	}
+	return r.close()
+}
+
 // Close waits for queued work, unloads every module and frees every allocation
 // the session made. It is safe to call more than once; later Runs return
 // ErrClosed. An error joins every release that failed; the others still ran.

@@ -66,12 +66,18 @@ type State struct {
 	Sequences int64 `json:"sequences"`
 	// RNG is the generator's state (RNG.State).
 	RNG string `json:"rng"`
+	// Offset is the token of a file source where the next window starts (nil
+	// for synthetic sources, and in checkpoints older than it, which read window
+	// Sequences mod W). It is kept apart from Sequences because a resume at
+	// another --seq-len continues the file where the last window ended.
+	Offset *int64 `json:"offset,omitempty"`
 }
 
-// source makes sequence k: it fills ids (SeqLen tokens) and labels. Synthetic
-// sources draw from rng; file sources ignore it and read window k.
+// source makes the next sequence: it fills ids (SeqLen tokens) and labels.
+// Synthetic sources draw from rng; file sources ignore it and read the window
+// at token off, returning where the next one starts.
 type source interface {
-	sequence(k int64, rng *RNG, ids, labels []int64) error
+	sequence(off int64, rng *RNG, ids, labels []int64) (next int64, err error)
 	close() error
 }
 
@@ -82,6 +88,7 @@ type Stream struct {
 	src  source
 	rng  *RNG
 	seqs int64
+	off  int64 // the file position (State.Offset)
 }
 
 // Open parses spec and opens its source. Errors name the spec and say what was
@@ -158,28 +165,38 @@ func (s *Stream) Next() (*Batch, error) {
 		starts = tensor.New(tensor.I64, b, t)
 	}
 	for i := range b {
+		var next int64
 		var err error
 		if starts != nil {
+			// Packed windows are numbered by sequence (the packing is fixed by
+			// the file and --seq-len); the offset stays for State.
 			err = s.src.(*fileSource).packed(s.seqs, ids.I[i*t:(i+1)*t], labels.I[i*t:(i+1)*t],
 				starts.I[i*t:(i+1)*t])
+			next = s.off
 		} else {
-			err = s.src.sequence(s.seqs, s.rng, ids.I[i*t:(i+1)*t], labels.I[i*t:(i+1)*t])
+			next, err = s.src.sequence(s.off, s.rng, ids.I[i*t:(i+1)*t], labels.I[i*t:(i+1)*t])
 		}
 		if err != nil {
 			return nil, fmt.Errorf("data %q: %w", s.spec, err)
 		}
-		s.seqs++
+		s.seqs, s.off = s.seqs+1, next
 	}
 	return &Batch{InputIDs: ids, Labels: labels, DocStarts: starts}, nil
 }
 
 // State returns the stream's position, for checkpoints.
 func (s *Stream) State() State {
-	return State{Spec: s.spec, Sequences: s.seqs, RNG: s.rng.State()}
+	st := State{Spec: s.spec, Sequences: s.seqs, RNG: s.rng.State()}
+	if _, ok := s.src.(*fileSource); ok {
+		off := s.off
+		st.Offset = &off
+	}
+	return st
 }
 
 // Restore moves the stream to a position returned by State on a stream opened
-// with the same spec and options.
+// with the same spec and options but maybe another SeqLen: a file is read on
+// from the token after the last window read (see fileSource).
 func (s *Stream) Restore(st State) error {
 	if st.Spec != s.spec {
 		return fmt.Errorf("data: the checkpoint was trained on %q, this run reads %q", st.Spec, s.spec)
@@ -189,6 +206,14 @@ func (s *Stream) Restore(st State) error {
 	}
 	s.rng.SetState(st.RNG)
 	s.seqs = st.Sequences
+	if f, ok := s.src.(*fileSource); ok {
+		if st.Offset == nil {
+			// Written before Offset: the old streams read window Sequences mod W.
+			s.off = st.Sequences % f.windows * int64(s.opts.SeqLen)
+		} else if s.off = *st.Offset; s.off < 0 {
+			return fmt.Errorf("data: file offset %d: want >= 0", s.off)
+		}
+	}
 	return nil
 }
 
@@ -202,6 +227,15 @@ func (st State) Check() error {
 		return fmt.Errorf("data: %w", err)
 	}
 	return nil
+}
+
+// Windows is the number of windows of a file source before it wraps around
+// (W = (n−1)/SeqLen), 0 for synthetic sources.
+func (s *Stream) Windows() int64 {
+	if f, ok := s.src.(*fileSource); ok {
+		return f.windows
+	}
+	return 0
 }
 
 // Close releases the source's file, if any.

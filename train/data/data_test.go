@@ -132,6 +132,42 @@ func TestTokenFiles(t *testing.T) {
 	}
 }
 
+// TestTokenFileNewSeqLen restores a file stream's position into a stream of
+// another seq len: it reads on from the token after the last window, and wraps
+// to token 0 when a window would pass the end; a position of a checkpoint older
+// than Offset reads window Sequences mod W, as streams then did.
+func TestTokenFileNewSeqLen(t *testing.T) {
+	toks := make([]uint32, 20)
+	for i := range toks {
+		toks[i] = uint32(100 + i)
+	}
+	p := writeTokens(t, 2, toks)
+	a := open(t, "tokens:"+p, Options{SeqLen: 3, Batch: 2, Vocab: 300})
+	next(t, a) // windows at tokens 0 and 3
+	st := a.State()
+	if st.Offset == nil || *st.Offset != 6 || st.Sequences != 2 {
+		t.Fatalf("state after 2 windows of 3: %+v, want offset 6", st)
+	}
+	b := open(t, "tokens:"+p, Options{SeqLen: 5, Batch: 3, Vocab: 300})
+	if err := b.Restore(st); err != nil {
+		t.Fatal(err)
+	}
+	got := next(t, b) // windows at 6 and 11; 16+5+1 > 20: the third starts at 0
+	want := []int64{106, 107, 108, 109, 110, 111, 112, 113, 114, 115, 100, 101, 102, 103, 104}
+	if !slices.Equal(got.InputIDs.I, want) || got.Labels.I[4] != 111 || got.Labels.I[14] != 105 {
+		t.Errorf("after the restore at seq 5: ids %v labels %v, want ids %v", got.InputIDs.I, got.Labels.I, want)
+	}
+	legacy := st
+	legacy.Offset, legacy.Sequences = nil, 7 // 6 windows of 3 in 20 tokens: window 1
+	c := open(t, "tokens:"+p, Options{SeqLen: 3, Batch: 1, Vocab: 300})
+	if err := c.Restore(legacy); err != nil {
+		t.Fatal(err)
+	}
+	if got := next(t, c); got.InputIDs.I[0] != 103 {
+		t.Errorf("legacy position 7: window at token %d, want 3", got.InputIDs.I[0]-100)
+	}
+}
+
 // TestFileErrors checks the errors name the flag-level problem and the offset.
 func TestFileErrors(t *testing.T) {
 	p := writeTokens(t, 2, []uint32{1, 2, 3, 700, 5, 6})

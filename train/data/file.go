@@ -11,23 +11,27 @@ import (
 	"github.com/lcc-dev/lcc/internal/userfile"
 )
 
-// fileSource reads fixed windows of a token file. Window w covers tokens
-// [w·T, w·T + T] (T+1 tokens: T inputs and the target after the last one), so
-// consecutive windows share one token and every token but the first is a target
-// exactly once per epoch. Sequence k reads window k mod W: the file is read in
-// order and wraps around, which needs no shuffle state to resume.
+// fileSource reads windows of a token file in order. A window at token p covers
+// tokens [p, p + T] (T+1 tokens: T inputs and the target after the last one),
+// and the next starts at p + T, so consecutive windows share one token and every
+// token but the first is a target exactly once per epoch. A window that would
+// run past the end starts again at token 0. With one T throughout, sequence k
+// is window k mod W at token (k mod W)·T (W = (n−1)/T); the stream keeps the
+// position p (State.Offset), so a resume at another T reads on from where the
+// last window ended, neither skipping nor repeating tokens. No shuffle state is
+// needed to resume.
 type fileSource struct {
 	path    string
 	f       *os.File
 	width   int   // bytes per token: 1, 2 or 4
 	windows int64 // W
+	tokens  int64 // n, the file's length in tokens
 	vocab   int64
 	buf     []byte
-	// Packed documents (pack.go): the separator, the file's token count and the
-	// windows; wins is nil without --doc-sep.
-	sep    int64
-	tokens int64
-	wins   []window
+	// Packed documents (pack.go): the separator and the windows; wins is nil
+	// without --doc-sep.
+	sep  int64
+	wins []window
 }
 
 func openFile(path string, width int, o Options) (source, error) {
@@ -51,7 +55,7 @@ func openFile(path string, width int, o Options) (source, error) {
 		f.Close()
 		return nil, fmt.Errorf("%s: %d tokens; seq len %d needs at least %d", path, n, t, t+1)
 	}
-	s := &fileSource{path: path, f: f, width: width, windows: (n - 1) / t, vocab: o.Vocab,
+	s := &fileSource{path: path, f: f, width: width, windows: (n - 1) / t, tokens: n, vocab: o.Vocab,
 		buf: make([]byte, (t+1)*int64(width))}
 	if err := s.checkVocab(size, o.Log); err != nil {
 		f.Close()
@@ -127,17 +131,20 @@ func (s *fileSource) outside(tok, off int64) error {
 		s.path, tok, off, s.vocab)
 }
 
-func (s *fileSource) sequence(k int64, _ *RNG, ids, labels []int64) error {
+func (s *fileSource) sequence(off int64, _ *RNG, ids, labels []int64) (int64, error) {
 	t := int64(len(ids))
-	start := (k % s.windows) * t * int64(s.width)
+	if off+t+1 > s.tokens {
+		off = 0
+	}
+	start := off * int64(s.width)
 	if _, err := s.f.ReadAt(s.buf, start); err != nil {
-		return fmt.Errorf("%s: reading window at byte offset %d: %w", s.path, start, err)
+		return 0, fmt.Errorf("%s: reading window at byte offset %d: %w", s.path, start, err)
 	}
 	for i := int64(0); i <= t; i++ {
 		// Checked at open; checked again, cheaply, in case the file changed since.
 		tok := s.token(s.buf, i)
 		if tok >= s.vocab {
-			return s.outside(tok, start+i*int64(s.width))
+			return 0, s.outside(tok, start+i*int64(s.width))
 		}
 		if i < t {
 			ids[i] = tok
@@ -146,7 +153,7 @@ func (s *fileSource) sequence(k int64, _ *RNG, ids, labels []int64) error {
 			labels[i-1] = tok
 		}
 	}
-	return nil
+	return off + t, nil
 }
 
 func (s *fileSource) close() error { return s.f.Close() }

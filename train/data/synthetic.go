@@ -2,6 +2,7 @@ package data
 
 import (
 	"fmt"
+	"math"
 	"strconv"
 )
 
@@ -41,7 +42,7 @@ func newCopy(arg string, o Options) (source, error) {
 	return copyTask{alphabet: a}, nil
 }
 
-func (c copyTask) sequence(_ int64, rng *RNG, ids, labels []int64) error {
+func (c copyTask) sequence(off int64, rng *RNG, ids, labels []int64) (int64, error) {
 	h := len(ids) / 2
 	for i := range h {
 		ids[i] = rng.IntN(c.alphabet)
@@ -56,7 +57,7 @@ func (c copyTask) sequence(_ int64, rng *RNG, ids, labels []int64) error {
 	for i := h - 1; i < 2*h-1; i++ {
 		labels[i] = ids[i+1]
 	}
-	return nil
+	return off, nil
 }
 
 func (copyTask) close() error { return nil }
@@ -90,16 +91,43 @@ func newPasskey(o Options) (source, error) {
 	return passkeyTask{}, nil
 }
 
-func (passkeyTask) sequence(_ int64, rng *RNG, ids, labels []int64) error {
+func (passkeyTask) sequence(off int64, rng *RNG, ids, labels []int64) (int64, error) {
+	digits := passkeyDraw(rng)
+	at := int(rng.IntN(int64(passkeyFillerLen(len(ids)) + 1))) // filler characters before the needle
+	passkeyText(ids, digits, at, int(rng.IntN(int64(len(passkeyFiller)))))
+	for i := range labels {
+		labels[i] = IgnoreIndex
+	}
+	// The answer digits are the last five tokens; each is the target of the
+	// position before it.
+	n := len(ids)
+	for i := n - passkeyDigits - 1; i < n-1; i++ {
+		labels[i] = ids[i+1]
+	}
+	return off, nil
+}
+
+// passkeyDraw draws the five digits of a pass key.
+func passkeyDraw(rng *RNG) []byte {
 	digits := make([]byte, passkeyDigits)
 	for i := range digits {
 		digits[i] = byte('0' + rng.IntN(10))
 	}
+	return digits
+}
+
+// passkeyFillerLen is the number of filler characters in a sequence of n tokens.
+func passkeyFillerLen(n int) int {
+	return n - len(passkeyNeedle) - passkeyDigits - 2 - len(passkeyQuestion) - passkeyDigits
+}
+
+// passkeyText writes the sequence into ids: at filler characters (the filler
+// read from its character start on), the needle with digits, the rest of the
+// filler, the question and the digits.
+func passkeyText(ids []int64, digits []byte, at, start int) {
 	needle := passkeyNeedle + string(digits) + ". "
 	question := passkeyQuestion + string(digits)
-	filler := len(ids) - len(needle) - len(question)
-	at := int(rng.IntN(int64(filler + 1))) // filler characters before the needle
-	start := int(rng.IntN(int64(len(passkeyFiller))))
+	filler := passkeyFillerLen(len(ids))
 	text := make([]byte, 0, len(ids))
 	for i := range at {
 		text = append(text, passkeyFiller[(start+i)%len(passkeyFiller)])
@@ -111,14 +139,31 @@ func (passkeyTask) sequence(_ int64, rng *RNG, ids, labels []int64) error {
 	text = append(text, question...)
 	for i, ch := range text {
 		ids[i] = int64(ch)
-		labels[i] = IgnoreIndex
 	}
-	// The answer digits are the last five tokens; each is the target of the
-	// position before it.
-	n := len(ids)
-	for i := n - passkeyDigits - 1; i < n-1; i++ {
-		labels[i] = ids[i+1]
+}
+
+// PasskeyDigits is the number of digits of a pass key: the last tokens of a
+// synthetic:passkey sequence.
+const PasskeyDigits = passkeyDigits
+
+// PasskeyMinSeq is the shortest pass-key sequence.
+const PasskeyMinSeq = passkeyMinSeq
+
+// Passkey writes into ids a synthetic:passkey sequence whose needle starts
+// after the fraction depth (0: first, 1: last) of its filler, as the
+// needle-in-a-haystack evaluations place it, with digits and the filler's
+// start drawn from rng. Its last PasskeyDigits tokens are the key's digits,
+// each the target of the position before it.
+func Passkey(ids []int64, depth float64, rng *RNG) error {
+	if len(ids) < passkeyMinSeq {
+		return fmt.Errorf("passkey needs seq len >= %d, got %d", passkeyMinSeq, len(ids))
 	}
+	if !(depth >= 0 && depth <= 1) {
+		return fmt.Errorf("passkey depth %v: want 0..1", depth)
+	}
+	digits := passkeyDraw(rng)
+	filler := passkeyFillerLen(len(ids))
+	passkeyText(ids, digits, int(math.Round(depth*float64(filler))), int(rng.IntN(int64(len(passkeyFiller)))))
 	return nil
 }
 

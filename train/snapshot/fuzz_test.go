@@ -26,7 +26,7 @@ func FuzzLoad(f *testing.F) {
 	w := tensor.New(tensor.F32, 2, 3)
 	ts := map[string]*tensor.Tensor{"w": w, "optim.step": tensor.Scalar(tensor.F64, 7),
 		"optim.master.w": w, "optim.adam.m.w": w, "optim.adam.v.w": w}
-	p, err := Save(dir, 7, Meta{ModelHash: "abc",
+	p, err := Save(dir, 7, Meta{ParamsHash: "abc",
 		Data:   data.State{Spec: "synthetic:copy", Sequences: 7, RNG: "0123456789abcdef"},
 		Config: map[string]any{"steps": 10}, Params: map[string]Param{"w": {Name: "w"}}}, ts)
 	if err != nil {
@@ -38,7 +38,7 @@ func FuzzLoad(f *testing.F) {
 	f.Add(bytes.ReplaceAll(js, []byte(hex.EncodeToString(sum[:])), []byte(shaMark)), st)
 	f.Add(js, st)
 	f.Add([]byte(`{"format":1,"step":7,"tensors":"ckpt-00000007.safetensors"}`), []byte{})
-	want := Want{ModelHash: "abc", Tensors: map[string]ir.Type{"w": ir.T(tensor.F32, 2, 3),
+	want := Want{ParamsHash: "abc", Tensors: map[string]ir.Type{"w": ir.T(tensor.F32, 2, 3),
 		"optim.step": ir.T(tensor.F64)}}
 	f.Fuzz(func(t *testing.T, js, st []byte) {
 		dir := t.TempDir()

@@ -67,9 +67,10 @@ type Meta struct {
 	Data data.State `json:"data"`
 	// LCCVersion is the version of lcc that wrote the checkpoint (informative).
 	LCCVersion string `json:"lcc_version"`
-	// ModelHash identifies the model: see train.ModelHash. Load refuses a
-	// checkpoint whose hash differs from the model being trained.
-	ModelHash string `json:"model_sha256"`
+	// ParamsHash identifies the parameters (weights' and optimizer state's
+	// names, dtypes and shapes): see train.ParamsHash. Load refuses a checkpoint
+	// whose hash differs from the run's; the program (--seq-len, ...) may differ.
+	ParamsHash string `json:"params_sha256"`
 	// Tensors is the safetensors file's base name and TensorsSHA256 its digest.
 	Tensors       string `json:"tensors"`
 	TensorsSHA256 string `json:"tensors_sha256"`
@@ -111,7 +112,7 @@ type Checkpoint struct {
 
 // Want is what a checkpoint must hold to resume a given run.
 type Want struct {
-	ModelHash string
+	ParamsHash string
 	// Tensors maps every required tensor name to its type (dtype and shape).
 	Tensors map[string]ir.Type
 }
@@ -273,11 +274,11 @@ func Load(path string, want Want) (*Checkpoint, error) {
 	case m.Format != Format:
 		return nil, fmt.Errorf("checkpoint %s: format %d, this lcc reads format %d", path, m.Format,
 			Format)
-	case want.ModelHash != "" && m.ModelHash != want.ModelHash:
-		return nil, fmt.Errorf("checkpoint %s is of another model (model hash %.12s…, "+
-			"this model's %.12s…): the graph, its shapes (--seq-len, --batch), its weights' "+
-			"names or --loss, --attention, --precision or --ranks differ", path, m.ModelHash,
-			want.ModelHash)
+	case want.ParamsHash != "" && m.ParamsHash != want.ParamsHash:
+		return nil, fmt.Errorf("checkpoint %s is of another model (parameters hash %.12s…, "+
+			"this model's %.12s…): the names, dtypes or shapes of its weights or optimizer state "+
+			"differ (a checkpoint without params_sha256 predates it)", path, m.ParamsHash,
+			want.ParamsHash)
 	}
 	if err := consistentMeta(path, m); err != nil {
 		return nil, fmt.Errorf("checkpoint %s: %w", path, err)

@@ -26,7 +26,7 @@ func state(v float64) (map[string]*tensor.Tensor, Want) {
 	}
 	ts := map[string]*tensor.Tensor{"w": w, "optim.step": tensor.Scalar(tensor.F64, v),
 		"optim.master.w": w, "optim.adam.m.w": w, "optim.adam.v.w": w}
-	want := Want{ModelHash: "abc", Tensors: map[string]ir.Type{}}
+	want := Want{ParamsHash: "abc", Tensors: map[string]ir.Type{}}
 	for name, t := range ts {
 		want.Tensors[name] = ir.T(t.DType, t.Shape...)
 	}
@@ -35,7 +35,7 @@ func state(v float64) (map[string]*tensor.Tensor, Want) {
 
 // meta is the JSON of a checkpoint at step of a run of 100 steps.
 func meta(step int) Meta {
-	return Meta{ModelHash: "abc", Data: data.State{Spec: "synthetic:copy", Sequences: int64(step),
+	return Meta{ParamsHash: "abc", Data: data.State{Spec: "synthetic:copy", Sequences: int64(step),
 		RNG: "0123456789abcdef"}, Config: map[string]any{"steps": 100},
 		Params: map[string]Param{"w": {Name: "w"}}}
 }

@@ -1,0 +1,182 @@
+package main
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/lcc-dev/lcc/driver"
+	"github.com/lcc-dev/lcc/ir"
+	"github.com/lcc-dev/lcc/runtime/cuda"
+	"github.com/lcc-dev/lcc/runtime/exec"
+	"github.com/lcc-dev/lcc/train"
+	"github.com/lcc-dev/lcc/train/eval"
+	"github.com/lcc-dev/lcc/train/plot"
+)
+
+// evalCmd is `lcc eval`: perplexity over held-out windows, or pass-key
+// retrieval over lengths and depths (package train/eval).
+func evalCmd() *cobra.Command {
+	var (
+		df                    deviceFlags
+		shapes                []string
+		batch                 int
+		po                    eval.PerplexityOptions
+		passkey               bool
+		lengths, depths, hmap string
+		trials                int
+		seed                  uint64
+	)
+	cmd := &cobra.Command{
+		Use:   "eval MODEL|CHECKPOINT_DIR (--data tokens:FILE --seq-len N | --passkey --lengths 4K,16K --depths 0,50,100)",
+		Short: "perplexity over held-out windows, or pass-key retrieval accuracy per (length, depth) with a heat map",
+		Long: `eval scores a model file (.onnx, .lcc) or the newest valid checkpoint of an lcc train
+--checkpoint-dir (its run's model with the trained weights) on the CPU interpreter
+(--device=cpu, f32) or GPU 0 (--device=cuda).
+
+With --data tokens:FILE (or bytes:FILE) it scores the first --windows windows of
+--seq-len tokens of the file (0: all), read as lcc train reads them (window k covers
+tokens k·T .. k·T+T), and prints the mean cross-entropy per token and the perplexity,
+exp(mean loss).
+
+With --passkey it builds synthetic:passkey prompts at every --lengths and --depths
+(percent of the filler before the needle), --trials per cell from --seed, and prints
+the teacher-forced accuracy of the key's five digits (chance 0.1) per cell;
+--heatmap FILE.png draws the table as the needle-in-a-haystack plots do.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			o := eval.Options{Model: args[0], Batch: batch, Log: cmd.ErrOrStderr(),
+				HostBudget: driver.NewHostBudget(int64(df.hostBudget))}
+			var err error
+			if o.Shape, err = driver.ParseShapeFlags(shapes); err != nil {
+				return err
+			}
+			if hmap != "" {
+				if !passkey {
+					return fmt.Errorf("--heatmap draws the pass-key table: it needs --passkey")
+				}
+				if err := plot.CheckFormat(hmap); err != nil {
+					return fmt.Errorf("--heatmap %w", err)
+				}
+			}
+			if passkey == (po.Data != "") {
+				return fmt.Errorf("give --data tokens:FILE (perplexity) or --passkey (retrieval), one of them")
+			}
+			if df.device != "cpu" || df.precision != "fp32" {
+				release, err := evalDevice(&o, df)
+				if err != nil {
+					return err
+				}
+				defer release()
+			}
+			out := cmd.OutOrStdout()
+			if !passkey {
+				if lengths != "" || cmd.Flags().Changed("depths") {
+					return fmt.Errorf("--lengths and --depths are for --passkey")
+				}
+				r, err := eval.ScorePerplexity(o, po)
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(out, "perplexity %.6g  mean loss %.6f  over %d windows of %d tokens (%d tokens) of %s\n",
+					r.PPL, r.MeanLoss, r.Windows, po.SeqLen, r.Tokens, po.Data)
+				return nil
+			}
+			pk := eval.PasskeyOptions{Trials: trials, Seed: seed}
+			if pk.Lengths, err = parseLengths(lengths); err != nil {
+				return err
+			}
+			if pk.Depths, err = parseDepths(depths); err != nil {
+				return err
+			}
+			r, err := eval.ScorePasskey(o, pk)
+			if err != nil {
+				return err
+			}
+			fmt.Fprint(out, r.Table())
+			if hmap != "" {
+				title := "pass-key retrieval: " + args[0]
+				if err := r.Heatmap(hmap, title); err != nil {
+					return err
+				}
+				fmt.Fprintf(out, "heatmap: %s\n", hmap)
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	df.add(cmd)
+	f.StringArrayVar(&shapes, "shape", nil, "bind a named dim: NAME=VALUE (repeatable), as lcc compile does")
+	f.IntVar(&batch, "batch", 0, "sequences per forward (binds the model's batch dim; default 1, or the "+
+		"model's static batch)")
+	f.StringVar(&po.Data, "data", "", "held-out tokens for perplexity: tokens:FILE or bytes:FILE")
+	f.IntVar(&po.TokenBytes, "token-bytes", 2, "bytes per token of tokens:FILE: 2 (uint16) or 4 (uint32)")
+	f.IntVar(&po.SeqLen, "seq-len", 0, "tokens per window scored (perplexity)")
+	f.IntVar(&po.Windows, "windows", 0, "windows scored from the start of the file (0: all)")
+	f.BoolVar(&passkey, "passkey", false, "measure pass-key retrieval per (length, depth)")
+	f.StringVar(&lengths, "lengths", "", "pass-key prompt lengths, comma-separated: 4K,16K,64K (K = 1024)")
+	f.StringVar(&depths, "depths", "0,25,50,75,100", "needle depths in percent of the filler, comma-separated")
+	f.IntVar(&trials, "trials", 10, "pass-key prompts per (length, depth)")
+	f.Uint64Var(&seed, "seed", 0, "seed of the pass-key prompts")
+	f.StringVar(&hmap, "heatmap", "", "draw the pass-key accuracies to FILE (.png, .svg or .pdf)")
+	return cmd
+}
+
+// evalDevice points o at the flags' device: a GPU session whose arena for a
+// length is freed before the next length's, or the CPU with emulated storage.
+func evalDevice(o *eval.Options, df deviceFlags) (func(), error) {
+	storage, err := df.storage()
+	if err != nil {
+		return nil, err
+	}
+	switch df.device {
+	case "cpu":
+		run, release, err := df.runner()
+		o.Run = run
+		return release, err
+	case "cuda":
+		dev, err := cuda.Open(0)
+		if err != nil {
+			return nil, fmt.Errorf("--device=cuda: %w", err)
+		}
+		s := exec.NewSession(dev, exec.Options{Storage: storage})
+		o.Run = s.Run
+		o.Release = func(f *ir.Func) { s.Release(f) }
+		return func() {
+			s.Close()
+			dev.Close()
+		}, nil
+	}
+	return nil, fmt.Errorf("--device %q: want cpu or cuda", df.device)
+}
+
+// parseLengths reads --lengths: 4K,16K,65536.
+func parseLengths(s string) ([]int, error) {
+	if s == "" {
+		return nil, fmt.Errorf("--lengths: required with --passkey (e.g. 4K,16K,64K)")
+	}
+	var out []int
+	for _, p := range strings.Split(s, ",") {
+		n, err := train.ParseLength(strings.TrimSpace(p))
+		if err != nil {
+			return nil, fmt.Errorf("--lengths %q: %w", s, err)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+// parseDepths reads --depths: percentages 0..100.
+func parseDepths(s string) ([]float64, error) {
+	var out []float64
+	for _, p := range strings.Split(s, ",") {
+		d, err := strconv.ParseFloat(strings.TrimSpace(strings.TrimSuffix(p, "%")), 64)
+		if err != nil || !(d >= 0 && d <= 100) {
+			return nil, fmt.Errorf("--depths %q: %q is not a percentage 0..100", s, p)
+		}
+		out = append(out, d)
+	}
+	return out, nil
+}

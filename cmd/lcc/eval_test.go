@@ -1,0 +1,83 @@
+package main
+
+import (
+	"bytes"
+	stdpng "image/png"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// TestEvalPasskeyAfterTraining trains llama_mini on synthetic:passkey on the
+// CPU (58 tokens, the shortest prompt; 300 steps of 4 at lr 1e-2, about 25 s),
+// then evaluates its checkpoint folder at the trained length: the mean digit
+// accuracy over 600 digits must pass chance (0.1) by more than three standard
+// deviations (0.012 each), and the heat map must be written.
+func TestEvalPasskeyAfterTraining(t *testing.T) {
+	if testing.Short() {
+		t.Skip("trains for about 25 s")
+	}
+	dir := t.TempDir()
+	ck := filepath.Join(dir, "ck")
+	if _, stderr, code := lcc(t, "train", "../../testdata/onnx/llama_mini.onnx", "--data=synthetic:passkey",
+		"--seq-len=58", "--batch=4", "--steps=300", "--lr=1e-2", "--warmup=20", "--progress-every=0",
+		"--checkpoint-dir="+ck); code != 0 {
+		t.Fatalf("train: exit %d\n%s", code, stderr)
+	}
+	png := filepath.Join(dir, "passkey.png")
+	out, stderr, code := lcc(t, "eval", ck, "--passkey", "--lengths=58", "--depths=0,50,100", "--trials=40",
+		"--heatmap="+png)
+	if code != 0 {
+		t.Fatalf("eval: exit %d\n%s", code, stderr)
+	}
+	m := regexp.MustCompile(`(?m)^mean\s+([0-9.]+)$`).FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("no mean accuracy in:\n%s", out)
+	}
+	acc, _ := strconv.ParseFloat(m[1], 64)
+	t.Logf("pass-key accuracy at the trained length: %.3f\n%s", acc, out)
+	if !(acc > 0.1+3*0.0123) || !strings.Contains(out, "heatmap: "+png) ||
+		!strings.Contains(stderr, "ckpt-00000300.json (step 300)") {
+		t.Errorf("mean accuracy %.3f (want > %.3f), heat map or checkpoint not reported:\n%s%s", acc,
+			0.1+3*0.0123, out, stderr)
+	}
+	data, err := os.ReadFile(png)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if img, err := stdpng.Decode(bytes.NewReader(data)); err != nil || img.Bounds().Dx() < 600 {
+		t.Errorf("%s: %v (want a PNG at least 600 pixels wide)", png, err)
+	}
+}
+
+// TestEvalPerplexityAndErrors prints perplexity and refuses bad flags with
+// exit status 1 and a message naming the flag.
+func TestEvalPerplexityAndErrors(t *testing.T) {
+	const model, toks = "../../testdata/onnx/llama_mini.onnx", "tokens:../../testdata/trajectory/tokens.bin"
+	out, stderr, code := lcc(t, "eval", model, "--data="+toks, "--seq-len=16", "--windows=4", "--batch=2")
+	if code != 0 || !regexp.MustCompile(`^perplexity [0-9.]+  mean loss [0-9.]+  over 4 windows of 16 tokens `+
+		`\(64 tokens\)`).MatchString(out) {
+		t.Errorf("perplexity: exit %d\n%s%s", code, out, stderr)
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--passkey", "--data=" + toks}, "one of them"},
+		{[]string{"--passkey"}, "--lengths: required"},
+		{[]string{"--passkey", "--lengths=64,x"}, `--lengths "64,x"`},
+		{[]string{"--passkey", "--lengths=64", "--depths=120"}, `--depths "120"`},
+		{[]string{"--data=" + toks, "--seq-len=16", "--heatmap=a.png"}, "--heatmap draws the pass-key table"},
+		{[]string{"--passkey", "--lengths=64", "--heatmap=a.txt"}, "--heatmap a.txt"},
+		{[]string{"--data=" + toks, "--seq-len=16", "--lengths=64"}, "--lengths and --depths are for --passkey"},
+		{[]string{"--data=" + toks, "--seq-len=16", "--device=tpu"}, `--device "tpu"`},
+	} {
+		_, stderr, code := lcc(t, append([]string{"eval", model}, tc.args...)...)
+		if code != 1 || !strings.Contains(stderr, tc.want) {
+			t.Errorf("eval %v: exit %d, %q; want 1 and %q", tc.args, code, stderr, tc.want)
+		}
+	}
+}
