@@ -103,14 +103,7 @@ func (p *profiler) close() {
 // runs since the last call, and starts a new tally. It is nil unless the
 // session's Options.Profile is set.
 func (s *Session) Profile() map[string]time.Duration {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.prof == nil {
-		return nil
-	}
-	out := maps.Clone(s.prof.byFam)
-	clear(s.prof.byFam)
-	return out
+	return takeTally(s, func(p *profiler) map[string]time.Duration { return p.byFam })
 }
 
 // Roofline returns, per kernel family, the GPU time, launches, bytes and FLOPs
@@ -119,12 +112,19 @@ func (s *Session) Profile() map[string]time.Duration {
 // graphs (each launch has its own events), so the times are those of the
 // launches one by one; a kernel's own time is the same either way.
 func (s *Session) Roofline() map[string]Family {
+	return takeTally(s, func(p *profiler) map[string]Family { return p.fams })
+}
+
+// takeTally returns a copy of one of the profiler's tallies and empties it, so
+// that each call reports the runs since the last; nil without a profiler.
+func takeTally[V any](s *Session, tally func(*profiler) map[string]V) map[string]V {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.prof == nil {
 		return nil
 	}
-	out := maps.Clone(s.prof.fams)
-	clear(s.prof.fams)
+	m := tally(s.prof)
+	out := maps.Clone(m)
+	clear(m)
 	return out
 }
