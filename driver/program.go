@@ -159,6 +159,7 @@ func RecordedFlags(model string) ([]RecordedFlag, string, error) {
 			add("memory-budget", budget)
 		case "codegen":
 			add("precision", map[bool]string{true: "bf16", false: "fp32"}[kv["storage"] == "bf16"])
+			add("cuda-graph", map[bool]string{true: "off", false: "on"}[kv["cuda-graph"] == "off"])
 		}
 	}
 	add("attention", attention)

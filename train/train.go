@@ -340,8 +340,8 @@ func (t *trainer) run() (*Result, error) {
 			res.BatchBytes *= 2
 		}
 		fmt.Fprintf(cfg.Progress, "state   resident on the GPU: %d trained elements, fp32 masters and "+
-			"AdamW moments; per step the token batch (%d bytes) goes up, the loss and gradient norm "+
-			"come down\n", t.dev.opt.Elements(), res.BatchBytes)
+			"AdamW moments; per step the token batch (%d bytes) and AdamW's 28 bytes of scalars go up, "+
+			"the loss and gradient norm come down\n", t.dev.opt.Elements(), res.BatchBytes)
 		if cfg.CheckpointDir != "" && t.rank == 0 {
 			var err error
 			if t.dev.saver, err = t.newSaver(); err != nil {

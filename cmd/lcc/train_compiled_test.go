@@ -69,6 +69,7 @@ func TestTrainCompiledGraph(t *testing.T) {
 		{"--seq-len=16", "records --seq-len=32"},
 		{"--segments=8,32", "--segments=8,32: "},
 		{"--precision=bf16", "records --precision=fp32"},
+		{"--cuda-graph=off", "records --cuda-graph=on"},
 		{"--ranks=2", "--ranks=2: " + filepath.Join(dir, "graph.lcc") + " is a compiled one-GPU step"},
 		// A recompile for the GPU found needs one.
 		{"--recompile-for-device",
@@ -99,6 +100,7 @@ func TestTrainFlagsAsCompile(t *testing.T) {
 		{"--checkpoint=some", `--checkpoint "some"`},
 		{"--target=tpu", "--target"},
 		{"--precision=fp8", `--precision "fp8"`},
+		{"--cuda-graph=maybe", `--cuda-graph "maybe": want on or off`},
 		{"--segments=8", "--segments and --dilations need --attention=dilated"},
 	} {
 		for _, cmd := range []string{"compile", "train"} {

@@ -28,8 +28,8 @@ func TestPlanWork(t *testing.T) {
 	want := []Work{
 		{Bytes: 300},
 		{Bytes: 200},
-		{Bytes: (8 + 12) * 2 + 6*4, FLOPs: 48},
-		{Bytes: (8*5 + 12) * 2 + 2*6*5*2, FLOPs: 48 * 5},
+		{Bytes: (8+12)*2 + 6*4, FLOPs: 48},
+		{Bytes: (8*5+12)*2 + 2*6*5*2, FLOPs: 48 * 5},
 		{Bytes: 50 + 200},
 		{Bytes: 50 + 200},
 		{},
