@@ -55,6 +55,9 @@ func TestTrajectoryMatchesPyTorch(t *testing.T) {
 	runs := map[string]string{}
 	for _, f := range files {
 		name := strings.TrimSuffix(filepath.Base(f), ".json")
+		if name == "progressive" {
+			continue // two lengths in one run: TestProgressiveResume holds lcc to it
+		}
 		runs[name] = f
 	}
 	for model, ref := range trajectoryModels {

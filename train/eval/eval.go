@@ -59,6 +59,7 @@ type model struct {
 	f              *ir.Func
 	tokens, labels string // the input parameters' names ("" labels: none)
 	logits         string
+	positions      int // logits rows per sequence: seqLen, or the tail kept
 	batch          int
 	vocab          int64
 }
@@ -98,7 +99,11 @@ func (o Options) weights() (string, map[string]*tensor.Tensor, error) {
 }
 
 // load loads the model at seqLen with the checkpoint's weights ws (nil: its own).
-func (o Options) load(path string, ws map[string]*tensor.Tensor, seqLen int) (*model, error) {
+// With tail > 0 the logits output keeps only positions seqLen−1−tail ..
+// seqLen−2, those that predict the last tail tokens (a pass key's digits): a
+// GPU run then brings back tail rows of logits, not seqLen. The other outputs
+// are dropped either way.
+func (o Options) load(path string, ws map[string]*tensor.Tensor, seqLen, tail int) (*model, error) {
 	f, err := driver.Load(path, driver.Bindings{SeqLen: int64(seqLen), Batch: int64(o.Batch), Shape: o.Shape})
 	if err != nil {
 		return nil, err
@@ -133,7 +138,18 @@ func (o Options) load(path string, ws map[string]*tensor.Tensor, seqLen int) (*m
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
-	m.logits = out.Name
+	m.logits, m.positions = out.Name, seqLen
+	lv := out.Value
+	if tail > 0 {
+		lv = ir.Edit(f).Apply1(ir.OpSlice, ir.A("axes", []int64{1}, "starts", []int64{int64(seqLen - 1 - tail)},
+			"ends", []int64{int64(seqLen - 1)}, "steps", []int64{1}), lv)
+		m.positions = tail
+	}
+	f.Outputs = []ir.Output{{Name: out.Name, Value: lv}}
+	f.RemoveDeadNodes()
+	if err := ir.Verify(f); err != nil {
+		return nil, fmt.Errorf("lcc: BUG: eval: the forward's logits: %w", err)
+	}
 	for _, p := range f.Params {
 		var slot *string
 		switch p.Role {
@@ -177,9 +193,8 @@ func (o Options) forward(m *model, ids, labels *tensor.Tensor) (*tensor.Tensor, 
 		return nil, err
 	}
 	lg := out[m.logits]
-	if lg == nil || len(lg.F) != int(ids.Shape[0]*ids.Shape[1]*m.vocab) {
-		return nil, fmt.Errorf("lcc: BUG: eval: the forward returned no logits %q of %d values", m.logits,
-			ids.Shape[0]*ids.Shape[1]*m.vocab)
+	if want := ids.Shape[0] * int64(m.positions) * m.vocab; lg == nil || int64(len(lg.F)) != want {
+		return nil, fmt.Errorf("lcc: BUG: eval: the forward returned no logits %q of %d values", m.logits, want)
 	}
 	return lg, nil
 }

@@ -117,3 +117,39 @@ func TestEvalErrors(t *testing.T) {
 		t.Errorf("an empty folder: %v", err)
 	}
 }
+
+// TestPasskeyTail: the pass-key forward keeps the logits rows that predict
+// the key's digits, and they equal those rows of the whole forward.
+func TestPasskeyTail(t *testing.T) {
+	const T, nd = 64, data.PasskeyDigits
+	o := Options{Model: llamaMini}
+	full, err := o.load(llamaMini, nil, T, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tail, err := o.load(llamaMini, nil, T, nd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids, labels := tensor.New(tensor.I64, 1, T), tensor.New(tensor.I64, 1, T)
+	if err := data.Passkey(ids.I, 0.5, data.NewRNG(3)); err != nil {
+		t.Fatal(err)
+	}
+	a, err := o.forward(full, ids, labels)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := o.forward(tail, ids, labels)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := int(full.vocab)
+	if len(b.F) != nd*v {
+		t.Fatalf("tail logits: %d values, want %d", len(b.F), nd*v)
+	}
+	for i := range nd * v {
+		if got, want := b.F[i], a.F[(T-nd-1)*v+i]; got != want {
+			t.Fatalf("tail logit %d: %v, the whole forward's %v", i, got, want)
+		}
+	}
+}

@@ -72,7 +72,7 @@ func ScorePasskey(o Options, po PasskeyOptions) (*Passkey, error) {
 		res.Accuracy[d] = make([]float64, len(po.Lengths))
 	}
 	for li, l := range po.Lengths {
-		m, err := o.load(path, ws, l)
+		m, err := o.load(path, ws, l, data.PasskeyDigits)
 		if err != nil {
 			return nil, err
 		}
@@ -121,10 +121,10 @@ func (o Options) passkeyCell(m *model, t int, depth float64, trials int, rng *da
 			return 0, err
 		}
 		for b := range int64(take) {
-			// The digit at position p is predicted by the logits of position p−1.
-			for p := T - nd; p < T; p++ {
-				at := (b*T + p - 1) * m.vocab
-				if argmax(lg.F[at:at+m.vocab]) == ids.I[b*T+p] {
+			// Logits row i (position T−nd−1+i) predicts digit i (position T−nd+i).
+			for i := range nd {
+				at := (b*nd + i) * m.vocab
+				if argmax(lg.F[at:at+m.vocab]) == ids.I[b*T+T-nd+i] {
 					right++
 				}
 				total++

@@ -42,7 +42,7 @@ func ScorePerplexity(o Options, po PerplexityOptions) (*Perplexity, error) {
 	if po.Windows < 0 {
 		return nil, fmt.Errorf("--windows %d: want >= 0 (0: every window of the file)", po.Windows)
 	}
-	m, err := o.load(path, ws, po.SeqLen)
+	m, err := o.load(path, ws, po.SeqLen, 0)
 	if err != nil {
 		return nil, err
 	}
