@@ -3,6 +3,7 @@ package passes
 import (
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 
 	"github.com/lcc-dev/lcc/ir"
@@ -295,7 +296,7 @@ func foldedSites(f *ir.Func) []ropeSite {
 	used := map[*ir.Node]bool{}
 	for _, c := range coss {
 		for _, s := range sins {
-			if used[s.n] || !equalShapes(c.t.Shape, s.t.Shape) {
+			if used[s.n] || !slices.Equal(c.t.Shape, s.t.Shape) {
 				continue
 			}
 			site, ok := tablePair(c.t.F, s.t.F, c.T, c.W)
@@ -319,18 +320,6 @@ func row0(x []float64, w int, v float64) bool {
 		}
 	}
 	return len(x) >= 2*w
-}
-
-func equalShapes(a, b []int64) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // tablePair reads a cos table c and a sin table s ([T, W], row-major) as RoPE's:
