@@ -105,8 +105,13 @@ func trainStages(cfg Config) (*Result, error) {
 	}
 	temp := cfg.CheckpointDir == ""
 	if temp {
-		if cfg.Resume {
+		switch {
+		case cfg.Resume:
 			return nil, fmt.Errorf("--resume needs --checkpoint-dir")
+		case cfg.Ranks > 1 || cfg.Comm != nil:
+			// Rank 0 alone writes checkpoints; every rank resumes each stage from them.
+			return nil, fmt.Errorf("--seq-len-schedule with --ranks=%d needs --checkpoint-dir: every rank "+
+				"resumes each stage from rank 0's checkpoint", max(cfg.Ranks, 1))
 		}
 		tmp, err := os.MkdirTemp("", "lcc-stages-")
 		if err != nil {

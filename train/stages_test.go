@@ -122,9 +122,13 @@ func TestSeqLenScheduleFlags(t *testing.T) {
 		{[]Stage{{32, 10}, {64, 0}}, 32, "--seq-len 32 and --seq-len-schedule"},
 		{[]Stage{{32, 20}, {64, 0}}, 0, "the last stage would have none"},
 		{[]Stage{{32, 10}, {64, 5}}, 0, "the stages take 15 steps, --steps is 20"},
+		{[]Stage{{32, 10}, {64, 0}}, -2, "--seq-len-schedule with --ranks=2 needs --checkpoint-dir"},
 	} {
 		c := progressive(t)
-		c.SeqLenSchedule, c.SeqLen = tc.stages, tc.seq
+		c.SeqLenSchedule, c.SeqLen = tc.stages, max(tc.seq, 0)
+		if tc.seq < 0 {
+			c.Ranks = -tc.seq
+		}
 		if _, err := Train(c); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%v: %v, want %q", tc.stages, err, tc.want)
 		}
