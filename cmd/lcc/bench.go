@@ -148,8 +148,14 @@ func benchAttentionCmd(bf *benchFlags) *cobra.Command {
 					ts[i].Tier = tier
 				}
 			}
-			fmt.Fprintf(w, "lcc bench attention: B=%d T=%d H=%d Hkv=%d D=%d causal=%v on %s\n",
-				s.B, s.T, s.H, s.Hkv, s.D, s.Causal, b.Dev.Name())
+			if s.Docs > 1 && !s.Causal {
+				return fmt.Errorf("--docs %d with --no-causal: a document mask is causal", s.Docs)
+			}
+			if s.Docs < 0 || int64(s.Docs) > s.T {
+				return fmt.Errorf("--docs %d: want 0 to --T documents", s.Docs)
+			}
+			fmt.Fprintf(w, "lcc bench attention: B=%d T=%d H=%d Hkv=%d D=%d causal=%v docs=%d on %s\n",
+				s.B, s.T, s.H, s.Hkv, s.D, s.Causal, max(s.Docs, 1), b.Dev.Name())
 			// Print the rows that ran before looking at err: a sweep that fails on one
 			// configuration still reports the others.
 			rows, err := b.Attention(s, ts)
@@ -169,14 +175,31 @@ func benchAttentionCmd(bf *benchFlags) *cobra.Command {
 					best = r
 				}
 			}
-			if s.B != 1 || !s.Causal {
+			if s.Docs > 1 {
+				// The packed run's yardstick is the same tokens as one causal
+				// sequence, timed here with the same tiles: what the mask saves.
+				one := s
+				one.Docs = 0
+				plain, err := b.Attention(one, []perf.Tiles{best.Tiles})
+				if err != nil {
+					return err
+				}
+				p := plain[0]
+				fmt.Fprintf(w, "  one causal sequence of %d tokens: fwd %.3f ms | fwd+bwd %.3f ms\n", s.T, p.Fwd.Ms(), p.FwdBwd.Ms())
+				fmt.Fprintf(w, "packed %d documents vs one causal sequence: fwd %.2fx, fwd+bwd %.2fx faster\n",
+					s.Docs, p.Fwd.Ms()/best.Fwd.Ms(), p.FwdBwd.Ms()/best.FwdBwd.Ms())
 				if bf.anchors != "" {
-					fmt.Fprintln(w, "anchor skipped: attention.py dense times batch 1, causal")
+					fmt.Fprintln(w, "anchor skipped: attention.py dense has no document mask")
 				}
 				return nil
 			}
-			arows, err := bf.anchorRows(w, "attention.py", "dense", "--T", strconv.FormatInt(s.T, 10),
-				"--H", strconv.Itoa(s.H), "--Hkv", strconv.Itoa(s.Hkv), "--D", strconv.Itoa(s.D))
+			args := []string{"dense", "--T", strconv.FormatInt(s.T, 10), "--H", strconv.Itoa(s.H),
+				"--Hkv", strconv.Itoa(s.Hkv), "--D", strconv.Itoa(s.D), "--B", strconv.FormatInt(s.B, 10)}
+			mask := "causal"
+			if !s.Causal {
+				args, mask = append(args, "--no-causal"), "bidirectional"
+			}
+			arows, err := bf.anchorRows(w, "attention.py", args...)
 			if err != nil {
 				return err
 			}
@@ -184,8 +207,8 @@ func benchAttentionCmd(bf *benchFlags) *cobra.Command {
 			for _, r := range arows {
 				anchors = append(anchors, perf.AnchorResult(r, "fwd", "fwdbwd"))
 			}
-			return perf.Compare(w, fmt.Sprintf("attention T=%d H=%d Hkv=%d D=%d causal bf16 (lcc: %s)",
-				s.T, s.H, s.Hkv, s.D, best.Tiles), best.Result(s), anchors, "fwd", "bwd", "fwdbwd")
+			return perf.Compare(w, fmt.Sprintf("attention B=%d T=%d H=%d Hkv=%d D=%d %s bf16 (lcc: %s)",
+				s.B, s.T, s.H, s.Hkv, s.D, mask, best.Tiles), best.Result(s), anchors, "fwd", "bwd", "fwdbwd")
 		},
 	}
 	f := cmd.Flags()
@@ -194,7 +217,9 @@ func benchAttentionCmd(bf *benchFlags) *cobra.Command {
 	f.IntVar(&s.H, "H", 8, "query heads")
 	f.IntVar(&s.Hkv, "Hkv", 0, "key/value heads (grouped-query); 0: same as --H")
 	f.IntVar(&s.D, "D", 128, "head dim (64 or 128)")
-	f.BoolVar(&noCausal, "no-causal", false, "attend to every key (the anchors time causal only)")
+	f.BoolVar(&noCausal, "no-causal", false, "attend to every key (bidirectional, as encoders do)")
+	f.IntVar(&s.Docs, "docs", 0, "pack this many equal documents into each sequence (a document mask), "+
+		"and time one causal sequence of the same tokens beside it")
 	f.StringVar(&tiles, "tiles", "", "tile configurations to sweep: Br,Bc,BwdBr,BwdBc,DQBr,DQBc,Stages[,WM,DQWM[,DQ[,Tier]]];... (0: default; DQ 1 fused, 2 split; Tier 0: --tier)")
 	return cmd
 }
