@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"strconv"
 	"strings"
 
@@ -9,6 +10,8 @@ import (
 
 	"github.com/lcc-dev/lcc/driver"
 	"github.com/lcc-dev/lcc/ir"
+	"github.com/lcc-dev/lcc/passes"
+	"github.com/lcc-dev/lcc/report"
 	"github.com/lcc-dev/lcc/runtime/cuda"
 	"github.com/lcc-dev/lcc/runtime/exec"
 	"github.com/lcc-dev/lcc/train"
@@ -28,6 +31,7 @@ func evalCmd() *cobra.Command {
 		lengths, depths, hmap string
 		trials                int
 		seed                  uint64
+		rf                    ropeFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "eval MODEL|CHECKPOINT_DIR (--data tokens:FILE --seq-len N | --passkey --lengths 4K,16K --depths 0,50,100)",
@@ -44,13 +48,21 @@ exp(mean loss).
 With --passkey it builds synthetic:passkey prompts at every --lengths and --depths
 (percent of the filler before the needle), --trials per cell from --seed, and prints
 the teacher-forced accuracy of the key's five digits (chance 0.1) per cell;
---heatmap FILE.png draws the table as the needle-in-a-haystack plots do.`,
+--heatmap FILE.png draws the table as the needle-in-a-haystack plots do.
+
+--rope-theta and --rope-scaling rewrite the rotary frequencies as they do for lcc
+compile and train, and the rope lines say which were used. A checkpoint does not
+record them: evaluate a run trained with them by giving the same flags again.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			o := eval.Options{Model: args[0], Batch: batch, Log: cmd.ErrOrStderr(),
 				HostBudget: driver.NewHostBudget(int64(df.hostBudget))}
 			var err error
 			if o.Shape, err = driver.ParseShapeFlags(shapes); err != nil {
+				return err
+			}
+			// Before any model is read, so a bad value is a flag error.
+			if o.RoPE, err = rf.config(); err != nil {
 				return err
 			}
 			if hmap != "" {
@@ -82,6 +94,7 @@ the teacher-forced accuracy of the key's five digits (chance 0.1) per cell;
 				}
 				fmt.Fprintf(out, "perplexity %.6g  mean loss %.6f  over %d windows of %d tokens (%d tokens) of %s\n",
 					r.PPL, r.MeanLoss, r.Windows, po.SeqLen, r.Tokens, po.Data)
+				printEvalRoPE(out, "", r.RoPE)
 				return nil
 			}
 			pk := eval.PasskeyOptions{Trials: trials, Seed: seed}
@@ -96,6 +109,9 @@ the teacher-forced accuracy of the key's five digits (chance 0.1) per cell;
 				return err
 			}
 			fmt.Fprint(out, r.Table())
+			for i, rope := range r.RoPE {
+				printEvalRoPE(out, "at "+eval.LengthLabel(r.Lengths[i])+": ", rope)
+			}
 			if hmap != "" {
 				title := "pass-key retrieval: " + args[0]
 				if err := r.Heatmap(hmap, title); err != nil {
@@ -108,6 +124,7 @@ the teacher-forced accuracy of the key's five digits (chance 0.1) per cell;
 	}
 	f := cmd.Flags()
 	df.add(cmd)
+	rf.add(cmd)
 	f.StringArrayVar(&shapes, "shape", nil, "bind a named dim: NAME=VALUE (repeatable), as lcc compile does")
 	f.IntVar(&batch, "batch", 0, "sequences per forward (binds the model's batch dim; default 1, or the "+
 		"model's static batch)")
@@ -122,6 +139,18 @@ the teacher-forced accuracy of the key's five digits (chance 0.1) per cell;
 	f.Uint64Var(&seed, "seed", 0, "seed of the pass-key prompts")
 	f.StringVar(&hmap, "heatmap", "", "draw the pass-key accuracies to FILE (.png, .svg or .pdf)")
 	return cmd
+}
+
+// printEvalRoPE prints what rescale-rope rewrote (nothing for nil) as lcc
+// train's rope lines, after the scores so that their first line stays the
+// result; at names the length of a pass-key forward.
+func printEvalRoPE(out io.Writer, at string, r *passes.RoPEResult) {
+	if r == nil {
+		return
+	}
+	for _, l := range report.RoPELines(*r) {
+		fmt.Fprintf(out, "rope    %s%s\n", at, l)
+	}
 }
 
 // evalDevice points o at the flags' device: a GPU session whose arena for a

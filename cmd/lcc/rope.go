@@ -6,8 +6,8 @@ import (
 	"github.com/lcc-dev/lcc/passes"
 )
 
-// ropeFlags are --rope-theta and --rope-scaling, which compile, check, run and
-// train take alike: the rescale-rope pass's configuration.
+// ropeFlags are --rope-theta and --rope-scaling, which compile, check, run,
+// train and eval take alike: the rescale-rope pass's configuration.
 type ropeFlags struct {
 	// theta 0 and scaling "none" leave the model's embeddings as exported.
 	theta   float64
