@@ -23,7 +23,8 @@ func (r *ropeFlags) add(cmd *cobra.Command) {
 			" (L: the pretraining length; default the sequence length / F)")
 }
 
-// config validates the flags.
+// config validates the flags into the pass's configuration. The errors name the
+// flag and its value (passes words them), so each command returns them as they are.
 func (r *ropeFlags) config() (passes.RoPEConfig, error) {
 	s, err := passes.ParseRoPEScaling(r.scaling)
 	if err != nil {
