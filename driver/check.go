@@ -338,8 +338,8 @@ func RefWarnings(f *ir.Func, ref *safetensors.File, refPath string) []string {
 // Check runs f on the reference inputs and compares every output that the
 // reference holds. It prints one line per tensor and a summary line.
 func Check(f *ir.Func, ref *safetensors.File, refPath string, opts CheckOptions) (*CheckResult, error) {
-	if missing := MissingWeights(f); len(missing) > 0 {
-		return nil, fmt.Errorf("weights without data: %s", strings.Join(missing, ", "))
+	if err := CheckWeights(f); err != nil {
+		return nil, err
 	}
 	outs, emu, note, err := opts.runOnRef(f, ref, refPath)
 	if err != nil {

@@ -267,15 +267,20 @@ func loadText(path string) (*ir.Func, error) {
 	return f, nil
 }
 
-// MissingWeights lists weight parameters without data.
-func MissingWeights(f *ir.Func) []string {
-	var out []string
+// CheckWeights refuses f when a weight or state parameter has no data: a model
+// file without its weights, which every runner needs before it can start. The
+// error names them all, so that one run shows what the file lacks.
+func CheckWeights(f *ir.Func) error {
+	var missing []string
 	for _, p := range f.Params {
 		if (p.Role == ir.RoleWeight || p.Role == ir.RoleState) && p.Data == nil {
-			out = append(out, p.Name)
+			missing = append(missing, p.Name)
 		}
 	}
-	return out
+	if len(missing) > 0 {
+		return fmt.Errorf("weights without data: %s", strings.Join(missing, ", "))
+	}
+	return nil
 }
 
 // CheckTrainable refuses a model that would not train as its framework trains

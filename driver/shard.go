@@ -2,7 +2,6 @@ package driver
 
 import (
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/lcc-dev/lcc/interp"
@@ -219,8 +218,8 @@ func CheckSharded(f *ir.Func, ref *safetensors.File, refPath string, so ShardOpt
 		return nil, fmt.Errorf("--ranks=%d: sharded checks run the ranks on the CPU interpreter only",
 			so.Ranks)
 	}
-	if missing := MissingWeights(f); len(missing) > 0 {
-		return nil, fmt.Errorf("weights without data: %s", strings.Join(missing, ", "))
+	if err := CheckWeights(f); err != nil {
+		return nil, err
 	}
 	sp, err := BuildSharded(f, ref, so)
 	if err != nil {

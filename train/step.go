@@ -5,7 +5,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"strings"
 
 	"github.com/lcc-dev/lcc/driver"
 	"github.com/lcc-dev/lcc/ir"
@@ -44,8 +43,8 @@ func loadModel(cfg Config) (*ir.Func, error) {
 	if err := driver.CheckTrainable(model); err != nil {
 		return nil, fmt.Errorf("%s: %w", cfg.Model, err)
 	}
-	if miss := driver.MissingWeights(model); len(miss) > 0 {
-		return nil, fmt.Errorf("%s: weights without data: %s", cfg.Model, strings.Join(miss, ", "))
+	if err := driver.CheckWeights(model); err != nil {
+		return nil, fmt.Errorf("%s: %w", cfg.Model, err)
 	}
 	return model, nil
 }

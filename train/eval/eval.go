@@ -28,7 +28,6 @@ import (
 	"io"
 	"math"
 	"os"
-	"strings"
 
 	"github.com/lcc-dev/lcc/driver"
 	"github.com/lcc-dev/lcc/ir"
@@ -96,13 +95,7 @@ func (o Options) weights() (string, map[string]*tensor.Tensor, error) {
 	if o.Log != nil {
 		fmt.Fprintf(o.Log, "eval: %s (step %d) of %s\n", c.Path, c.Meta.Step, c.Meta.Model)
 	}
-	ws := map[string]*tensor.Tensor{}
-	for name, t := range c.Tensors {
-		if !strings.HasPrefix(name, snapshot.OptimPrefix) {
-			ws[name] = t
-		}
-	}
-	return c.Meta.Model, ws, nil
+	return c.Meta.Model, c.Weights(), nil
 }
 
 // load loads the model at seqLen with the checkpoint's weights ws (nil: its own).
@@ -129,8 +122,8 @@ func (o Options) load(path string, ws map[string]*tensor.Tensor, seqLen, tail in
 		}
 		p.Data = t
 	}
-	if miss := driver.MissingWeights(f); len(miss) > 0 {
-		return nil, fmt.Errorf("%s: weights without data: %s", path, strings.Join(miss, ", "))
+	if err := driver.CheckWeights(f); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	prep, err := driver.PrepareWith(f, driver.Options{RoPE: o.RoPE}, passes.Options{})
 	if err != nil {

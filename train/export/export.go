@@ -13,7 +13,9 @@ package export
 
 import (
 	"fmt"
+	"maps"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 
@@ -38,15 +40,10 @@ type Weights struct {
 func FromCheckpoint(c *snapshot.Checkpoint) (*Weights, error) {
 	w := &Weights{Tensors: map[string]*tensor.Tensor{}}
 	from := map[string]string{} // PyTorch name -> checkpoint name, to report clashes
-	var names []string
-	for name := range c.Tensors {
-		if !strings.HasPrefix(name, snapshot.OptimPrefix) {
-			names = append(names, name)
-		}
-	}
-	sort.Strings(names)
+	ws := c.Weights()
+	names := slices.Sorted(maps.Keys(ws))
 	for _, name := range names {
-		t := c.Tensors[name]
+		t := ws[name]
 		p, ok := c.Meta.Params[name]
 		if !ok {
 			p = snapshot.Param{Name: name}
@@ -178,11 +175,5 @@ func onnxWithWeights(c *snapshot.Checkpoint) ([]byte, int, error) {
 		return nil, 0, fmt.Errorf("%s: --format=onnx needs the ONNX model the run trained; the checkpoint "+
 			"names %q", c.Path, model)
 	}
-	ws := map[string]*tensor.Tensor{}
-	for name, t := range c.Tensors {
-		if !strings.HasPrefix(name, snapshot.OptimPrefix) {
-			ws[name] = t
-		}
-	}
-	return onnx.WithWeights(model, ws)
+	return onnx.WithWeights(model, c.Weights())
 }

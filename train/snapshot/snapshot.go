@@ -110,6 +110,19 @@ type Checkpoint struct {
 	Tensors map[string]*tensor.Tensor
 }
 
+// Weights are c's tensors without the optimizer state (OptimPrefix): the
+// model's weights, as eval and export read them. The map is new; the tensors
+// are c's.
+func (c *Checkpoint) Weights() map[string]*tensor.Tensor {
+	ws := map[string]*tensor.Tensor{}
+	for name, t := range c.Tensors {
+		if !strings.HasPrefix(name, OptimPrefix) {
+			ws[name] = t
+		}
+	}
+	return ws
+}
+
 // Want is what a checkpoint must hold to resume a given run.
 type Want struct {
 	ParamsHash string
