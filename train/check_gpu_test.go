@@ -6,9 +6,8 @@ import (
 	"testing"
 
 	"github.com/lcc-dev/lcc/driver"
-	"github.com/lcc-dev/lcc/internal/gputest"
 	"github.com/lcc-dev/lcc/passes"
-	"github.com/lcc-dev/lcc/runtime/cuda"
+	"github.com/lcc-dev/lcc/runtime/cuda/devicetest"
 	"github.com/lcc-dev/lcc/runtime/exec"
 	"github.com/lcc-dev/lcc/tensor"
 )
@@ -20,12 +19,7 @@ import (
 // 2e-2 against the CPU emulating the program the session ran, those kernels'
 // roundings included (driver.CheckOptions.Program).
 func TestGPUCheckBF16Flash(t *testing.T) {
-	dev, err := cuda.Open(0)
-	if err != nil {
-		gputest.Skipf(t, "skipping: no usable GPU: %v", err)
-		return
-	}
-	defer dev.Close()
+	dev := devicetest.Open(t)
 	for _, model := range []string{"../testdata/trajectory/qwen2_d64", "../testdata/hf/hf_llama_gqa_d128_sdpa"} {
 		t.Run(model[strings.LastIndex(model, "/")+1:], func(t *testing.T) {
 			rf, shapes, err := driver.ReadRef(model + ".ref.safetensors")

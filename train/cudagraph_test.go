@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	cudagen "github.com/lcc-dev/lcc/codegen/cuda"
+	"github.com/lcc-dev/lcc/runtime/cuda/devicetest"
 	"github.com/lcc-dev/lcc/runtime/exec"
 	"github.com/lcc-dev/lcc/tensor"
 )
@@ -19,7 +20,7 @@ import (
 // every step (from the metrics) and the checkpoint's tensor file.
 func graphRun(t *testing.T, c Config, graph string, st tensor.DType, cache string) (*Result, []float64, []byte) {
 	t.Helper()
-	dev := openGPU(t)
+	dev := devicetest.Open(t)
 	c.CUDAGraph = graph
 	c.Metrics = filepath.Join(t.TempDir(), "metrics.jsonl")
 	c.CheckpointDir = t.TempDir()
@@ -97,7 +98,7 @@ func TestGPUCUDAGraph(t *testing.T) {
 // TestGPUCUDAGraphOffload: a step that offloads activations to pinned host
 // memory is not captured, and says which step and why; it still trains.
 func TestGPUCUDAGraphOffload(t *testing.T) {
-	dev := openGPU(t)
+	dev := devicetest.Open(t)
 	c := offloadConfig(t, true)
 	res := run(t, gpuConfig(t, dev, c, tensor.F32, t.TempDir()))
 	if !strings.HasPrefix(res.CUDAGraph, "not captured: step ") ||
@@ -111,7 +112,7 @@ func TestGPUCUDAGraphOffload(t *testing.T) {
 // plan's steps plus the optimizer's three; AdamW moves 28 bytes and the norm
 // 2 per trained element; the GEMMs' FLOPs are the plan's.
 func TestGPURoofline(t *testing.T) {
-	dev := openGPU(t)
+	dev := devicetest.Open(t)
 	c := small(t, 4)
 	c.Model, c.Precision = "../testdata/onnx/llama_mini.onnx", "bf16"
 	s := exec.NewSession(dev, exec.Options{Storage: tensor.BF16, Profile: true, CacheDir: t.TempDir()})

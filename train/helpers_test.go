@@ -6,9 +6,7 @@ import (
 	"testing"
 
 	"github.com/lcc-dev/lcc/driver"
-	"github.com/lcc-dev/lcc/internal/gputest"
 	"github.com/lcc-dev/lcc/ir"
-	"github.com/lcc-dev/lcc/runtime/cuda"
 )
 
 // The models most of this package's tests train.
@@ -77,16 +75,4 @@ func countOps(f *ir.Func, op ir.Op) int {
 		}
 	}
 	return n
-}
-
-// openGPU opens GPU 0 for the rest of the test, or skips it (fails under
-// LCC_REQUIRE_GPU) where there is none.
-func openGPU(t *testing.T) *cuda.Device {
-	t.Helper()
-	dev, err := cuda.Open(0)
-	if err != nil {
-		gputest.Skipf(t, "skipping: no usable GPU: %v", err)
-	}
-	t.Cleanup(func() { dev.Close() })
-	return dev
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/lcc-dev/lcc/ir"
+	"github.com/lcc-dev/lcc/runtime/cuda/devicetest"
 	"github.com/lcc-dev/lcc/runtime/exec"
 	"github.com/lcc-dev/lcc/tensor"
 )
@@ -43,7 +44,7 @@ func TestOffloadCPU(t *testing.T) {
 // and the offloaded
 // run moves the kept values across both ways each step.
 func TestGPUOffload(t *testing.T) {
-	dev := openGPU(t)
+	dev := devicetest.Open(t)
 	for _, st := range []tensor.DType{tensor.F32, tensor.BF16} {
 		t.Run(st.String(), func(t *testing.T) {
 			var res [2]*Result

@@ -14,6 +14,7 @@ import (
 	"github.com/lcc-dev/lcc/driver"
 	"github.com/lcc-dev/lcc/ir"
 	"github.com/lcc-dev/lcc/runtime/cuda"
+	"github.com/lcc-dev/lcc/runtime/cuda/devicetest"
 	"github.com/lcc-dev/lcc/runtime/exec"
 	"github.com/lcc-dev/lcc/tensor"
 )
@@ -45,7 +46,7 @@ func gpuConfig(t *testing.T, dev *cuda.Device, c Config, st tensor.DType, cache 
 // runs the new hash. A program for another GPU's architecture is refused
 // before it runs.
 func TestGPUTargetArch(t *testing.T) {
-	dev := openGPU(t)
+	dev := devicetest.Open(t)
 	gpu := exec.GPUOf(dev)
 	for _, tc := range []struct {
 		target    string
@@ -126,7 +127,7 @@ func TestGPUTargetArch(t *testing.T) {
 // the token batch plus 64 bytes between host and device per step, and a
 // measured peak.
 func TestGPUResident(t *testing.T) {
-	dev := openGPU(t)
+	dev := devicetest.Open(t)
 	cache := t.TempDir()
 	for _, tc := range []struct {
 		name       string

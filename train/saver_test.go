@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/lcc-dev/lcc/runtime/cuda/devicetest"
 	"github.com/lcc-dev/lcc/tensor"
 	"github.com/lcc-dev/lcc/train/optim"
 	"github.com/lcc-dev/lcc/train/snapshot"
@@ -23,7 +24,7 @@ import (
 // traffic to stay the token batch, and a resume from step 4 to continue bit for
 // bit: the same losses and the same final checkpoint bytes as the straight run.
 func TestGPUCheckpointBackground(t *testing.T) {
-	dev := openGPU(t)
+	dev := devicetest.Open(t)
 	cache := t.TempDir()
 	for _, st := range []tensor.DType{tensor.F32, tensor.BF16} {
 		t.Run(st.String(), func(t *testing.T) {

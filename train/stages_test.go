@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/lcc-dev/lcc/runtime/cuda/devicetest"
 	"github.com/lcc-dev/lcc/tensor"
 )
 
@@ -139,7 +140,7 @@ func TestSeqLenScheduleFlags(t *testing.T) {
 // state resident: each stage's program in one session (the first stage's arena
 // released before the second is built), the CPU's losses within 1e-4.
 func TestGPUSeqLenSchedule(t *testing.T) {
-	dev := openGPU(t)
+	dev := devicetest.Open(t)
 	c := progressive(t)
 	c.Steps, c.Warmup = 8, 2
 	c.SeqLenSchedule = []Stage{{32, 4}, {64, 0}}

@@ -10,6 +10,7 @@ import (
 	"github.com/lcc-dev/lcc/interp"
 	"github.com/lcc-dev/lcc/ir"
 	"github.com/lcc-dev/lcc/runtime/cuda"
+	"github.com/lcc-dev/lcc/runtime/cuda/devicetest"
 	"github.com/lcc-dev/lcc/tensor"
 	"github.com/lcc-dev/lcc/train/optim"
 )
@@ -50,7 +51,7 @@ func optimGraph(t *testing.T, rng *rand.Rand) *ir.Func {
 // wants train/optim's AdamW update on the CPU interpreter: fp32 storage to a
 // few ulps, bf16 storage with the working copy the master rounded to bf16.
 func TestGPUOptimizerMatchesCPU(t *testing.T) {
-	dev := openGPU(t)
+	dev := devicetest.Open(t)
 	for _, st := range []tensor.DType{tensor.F32, tensor.BF16} {
 		for _, micro := range []int{1, 3} {
 			for _, clip := range []float64{0, 0.5} {

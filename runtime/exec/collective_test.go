@@ -1,17 +1,18 @@
 package exec
 
 import (
-	"github.com/lcc-dev/lcc/internal/gputest"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/lcc-dev/lcc/internal/gputest"
 	"github.com/lcc-dev/lcc/interp"
 	"github.com/lcc-dev/lcc/ir"
 	"github.com/lcc-dev/lcc/runtime/comm"
 	"github.com/lcc-dev/lcc/runtime/comm/nccl"
 	"github.com/lcc-dev/lcc/runtime/cuda"
+	"github.com/lcc-dev/lcc/runtime/cuda/devicetest"
 	"github.com/lcc-dev/lcc/tensor"
 )
 
@@ -33,7 +34,7 @@ func TestCheckRanks(t *testing.T) {
 // communicator on GPU 0, between compute kernels (the stream ordering) and with
 // the swap kernels of inner axes, against the CPU interpreter.
 func TestGPUCollectivesOneRank(t *testing.T) {
-	dev := openGPU(t)
+	dev := devicetest.Open(t)
 	id, err := cuda.NCCLGetUniqueID()
 	if err != nil {
 		gputest.Skipf(t, "skipping: no usable NCCL: %v", err)

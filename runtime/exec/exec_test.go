@@ -6,7 +6,6 @@ package exec
 
 import (
 	"fmt"
-	"github.com/lcc-dev/lcc/internal/gputest"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -22,6 +21,7 @@ import (
 	"github.com/lcc-dev/lcc/interp"
 	"github.com/lcc-dev/lcc/ir"
 	"github.com/lcc-dev/lcc/runtime/cuda"
+	"github.com/lcc-dev/lcc/runtime/cuda/devicetest"
 	"github.com/lcc-dev/lcc/tensor"
 )
 
@@ -39,17 +39,6 @@ func TestMain(m *testing.M) {
 		os.RemoveAll(dir)
 	}
 	os.Exit(code)
-}
-
-// openGPU opens device 0 or skips the test with the reason.
-func openGPU(t *testing.T) *cuda.Device {
-	t.Helper()
-	d, err := cuda.Open(0)
-	if err != nil {
-		gputest.Skipf(t, "skipping: no usable GPU: %v", err)
-	}
-	t.Cleanup(func() { d.Close() })
-	return d
 }
 
 // relErr is max|g − c| / max|c| over the elements (normwise), with infinities
@@ -130,7 +119,7 @@ func head(t *tensor.Tensor) string {
 // TestGPUFamilies runs every kernel family (the zoo) against the CPU
 // interpreter on random data, with f32 and with bf16 storage.
 func TestGPUFamilies(t *testing.T) {
-	dev := openGPU(t)
+	dev := devicetest.Open(t)
 	f, in := cudatest.Zoo(t, 1)
 	t.Run("f32", func(t *testing.T) { compare(t, dev, f, in, Options{}, 1e-5) })
 	t.Run("bf16", func(t *testing.T) { compare(t, dev, f, in, Options{Storage: tensor.BF16}, 2e-2) })
@@ -160,7 +149,7 @@ func randomInputs(f *ir.Func, seed uint64) map[string]*tensor.Tensor {
 
 // TestGPUGPTForward runs gpt_mini's forward pass against the CPU interpreter.
 func TestGPUGPTForward(t *testing.T) {
-	dev := openGPU(t)
+	dev := devicetest.Open(t)
 	f, err := driver.Load("../../testdata/onnx/gpt_mini.onnx", driver.Bindings{SeqLen: 16, Batch: 2})
 	if err != nil {
 		t.Fatal(err)
@@ -172,7 +161,7 @@ func TestGPUGPTForward(t *testing.T) {
 // tolerance is looser than per kernel because gradients chain many fp32 sums
 // whose order differs from the CPU's float64 ones.
 func TestGPUTrainingStep(t *testing.T) {
-	dev := openGPU(t)
+	dev := devicetest.Open(t)
 	files, _ := filepath.Glob("../../testdata/onnx/*.onnx")
 	for _, path := range files {
 		t.Run(filepath.Base(path), func(t *testing.T) {
@@ -216,7 +205,7 @@ func TestArenaHuge(t *testing.T) {
 // TestGPUOutOfMemory wants a clear error, before any allocation, for a plan
 // larger than the device.
 func TestGPUOutOfMemory(t *testing.T) {
-	dev := openGPU(t)
+	dev := devicetest.Open(t)
 	_, err := RunWith(dev, hugeFunc(t), nil, Options{CacheDir: t.TempDir()})
 	if err == nil || !strings.Contains(err.Error(), "peak") || !strings.Contains(err.Error(), "free") {
 		t.Fatalf("got %v, want an error giving the peak and free bytes", err)

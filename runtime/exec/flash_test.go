@@ -8,6 +8,7 @@ import (
 
 	codegen "github.com/lcc-dev/lcc/codegen/cuda"
 	"github.com/lcc-dev/lcc/ir"
+	"github.com/lcc-dev/lcc/runtime/cuda/devicetest"
 	"github.com/lcc-dev/lcc/tensor"
 )
 
@@ -122,7 +123,7 @@ func TestFlashLowering(t *testing.T) {
 // bf16 storage against the CPU interpreter (outputs poisoned first), and checks
 // that two runs give bitwise the same gradients.
 func TestGPUFlashAttention(t *testing.T) {
-	dev := openGPU(t)
+	dev := devicetest.Open(t)
 	for _, c := range []struct {
 		name               string
 		b, t, s, h, hkv, d int64
@@ -251,7 +252,7 @@ func TestFlashDocsLowering(t *testing.T) {
 // outputs poisoned) against the CPU interpreter: the kernels get the doc starts
 // from the arena where the lowering put them.
 func TestGPUFlashDocs(t *testing.T) {
-	dev := openGPU(t)
+	dev := devicetest.Open(t)
 	f, in := docsGraph(t, 2, 4, 2, 128, []int64{1, 90, 200, 9, 300}, 3)
 	compare(t, dev, f, in, Options{Storage: tensor.BF16}, 2e-2)
 	f, in = docsGraph(t, 1, 8, 2, 64, []int64{257, 256, 1, 6}, 4)

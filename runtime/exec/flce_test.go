@@ -7,6 +7,7 @@ import (
 
 	codegen "github.com/lcc-dev/lcc/codegen/cuda"
 	"github.com/lcc-dev/lcc/ir"
+	"github.com/lcc-dev/lcc/runtime/cuda/devicetest"
 	"github.com/lcc-dev/lcc/tensor"
 )
 
@@ -64,7 +65,7 @@ func flceInputs(f *ir.Func, v int64, ignore *int64, seed uint64) map[string]*ten
 // ignored rows, every reduction, both layouts of w, f32 and bf16 storage, the
 // 16-byte vector path (V a multiple of 8) and the scalar one.
 func TestGPUFusedCrossEntropy(t *testing.T) {
-	dev := openGPU(t)
+	dev := devicetest.Open(t)
 	ig := int64(-100)
 	for _, c := range []struct {
 		n, d, v int64

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/lcc-dev/lcc/ir"
+	"github.com/lcc-dev/lcc/runtime/cuda/devicetest"
 	"github.com/lcc-dev/lcc/tensor"
 )
 
@@ -14,7 +15,7 @@ import (
 // with and without a scale, at widths that are and are not a multiple of the
 // block.
 func TestGPURMSNormGrad(t *testing.T) {
-	dev := openGPU(t)
+	dev := devicetest.Open(t)
 	for _, c := range []struct {
 		rows, m int64
 		scale   bool

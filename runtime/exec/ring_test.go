@@ -12,6 +12,7 @@ import (
 	"github.com/lcc-dev/lcc/ir"
 	"github.com/lcc-dev/lcc/runtime/comm/devlocal"
 	"github.com/lcc-dev/lcc/runtime/cuda"
+	"github.com/lcc-dev/lcc/runtime/cuda/devicetest"
 	"github.com/lcc-dev/lcc/tensor"
 )
 
@@ -20,7 +21,7 @@ import (
 // first, and returns every rank's outputs.
 func runRanks(t *testing.T, f *ir.Func, ins []map[string]*tensor.Tensor, opts Options) []map[string]*tensor.Tensor {
 	t.Helper()
-	openGPU(t)
+	devicetest.Open(t)
 	n := len(ins)
 	dir := t.TempDir()
 	cache, err := cuda.OpenCache(dir)
@@ -159,7 +160,7 @@ func checkSharded(t *testing.T, name string, got []map[string]*tensor.Tensor, wa
 // kernels with the fp32 merge), against the CPU interpreter's unsharded
 // attention at each rank's positions.
 func TestGPURingAttention(t *testing.T) {
-	openGPU(t)
+	devicetest.Open(t)
 	runShardCases(t, attntest.RingCases, 100, func(c attntest.Ring) attntest.Ring { return c },
 		ir.OpAttention, ir.OpAttentionGrad,
 		func(c attntest.Ring, scale float64) ir.Attrs { return ir.A("causal", c.Causal, "scale", scale) })
@@ -190,7 +191,7 @@ func runShardCases[C interface {
 // reduce-scatter of dk, dv), in both tiers and both head-offset rules, against
 // the CPU interpreter's unsharded dilated attention at each rank's positions.
 func TestGPUShardedDilated(t *testing.T) {
-	openGPU(t)
+	devicetest.Open(t)
 	runShardCases(t, attntest.DilatedCases, 200, func(c attntest.Dilated) attntest.Ring { return c.Ring },
 		ir.OpDilatedAttention, ir.OpDilatedAttentionGrad, attntest.Dilated.Attrs)
 }
@@ -221,7 +222,7 @@ func timingFunc(t *testing.T, op, grad ir.Op, attrs ir.Attrs, in map[string]*ten
 // transfers, merges and layout copies (the ranks' kernels share the GPU). It
 // checks nothing but that the runs succeed, and logs the times.
 func TestGPURingTiming(t *testing.T) {
-	openGPU(t)
+	devicetest.Open(t)
 	const b, total, h, d, reps = 1, 16384, 8, 128, 3
 	full := randomFull(b, total, h, h, d, 7)
 	timeRanks := func(n int) time.Duration {

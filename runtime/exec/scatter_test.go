@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/lcc-dev/lcc/ir"
+	"github.com/lcc-dev/lcc/runtime/cuda/devicetest"
 	"github.com/lcc-dev/lcc/tensor"
 )
 
@@ -46,7 +47,7 @@ func scatterInputs(n, d, v int64, seed uint64) map[string]*tensor.Tensor {
 // that no index names, in f32 and bf16; then runs it twice more and wants the
 // same bits.
 func TestGPUScatterAddSorted(t *testing.T) {
-	dev := openGPU(t)
+	dev := devicetest.Open(t)
 	f := scatterFunc(t, 70000, 72, 5000)
 	in := scatterInputs(70000, 72, 5000, 1)
 	t.Run("f32", func(t *testing.T) { compare(t, dev, f, in, Options{}, 1e-5) })
@@ -76,7 +77,7 @@ func TestGPUScatterAddSorted(t *testing.T) {
 // rows, the vector and the scalar row paths) and a small sorted scatter_add, each
 // against the CPU: the case compute-sanitizer runs.
 func TestGPUMemboundSmall(t *testing.T) {
-	dev := openGPU(t)
+	dev := devicetest.Open(t)
 	ig := int64(-100)
 	for _, v := range []int64{40, 37} {
 		f := flceFunc(t, 37, 16, v, ir.A("transpose_w", v == 40, "ignore_index", ig, "reduction", "mean",

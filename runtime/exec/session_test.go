@@ -14,7 +14,7 @@ import (
 	"github.com/lcc-dev/lcc/driver/drivertest"
 	"github.com/lcc-dev/lcc/interp"
 	"github.com/lcc-dev/lcc/ir"
-	"github.com/lcc-dev/lcc/runtime/cuda"
+	"github.com/lcc-dev/lcc/runtime/cuda/devicetest"
 	"github.com/lcc-dev/lcc/tensor"
 )
 
@@ -24,7 +24,17 @@ import (
 // to RunWith's and within tolerance of the CPU interpreter's. Close must give
 // back the memory the session held.
 func TestGPUSession(t *testing.T) {
-	dev := openGPU(t)
+	dev := devicetest.Open(t)
+	// freeMem is the device's free memory; what the session holds is measured
+	// by its fall.
+	freeMem := func() uint64 {
+		t.Helper()
+		free, err := dev.FreeMem()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return free
+	}
 	opts := Options{Poison: true, CacheDir: t.TempDir()}
 	zf, _ := cudatest.Zoo(t, 1)
 	gf := drivertest.TrainingGraph(t, "../../testdata/onnx/gpt_mini.onnx")
@@ -38,7 +48,7 @@ func TestGPUSession(t *testing.T) {
 			t.Fatalf("warm-up @%s: %v", f.Name, err)
 		}
 	}
-	before := freeMem(t, dev)
+	before := freeMem()
 
 	s := NewSession(dev, opts)
 	// A failed first run caches nothing and leaves the session usable.
@@ -47,7 +57,7 @@ func TestGPUSession(t *testing.T) {
 	}
 	for i := range 3 {
 		_, zin := cudatest.Zoo(t, uint64(i+1)) // the same function, new values
-		sessionCheck(t, dev, s, zf, zin, opts, 1e-5)
+		sessionCheck(t, s, zf, zin, opts, 1e-5)
 		gin := randomInputs(gf, uint64(i+10))
 		if i == 1 {
 			// Weights passed as inputs, as the trainer does, replace the resident
@@ -58,10 +68,10 @@ func TestGPUSession(t *testing.T) {
 				}
 			}
 		}
-		sessionCheck(t, dev, s, gf, gin, opts, 1e-4)
+		sessionCheck(t, s, gf, gin, opts, 1e-4)
 	}
 
-	during := freeMem(t, dev)
+	during := freeMem()
 	var arenas uint64
 	for _, f := range []*ir.Func{zf, gf} {
 		p, err := codegen.Build(f, codegen.Options{Arch: dev.Arch()})
@@ -78,7 +88,7 @@ func TestGPUSession(t *testing.T) {
 	if err := s.Close(); err != nil {
 		t.Fatalf("Close: %v", err)
 	}
-	after := freeMem(t, dev)
+	after := freeMem()
 	t.Logf("free memory: %d before, %d during (arenas %d), %d after Close",
 		before, during, arenas, after)
 	const margin = 8 << 20
@@ -95,15 +105,15 @@ func TestGPUSession(t *testing.T) {
 }
 
 // sessionCheck runs f through s and wants its outputs bit-identical to RunWith's
-// and within tol of the CPU interpreter's.
-func sessionCheck(t *testing.T, dev *cuda.Device, s *Session, f *ir.Func,
-	in map[string]*tensor.Tensor, opts Options, tol float64) {
+// on the session's device and within tol of the CPU interpreter's.
+func sessionCheck(t *testing.T, s *Session, f *ir.Func, in map[string]*tensor.Tensor, opts Options,
+	tol float64) {
 	t.Helper()
 	got, err := s.Run(f, in)
 	if err != nil {
 		t.Fatalf("session @%s: %v", f.Name, err)
 	}
-	ref, err := RunWith(dev, f, in, opts)
+	ref, err := RunWith(s.dev, f, in, opts)
 	if err != nil {
 		t.Fatalf("RunWith @%s: %v", f.Name, err)
 	}
@@ -154,16 +164,6 @@ func perturb(t *tensor.Tensor, seed uint64) *tensor.Tensor {
 		x.F[i] += 0.01 * rng.NormFloat64()
 	}
 	return x
-}
-
-// freeMem is the device's free memory, failing the test when it cannot be read.
-func freeMem(t *testing.T, dev *cuda.Device) uint64 {
-	t.Helper()
-	free, err := dev.FreeMem()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return free
 }
 
 // TestSessionNoDevice needs no GPU: a session without a device fails every run

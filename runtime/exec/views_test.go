@@ -8,6 +8,7 @@ import (
 
 	"github.com/lcc-dev/lcc/driver/drivertest"
 	"github.com/lcc-dev/lcc/ir"
+	"github.com/lcc-dev/lcc/runtime/cuda/devicetest"
 	"github.com/lcc-dev/lcc/tensor"
 )
 
@@ -19,7 +20,7 @@ import (
 // whole training steps) and bf16, where a whole step's rounding allows 10%: a
 // lane or view that reads the wrong elements is off by the values themselves.
 func TestGPUFlagshipViews(t *testing.T) {
-	dev := openGPU(t)
+	dev := devicetest.Open(t)
 	var names []string
 	for n := range drivertest.FlagshipSteps {
 		names = append(names, n)
@@ -59,7 +60,7 @@ func initInputs(f *ir.Func, seed uint64) map[string]*tensor.Tensor {
 // divide (a scalar tail after the 16-byte steps), a broadcast along rows, and a
 // transposed and a sliced input read in place.
 func TestGPUElementwiseTails(t *testing.T) {
-	dev := openGPU(t)
+	dev := devicetest.Open(t)
 	b := ir.NewBuilder("tails")
 	x := b.Input("x", ir.T(tensor.F32, 3, 5, 7))
 	y := b.Input("y", ir.T(tensor.F32, 3, 5, 7))
@@ -85,7 +86,7 @@ func TestGPUElementwiseTails(t *testing.T) {
 // RMSNorm and LayerNorm, at widths with and without 16-byte rows (5000 rows of
 // 36: the backward's blocks take ragged stretches of rows).
 func TestGPUResidualNorms(t *testing.T) {
-	dev := openGPU(t)
+	dev := devicetest.Open(t)
 	for _, m := range []int64{1000, 100, 36} {
 		rows := int64(7)
 		if m == 36 {
