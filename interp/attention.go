@@ -8,6 +8,11 @@ import (
 	"github.com/lcc-dev/lcc/tensor"
 )
 
+// The attention kernels are thin: package attention holds the algorithms
+// (dense, dilated, their backwards and the merge), and this file only reads
+// the node's operands and attributes and picks the variant. Options.rounding
+// passes the GPU kernels' roundings in when the CPU emulates a bf16 run, so
+// that a check compares like with like.
 func init() {
 	Register(ir.OpAttention, kernelAttention)
 	Register(ir.OpAttentionGrad, kernelAttentionGrad)
@@ -38,12 +43,16 @@ func kernelAttention(n *ir.Node, args []*tensor.Tensor, opts Options) ([]*tensor
 	scale := ir.AttentionScale(n)
 	causal := n.AttrBool("causal")
 	var o, lse []float64
+	// Three forms, as the op allows: packed documents (a doc-starts operand, the
+	// mask derived from positions), no mask (causal or full), or an explicit
+	// mask, which package attention takes one [T,S] block at a time.
 	if starts := docStarts(n, args); starts != nil {
 		o, lse = attention.DenseDocs(q.F, k.F, v.F, d, starts, 0, 0, scale, opts.rounding(n))
 	} else if len(args) == 3 {
 		o, lse = attention.DenseRounded(q.F, k.F, v.F, d, causal, scale, opts.rounding(n))
 	} else {
 		m := newMask(args[3], d, causal)
+		// Every block writes a disjoint part of o and lse; together they cover both.
 		o, lse = make([]float64, len(q.F)), make([]float64, d.B*d.Hq*d.T)
 		m.each(d, func(sub attention.Dims, b, h int, mask []float64) {
 			qs, ks, vs := m.sliceQ(q.F, d, b, h), m.sliceKV(k.F, d, b, h), m.sliceKV(v.F, d, b, h)
@@ -63,6 +72,8 @@ func kernelAttentionGrad(n *ir.Node, args []*tensor.Tensor, opts Options) ([]*te
 	scale := ir.AttentionScale(n)
 	causal := n.AttrBool("causal")
 	var dq, dk, dv []float64
+	// The backward recomputes the probabilities from lse (FlashAttention-2's
+	// backward), so it takes the forward's outputs, not its softmax.
 	if starts := docStarts(n, args); starts != nil {
 		dq, dk, dv = attention.DenseDocsBackward(q.F, k.F, v.F, o.F, lse.F, do.F, d, starts, 0, 0, scale,
 			opts.rounding(n))
@@ -71,6 +82,7 @@ func kernelAttentionGrad(n *ir.Node, args []*tensor.Tensor, opts Options) ([]*te
 			opts.rounding(n))
 	} else {
 		m := newMask(args[6], d, causal)
+		// dk and dv start at zero: the blocks of a kv head's query heads add into them.
 		dq, dk, dv = make([]float64, len(q.F)), make([]float64, len(k.F)), make([]float64, len(v.F))
 		m.each(d, func(sub attention.Dims, b, h int, mask []float64) {
 			gq, gk, gv := attention.DenseMaskedBackward(m.sliceQ(q.F, d, b, h),
@@ -99,6 +111,8 @@ func dilatedConfig(n *ir.Node, d attention.Dims) (attention.DilatedConfig, error
 	default:
 		return cfg, fmt.Errorf("offsets %q: want paper or block", o)
 	}
+	// Dilated segments cut queries and keys at the same positions; a cross
+	// attention (S ≠ T) has no such alignment.
 	if d.S != d.T {
 		return cfg, fmt.Errorf("dilated attention needs as many keys as queries, got T=%d, S=%d", d.T, d.S)
 	}
@@ -173,10 +187,14 @@ func (m *attnMask) block(d attention.Dims, b, h int) []float64 {
 			off := base + t*m.st[2] + j*m.st[3]
 			var v float64
 			switch {
+			// Causality wins over the mask: a float mask of 0 above the diagonal still
+			// hides the key.
 			case m.causal && j > t:
 				v = negInf
 			case m.isFloat:
 				v = m.t.F[off]
+			// A bool or integer mask is true where a key is visible; false becomes −Inf
+			// in the additive block.
 			case m.t.I[off] == 0:
 				v = negInf
 			}
@@ -191,6 +209,8 @@ func (m *attnMask) block(d attention.Dims, b, h int) []float64 {
 // and one kv head when it varies over heads.
 func (m *attnMask) each(d attention.Dims, fn func(sub attention.Dims, b, h int, mask []float64)) {
 	switch {
+	// Ordered from the finest split: a mask varying over heads must run per
+	// (batch, head), whether or not it also varies over batch.
 	case m.perH:
 		sub := attention.Dims{B: 1, T: d.T, S: d.S, Hq: 1, Hkv: 1, D: d.D}
 		for b := 0; b < d.B; b++ {
@@ -205,6 +225,7 @@ func (m *attnMask) each(d attention.Dims, fn func(sub attention.Dims, b, h int, 
 			fn(sub, b, -1, m.block(d, b, 0))
 		}
 	default:
+		// One mask for every batch element and head: one call over all of q.
 		fn(d, -1, -1, m.block(d, 0, 0))
 	}
 }
@@ -266,6 +287,7 @@ func sliceBTHD(x []float64, B, T, H, D, b, h int) []float64 {
 	if h < 0 {
 		return bx
 	}
+	// Heads are interleaved along T ([B,T,H,D]): one head is T strided rows.
 	out := make([]float64, T*D)
 	for t := 0; t < T; t++ {
 		copy(out[t*D:(t+1)*D], bx[(t*H+h)*D:(t*H+h+1)*D])
@@ -291,6 +313,7 @@ func scatterBTHD(dst, src []float64, B, T, H, D, b, h int, add bool) {
 		}
 		return
 	}
+	// One head of a [B,T,H,D] region is T rows of D, H·D apart.
 	for t := 0; t < T; t++ {
 		row := region[(t*H+h)*D : (t*H+h+1)*D]
 		for i := range row {

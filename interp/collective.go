@@ -10,6 +10,11 @@ import (
 	"github.com/lcc-dev/lcc/tensor"
 )
 
+// The collectives of sharded programs (ir/ops_collective.go), run through
+// Options.Comm: in tests an in-process world whose ranks are goroutines, so
+// that a program sharded over N ranks is checked on one host against its
+// unsharded form. Every collective moves float64, integers included (exact
+// below 2^53), so one Communicator interface serves every dtype.
 func init() {
 	Register(ir.OpAllGather, kernelAllGather)
 	Register(ir.OpReduceScatter, kernelReduceScatter)
@@ -50,6 +55,9 @@ func commFor(n *ir.Node, opts Options) (collective.Communicator, error) {
 	if c == nil {
 		c = soloComm{}
 	}
+	// A program sharded for N ranks computes the wrong thing on any other world
+	// (each rank's block would be the wrong share), so a mismatch is an error,
+	// never a silent run.
 	if r := ir.Ranks(n); r != c.Size() {
 		if opts.Comm == nil {
 			return nil, fmt.Errorf("sharded for %d ranks, but the run has no communicator "+
@@ -65,6 +73,7 @@ func opName(n *ir.Node) string { return n.Where() }
 
 // floatsOf returns t's elements as float64 (integers converted exactly up to 2^53).
 func floatsOf(t *tensor.Tensor) []float64 {
+	// Float data is already float64 and is sent as is: no copy.
 	if t.DType.IsFloat() {
 		return t.F
 	}
@@ -84,6 +93,8 @@ func tensorOf(n *ir.Node, i int, data []float64) *tensor.Tensor {
 	} else {
 		out.I = make([]int64, len(data))
 		for j, v := range data {
+			// Integer data came as float64 from floatsOf, exact for |v| ≤ 2^53: the
+			// conversion back is exact, and WrapInt applies the dtype's width.
 			out.I[j] = tensor.WrapInt(int64(v), t.DType)
 		}
 	}
@@ -93,10 +104,13 @@ func tensorOf(n *ir.Node, i int, data []float64) *tensor.Tensor {
 // splitBlocks cuts x (of shape) into n equal blocks along axis.
 func splitBlocks(x []float64, shape []int64, axis, n int) [][]float64 {
 	outer, size, inner := tensor.SplitAxis(shape, axis)
+	// The verifier checked that size divides by n (the op's Infer).
 	m := size / n
 	out := make([][]float64, n)
 	for j := range n {
 		blk := make([]float64, 0, outer*m*inner)
+		// Block j along axis is, for every outer index, the contiguous run of m·inner
+		// elements at j·m: one append per outer index.
 		for o := range outer {
 			base := (o*size + j*m) * inner
 			blk = append(blk, x[base:base+m*inner]...)
@@ -133,6 +147,8 @@ func kernelAllGather(n *ir.Node, args []*tensor.Tensor, opts Options) ([]*tensor
 		return nil, err
 	}
 	x := args[0]
+	// The shape travels with the data so that a rank with a different shape is
+	// refused by the communicator (shapes must agree), not read as garbage.
 	parts, err := c.AllGather(opName(n), x.Shape, floatsOf(x))
 	if err != nil {
 		return nil, err
@@ -181,6 +197,8 @@ func kernelAllReduce(n *ir.Node, args []*tensor.Tensor, opts Options) ([]*tensor
 	if err != nil {
 		return nil, err
 	}
+	// Start from rank 0's copy and fold the others in rank order: the same
+	// additions, in the same order, on every rank.
 	red := n.AttrString("op")
 	out := slices.Clone(parts[0])
 	for _, p := range parts[1:] {
@@ -215,6 +233,8 @@ func kernelAllToAll(n *ir.Node, args []*tensor.Tensor, opts Options) ([]*tensor.
 		return nil, err
 	}
 	bshape := append([]int64{}, x.Shape...)
+	// Each received block has x's shape with split_axis cut N ways; the blocks
+	// from the N ranks are then joined along concat_axis in rank order.
 	bshape[sa] /= int64(c.Size())
 	for s, g := range got {
 		if len(g) != len(blocks[0]) {
@@ -234,6 +254,8 @@ func kernelRingShift(n *ir.Node, args []*tensor.Tensor, opts Options) ([]*tensor
 	}
 	x := args[0]
 	size := c.Size()
+	// A shift of N or more wraps; the +size keeps the remainders non-negative for
+	// a negative shift.
 	s := int(n.AttrInt("shift")) % size
 	dst, src := (c.Rank()+s+size)%size, (c.Rank()-s+size)%size
 	y, err := c.SendRecv(opName(n), floatsOf(x), dst, src)
@@ -259,6 +281,9 @@ func kernelShardPositions(n *ir.Node, _ []*tensor.Tensor, opts Options) ([]*tens
 	pos := ir.LayoutPositions(n.AttrString("layout"), total, int64(c.Size()),
 		int64(c.Rank()))
 	out := newResult(n, 0)
+	// The positions form [outer, local, inner]: a merged axis (e.g. batch·seq
+	// flattened) repeats this rank's positions for each outer index, with inner
+	// consecutive elements per position.
 	i := 0
 	for o := range outer {
 		for _, p := range pos {

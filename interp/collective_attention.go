@@ -16,6 +16,11 @@ import (
 // blocks' global positions, so the causal pattern and the merge are those of the
 // unsharded op; only the summation order differs, by rounding.
 
+// Ring attention is Liu, Zaharia and Abbeel, "Ring Attention with Blockwise
+// Transformers for Near-Infinite Context" (2023); sharded dilated attention is
+// LongNet's distributed algorithm (Ding et al., 2023, §3.1). Every
+// SendRecv, AllGather and AllToAll is labelled with the node and the step, so
+// that a rank that waits on the wrong collective is named in the error.
 func init() {
 	Register(ir.OpRingAttention, kernelRingAttention)
 	Register(ir.OpRingAttentionGrad, kernelRingAttentionGrad)
@@ -25,6 +30,8 @@ func init() {
 
 // rows copies rows [off, off+n) of the T axis of a [B, T, H, D] tensor.
 func rows(x []float64, B, T, H, D, off, n int) []float64 {
+	// Batch b's rows [off, off+n) are contiguous (T is outside H and D), so each
+	// batch is one slice append.
 	out := make([]float64, 0, B*n*H*D)
 	for b := range B {
 		base := (b*T + off) * H * D
@@ -87,6 +94,8 @@ func docStarts(n *ir.Node, args []*tensor.Tensor) []int64 {
 
 // localChunk is one chunk of a rank's sequence block: global start, local offset,
 // length.
+// start is where the chunk sits in the whole sequence (what the causal mask
+// and the document mask compare), off where it sits in this rank's block.
 type localChunk struct{ start, off, n int }
 
 // rankChunks lists the chunks of the sequence this rank holds under layout
@@ -104,6 +113,9 @@ func rankChunks(layout string, total, ranks, rank int) []localChunk {
 
 // visible reports whether a causal block of queries qc sees any key of kc.
 func visible(qc, kc localChunk, causal bool) bool {
+	// The last query of qc is at qc.start+qc.n−1; it sees the key chunk when the
+	// chunk's first key is not after it. Under a causal mask about half the
+	// blocks are skipped so; the zigzag layout spreads the rest evenly over ranks.
 	return !causal || kc.start <= qc.start+qc.n-1
 }
 
@@ -116,7 +128,10 @@ func ringSetup(n *ir.Node, args []*tensor.Tensor, opts Options) (collective.Comm
 	}
 	d := attnDims(args[0], args[1])
 	layout := n.AttrString("layout")
+	// Each rank holds d.T positions of the sequence: the global length is N·T.
 	total := d.T * c.Size()
+	// Refuses a length the layout cannot split (zigzag needs 2N equal chunks)
+	// before any rank sends, so that all ranks fail alike.
 	if _, err := ir.LayoutLocal(layout, int64(total), int64(c.Size())); err != nil {
 		return nil, d, nil, 0, false, err
 	}
@@ -146,13 +161,17 @@ func kernelRingAttention(n *ir.Node, args []*tensor.Tensor, opts Options) ([]*te
 	qStarts := make([][]int64, len(mine))
 	for i, qc := range mine {
 		accO[i] = make([]float64, d.B*qc.n*d.Hq*d.D)
+		// lse −Inf is the merge's identity: a block merged into it replaces it.
 		accL[i] = slices.Repeat([]float64{negInf}, d.B*d.Hq*qc.n)
 		qs[i] = rows(q, d.B, d.T, d.Hq, d.D, qc.off, qc.n)
 		qStarts[i] = startRows(starts, d.B, d.T, qc.off, qc.n)
 	}
+	// k and v travel as one buffer, one SendRecv per step. A clone: the
+	// argument k is read-only (package doc).
 	kv := append(slices.Clone(k), v...)
 	nk := len(k)
 	for step := range N {
+		// At step s the buffer came s hops around the ring: it is rank me−s's k, v.
 		src := (me - step + N) % N
 		for i, qc := range mine {
 			for _, kc := range chunks[src] {
@@ -169,9 +188,12 @@ func kernelRingAttention(n *ir.Node, args []*tensor.Tensor, opts Options) ([]*te
 				} else {
 					ob, lb = attention.DenseAt(qs[i], ks, vs, bd, qc.start, kc.start, causal, scale)
 				}
+				// The online-softmax merge of (o, lse) pairs: any order of blocks gives the
+				// same result up to rounding, so ranks may visit them as the ring brings them.
 				attention.MergeInto(accO[i], accL[i], ob, lb, bd)
 			}
 		}
+		// After the last step the buffer would only return to its owner: no send.
 		if step < N-1 {
 			kv, err = c.SendRecv(fmt.Sprintf("%s: ring step %d", opName(n), step), kv, (me+1)%N,
 				(me-1+N)%N)
@@ -184,6 +206,7 @@ func kernelRingAttention(n *ir.Node, args []*tensor.Tensor, opts Options) ([]*te
 			}
 		}
 	}
+	// Scatter the chunks back into the rank's [B, T, Hq, D] block and its lse.
 	o := make([]float64, len(q))
 	lse := make([]float64, d.B*d.Hq*d.T)
 	for i, qc := range mine {
@@ -206,6 +229,9 @@ func kernelRingAttentionGrad(n *ir.Node, args []*tensor.Tensor, opts Options) ([
 	mine := chunks[me]
 	nk := len(args[1].F)
 	// The travelling buffer: k, v, dk, dv.
+	// The gradients dk, dv of a key block accumulate in the buffer that carries
+	// it: each rank adds what its queries contribute, and after N sends the sum
+	// is back at the owner, with no reduction step.
 	buf := slices.Concat(args[1].F, args[2].F, make([]float64, 2*nk))
 	dq := make([]float64, len(q))
 	starts := docStarts(n, args)
@@ -214,12 +240,15 @@ func kernelRingAttentionGrad(n *ir.Node, args []*tensor.Tensor, opts Options) ([
 		starts        []int64
 	}
 	qb := make([]qblock, len(mine))
+	// Each query chunk's operands are cut out once, not once per step.
 	for i, qc := range mine {
 		qb[i] = qblock{rows(q, d.B, d.T, d.Hq, d.D, qc.off, qc.n), rows(o, d.B, d.T, d.Hq, d.D, qc.off, qc.n),
 			rows(do, d.B, d.T, d.Hq, d.D, qc.off, qc.n), lseRows(lse, d.B, d.Hq, d.T, qc.off, qc.n),
 			startRows(starts, d.B, d.T, qc.off, qc.n)}
 	}
 	for step := range N {
+		// As in the forward: the buffer now holds rank me−step's k, v and the
+		// partial dk, dv of the ranks it has visited.
 		src := (me - step + N) % N
 		k, v, dk, dv := buf[:nk], buf[nk:2*nk], buf[2*nk:3*nk], buf[3*nk:]
 		for i, qc := range mine {
@@ -238,6 +267,7 @@ func kernelRingAttentionGrad(n *ir.Node, args []*tensor.Tensor, opts Options) ([
 					gq, gk, gv = attention.DenseAtBackward(qb[i].q, ks, vs, qb[i].o, qb[i].lse, qb[i].do,
 						bd, qc.start, kc.start, causal, scale)
 				}
+				// dq stays home; dk and dv add into the travelling buffer.
 				putRows(dq, gq, d.B, d.T, d.Hq, d.D, qc.off, qc.n, true)
 				putRows(dk, gk, d.B, d.T, d.Hkv, d.D, kc.off, kc.n, true)
 				putRows(dv, gv, d.B, d.T, d.Hkv, d.D, kc.off, kc.n, true)
@@ -256,6 +286,8 @@ func kernelRingAttentionGrad(n *ir.Node, args []*tensor.Tensor, opts Options) ([
 			return nil, fmt.Errorf("ring step %d: rank %d sent %d elements, rank %d expects %d",
 				step, (me-1+N)%N, len(got), me, len(send))
 		}
+		// The last step brought dk, dv home: the k, v half of the buffer is stale
+		// and was not sent, so only the gradient half is overwritten.
 		if step == N-1 {
 			copy(buf[2*nk:], got)
 		} else {
@@ -298,11 +330,15 @@ func newShardedDilated(n *ir.Node, args []*tensor.Tensor, opts Options) (*sharde
 // local reports whether branch br's segments tile every rank's block, so that the
 // branch needs no communication.
 func (s *shardedDilated) local(br attention.Branch) bool {
+	// A segment that divides the rank's block lies wholly inside one rank, so
+	// every rank runs the branch on its own block.
 	return br.Segment < s.total && s.d.T%br.Segment == 0
 }
 
 // residues lists, per kv head, the offsets its query heads use in branch br.
 func (s *shardedDilated) residues(br attention.Branch) [][]int {
+	// Grouped-query attention: query head h reads kv head h/g, and the heads of a
+	// group may use different offsets, so a kv head sends the rows of each.
 	g := s.d.Hq / s.d.Hkv
 	out := make([][]int, s.d.Hkv)
 	for h := range s.d.Hq {
@@ -318,6 +354,8 @@ func (s *shardedDilated) residues(br attention.Branch) [][]int {
 func selected(lo, hi int, br attention.Branch, o int) []int {
 	var out []int
 	for p := lo; p < hi; p++ {
+		// LongNet's sparsification: within each segment, every r-th position from
+		// offset o.
 		if (p%br.Segment)%br.Dilation == o {
 			out = append(out, p)
 		}
@@ -340,6 +378,9 @@ type gathered struct {
 func (s *shardedDilated) gather(k, v []float64, br attention.Branch, bi int) (*gathered, error) {
 	d := s.d
 	res := s.residues(br)
+	// The payload's order, (batch, kv head, residue, position) with k then v per
+	// row, is what the receivers below walk again for every rank's part; the
+	// two loops must stay in step.
 	var payload []float64
 	for b := range d.B {
 		for hk := range d.Hkv {
@@ -365,6 +406,8 @@ func (s *shardedDilated) gather(k, v []float64, br attention.Branch, bi int) (*g
 				for _, o := range res[hk] {
 					key := [3]int{b, hk, o}
 					ps := selected(src*d.T, (src+1)*d.T, br, o)
+					// A short part is a rank that disagrees on the layout or the config: an
+					// error, never an index panic.
 					if at+2*d.D*len(ps) > len(part) {
 						return nil, fmt.Errorf("%s: branch %d: rank %d sent %d values, fewer than its "+
 							"selected rows need", s.name, bi, src, len(part))
@@ -384,6 +427,7 @@ func (s *shardedDilated) gather(k, v []float64, br attention.Branch, bi int) (*g
 				len(part), at)
 		}
 	}
+	// Gradient accumulators, one per gathered row, filled by the backward.
 	for key, ks := range g.k {
 		g.dk[key] = make([]float64, len(ks))
 		g.dv[key] = make([]float64, len(ks))
@@ -413,14 +457,20 @@ func (s *shardedDilated) blocks(br attention.Branch, g *gathered, fn func(sb seg
 			o := s.cfg.Offsets.Offset(h, d.Hq, r)
 			key := [3]int{b, hk, o}
 			pos := g.pos[key]
+			// The segments that overlap this rank's block [lo, hi): from the one that
+			// holds lo, w positions at a time.
 			for segLo := s.lo / w * w; segLo < s.hi; segLo += w {
 				segHi := min(segLo+w, s.total)
 				qs := selected(max(segLo, s.lo), min(segHi, s.hi), br, o)
 				if len(qs) == 0 {
 					continue
 				}
+				// pos is sorted (gather appends ranks in order, positions ascending), so the
+				// segment's keys are one range of the gathered list.
 				from, _ := slices.BinarySearch(pos, segLo)
 				to, _ := slices.BinarySearch(pos, segHi)
+				// qPos puts the block's first query at its compact index, so that causal
+				// compares compact indices, queries and keys alike.
 				fn(segmentBlock{b: b, h: h, hk: hk, key: key, qRows: qs, qPos: (qs[0] - segLo - o) / r,
 					kFrom: from, kTo: to})
 			}
@@ -457,13 +507,16 @@ func kernelShardedDilated(n *ir.Node, args []*tensor.Tensor, opts Options) ([]*t
 	q, k, v := args[0].F, args[1].F, args[2].F
 	d := s.d
 	o := make([]float64, len(q))
+	// As in the ring: −Inf is the merge's identity.
 	lse := slices.Repeat([]float64{negInf}, d.B*d.Hq*d.T)
 	for i, br := range s.cfg.Branches {
+		// A branch inside the rank runs as in the unsharded kernel, on the block.
 		if s.local(br) {
 			bo, bl := attention.DilatedBranch(q, k, v, d, s.cfg, i, s.scale)
 			attention.MergeInto(o, lse, bo, bl, d)
 			continue
 		}
+		// The other branches gather, then attend segment by segment.
 		g, err := s.gather(k, v, br, i)
 		if err != nil {
 			return nil, err
@@ -500,6 +553,8 @@ func kernelShardedDilatedGrad(n *ir.Node, args []*tensor.Tensor, opts Options) (
 	dq := make([]float64, len(q))
 	dk := make([]float64, len(k))
 	dv := make([]float64, len(v))
+	// add sums gradients into dst in the order the branches and blocks run,
+	// which is fixed: the backward is deterministic too.
 	add := func(dst, src []float64) {
 		for i, x := range src {
 			dst[i] += x
@@ -522,6 +577,8 @@ func kernelShardedDilatedGrad(n *ir.Node, args []*tensor.Tensor, opts Options) (
 			bd := attention.Dims{B: 1, T: nq, S: nk, Hq: 1, Hkv: 1, D: d.D}
 			ks := g.k[sb.key][sb.kFrom*d.D : sb.kTo*d.D]
 			vs := g.v[sb.key][sb.kFrom*d.D : sb.kTo*d.D]
+			// The merged lse of the block's queries: with it each block's backward is
+			// exact (FlashAttention-2's recomputation), not an approximation per branch.
 			ls := make([]float64, nq)
 			for j, p := range sb.qRows {
 				ls[j] = lse[(sb.b*d.Hq+sb.h)*d.T+p-s.lo]
@@ -557,6 +614,8 @@ func kernelShardedDilatedGrad(n *ir.Node, args []*tensor.Tensor, opts Options) (
 		if err != nil {
 			return nil, err
 		}
+		// Rank src's part holds its gradients for this rank's rows, in the order of
+		// this rank's gather payload; sum them in rank order.
 		for src, part := range got {
 			if len(part) != len(parts[s.c.Rank()]) {
 				return nil, fmt.Errorf("%s: branch %d: rank %d sent %d gradient values, rank %d expects %d",

@@ -5,6 +5,9 @@ import (
 	"github.com/lcc-dev/lcc/tensor"
 )
 
+// Ops that make a tensor from attributes alone. full and range compute in
+// float64 and are rounded by the interpreter like any result, so a bf16 range
+// has bf16's gaps, as in PyTorch.
 func init() {
 	registerMove(ir.OpConstant, kernelConstant)
 	Register(ir.OpFull, kernelFull)
@@ -24,7 +27,10 @@ func kernelFull(n *ir.Node, _ []*tensor.Tensor, _ Options) ([]*tensor.Tensor, er
 	if out.DType.IsFloat() {
 		fill(out.F, v)
 	} else {
+		// Go's float-to-int conversion truncates toward zero, as PyTorch's conversions do.
 		iv := tensor.WrapInt(int64(v), out.DType)
+		// A bool is 1 for any non-zero value, not the value wrapped to one bit (2
+		// would wrap to 0).
 		if out.DType == tensor.Bool && v != 0 {
 			iv = 1
 		}
@@ -41,6 +47,8 @@ func kernelRange(n *ir.Node, _ []*tensor.Tensor, _ Options) ([]*tensor.Tensor, e
 	out := newResult(n, 0)
 	start, delta := n.AttrFloat("start"), n.AttrFloat("delta")
 	for i := range out.Numel() {
+		// start + i·delta, not a running sum: no rounding error accumulates along a
+		// long range, so position i is the same whatever the range's length.
 		v := start + float64(i)*delta
 		if out.DType.IsFloat() {
 			out.F[i] = v

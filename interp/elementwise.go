@@ -10,6 +10,10 @@ import (
 )
 
 // Unary float functions, in float64.
+// The float ops are tables of scalar functions (one entry per op, as the op
+// table is), so a new elementwise op is one line here; the kernels that loop
+// over them are shared below. Every function computes in float64 and the
+// interpreter rounds its result to the value's dtype afterwards.
 var unaryFloat = map[ir.Op]func(float64) float64{
 	ir.OpNeg:     func(x float64) float64 { return -x },
 	ir.OpExp:     math.Exp,
@@ -41,6 +45,7 @@ func sigmoid(x float64) float64 {
 
 // relu keeps NaN, as PyTorch does.
 func relu(x float64) float64 {
+	// x < 0 is false for NaN, so NaN passes through rather than becoming 0.
 	if x < 0 {
 		return 0
 	}
@@ -52,6 +57,8 @@ func geluErf(x float64) float64 { return 0.5 * x * (1 + math.Erf(x/math.Sqrt2)) 
 
 // geluTanh is the tanh approximation 0.5·x·(1+tanh(√(2/π)·(x+0.044715·x³))).
 func geluTanh(x float64) float64 {
+	// 0.044715 is the cubic coefficient of Hendrycks and Gimpel's approximation,
+	// as torch.nn.GELU(approximate="tanh") uses.
 	return 0.5 * x * (1 + math.Tanh(math.Sqrt(2/math.Pi)*(x+0.044715*x*x*x)))
 }
 
@@ -99,6 +106,8 @@ func fmin(a, b float64) float64 {
 }
 
 // Binary integer functions; the result is wrapped to the dtype afterwards.
+// Integer results are computed in int64 and wrapped to i32, i8 or u8 by the
+// kernel: two's-complement wrapping commutes with +, − and ×.
 var binaryInt = map[ir.Op]func(a, b int64) int64{
 	ir.OpAdd: func(a, b int64) int64 { return a + b },
 	ir.OpSub: func(a, b int64) int64 { return a - b },
@@ -122,11 +131,15 @@ func ipow(a, b int64) int64 {
 			}
 			return -1
 		case 0:
+			// A division by zero in disguise: the panic becomes an error naming the node
+			// (exec recovers it).
 			panic("integer 0 raised to a negative power")
 		}
 		return 0
 	}
 	r := int64(1)
+	// Squaring: O(log b) multiplies, wrapping in int64 as the dtype's
+	// arithmetic would before the final WrapInt.
 	for b > 0 {
 		if b&1 == 1 {
 			r *= a
@@ -138,6 +151,8 @@ func ipow(a, b int64) int64 {
 }
 
 // Comparisons, on floats and on integers.
+// Every comparison with a NaN is false (IEEE 754), as in PyTorch; the
+// kernels need no special case for it.
 var compareOps = map[ir.Op]struct {
 	f func(a, b float64) bool
 	i func(a, b int64) bool
@@ -149,6 +164,7 @@ var compareOps = map[ir.Op]struct {
 	ir.OpGe: {func(a, b float64) bool { return a >= b }, func(a, b int64) bool { return a >= b }},
 }
 
+// Logic ops on bool tensors, whose elements are 0 or 1 in I.
 var logicOps = map[ir.Op]func(a, b bool) bool{
 	ir.OpAnd: func(a, b bool) bool { return a && b },
 	ir.OpOr:  func(a, b bool) bool { return a || b },
@@ -159,6 +175,7 @@ func init() {
 	for op, fn := range unaryFloat {
 		Register(op, unaryKernel(fn))
 	}
+	// gelu is not in unaryFloat: its attribute picks the function per node.
 	Register(ir.OpGelu, func(n *ir.Node, args []*tensor.Tensor, opts Options) ([]*tensor.Tensor, error) {
 		fn := geluErf
 		if n.AttrBool("tanh") {
@@ -178,6 +195,8 @@ func init() {
 	for op := range logicOps {
 		Register(op, kernelLogic)
 	}
+	// where only moves elements of its operands, which are already rounded to the
+	// result's dtype: the interpreter need not round again (registerMove).
 	registerMove(ir.OpWhere, kernelWhere)
 }
 
@@ -187,6 +206,8 @@ func init() {
 func unaryKernel(fn func(float64) float64) Kernel {
 	return func(n *ir.Node, args []*tensor.Tensor, _ Options) ([]*tensor.Tensor, error) {
 		x, out := args[0].F, newResult(n, 0)
+		// 8 cheap operations an element: exp, tanh and erf cost about that much, and
+		// cheap ops like neg then split a little early, which is harmless.
 		parallelRange(len(x), 8, func(lo, hi int) {
 			dst := out.F[lo:hi]
 			for i, v := range x[lo:hi] {
@@ -200,6 +221,7 @@ func unaryKernel(fn func(float64) float64) Kernel {
 // kernelNot is logical not of a bool tensor (stored as 0 or 1 in I).
 func kernelNot(n *ir.Node, args []*tensor.Tensor, _ Options) ([]*tensor.Tensor, error) {
 	out := newResult(n, 0)
+	// Bools are 0 or 1, so not is a test for 0; the result starts all 0.
 	for i, v := range args[0].I {
 		if v == 0 {
 			out.I[i] = 1
@@ -226,6 +248,8 @@ func kernelCast(n *ir.Node, args []*tensor.Tensor, _ Options) ([]*tensor.Tensor,
 	x, out := args[0], newResult(n, 0)
 	to := out.DType
 	switch {
+	// Float to float is a copy: the values are float64 already, and the
+	// interpreter rounds the result to the destination dtype.
 	case to.IsFloat() && x.DType.IsFloat():
 		parallelRange(len(out.F), 1, func(lo, hi int) { copy(out.F[lo:hi], x.F[lo:hi]) })
 	case to.IsFloat():
@@ -240,6 +264,8 @@ func kernelCast(n *ir.Node, args []*tensor.Tensor, _ Options) ([]*tensor.Tensor,
 		}
 	case x.DType.IsFloat():
 		for i, v := range x.F {
+			// NaN and ±Inf have no integer value; Go's conversion would give an
+			// implementation-defined number, so the cast is refused as bad data.
 			if v != v || math.IsInf(v, 0) {
 				return nil, fmt.Errorf("cannot cast %v to %v", v, to)
 			}
@@ -256,6 +282,7 @@ func kernelCast(n *ir.Node, args []*tensor.Tensor, _ Options) ([]*tensor.Tensor,
 // binary calls fn(o, ia, ib) for every output element o with the broadcast
 // element offsets of a and b.
 func binary(out []int64, a, b *tensor.Tensor, fn func(o, ia, ib int)) {
+	// Same shapes, the common case: offsets are the output's own, no walk.
 	if slices.Equal(a.Shape, out) && slices.Equal(b.Shape, out) {
 		for i, n := 0, prod(out); i < n; i++ {
 			fn(i, i, i)
@@ -274,6 +301,8 @@ func kernelArith(n *ir.Node, args []*tensor.Tensor, _ Options) ([]*tensor.Tensor
 		arithFloat(n.Op, out, a, b)
 		return one(out), nil
 	}
+	// Checked before any element is computed: Go's integer division by zero
+	// panics, and the node's error should name the divisor, not a stack.
 	if n.Op == ir.OpDiv && len(out.I) > 0 {
 		if j := slices.Index(b.I, 0); j >= 0 {
 			return nil, fmt.Errorf("integer division by zero (element %d of the divisor %v%s)", j,
@@ -293,6 +322,8 @@ func arithFloat(op ir.Op, out, a, b *tensor.Tensor) {
 	af, bf, of := a.F, b.F, out.F
 	row := func(o, n int, ia, sa, ib, sb int) {
 		dst := of[o : o+n]
+		// The common layouts, a contiguous row with a row or a scalar, take
+		// arithRow's loops, which have no stride multiplies.
 		if sa == 1 && (sb == 1 || sb == 0) && arithRow(op, dst, af[ia:ia+n], bf[ib:], sb) {
 			return
 		}
@@ -319,11 +350,14 @@ func arithFloat(op ir.Op, out, a, b *tensor.Tensor) {
 			}
 		}
 	}
+	// add, sub, mul and div are one cheap operation an element; pow, max and min
+	// go through a call, about 8.
 	cost := 1
 	if fn != nil && op != ir.OpAdd && op != ir.OpSub && op != ir.OpMul && op != ir.OpDiv {
 		cost = 8
 	}
 	if slices.Equal(a.Shape, out.Shape) && slices.Equal(b.Shape, out.Shape) {
+		// No broadcasting: the whole tensor is one row, split at any element.
 		parallelRange(len(of), cost, func(lo, hi int) { row(lo, hi-lo, lo, 1, lo, 1) })
 		return
 	}
@@ -405,6 +439,7 @@ func kernelCompare(n *ir.Node, args []*tensor.Tensor, _ Options) ([]*tensor.Tens
 		ia1, ib1 = sa[r-1], sb[r-1]
 	}
 	op := n.Op
+	// A comparison and a store: 2 cheap operations an element.
 	parallelRows(out.Shape, [][]int{sa, sb}, 2, func(o, m int, offs []int) {
 		ia, ib := offs[0], offs[1]
 		dst := oi[o : o+m]
@@ -430,6 +465,7 @@ func kernelCompare(n *ir.Node, args []*tensor.Tensor, _ Options) ([]*tensor.Tens
 func kernelLogic(n *ir.Node, args []*tensor.Tensor, _ Options) ([]*tensor.Tensor, error) {
 	a, b, out := args[0], args[1], newResult(n, 0)
 	fn := logicOps[n.Op]
+	// Any non-zero element is true, as a bool cast of an integer would give.
 	binary(out.Shape, a, b, func(o, i, j int) { out.I[o] = b2i(fn(a.I[i] != 0, b.I[j] != 0)) })
 	return one(out), nil
 }
@@ -440,6 +476,8 @@ func kernelWhere(n *ir.Node, args []*tensor.Tensor, _ Options) ([]*tensor.Tensor
 	c, a, b, out := args[0], args[1], args[2], newResult(n, 0)
 	sts := [][]int{bcastStrides(c.Shape, out.Shape), bcastStrides(a.Shape, out.Shape),
 		bcastStrides(b.Shape, out.Shape)}
+	// Integer and bool where are rare (index arithmetic on small tensors): the
+	// plain walk suffices.
 	if !out.DType.IsFloat() {
 		walk(out.Shape, sts, func(o int, offs []int) {
 			if c.I[offs[0]] != 0 {
@@ -456,6 +494,7 @@ func kernelWhere(n *ir.Node, args []*tensor.Tensor, _ Options) ([]*tensor.Tensor
 		sc, sa, sb = sts[0][r-1], sts[1][r-1], sts[2][r-1]
 	}
 	ci, af, bf := c.I, a.F, b.F
+	// A test and a move: 2 cheap operations an element.
 	parallelRows(out.Shape, sts, 2, func(o, m int, offs []int) {
 		ic, ia, ib := offs[0], offs[1], offs[2]
 		dst := out.F[o : o+m]

@@ -8,6 +8,11 @@ import (
 	"github.com/lcc-dev/lcc/tensor"
 )
 
+// Fused linear cross-entropy is the loss head that never holds the [N, V]
+// logits, as Liger Kernel's (Hsu et al., 2024) and Cut Cross-Entropy's
+// (Wijmans et al., 2024) do: with a 150k vocabulary and long sequences the
+// logits would be the largest tensor of the step. The interpreter keeps the
+// same blocking so that its memory, like the GPU's, stays bounded.
 func init() {
 	Register(ir.OpFusedLinearCrossEntropy, kernelFLCE)
 	Register(ir.OpFusedLinearCrossEntropyGrad, kernelFLCEGrad)
@@ -18,6 +23,8 @@ func init() {
 // number of vocabulary columns it computes at a time within those rows (the online
 // log-sum-exp runs over them). The scratch is rows × flceVocabChunk, never [N, V].
 const (
+	// 32 rows × 4096 columns of float64 is a 1 MiB scratch whatever N and V are,
+	// about one core's L2 cache.
 	flceRowBlock   = 32
 	flceVocabChunk = 4096
 )
@@ -38,6 +45,9 @@ type flce struct {
 	z []float64
 }
 
+// newFLCE reads the node's dims and attributes, checks every label once (a
+// label out of range is bad data, an error naming the row), and allocates the
+// one scratch block the kernels reuse.
 func newFLCE(n *ir.Node, args []*tensor.Tensor) (*flce, error) {
 	tw := n.AttrBool("transpose_w")
 	rows, d, v, err := ir.FLCEDims(n.Args[0].Type, n.Args[1].Type, n.Args[2].Type, tw)
@@ -48,11 +58,15 @@ func newFLCE(n *ir.Node, args []*tensor.Tensor) (*flce, error) {
 	if rc <= 0 {
 		rc = flceRowBlock
 	}
+	// Never more rows or columns than the problem has, and at least one, so that
+	// the loops advance on empty inputs too.
 	rc = max(1, min(rc, int(rows)))
 	c := max(1, min(flceVocabChunk, int(v)))
 	p := &flce{h: args[0], w: args[1], labels: args[2].I, n: int(rows), d: int(d), v: int(v),
 		transpose: tw, rows: rc, chunk: c, keep: make([]bool, rows)}
 	ignore, hasIgnore := n.Attrs.Get("ignore_index")
+	// Rows labelled ignore_index (PyTorch's −100 by default) count neither in the
+	// loss nor in the mean's denominator, as F.cross_entropy does.
 	ign, _ := ignore.(int64)
 	for r, l := range p.labels {
 		if hasIgnore && l == ign {
@@ -73,6 +87,7 @@ func newFLCE(n *ir.Node, args []*tensor.Tensor) (*flce, error) {
 func (p *flce) logits(r0, r1, c0, c1 int) {
 	cw := c1 - c0
 	z := p.z[:(r1-r0)*cw]
+	// The [d, V] branch accumulates into z; the transposed one overwrites it.
 	clear(z)
 	h, w, d, v := p.h.F, p.w.F, p.d, p.v
 	for r := r0; r < r1; r++ {
@@ -120,10 +135,14 @@ func (p *flce) lse(r0, r1 int, lse, target []float64) {
 			for _, x := range zr {
 				mx = fmax(mx, x)
 			}
+			// A chunk whose running max is ±Inf has no finite rescaling: an all −Inf row
+			// so far keeps s = 0, and +Inf makes the lse +Inf, below.
 			if math.IsInf(mx, 0) {
 				m[i] = mx
 				continue
 			}
+			// The online rescaling: the sum so far, taken from the old max to the new
+			// one, plus this chunk's terms.
 			acc := s[i] * math.Exp(m[i]-mx)
 			for _, x := range zr {
 				acc += math.Exp(x - mx)
@@ -154,6 +173,8 @@ func kernelFLCE(n *ir.Node, args []*tensor.Tensor, _ Options) ([]*tensor.Tensor,
 	losses := make([]float64, p.n)
 	lse := make([]float64, p.rows)
 	target := make([]float64, p.rows)
+	// Row blocks run one after another and losses are summed in row order, so
+	// the result does not depend on the block size.
 	for r0 := 0; r0 < p.n; r0 += p.rows {
 		r1 := min(r0+p.rows, p.n)
 		p.lse(r0, r1, lse[:r1-r0], target[:r1-r0])
@@ -168,6 +189,7 @@ func kernelFLCE(n *ir.Node, args []*tensor.Tensor, _ Options) ([]*tensor.Tensor,
 		copy(out.F, losses)
 	case "sum":
 		out.F[0] = sum(losses)
+	// mean over the rows that count, PyTorch's reduction="mean".
 	default:
 		out.F[0] = sum(losses) / float64(p.counted)
 	}
@@ -199,6 +221,9 @@ func kernelFLCEGrad(n *ir.Node, args []*tensor.Tensor, _ Options) ([]*tensor.Ten
 	d, v := p.d, p.v
 	for r0 := 0; r0 < p.n; r0 += p.rows {
 		r1 := min(r0+p.rows, p.n)
+		// The backward recomputes the logits rather than keep them from the
+		// forward, as the GPU's backward does; with the vocabulary chunked too that
+		// is two sweeps, one for the lse and one for G.
 		p.lse(r0, r1, lse[:r1-r0], target[:r1-r0])
 		for c0 := 0; c0 < v; c0 += p.chunk {
 			c1 := min(c0+p.chunk, v)
@@ -213,6 +238,8 @@ func kernelFLCEGrad(n *ir.Node, args []*tensor.Tensor, _ Options) ([]*tensor.Ten
 				}
 				c := weight(r)
 				for j := range g {
+					// softmax = exp(z − lse): the lse from the first sweep makes each chunk's
+					// softmax exact without the row's other chunks.
 					g[j] = c * math.Exp(g[j]-lse[i])
 				}
 				if l := int(p.labels[r]); l >= c0 && l < c1 {
@@ -229,6 +256,9 @@ func kernelFLCEGrad(n *ir.Node, args []*tensor.Tensor, _ Options) ([]*tensor.Ten
 				for k := 0; k < d; k++ {
 					var s float64
 					hv := hr[k]
+					// dh and dw update in one pass over G so that each chunk of logits is read
+					// once; dw's element (j, k) collects rows in row order, which fixes the sum's
+					// order.
 					if p.transpose {
 						for j, gv := range g {
 							s += gv * p.w.F[(c0+j)*d+k]

@@ -7,6 +7,10 @@ import (
 	"github.com/lcc-dev/lcc/tensor"
 )
 
+// Gathers only move elements (registerMove); scatter_add sums, so its
+// result is rounded like any arithmetic. Every index is checked as it is
+// read: an index out of range is bad data at run time, an error naming the
+// node and the index, never a panic or a wrong read.
 func init() {
 	registerMove(ir.OpGather, kernelGather)
 	registerMove(ir.OpGatherElements, kernelGatherElements)
@@ -42,8 +46,11 @@ func kernelGather(n *ir.Node, args []*tensor.Tensor, _ Options) ([]*tensor.Tenso
 	axis := normAxis(n.AttrInt("axis"), len(x.Shape))
 	outer, m, inner := tensor.SplitAxis(x.Shape, axis)
 	ni := len(idx.I)
+	// One check per index, then one contiguous copy of inner elements per outer
+	// block: an embedding lookup (axis 0, inner = hidden) is a row copy per token.
 	for p, raw := range idx.I {
 		j, err := wrapIndex(raw, m, "gather")
+		// walk cannot stop early: after the first bad index the rest is skipped.
 		if err != nil {
 			return nil, err
 		}
@@ -63,6 +70,8 @@ func kernelGatherElements(n *ir.Node, args []*tensor.Tensor, _ Options) ([]*tens
 	st := append([]int{}, xs...)
 	st[axis] = 0 // the axis coordinate comes from idx
 	var err error
+	// Walks idx's shape, which may be smaller than data's: o[0] is the element's
+	// offset in data on every axis but axis.
 	walk(idx.Shape, [][]int{st}, func(i int, o []int) {
 		if err != nil {
 			return
@@ -92,6 +101,8 @@ func kernelGatherND(n *ir.Node, args []*tensor.Tensor, _ Options) ([]*tensor.Ten
 	rows := prod(idx.Shape[:len(idx.Shape)-1])
 	perBatch := rows / max(prod(idx.Shape[:b]), 1)
 	batchSize := prod(x.Shape[b:])
+	// src starts at the batch element's block of x; each of the q index
+	// components then adds its dim's offset.
 	for r := 0; r < rows; r++ {
 		var src int
 		if perBatch > 0 {
@@ -120,6 +131,8 @@ func kernelScatterAdd(n *ir.Node, args []*tensor.Tensor, _ Options) ([]*tensor.T
 	outer := prod(x.Shape[:axis])
 	ni := len(idx.I)
 	inner := prod(x.Shape[axis+len(idx.Shape):])
+	// Serial in idx order: a token that repeats (an embedding's backward) adds
+	// its updates in the same order every run.
 	for p, raw := range idx.I {
 		j, err := wrapIndex(raw, size, "scatter_add")
 		if err != nil {

@@ -43,6 +43,8 @@ func hostPeak(f *ir.Func, packing bool) (bytes int64, at *ir.Node) {
 		delete(size, v)
 	}
 	for i, n := range f.Body {
+		// now is live plus what exists only while this node runs: the unpacked
+		// copies of packed arguments and the results being written.
 		now := live
 		for _, a := range n.Args {
 			if b, ok := size[a]; ok && b < hostBytes(a) {
@@ -52,6 +54,8 @@ func hostPeak(f *ir.Func, packing bool) (bytes int64, at *ir.Node) {
 		for _, r := range n.Results {
 			live, now, size[r] = addSat(live, hostBytes(r)), addSat(now, hostBytes(r)), hostBytes(r)
 		}
+		// The peak is taken while the node runs, before its dead results and last
+		// reads are dropped: that is when run holds the most.
 		if now > peak {
 			peak, at = now, n
 		}
@@ -59,6 +63,7 @@ func hostPeak(f *ir.Func, packing bool) (bytes int64, at *ir.Node) {
 			if _, read := last[r]; !read {
 				drop(r)
 			} else if packing && packs(r, i, last, keep) && live < math.MaxInt64 {
+				// Packed at rest: half of the 8 bytes an element, as pack stores float32.
 				live -= size[r] / 2
 				size[r] -= size[r] / 2
 			}

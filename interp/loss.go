@@ -25,6 +25,7 @@ func kernelLoss(n *ir.Node, args []*tensor.Tensor, _ Options) ([]*tensor.Tensor,
 	x, labels, out := args[0], args[1], newResult(n, 0)
 	rows, c := int(x.Shape[0]), int(x.Shape[1])
 	ignore, hasIgnore := n.Attrs.Get("ignore_index")
+	// A present but nil ignore_index ignores nothing, as an absent one.
 	ign, _ := ignore.(int64)
 	hasIgnore = hasIgnore && ignore != nil
 	losses := make([]float64, rows)
@@ -34,6 +35,7 @@ func kernelLoss(n *ir.Node, args []*tensor.Tensor, _ Options) ([]*tensor.Tensor,
 		if hasIgnore && l == ign {
 			continue
 		}
+		// The label indexes the row below: out of range is bad data, an error.
 		if l < 0 || l >= int64(c) {
 			return nil, fmt.Errorf("label %d of row %d out of range for %d classes", l, r, c)
 		}
@@ -51,6 +53,7 @@ func kernelLoss(n *ir.Node, args []*tensor.Tensor, _ Options) ([]*tensor.Tensor,
 	case "sum":
 		out.F[0] = sum(losses)
 	default:
+		// 0/0 is NaN when every row is ignored, PyTorch's answer too.
 		out.F[0] = sum(losses) / float64(counted)
 	}
 	return one(out), nil
@@ -62,6 +65,8 @@ func logSumExp(xs []float64) float64 {
 	for _, v := range xs {
 		mx = fmax(mx, v)
 	}
+	// An all −Inf row has logsumexp −Inf (exp(−Inf − −Inf) would be NaN), and a
+	// +Inf logit makes it +Inf.
 	if math.IsInf(mx, 0) {
 		return mx
 	}
@@ -72,6 +77,7 @@ func logSumExp(xs []float64) float64 {
 	return mx + math.Log(s)
 }
 
+// sum adds xs in order: the one order every loss reduction uses.
 func sum(xs []float64) float64 {
 	var s float64
 	for _, v := range xs {

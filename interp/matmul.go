@@ -34,6 +34,9 @@ const (
 // cut, so results are bit-for-bit independent of scheduling and core count.
 func kernelMatMul(n *ir.Node, args []*tensor.Tensor, _ Options) ([]*tensor.Tensor, error) {
 	a, b, out := args[0], args[1], newResult(n, 0)
+	// The stored shapes (ar×ac, br×bc) address the operands; m, n, k are the
+	// product's, after the transposes. Gemm reads transposed operands in place,
+	// so a transpose never costs a copy.
 	ta, tb := n.AttrBool("transpose_a"), n.AttrBool("transpose_b")
 	ra, rb := len(a.Shape), len(b.Shape)
 	g := gemmShape{ar: int(a.Shape[ra-2]), ac: int(a.Shape[ra-1]),
@@ -52,6 +55,8 @@ func kernelMatMul(n *ir.Node, args []*tensor.Tensor, _ Options) ([]*tensor.Tenso
 		return one(out), nil // empty, or all zeros when k = 0
 	}
 	var aOff, bOff []int
+	// Folding is only valid when a's batch rows are contiguous rows of one
+	// matrix: not when a is transposed (its rows are then columns).
 	if !ta && prod(b.Shape[:rb-2]) == 1 && prod(a.Shape[:ra-2]) == nb {
 		// x·W with a shared W: one tall GEMM over every batch row.
 		g.m *= nb
@@ -71,6 +76,8 @@ func kernelMatMul(n *ir.Node, args []*tensor.Tensor, _ Options) ([]*tensor.Tenso
 	// however the rows are cut. Thin results (the weight gradients xᵀ·dy, one
 	// 64-row chunk) are cut finer so that they spread over cores.
 	chunk := rowChunk
+	// Halve the chunk until there are two tasks a worker, so that the last tasks
+	// do not leave most cores idle; minChunk keeps each task worth its start.
 	for workers > 1 && nb*((g.m+chunk-1)/chunk) < 2*workers && chunk > minChunk {
 		chunk /= 2
 	}
@@ -97,6 +104,9 @@ func parallelFor(n, workers int, body func(i int)) {
 		}
 		return
 	}
+	// Tasks are handed out by an atomic counter, not split in advance: GEMMs of
+	// one batch can differ in cost (the last chunk is short), and a free worker
+	// takes the next task.
 	var next atomic.Int64
 	var wg sync.WaitGroup
 	var mu sync.Mutex
@@ -138,6 +148,8 @@ func (g gemmShape) rows(a, b, c []float64, r0, r1 int) {
 	opA, opB := blas.NoTrans, blas.NoTrans
 	if g.ta {
 		// op(a) rows are columns of the stored a.
+		// The stored a is ar×ac; its columns [r0, r1) are a view starting at
+		// element r0 with the full row stride.
 		av = blas64.General{Rows: g.ar, Cols: r1 - r0, Stride: g.ac, Data: a[r0:]}
 		opA = blas.Trans
 	} else {
@@ -146,6 +158,7 @@ func (g gemmShape) rows(a, b, c []float64, r0, r1 int) {
 	if g.tb {
 		opB = blas.Trans
 	}
+	// c = 1·op(a)·op(b) + 0·c: the rows of c are overwritten, not accumulated.
 	blas64.Gemm(opA, opB, 1, av,
 		blas64.General{Rows: g.br, Cols: g.bc, Stride: g.bc, Data: b},
 		0, blas64.General{Rows: r1 - r0, Cols: g.n, Stride: g.n, Data: c[r0*g.n : r1*g.n]})
@@ -155,6 +168,7 @@ func (g gemmShape) rows(a, b, c []float64, r0, r1 int) {
 // offset of the matching matrix of an operand with batch shape in and matrix size sz.
 func batchOffsets(in, out []int64, sz int) []int {
 	offs := make([]int, prod(out))
+	// No batch dims: one matrix at offset 0.
 	if len(out) == 0 {
 		return offs
 	}

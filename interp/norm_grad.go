@@ -7,6 +7,9 @@ import (
 	"github.com/lcc-dev/lcc/tensor"
 )
 
+// The norms' backward ops are fused, as the GPU runs them
+// (codegen/cuda/norm_grad.go): one row at a time, with no [rows, m]
+// temporaries.
 func init() {
 	Register(ir.OpRMSNormGrad, kernelRMSNormGrad)
 	Register(ir.OpLayerNormGrad, kernelLayerNormGrad)
@@ -16,6 +19,7 @@ func init() {
 // eps), x̂ = x·r, g = dy ⊙ scale, dx = r·(g − x̂·mean(g ⊙ x̂)); dscale sums dy ⊙ x̂
 // over the rows in row order.
 func kernelRMSNormGrad(n *ir.Node, args []*tensor.Tensor, _ Options) ([]*tensor.Tensor, error) {
+	// The scale operand is optional (args is x, [scale,] dy): dy is always last.
 	x, dy := args[0], args[len(args)-1]
 	axis := normAxis(n.AttrInt("axis"), len(x.Shape))
 	eps := n.AttrFloat("eps")
@@ -26,6 +30,7 @@ func kernelRMSNormGrad(n *ir.Node, args []*tensor.Tensor, _ Options) ([]*tensor.
 	if len(args) == 3 {
 		scale, ds = args[1].F, newResult(n, 1)
 	}
+	// Empty rows: nothing to normalise, and the loops below would divide by m.
 	if m == 0 {
 		if ds != nil {
 			return []*tensor.Tensor{dx, ds}, nil
@@ -33,6 +38,8 @@ func kernelRMSNormGrad(n *ir.Node, args []*tensor.Tensor, _ Options) ([]*tensor.
 		return one(dx), nil
 	}
 	rows := len(x.F) / m
+	// Rows are independent for dx: each goroutine owns whole rows. About 6 cheap
+	// operations an element over the three sweeps.
 	parallelRange(rows, 6*m, func(lo, hi int) {
 		for r := lo; r < hi; r++ {
 			xr, dyr, dxr := x.F[r*m:(r+1)*m], dy.F[r*m:(r+1)*m], dx.F[r*m:(r+1)*m]
@@ -40,6 +47,8 @@ func kernelRMSNormGrad(n *ir.Node, args []*tensor.Tensor, _ Options) ([]*tensor.
 			for _, e := range xr {
 				ss += e * e
 			}
+			// The forward's r, recomputed rather than saved: the op takes x, not the
+			// forward's statistics.
 			inv := 1 / math.Sqrt(ss/float64(m)+eps)
 			var mgx float64
 			for j, e := range xr {
@@ -49,6 +58,8 @@ func kernelRMSNormGrad(n *ir.Node, args []*tensor.Tensor, _ Options) ([]*tensor.
 				}
 				mgx += g * e * inv
 			}
+			// mean(g ⊙ x̂): the term that removes dx's component along x̂, which the
+			// normalisation's Jacobian projects out.
 			mgx /= float64(m)
 			for j, e := range xr {
 				g := dyr[j]
@@ -62,6 +73,8 @@ func kernelRMSNormGrad(n *ir.Node, args []*tensor.Tensor, _ Options) ([]*tensor.
 	if ds == nil {
 		return one(dx), nil
 	}
+	// dscale sums over rows into one vector: splitting rows would need partial
+	// sums, whose combination order would depend on the core count.
 	for r := 0; r < rows; r++ { // serial: a fixed order of summation
 		xr, dyr := x.F[r*m:(r+1)*m], dy.F[r*m:(r+1)*m]
 		var ss float64
@@ -93,6 +106,8 @@ func kernelLayerNormGrad(n *ir.Node, args []*tensor.Tensor, _ Options) ([]*tenso
 	}
 	dx, ds := out[0], out[1]
 	rows := len(x.F) / m
+	// stats is the forward's per-row mean and 1/σ, shared by both sweeps; the
+	// two-pass variance is the forward's too, so the bits agree.
 	stats := func(xr []float64) (mu, inv float64) {
 		for _, e := range xr {
 			mu += e
@@ -104,6 +119,7 @@ func kernelLayerNormGrad(n *ir.Node, args []*tensor.Tensor, _ Options) ([]*tenso
 		}
 		return mu, 1 / math.Sqrt(v/float64(m)+eps)
 	}
+	// As for rms: whole rows per goroutine, about 8 operations an element.
 	parallelRange(rows, 8*m, func(lo, hi int) {
 		for r := lo; r < hi; r++ {
 			xr, dyr, dxr := x.F[r*m:(r+1)*m], dy.F[r*m:(r+1)*m], dx.F[r*m:(r+1)*m]
@@ -114,6 +130,8 @@ func kernelLayerNormGrad(n *ir.Node, args []*tensor.Tensor, _ Options) ([]*tenso
 				mg += g
 				mgx += g * (e - mu) * inv
 			}
+			// mean(g) removes the component along the mean, which layer norm subtracts
+			// and rms norm does not.
 			mg /= float64(m)
 			mgx /= float64(m)
 			for j, e := range xr {

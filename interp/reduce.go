@@ -8,6 +8,9 @@ import (
 	"github.com/lcc-dev/lcc/tensor"
 )
 
+// The reductions, softmaxes and forward norms: every kernel here folds a run of
+// elements into one value, so each is written to keep that fold's order fixed
+// (package doc: results are bit-for-bit repeatable).
 func init() {
 	for _, op := range []ir.Op{ir.OpReduceSum, ir.OpReduceMean, ir.OpReduceMax, ir.OpReduceMin} {
 		Register(op, kernelReduce)
@@ -37,6 +40,8 @@ func kernelReduce(n *ir.Node, args []*tensor.Tensor, _ Options) ([]*tensor.Tenso
 		reduced[a] = true
 	}
 	s, count := 1, 1
+	// Row-major strides of the kept axes, innermost first; count is the number of
+	// elements folded into each output.
 	for i := len(x.Shape) - 1; i >= 0; i-- {
 		if reduced[i] {
 			count *= int(x.Shape[i])
@@ -45,10 +50,14 @@ func kernelReduce(n *ir.Node, args []*tensor.Tensor, _ Options) ([]*tensor.Tenso
 		ost[i] = s
 		s *= int(x.Shape[i])
 	}
+	// walk takes one stride set per operand; a reduction has only the output's.
 	sts := [][]int{ost}
 	if x.DType.IsFloat() {
 		acc := out.F
 		switch n.Op {
+		// The identities of max and min, so that an empty range gives −Inf (max) and
+		// +Inf (min), as ONNX's ReduceMax and ReduceMin specify (PyTorch's amax
+		// refuses an empty range).
 		case ir.OpReduceMax:
 			fill(acc, negInf)
 		case ir.OpReduceMin:
@@ -62,6 +71,8 @@ func kernelReduce(n *ir.Node, args []*tensor.Tensor, _ Options) ([]*tensor.Tenso
 		}
 		return one(out), nil
 	}
+	// Integers accumulate in int64 and wrap once at the end: two's complement
+	// wraps the same whether it happens per step or after the sum.
 	acc, dt := out.I, out.DType
 	lo, hi := intRange(dt)
 	switch n.Op {
@@ -77,6 +88,8 @@ func kernelReduce(n *ir.Node, args []*tensor.Tensor, _ Options) ([]*tensor.Tenso
 		walk(x.Shape, sts, func(i int, o []int) { acc[o[0]] = min(acc[o[0]], x.I[i]) })
 	default:
 		walk(x.Shape, sts, func(i int, o []int) { acc[o[0]] += x.I[i] })
+		// A mean over nothing stays 0 rather than dividing by zero, which would be
+		// a run-time panic on integers.
 		if n.Op == ir.OpReduceMean && count > 0 {
 			for i := range acc {
 				acc[i] /= int64(count)
@@ -97,6 +110,8 @@ func kernelReduce(n *ir.Node, args []*tensor.Tensor, _ Options) ([]*tensor.Tenso
 // and the goroutines split the outputs; other axis sets run serially.
 func reduceFloat(op ir.Op, x *tensor.Tensor, acc []float64, reduced []bool, sts [][]int) {
 	r := len(x.Shape)
+	// Scalars and empty tensors: nothing to split, and the layouts below assume a
+	// non-zero count per output.
 	if r == 0 || len(acc) == 0 || len(x.F) == 0 {
 		walk(x.Shape, sts, func(i int, o []int) { acc[o[0]] = fold(op, acc[o[0]], x.F[i]) })
 		return
@@ -113,12 +128,17 @@ func reduceFloat(op ir.Op, x *tensor.Tensor, acc []float64, reduced []bool, sts 
 	xf, outs := x.F, len(acc)
 	count := len(xf) / outs
 	switch {
+	// Each output folds its own contiguous block, so the goroutines split outputs
+	// with no sharing. The cost per output is its count of elements.
 	case suffix:
 		parallelRange(outs, count, func(lo, hi int) {
 			for o := lo; o < hi; o++ {
 				acc[o] = foldRow(op, acc[o], xf[o*count:(o+1)*count])
 			}
 		})
+	// Each goroutine owns a column range [lo, hi) of the outputs and walks every
+	// row of the [count, outputs] matrix over it: the rows are still folded in
+	// order, so each output's sum is the serial one.
 	case prefix:
 		parallelRange(outs, count, func(lo, hi int) {
 			dst := acc[lo:hi]
@@ -178,6 +198,7 @@ func foldCols(op ir.Op, acc, xs []float64) {
 	}
 }
 
+// fill sets every element of xs to v (a reduction's identity).
 func fill(xs []float64, v float64) {
 	for i := range xs {
 		xs[i] = v
@@ -192,10 +213,14 @@ func kernelSoftmax(n *ir.Node, args []*tensor.Tensor, _ Options) ([]*tensor.Tens
 	outer, m, inner := tensor.SplitAxis(x.Shape, axis)
 	logOut := n.Op == ir.OpLogSoftmax
 	xf, of := x.F, out.F
+	// A softmax line costs about 16 cheap operations per element: exp dominates.
+	// Lines are independent, so they split freely.
 	parallelRange(outer*inner, 16*m, func(lo, hi int) {
 		for line := lo; line < hi; line++ {
 			o, in := line/inner, line%inner
 			base := o*m*inner + in
+			// The softmax axis is innermost (the common case, attention's scores): the
+			// contiguous row takes the faster path.
 			if inner == 1 {
 				softmaxRow(xf[base:base+m], of[base:base+m], logOut)
 				continue
@@ -235,6 +260,8 @@ func softmaxRow(x, y []float64, logOut bool) {
 		for _, v := range x {
 			sum += math.Exp(v - mx)
 		}
+		// log_softmax is x − max − lse rather than log(softmax): a tiny probability
+		// would underflow to 0 and its log to −Inf.
 		lse := math.Log(sum)
 		for j, v := range x {
 			y[j] = v - mx - lse
@@ -244,6 +271,7 @@ func softmaxRow(x, y []float64, logOut bool) {
 	for j, v := range x {
 		e := math.Exp(v - mx)
 		y[j] = e
+		// The sum of the exponentials in row order, as the strided loop above sums.
 		sum += e
 	}
 	for j := range y {
@@ -258,6 +286,7 @@ func normParam(args []*tensor.Tensor, i int, dims []int64) []float64 {
 		return nil
 	}
 	p := args[i]
+	// Already the full normalised shape: no copy.
 	if slices.Equal(p.Shape, dims) {
 		return p.F
 	}
@@ -278,6 +307,8 @@ func kernelLayerNorm(n *ir.Node, args []*tensor.Tensor, _ Options) ([]*tensor.Te
 	if m == 0 {
 		return one(out), nil
 	}
+	// Rows are independent; a row's mean, variance and output are about 8
+	// operations an element.
 	parallelRange(len(x.F)/m, 8*m, func(lo, hi int) {
 		layerNormRows(x.F[lo*m:hi*m], out.F[lo*m:hi*m], scale, bias, m, eps)
 	})
@@ -293,9 +324,12 @@ func layerNormRows(x, y, scale, bias []float64, m int, eps float64) {
 			mean += e
 		}
 		mean /= float64(m)
+		// The variance is a second pass over the row, not E[x²] − E[x]², which
+		// cancels badly when the mean is large next to the spread.
 		for _, e := range row {
 			v += (e - mean) * (e - mean)
 		}
+		// Population variance (÷m, not m−1), as torch.nn.LayerNorm uses.
 		inv := 1 / math.Sqrt(v/float64(m)+eps)
 		for j, e := range row {
 			y[j] = (e - mean) * inv
@@ -320,9 +354,13 @@ func kernelRMSNorm(n *ir.Node, args []*tensor.Tensor, _ Options) ([]*tensor.Tens
 	if m == 0 {
 		return one(out), nil
 	}
+	// Rows are independent; a square, a sum and a scale are about 4 operations an
+	// element.
 	parallelRange(len(x.F)/m, 4*m, func(lo, hi int) {
 		for r := lo; r < hi; r++ {
 			row, y := x.F[r*m:(r+1)*m], out.F[r*m:(r+1)*m]
+			// RMSNorm (Zhang and Sennrich, 2019) has no mean to subtract and no bias:
+			// one pass for the mean square.
 			var ss float64
 			for _, e := range row {
 				ss += e * e
@@ -347,6 +385,8 @@ func kernelCumSum(n *ir.Node, args []*tensor.Tensor, _ Options) ([]*tensor.Tenso
 	excl, rev := n.AttrBool("exclusive"), n.AttrBool("reverse")
 	outer, m, inner := tensor.SplitAxis(x.Shape, axis)
 	isF := x.DType.IsFloat()
+	// Serial, line by line: the running sum along the axis is a chain, in index
+	// order (from the end with reverse).
 	for o := 0; o < outer; o++ {
 		for in := 0; in < inner; in++ {
 			var fs float64
@@ -358,6 +398,7 @@ func kernelCumSum(n *ir.Node, args []*tensor.Tensor, _ Options) ([]*tensor.Tenso
 				}
 				k := (o*m+j)*inner + in
 				if isF {
+					// Exclusive: write the sum so far before adding the element.
 					if excl {
 						out.F[k] = fs
 						fs += x.F[k]

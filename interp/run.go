@@ -65,8 +65,13 @@ func (o Options) stores(v *ir.Value) tensor.DType {
 type Kernel func(n *ir.Node, args []*tensor.Tensor, opts Options) ([]*tensor.Tensor, error)
 
 var (
+	// Kernels register from init, but Register is exported and may run later
+	// (a test swaps a kernel for one that fails) while other goroutines run:
+	// reads take the read lock.
 	kernelsMu sync.RWMutex
-	kernels   = map[ir.Op]Kernel{}
+	// kernels is the op table's CPU column: TestEveryOpHasKernel fails on an op
+	// without one.
+	kernels = map[ir.Op]Kernel{}
 	// noRound marks ops whose results are copies of argument elements (or of an
 	// already rounded constant), so rounding them could change nothing; skipping it
 	// also keeps the interpreter from writing into storage a result shares.
@@ -94,6 +99,7 @@ func HasKernel(op ir.Op) bool {
 	return kernels[op] != nil
 }
 
+// lookup returns op's kernel, nil when it has none (exec's error says so).
 func lookup(op ir.Op) Kernel {
 	kernelsMu.RLock()
 	defer kernelsMu.RUnlock()
@@ -126,6 +132,8 @@ func RunValues(f *ir.Func, inputs map[string]*tensor.Tensor, opts Options) (map[
 // belong to a function: its result types are inferred from the op's Infer on the
 // arguments' types, and n itself is not modified.
 func EvalNode(n *ir.Node, args []*tensor.Tensor, opts Options) ([]*tensor.Tensor, error) {
+	// EvalNode takes nodes straight from the importer, unverified: an op the
+	// table does not know would make Info panic.
 	if n.Op == ir.OpInvalid || int(n.Op) > len(ir.AllOps()) {
 		return nil, fmt.Errorf("cpu: unknown op %d", n.Op)
 	}
@@ -134,6 +142,8 @@ func EvalNode(n *ir.Node, args []*tensor.Tensor, opts Options) ([]*tensor.Tensor
 		return nil, fmt.Errorf("cpu: %s: %d args, want %d to %d", n.Where(), len(args),
 			info.MinArgs, info.MaxArgs)
 	}
+	// A shadow node with fresh argument values, so that inference sees the
+	// arguments' real types and n keeps its own.
 	sn := &ir.Node{Op: n.Op, Attrs: n.Attrs, Name: n.Name}
 	for i, a := range args {
 		if a == nil {
@@ -148,6 +158,8 @@ func EvalNode(n *ir.Node, args []*tensor.Tensor, opts Options) ([]*tensor.Tensor
 	for i, t := range types {
 		sn.Results = append(sn.Results, &ir.Value{Type: t, Def: sn, Index: i})
 	}
+	// Rounded like a run's parameters: a folded constant is what the run would
+	// have computed.
 	args = slices.Clone(args)
 	for i, a := range args {
 		args[i] = roundedInput(a, opts)
@@ -165,8 +177,13 @@ func inferSafe(n *ir.Node) (ts []ir.Type, err error) {
 	return n.Op.Info().Infer(n)
 }
 
+// run is Run and RunValues: it executes f's body in order, keeping each
+// value until its last reader (or for good when keepAll), and returns the
+// values kept.
 func run(f *ir.Func, inputs map[string]*tensor.Tensor, opts Options,
 	keepAll bool) (map[*ir.Value]*tensor.Tensor, error) {
+	// Kernels trust the types they are given (the verifier checked them): a
+	// malformed function is refused before any kernel runs.
 	if err := ir.Verify(f); err != nil {
 		return nil, fmt.Errorf("cpu: %w", err)
 	}
@@ -201,12 +218,16 @@ func run(f *ir.Func, inputs map[string]*tensor.Tensor, opts Options,
 			if _, used := last[r]; !used && !keep(r) {
 				continue
 			}
+			// A result that shares an argument's storage (a reshape) costs nothing
+			// while the argument lives, so packing it would only double it.
 			if packing && packs(r, i, last, outputs) && !sharesStorage(res[j], held) {
 				rest[r] = pack(res[j])
 			} else {
 				vals[r] = res[j]
 			}
 		}
+		// Drop what this node read last: the live set, and so memory, stays as on
+		// the GPU (package doc's invariant).
 		for _, a := range n.Args {
 			if last[a] == i && !keep(a) {
 				delete(vals, a)
@@ -243,6 +264,8 @@ func bindParams(f *ir.Func, inputs map[string]*tensor.Tensor, opts Options,
 	if err != nil {
 		return fmt.Errorf("cpu: %w", err)
 	}
+	// Rounded in the order the GPU does it: to the parameter's dtype first, then
+	// to its narrower storage.
 	for i, p := range f.Params {
 		t := roundedInput(ts[i], opts)
 		if dt := opts.stores(p.Value); dt != t.DType {
@@ -278,6 +301,8 @@ func roundedInput(t *tensor.Tensor, opts Options) *tensor.Tensor {
 // roundedCopy returns t, or a copy of it rounded to dt (keeping t's dtype) when
 // that changes an element; t is never modified.
 func roundedCopy(t *tensor.Tensor, dt tensor.DType) *tensor.Tensor {
+	// Most tensors are already rounded: scan first, and copy only when an
+	// element would change, so a well-formed input is never copied.
 	for _, v := range t.F {
 		if roundScalar(v, dt) != v && v == v {
 			c := t.Clone()
@@ -300,6 +325,8 @@ func exec(n *ir.Node, args []*tensor.Tensor, opts Options) (res []*tensor.Tensor
 			return nil, fmt.Errorf("%s: result %w", n.Where(), err)
 		}
 	}
+	// A panic inside a kernel (an index out of range on data the verifier
+	// could not see) becomes an error naming the node: package doc's invariant.
 	defer func() {
 		if r := recover(); r != nil {
 			res = nil
@@ -314,6 +341,8 @@ func exec(n *ir.Node, args []*tensor.Tensor, opts Options) (res []*tensor.Tensor
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", n.Where(), err)
 	}
+	// A kernel's result count, dtype and shape are checked against the node, so
+	// that a kernel bug is reported at its node, not as a wrong value far away.
 	if len(res) != len(n.Results) {
 		return nil, fmt.Errorf("%s: lcc: BUG: kernel returned %d results, want %d",
 			n.Where(), len(res), len(n.Results))
@@ -328,6 +357,9 @@ func exec(n *ir.Node, args []*tensor.Tensor, opts Options) (res []*tensor.Tensor
 			return nil, fmt.Errorf("%s: lcc: BUG: kernel result %d is %s, want %v", n.Where(), i, got, r.Type)
 		}
 		if !opts.exact() && !noRound[n.Op] && t.DType.IsFloat() {
+			// Storage shared with an argument (or an earlier result) may be rounded
+			// only where it changes, which it cannot for already-rounded data; fresh
+			// storage takes the faster unconditional path.
 			if sharesStorage(t, args) || sharesStorage(t, res[:i]) {
 				roundFloats(t.F, t.DType)
 			} else {

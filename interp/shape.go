@@ -5,6 +5,10 @@ import (
 	"github.com/lcc-dev/lcc/tensor"
 )
 
+// Every kernel here only moves elements (registerMove): its results hold
+// values that were already rounded to their dtype, so the interpreter skips
+// the rounding pass over them. Most are one strided gather (gatherInto), the
+// view a GPU's index arithmetic takes too.
 func init() {
 	registerMove(ir.OpReshape, kernelReshape)
 	registerMove(ir.OpTranspose, kernelTranspose)
@@ -26,8 +30,11 @@ func gatherInto(out, x *tensor.Tensor, st []int, base int) {
 		if r := len(st); r > 0 {
 			s1 = st[r-1]
 		}
+		// A copy is one cheap operation an element; rows write disjoint parts of out.
 		parallelRows(out.Shape, [][]int{st}, 1, func(i, m int, o []int) {
 			src, dst := base+o[0], out.F[i:i+m]
+			// Contiguous along the row (a slice or a transpose that keeps the last
+			// axis): a memmove instead of the strided loop.
 			if s1 == 1 {
 				copy(dst, x.F[src:src+m])
 				return
@@ -37,6 +44,8 @@ func gatherInto(out, x *tensor.Tensor, st []int, base int) {
 			}
 		})
 	} else {
+		// Integer tensors (indices, masks) take the serial walk: only float data
+		// is split.
 		walk(out.Shape, [][]int{st}, func(i int, o []int) { out.I[i] = x.I[base+o[0]] })
 	}
 }
@@ -45,6 +54,8 @@ func gatherInto(out, x *tensor.Tensor, st []int, base int) {
 func kernelReshape(n *ir.Node, args []*tensor.Tensor, _ Options) ([]*tensor.Tensor, error) {
 	x := args[0]
 	t := n.Results[0].Type
+	// Row-major order is unchanged by a reshape, so the storage is shared
+	// (results are read-only); only the shape is new.
 	return one(&tensor.Tensor{DType: x.DType, Shape: append([]int64{}, t.Shape...), F: x.F, I: x.I}), nil
 }
 
@@ -84,6 +95,8 @@ func kernelSlice(n *ir.Node, args []*tensor.Tensor, _ Options) ([]*tensor.Tensor
 	axes, starts, steps := n.AttrInts("axes"), n.AttrInts("starts"), n.AttrInts("steps")
 	for i, a := range axes {
 		ax := normAxis(a, len(x.Shape))
+		// A negative step walks backwards from start: its stride is negative, and
+		// gatherInto's strided loop handles that.
 		base += int(starts[i]) * xs[ax]
 		st[ax] = int(steps[i]) * xs[ax]
 	}
@@ -100,6 +113,8 @@ func kernelConcat(n *ir.Node, args []*tensor.Tensor, _ Options) ([]*tensor.Tenso
 	at := 0 // offset along axis
 	for _, x := range args {
 		w := int(x.Shape[axis]) * inner
+		// Argument x's block o is its o-th run of w contiguous elements; it lands at
+		// row at of output block o.
 		for o := 0; o < outer; o++ {
 			dst := (o*m + at) * inner
 			if out.DType.IsFloat() {
@@ -145,6 +160,8 @@ func kernelTile(n *ir.Node, args []*tensor.Tensor, _ Options) ([]*tensor.Tensor,
 	xs := strides(x.Shape)
 	r := len(x.Shape)
 	idx := make([]int, r)
+	// One output element at a time, its coordinates wrapped into x: tile is not
+	// among the kernels the interpreter tunes (package doc), so it stays plain.
 	for i := 0; i < out.Numel(); i++ {
 		// Decompose i over out's shape, then wrap each coordinate into x.
 		rem, src := i, 0
@@ -173,6 +190,8 @@ func kernelTrilu(n *ir.Node, args []*tensor.Tensor, _ Options) ([]*tensor.Tensor
 	for i := 0; i < out.Numel(); i++ {
 		c := i % cols
 		row := (i / cols) % rows
+		// The diagonal offset k counts columns to the right of the main diagonal, as
+		// in ONNX and torch.tril/triu.
 		keep := c-row <= k
 		if upper {
 			keep = c-row >= k
@@ -192,5 +211,6 @@ func kernelTrilu(n *ir.Node, args []*tensor.Tensor, _ Options) ([]*tensor.Tensor
 // kernelIdentity is offload and prefetch: copies between device and host memory
 // on the GPU, the identity on values (the result shares x's storage).
 func kernelIdentity(_ *ir.Node, args []*tensor.Tensor, _ Options) ([]*tensor.Tensor, error) {
+	// The result is the argument itself: no copy, since values are never mutated.
 	return one(args[0]), nil
 }

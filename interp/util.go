@@ -13,6 +13,10 @@ func roundScalar(v float64, dt tensor.DType) float64 {
 	switch dt {
 	case tensor.F32:
 		return float64(float32(v))
+	// bf16 and f16 round through float32 (to nearest even at each step). The
+	// double rounding can differ from a direct one in rare halfway cases, but
+	// PyTorch and the GPU round their float32 results so, and the oracle must
+	// agree with them, not with exact arithmetic.
 	case tensor.BF16:
 		return float64(tensor.BF16ToFloat32(tensor.Float32ToBF16(float32(v))))
 	case tensor.F16:
@@ -27,6 +31,8 @@ func roundFloats(xs []float64, dt tensor.DType) {
 	switch dt {
 	case tensor.F32:
 		for i, v := range xs {
+			// v == v leaves NaNs alone: their payload bits stay those of the kernel,
+			// and a NaN compares unequal to its rounding, which would write every time.
 			if r := float64(float32(v)); r != v && v == v {
 				xs[i] = r
 			}
@@ -78,6 +84,8 @@ func sharesStorage(t *tensor.Tensor, args []*tensor.Tensor) bool {
 	if cap(t.F) == 0 {
 		return false
 	}
+	// Overlap of the backing arrays, by address: a reshape or a slice view
+	// shares storage with its argument without being the same slice.
 	lo := uintptr(unsafe.Pointer(unsafe.SliceData(t.F)))
 	hi := lo + uintptr(cap(t.F))*8
 	for _, a := range args {
@@ -104,6 +112,7 @@ func intRange(dt tensor.DType) (lo, hi int64) {
 	case tensor.Bool:
 		return 0, 1
 	}
+	// i64, and any other dtype: the range int64 holds.
 	return math.MinInt64, math.MaxInt64
 }
 
@@ -194,6 +203,8 @@ func walkRowsRange(shape []int64, sts [][]int, r0, r1 int, fn func(i, n int, off
 		fn(0, 1, offs)
 		return
 	}
+	// idx is the odometer over the outer dims (rank−1 of them); the innermost
+	// dim is the row fn gets whole.
 	idx := make([]int, r)
 	inner := int(shape[r-1])
 	// Start the odometer at row r0.
@@ -204,6 +215,8 @@ func walkRowsRange(shape []int64, sts [][]int, r0, r1 int, fn func(i, n int, off
 			offs[k] += idx[d] * sts[k][d]
 		}
 	}
+	// fn may move offs along the row; base restores them before the odometer
+	// steps, so fn need not undo its changes.
 	base := make([]int, len(offs))
 	for i := r0 * inner; i < r1*inner; i += inner {
 		copy(base, offs)
@@ -235,4 +248,5 @@ func normAxis(axis int64, rank int) int {
 	return a
 }
 
+// negInf is −Inf, the identity of max and of the online softmax's merge.
 var negInf = math.Inf(-1)

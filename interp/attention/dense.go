@@ -54,6 +54,8 @@ func MaskFromBool(visible []bool) []float64 {
 	return m
 }
 
+// mustMask panics when mask is not one [T,S] block: the callers in package
+// interp build the blocks, so a wrong length is lcc's bug, not the user's.
 func mustMask(fn string, d Dims, mask []float64) {
 	if len(mask) != d.T*d.S {
 		panic(fmt.Sprintf("lcc: BUG: %s: len(mask) = %d, want T·S = %d", fn, len(mask), d.T*d.S))

@@ -10,6 +10,8 @@ type kvHead struct {
 	d            int
 }
 
+// row is key (or value) j of head h in x, capped at D elements so that an
+// append to it cannot write into the next row.
 func (h kvHead) row(x []float64, j int) []float64 {
 	o := h.base + j*h.stride
 	return x[o : o+h.d : o+h.d]
@@ -27,6 +29,7 @@ func (ks keySet) count() int {
 	return (ks.hi - ks.lo + ks.step - 1) / ks.step
 }
 
+// dot is a·b summed in index order, the fixed order every score uses.
 func dot(a, b []float64) float64 {
 	s := 0.0
 	for i, x := range a {
