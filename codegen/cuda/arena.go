@@ -20,11 +20,17 @@ func PlanArena(plan *LaunchPlan) (offs []int64, peak int64) {
 	offs = make([]int64, n)
 	for _, b := range plan.Buffers {
 		offs[b.ID] = -1
+		// An alias is its owner's memory, an inline constant lives in the kernel's
+		// source, and a host buffer in pinned host memory: none takes arena space.
+		// A buffer no step touches is never allocated.
 		if b.Kind != "alias" && b.Kind != "inline" && b.Kind != "host" && last[b.ID] >= 0 {
 			ids = append(ids, b.ID)
 		}
 	}
 	// Largest first; ties by id keep the plan deterministic.
+	// Largest first is the classic greedy order for offset assignment (as in
+	// TFLite's and XLA's heap simulators): big buffers placed early leave the
+	// small ones to fill the gaps, which keeps the peak close to the live maximum.
 	sort.SliceStable(ids, func(i, j int) bool {
 		return plan.Buffers[ids[i]].Bytes > plan.Buffers[ids[j]].Bytes
 	})
@@ -32,6 +38,7 @@ func PlanArena(plan *LaunchPlan) (offs []int64, peak int64) {
 	// before it that is live at the same time.
 	var lo layout
 	for _, id := range ids {
+		// Sizes round up to the alignment, so that every offset stays aligned.
 		size := (plan.Buffers[id].Bytes + ArenaAlign - 1) / ArenaAlign * ArenaAlign
 		f, l := first[id], last[id]
 		off := lo.firstFit(size, f, l)
@@ -59,6 +66,8 @@ func lifetimes(plan *LaunchPlan) (first, last []int) {
 		first[i], last[i] = math.MaxInt, -1
 	}
 	end := len(plan.Steps)
+	// A step holds every buffer it names, read or written: a lifetime spans from
+	// the first to the last step that names it.
 	for i, s := range plan.Steps {
 		for _, a := range s.Args {
 			o := owner(a)
@@ -67,10 +76,15 @@ func lifetimes(plan *LaunchPlan) (first, last []int) {
 		}
 	}
 	for _, b := range plan.Buffers {
+		// Parameters and constants are uploaded before step 0 and read again by the
+		// next run: they must never share memory with a temporary.
 		if b.Kind == "param" || b.Kind == "const" {
 			first[b.ID], last[b.ID] = -1, end
 		}
 	}
+	// Outputs are read back after the last step, so they live to the end; they
+	// are held from the start too, as parameters are: an output's memory is the
+	// run's result, never shared with a temporary.
 	for _, o := range plan.Outputs {
 		id := owner(o.ID)
 		first[id] = min(first[id], -1)
@@ -84,6 +98,9 @@ func lifetimes(plan *LaunchPlan) (first, last []int) {
 // Its maximum is at most PlanArena's size, which adds the layout's gaps.
 func ArenaUsage(plan *LaunchPlan) []int64 {
 	first, last := lifetimes(plan)
+	// A difference array: +size where a buffer starts, −size after its last
+	// step; the running sum is the occupancy. Buffers that live throughout
+	// (first −1) count from step 0.
 	delta := make([]int64, len(plan.Steps)+1)
 	for _, b := range plan.Buffers {
 		if b.Kind == "alias" || b.Kind == "inline" || b.Kind == "host" || last[b.ID] < 0 {

@@ -59,6 +59,8 @@ func shardedDilGeometry(g *gen, n *ir.Node) (shardedDil, error) {
 		hkv: k.Shape[2], d: q.Shape[3], causal: n.AttrBool("causal"), scale: ir.AttentionScale(n),
 		offsets: n.AttrString("offsets"), st: g.storageOf(n.Args[0])}
 	sd.offBlock = sd.offsets == ir.OffsetsBlock
+	// Each rank's program is built apart (Options.Rank): the rank decides which
+	// ranks its far segments span, so a rank outside the world is refused here.
 	if sd.rank < 0 || sd.rank >= sd.n {
 		return sd, fmt.Errorf("built for rank %d, but the program has %d ranks", sd.rank, sd.n)
 	}
@@ -79,6 +81,9 @@ func shardedDilGeometry(g *gen, n *ir.Node) (shardedDil, error) {
 				"of %d positions (a far branch needs the dilation to divide the rank's share and the segment, "+
 				"and the segment to be whole shares)", w, r, sd.n, sd.l)
 		}
+		// The far branch's block is plain attention over the compact rows: lc
+		// queries a head, and k, v expanded to Hq heads (hq, hq), so that every
+		// query head reads its own selected rows.
 		fb := farBranch{i: i, r: r, lc: sd.l / r,
 			blk: newBlockGeom(sd.b, sd.l/r, sd.hq, sd.hq, sd.d, sd.scale, sd.st)}
 		// The first rank of this rank's segment: round the block's start down to a
@@ -95,12 +100,16 @@ func shardedDilGeometry(g *gen, n *ir.Node) (shardedDil, error) {
 	if sd.st != tensor.BF16 {
 		why = fmt.Errorf("storage %v: the tensor-core kernels take bf16", sd.st)
 	}
+	// sd.flash is one choice for every local branch: localForward runs them all
+	// on the tensor-core kernels or all on the scalar ones.
 	for i := range sd.localSeg {
 		if why == nil {
 			why = sd.localDesc(i).Check()
 		}
 	}
 	sd.flash = why == nil
+	// The far branches' block kernels report their own reasons; the first
+	// reason found names the choice.
 	for _, fb := range sd.far {
 		if why == nil {
 			why = fb.blk.why
@@ -114,6 +123,8 @@ func shardedDilGeometry(g *gen, n *ir.Node) (shardedDil, error) {
 
 // localDesc is the tensor-core descriptor of local branch i over the rank's block.
 func (sd shardedDil) localDesc(i int) flash.Desc {
+	// Accumulate: the kernel merges into acc and lse rather than overwriting,
+	// which is how branches combine without a merge kernel.
 	d := flash.Desc{B: sd.b, T: sd.l, S: sd.l, Hq: int(sd.hq), Hkv: int(sd.hkv), D: int(sd.d), Causal: sd.causal,
 		Scale: sd.scale, W: sd.localSeg[i], R: int(sd.localDil[i]), Offsets: sd.offsets, Accumulate: true}
 	// A segment covering the whole block with dilation 1 is dense attention over
@@ -127,6 +138,8 @@ func (sd shardedDil) localDesc(i int) flash.Desc {
 // localNode is a stand-in dilated attention node (op) of the local branches
 // over the rank's block, for the scalar kernels' header.
 func (sd shardedDil) localNode(op ir.Op) *ir.Node {
+	// Only the shapes and attributes matter to attnHeader: the dtype is a
+	// placeholder.
 	qv := &ir.Value{Type: ir.T(tensor.F32, sd.b, sd.l, sd.hq, sd.d)}
 	kv := &ir.Value{Type: ir.T(tensor.F32, sd.b, sd.l, sd.hkv, sd.d)}
 	return &ir.Node{Op: op, Attrs: ir.A("causal", sd.causal, "scale", sd.scale, "segments", sd.localSeg,
@@ -144,6 +157,8 @@ type farBlock struct {
 // (they need no transfer), then the earlier ranks of the segment in order (all
 // of them, without causality).
 func (fb farBranch) blocks(rank int, causal bool) []farBlock {
+	// Under causality a later rank's keys are all in the future: only earlier
+	// ranks contribute, and this rank's own block keeps the causal diagonal.
 	out := []farBlock{{rank, causal}}
 	for _, s := range fb.segRanks {
 		if s != rank && (!causal || s < rank) {
@@ -158,6 +173,7 @@ func (fb farBranch) blocks(rank int, causal bool) []farBlock {
 // the gathered rows of rank src (layout [N, 2, B, lc, Hq, D]).
 func (fb farBranch) keys(bl farBlock, own bool, sel, all int) (at, at) {
 	n1 := fb.blk.nq()
+	// The own selection sits in sel as [2, B, lc, Hq, D]: k at 0, v at n1.
 	if own {
 		return at{sel, 0}, at{sel, n1}
 	}
@@ -169,6 +185,7 @@ func (g *gen) gatherFar(sd shardedDil, n *ir.Node, fb farBranch, k, v int) (sel,
 	n1 := fb.blk.nq()
 	// k and v share one buffer so one all_gather moves both.
 	sel = g.temp(sd.st, 2, n1)
+	// all is [N, 2, B, lc, Hq, D]: rank s's k and v at s·2·n1, in rank order.
 	all = g.temp(sd.st, int64(sd.n), 2*n1)
 	g.selectRows(sd, fb, at{sel, 0}, at{k, 0}, sd.hkv)
 	g.selectRows(sd, fb, at{sel, n1}, at{v, 0}, sd.hkv)
@@ -213,6 +230,8 @@ func lowerShardedDilated(g *gen, n *ir.Node) error {
 			return err
 		}
 	}
+	// Each far branch attends its compact queries to its blocks into compact
+	// (oc, lc), then merges them into (acc, lse) at the rows it selected.
 	for j, fb := range sd.far {
 		sel, all := gathered[j][0], gathered[j][1]
 		bg, n1 := fb.blk, fb.blk.nq()
@@ -223,6 +242,8 @@ func lowerShardedDilated(g *gen, n *ir.Node) error {
 		g.emitFlash(flash.Fill(bg.nl(), 0xff800000), []int{lc})
 		blocks := fb.blocks(sd.rank, sd.causal)
 		for _, bl := range blocks {
+			// A rank alone in its segment reads its own selection; with other blocks
+			// to read it reads the gathered copy too, after the gather's wait.
 			kk, vv := fb.keys(bl, bl.src == sd.rank && len(blocks) > 1, sel, all)
 			if err := g.blockForward(bg, bl.causal, at{oc, 0}, at{lc, 0},
 				blockBufs{q: at{qc, 0}, k: kk, v: vv}); err != nil {
@@ -232,6 +253,8 @@ func lowerShardedDilated(g *gen, n *ir.Node) error {
 		g.merge(mergeSpec{b: sd.b, tb: fb.lc, tacc: sd.l, hq: sd.hq, d: sd.d, r: fb.r, offsBlock: sd.offBlock,
 			ob: tensor.F32}, at{acc, 0}, at{lse, 0}, at{oc, 0}, at{lc, 0})
 	}
+	// One conversion of the fp32 sums to the output's storage, after every
+	// branch: a swap3 of one block is a plain converting copy.
 	g.move(swap3{P: 1, Q: 1, R: nq}, at{id(n.Results[0]), 0}, g.storageOf(n.Results[0]), at{acc, 0}, tensor.F32)
 	return nil
 }
@@ -259,6 +282,8 @@ func (g *gen) localForward(sd shardedDil, acc, lse, q, k, v int) error {
 		{Name: "q", CType: ct}, {Name: "k", CType: ct}, {Name: "v", CType: ct}}
 	g.emitAt("dilated.fwd", hdr+fmt.Sprintf(attnForward, signature(params)), bg.scalarGrid(sd.hq), params,
 		[]at{{ob, 0}, {lb, 0}, {q, 0}, {k, 0}, {v, 0}})
+	// The scalar kernels write a separate (o, lse) for all local branches
+	// together; it merges into the sums like a far branch with r = 1.
 	g.merge(mergeSpec{b: sd.b, tb: sd.l, tacc: sd.l, hq: sd.hq, d: sd.d, r: 1, ob: sd.st},
 		at{acc, 0}, at{lse, 0}, at{ob, 0}, at{lb, 0})
 	return nil
@@ -273,15 +298,21 @@ func lowerShardedDilatedGrad(g *gen, n *ir.Node) error {
 	id := func(x *ir.Value) int { return g.ids[x] }
 	q, k, v, o, lse, do := id(n.Args[0]), id(n.Args[1]), id(n.Args[2]), id(n.Args[3]), id(n.Args[4]),
 		id(n.Args[5])
+	// The backward reads lse as float (the block kernels' parameter type): a
+	// narrower lse would be read as the wrong bits.
 	if g.storageOf(n.Args[4]) != tensor.F32 {
 		return fmt.Errorf("lse stored as %v, want f32", g.storageOf(n.Args[4]))
 	}
 	nq, nk := sd.b*sd.l*sd.hq*sd.d, sd.b*sd.l*sd.hkv*sd.d
 	whole := newBlockGeom(sd.b, sd.l, sd.hq, sd.hkv, sd.d, sd.scale, sd.st)
+	// delta = rowsum(dO ⊙ O) of FlashAttention-2's backward, over the whole
+	// merged output, so that every branch's backward is the exact one.
 	delta := g.temp(tensor.F32, whole.nl())
 	if err := g.blockDelta(whole, at{delta, 0}, at{o, 0}, at{do, 0}); err != nil {
 		return err
 	}
+	// fp32 gradient sums as in the forward: dk and dv share one buffer,
+	// [2, B, L, Hkv, D], so that the far scatter adds into both at once.
 	dqa, dkva := g.temp(tensor.F32, nq), g.temp(tensor.F32, 2, nk)
 	g.emitFlash(flash.Fill(nq, 0), []int{dqa})
 	g.emitFlash(flash.Fill(2*nk, 0), []int{dkva})
@@ -316,6 +347,8 @@ func lowerShardedDilatedGrad(g *gen, n *ir.Node) error {
 				return err
 			}
 		}
+		// The gradients of this rank's selected rows, summed over the ranks that
+		// read them: a reduce-scatter of dall, which every rank laid out the same.
 		mine := g.temp(tensor.F32, 2, n1)
 		g.prog.Plan.Steps = append(g.prog.Plan.Steps, Step{Kind: "collective", Node: g.node,
 			Op: fmt.Sprintf("%s.scatter%d", n.Op, fb.i), Args: []int{dall, mine},
@@ -376,6 +409,9 @@ func (g *gen) localBackward(sd shardedDil, dqa, dka, dva at, x blockBufs) error 
 }
 
 // dilatedHelpers are the index helpers of the select and scatter kernels.
+// The macros the select and scatter kernels expect: DL_L the rank's rows,
+// DL_LC the selected rows per head, DL_HQ, DL_D, DL_R the dilation, and
+// DL_OFF(h) head h's offset, from lcc_head_offset (attention.go's header).
 func dilatedHelpers(sd shardedDil, fb farBranch) string {
 	return fmt.Sprintf("#define DL_L %dLL\n#define DL_LC %dLL\n#define DL_HQ %d\n#define DL_D %d\n#define DL_R %d\n"+
 		"#define DL_OFF(h) lcc_head_offset((h), DL_HQ, DL_R, %d)\n", sd.l, fb.lc, sd.hq, sd.d, fb.r, b2i(sd.offBlock))

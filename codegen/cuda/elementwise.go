@@ -49,6 +49,8 @@ var floatExpr = map[ir.Op]string{
 	ir.OpWhere:   "($0 ? $1 : $2)",
 }
 
+// geluTanhExpr is gelu with the tanh attribute: one op, two functions, so it
+// cannot be a table entry (exprOf picks it per node).
 const geluTanhExpr = "lcc_gelu_tanh($0)"
 
 // stop_gradient is the identity on values (its gradient is autodiff's business).
@@ -109,12 +111,15 @@ func castExpr(from, to tensor.DType, x string) string {
 	case from == tensor.Bool:
 		return fmt.Sprintf("(%s ? %s : %s)", x, literal(to, 1), literal(to, 0))
 	default:
+		// A C cast to the compute type truncates toward zero, as Go's conversion in
+		// the interpreter does; resultFmt then wraps to the IR width.
 		return fmt.Sprintf("(%s)(%s)", computeC[to], x)
 	}
 }
 
 // exprOf renders node n over operand expressions.
 func exprOf(n *ir.Node, operands []string) (string, error) {
+	// A cast depends on both dtypes, so it is a function, not a table entry.
 	if n.Op == ir.OpCast {
 		return castExpr(n.Args[0].Type.DType, n.Result().Type.DType, operands[0]), nil
 	}
@@ -130,6 +135,7 @@ func exprOf(n *ir.Node, operands []string) (string, error) {
 	if n.Op == ir.OpGelu && n.AttrBool("tanh") {
 		tmpl = geluTanhExpr
 	}
+	// Checked after the gelu swap: gelu's table entry exists in floatExpr only.
 	if !ok {
 		return "", fmt.Errorf("no %v form of elementwise op %s", dt, n.Op)
 	}
@@ -207,6 +213,8 @@ const (
 // elements (8 for bf16, else 4) with 16-byte loads and stores where a view is
 // contiguous and aligned, and L scalar accesses where not.
 func (g *gen) elementwise(r *fusion) error {
+	// members tells a use inside the run (kept in registers) from one outside
+	// it (which forces a store).
 	members := map[*ir.Node]bool{}
 	for _, n := range r.nodes {
 		members[n] = true
@@ -214,6 +222,8 @@ func (g *gen) elementwise(r *fusion) error {
 	n := prod(r.shape)
 	rank := len(r.shape)
 	var ins, outs []*access
+	// local maps each value to the C expression that holds it in the kernel: a
+	// register name (x, v, r) or a literal.
 	local := map[*ir.Value]string{}
 	roots := map[*ir.Value]string{}
 	var inRoots, outRoots []*ir.Value
@@ -351,16 +361,24 @@ func (g *gen) elementwise(r *fusion) error {
 	for _, v := range outRoots {
 		extent = max(extent, v.Type.Numel())
 	}
+	// 32-bit indices where every buffer allows: integer division, which the
+	// coordinate split costs per element, is much cheaper in 32 bits on the GPU.
 	it := idxType(extent)
 	var src strings.Builder
 	fmt.Fprintf(&src, "// fused elementwise over %s: %s\n", tensor.ShapeString(r.shape), strings.Join(ops, ", "))
+	// 256 threads a block, the launch flatGrid plans; @KERNEL@ is replaced by the
+	// kernel's content-addressed name when the kernel is emitted.
 	fmt.Fprintf(&src, "extern \"C\" __global__ void __launch_bounds__(256) @KERNEL@(%s) {\n", signature(params))
 	groups := n / lanes
+	// A grid-stride loop: the grid is capped (flatGrid), so one launch covers
+	// any n, each thread stepping by the whole grid.
 	if lanes == 1 {
 		src.WriteString(gridStride(it, n))
 		src.WriteString(ewScalar(it, shape, ins, outs, outVar, body.String()))
 		src.WriteString("  }\n")
 	} else {
+		// The vector loop walks groups of L elements; i is the first element of
+		// group g, a multiple of L, which is what keeps 16-byte accesses aligned.
 		fmt.Fprintf(&src, "  for (%s g = (%s)blockIdx.x * blockDim.x + threadIdx.x; g < (%s)%d; g += (%s)gridDim.x * blockDim.x) {\n",
 			it, it, it, groups, it)
 		fmt.Fprintf(&src, "    const %s i = g * %d;\n", it, lanes)
@@ -375,6 +393,7 @@ func (g *gen) elementwise(r *fusion) error {
 		}
 	}
 	src.WriteString("}\n")
+	// One thread a group; at least one block even for a run smaller than L.
 	grid, block := flatGrid(max(groups, 1))
 	// The kernel is attributed to the run's last node, where it is launched, for
 	// profiles and error messages.
@@ -392,6 +411,8 @@ func (g *gen) elementwise(r *fusion) error {
 func coalesce(shape []int64, as []*access) []int64 {
 	var out []int64
 	sts := make([][]int64, len(as))
+	// Dims of size 1 carry no index: skipping them lets the dims on either side
+	// merge.
 	for j, d := range shape {
 		if d == 1 {
 			continue
@@ -437,6 +458,8 @@ func ewLanes(shape []int64, as []*access) (lanes int64, flat bool) {
 		switch a.dt {
 		case tensor.BF16:
 			lanes = 8
+		// f32 keeps the lane count; any other dtype (f16, integers, bool) has no
+		// 16-byte path in the prelude (lcc_ld16 and lcc_st16 take float and bf16).
 		case tensor.F32:
 		default:
 			return 1, false
@@ -461,6 +484,9 @@ func ewLanes(shape []int64, as []*access) (lanes int64, flat bool) {
 		flat = true
 	}
 	for _, a := range as {
+		// 16-byte alignment of every vector: the arena aligns buffers to 256 bytes,
+		// so a vector is aligned when its element offset is a multiple of L, along
+		// the row (i is) and on every outer dim (the strides are).
 		aligned := a.off%lanes == 0
 		for _, s := range a.st[:last] {
 			aligned = aligned && s%lanes == 0
@@ -485,6 +511,7 @@ func ewOffset(a *access, shape []int64) string {
 	if a.off != 0 {
 		terms = append(terms, fmt.Sprint(a.off))
 	}
+	// One dim: the flat index is the coordinate, so no divisions at all.
 	if len(shape) == 1 {
 		switch s := a.st[0]; s {
 		case 0:
@@ -515,6 +542,9 @@ func ewCoords(it string, shape []int64) string {
 func ewScalar(it string, shape []int64, ins, outs []*access, outVar map[*access]string, body string) string {
 	var sb strings.Builder
 	sb.WriteString(ewCoords(it, shape))
+	// load widens the stored dtype to the compute type (bf16 to float), store
+	// narrows back; body reads the inputs as x0, x1, ... and leaves the results
+	// in the registers outVar names.
 	for k, a := range ins {
 		fmt.Fprintf(&sb, "    const %s x%d = %s;\n", computeC[a.v.Type.DType], k,
 			load(a.dt, fmt.Sprintf("%s[%s]", a.param, ewOffset(a, shape))))
@@ -539,11 +569,14 @@ func ewVector(it string, lanes int64, shape []int64, ins, outs []*access, outVar
 			fmt.Fprintf(&sb, "    const float a%d = %s;\n", k, load(a.dt, fmt.Sprintf("%s[%s]", a.param, off)))
 		case vecAccess:
 			fmt.Fprintf(&sb, "    float a%d[%d];\n", k, lanes)
+			// 16 bytes hold 4 f32 or 8 bf16: a bf16 run of 8 lanes is one load per bf16
+			// buffer, two per f32 buffer.
 			for q := int64(0); q < lanes; q += 16 / int64(a.dt.Size()) {
 				fmt.Fprintf(&sb, "    lcc_ld16(%s + %s, %s);\n", a.param, plus(off, q), plus(fmt.Sprintf("a%d", k), q))
 			}
 		default:
 			fmt.Fprintf(&sb, "    float a%d[%d];\n", k, lanes)
+			// Not contiguous or not aligned: L scalar loads along the row's stride.
 			fmt.Fprintf(&sb, "#pragma unroll\n    for (int k = 0; k < %d; ++k) a%d[k] = %s;\n", lanes, k,
 				load(a.dt, fmt.Sprintf("%s[%s + k * %d]", a.param, off, a.st[last])))
 		}

@@ -13,6 +13,9 @@ import (
 // is body (with i the element index).
 // The comment lands in the kernel source, so a .cu file in compile -o says which
 // node it came from.
+// The template the body fills: a grid-stride loop over i in [0, n) with i
+// of the index type idxType(n) picks; the body may declare locals and must
+// write only element i of its outputs, since threads run in any order.
 func (g *gen) flatKernel(op, comment string, n int64, params []Param, args []int, body string) {
 	if n == 0 {
 		return // an empty tensor: nothing to launch
@@ -23,6 +26,8 @@ func (g *gen) flatKernel(op, comment string, n int64, params []Param, args []int
 	src.WriteString(gridStride(idxType(n), n))
 	src.WriteString(body)
 	src.WriteString("  }\n}\n")
+	// 256 threads a block and at most 2^20 blocks (flatGrid): the bound on the
+	// grid stride that idxType's int indices rely on.
 	grid, block := flatGrid(n)
 	g.emit(kernelSpec{op: op, body: src.String(), grid: grid, block: block, params: params, args: args})
 }
@@ -32,6 +37,8 @@ func (g *gen) flatKernel(op, comment string, n int64, params []Param, args []int
 // never reach this lowering (see the package doc).
 func lowerFull(g *gen, n *ir.Node) error {
 	y := n.Result()
+	// The value is a literal in the source: each full is its own kernel, cached
+	// by content, so equal fulls share one.
 	v := literal(y.Type.DType, n.AttrFloat("value"))
 	g.flatKernel("full", fmt.Sprintf("full %v = %s", y.Type, v), y.Type.Numel(),
 		[]Param{g.param("y", y, true)}, []int{g.ids[y]},
@@ -58,6 +65,7 @@ func castFromDouble(dt tensor.DType, v string) string {
 	if dt.IsFloat() {
 		return v
 	}
+	// Integers compute as long long; store narrows to the stored width.
 	return "(long long)(" + v + ")"
 }
 
@@ -75,6 +83,8 @@ func (g *gen) stridedCopy(op string, n *ir.Node, base int64, st, mods []int64) {
 		terms = append(terms, fmt.Sprint(base))
 	}
 	for d, s := range st {
+		// c0, c1, ... are the output coordinates that coords declares, outermost
+		// first.
 		c := fmt.Sprintf("c%d", d)
 		// A modulus equal to the dim is a no-op; dropping it saves a division per element.
 		if mods != nil && mods[d] != 0 && mods[d] != shape[d] {
@@ -133,6 +143,8 @@ func lowerSlice(g *gen, n *ir.Node) error {
 		base += starts[i] * xs[ax]
 		st[ax] = steps[i] * xs[ax]
 	}
+	// An empty slice may have start = d, past the last element: no kernel, so
+	// the out-of-range base is never used.
 	if n.Result().Type.Numel() == 0 {
 		return nil
 	}
@@ -157,6 +169,7 @@ func lowerConcat(g *gen, n *ir.Node) error {
 		return err
 	}
 	dst := g.viewOf(y)
+	// at is the running offset along axis, in elements of the axis.
 	at := int64(0)
 	for _, a := range n.Args {
 		// Each operand's region shares the result's strides; only the offset moves along axis.
@@ -202,12 +215,16 @@ func (g *gen) copyView(op, comment string, shape []int64, dst, src view) {
 	if n == 0 {
 		return
 	}
+	// The views share one storage dtype (copyView's contract), so the copy
+	// moves raw elements, with no conversion.
 	dt := g.storageOf(src.root)
 	d := &access{v: dst.root, param: "y", dt: dt, off: dst.off, st: slices.Clone(dst.st)}
 	s := &access{v: src.root, param: "x", dt: dt, off: src.off, st: slices.Clone(src.st)}
 	// Coalesce dims that are contiguous on both sides first: a long innermost run is
 	// what makes 16-byte accesses possible.
 	cs := coalesce(shape, []*access{d, s})
+	// A uint4 (16 bytes) holds 4 f32, 8 bf16 or 16 i8 elements: the copy works
+	// on raw bits, so any dtype vectorises.
 	lanes := int64(16 / dt.Size())
 	last := len(cs) - 1
 	// uint4 accesses need every vector to start on a 16-byte boundary, on both
@@ -241,6 +258,7 @@ func (g *gen) copyView(op, comment string, shape []int64, dst, src view) {
 		it, it, it, groups, it)
 	src2.WriteString(body.String())
 	src2.WriteString("  }\n}\n")
+	// One thread a group of lanes elements.
 	grid, block := flatGrid(groups)
 	g.emit(kernelSpec{op: op, body: src2.String(), grid: grid, block: block, params: params,
 		args: []int{g.ids[dst.root], g.ids[src.root]}})
@@ -343,6 +361,8 @@ func lowerGatherND(g *gen, n *ir.Node) error {
 		body.WriteString(wrapIndex(j, fmt.Sprintf("idx[r * %d + %d]", q, d), x.Type.Shape[b+d]))
 		fmt.Fprintf(&body, "    ok = ok && ok_%s; src += %s * %d;\n", j, j, xs[b+d])
 	}
+	// All q components are checked before the read: one bad component poisons
+	// the whole slice with badValue rather than reading elsewhere in x.
 	fmt.Fprintf(&body, "    y[i] = ok ? x[src] : %s;\n", g.badValue(y))
 	g.flatKernel("gather_nd", fmt.Sprintf("gather_nd %v by %v", x.Type, idx.Type), y.Type.Numel(),
 		[]Param{g.param("y", y, true), g.param("x", x, false), g.param("idx", idx, false)},

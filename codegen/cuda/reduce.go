@@ -77,6 +77,8 @@ func lowerReduce(g *gen, n *ir.Node) error {
 	params := []Param{g.param("y", y, true), g.param("x", x, false)}
 	var src strings.Builder
 	fmt.Fprintf(&src, "// %s of %v over axes %v\n", n.Op, x.Type, axes)
+	// 32 elements or fewer per output: below a warp's width a block per output
+	// would leave most of its threads idle, and a serial loop of 32 is short.
 	if nRed <= 32 {
 		// Few elements each: one thread per output, a serial loop.
 		fmt.Fprintf(&src, "extern \"C\" __global__ void __launch_bounds__(256) @KERNEL@(%s) {\n", signature(params))
@@ -110,6 +112,9 @@ func lowerReduce(g *gen, n *ir.Node) error {
 	bs := pow2(nRed/l, 32, 256)
 	fmt.Fprintf(&src, "extern \"C\" __global__ void __launch_bounds__(%d) @KERNEL@(%s) {\n", bs, signature(params))
 	fmt.Fprintf(&src, "  __shared__ %s sh[%d];\n", acc, bs)
+	// One block per output: blockIdx.x is the output index, split into the kept
+	// coordinates k; each thread folds the elements j ≡ threadIdx.x modulo the
+	// block (times the lanes), then the block tree combines the threads.
 	fmt.Fprintf(&src, "  const %s o = (%s)blockIdx.x;\n", it, it)
 	src.WriteString(coords("k", "o", it, keptShape))
 	fmt.Fprintf(&src, "  const %s base = %s;\n", it, offset("k", keptSt))
@@ -151,6 +156,11 @@ func indent(s string, extra int) string {
 // Subtracting the row max first keeps exp from overflowing for large logits, and
 // log_softmax is v − max − log(sum) rather than log(softmax), which would
 // underflow to −inf for small probabilities.
+// The template expects: %[1]s the op, %[2]d the axis, %[3]s x's type (for
+// the comment line), %[4]d M the axis length, %[5]d INNER the product of the
+// dims after it, %[6]d LOG 1 for log_softmax, %[7]d the block size (a power
+// of two, for lcc_block_reduce), %[8]s the signature (y, then x). The grid is
+// outer·inner blocks, one per row.
 const softmaxBody = `// %[1]s over axis %[2]d of %[3]s: one block per row
 #define M %[4]dLL
 #define INNER %[5]dLL
@@ -186,6 +196,8 @@ func lowerSoftmax(g *gen, n *ir.Node) error {
 	}
 	sh := x.Type.Shape
 	outer, m, inner := prod(sh[:ax]), sh[ax], prod(sh[ax+1:])
+	// A power of two between a warp and 256 threads: lcc_block_reduce's tree
+	// needs a power of two, and a row shorter than 256 uses fewer threads.
 	bs := pow2(m, 32, 256)
 	logOut := 0
 	if n.Op == ir.OpLogSoftmax {
@@ -201,6 +213,11 @@ func lowerSoftmax(g *gen, n *ir.Node) error {
 // normBody is the scalar form of layer_norm and rms_norm: %[8]s applies scale and
 // bias, %[9]s the fused residual add. The variance is a second pass over x,
 // not E[x²]−E[x]², which cancels badly in fp32.
+// The template expects: %[1]s the op, %[2]d M the row length, %[3]s x's type,
+// %[4]d RMS (1: rms_norm, no mean), %[5]s EPS as a float literal, %[6]d the
+// block size (a power of two), %[7]s the signature (y, x, scale, bias, ra,
+// rb), %[8]s the statements that apply scale and bias to v, %[9]s the fused
+// residual add's statements or "". The grid is one block per row.
 const normBody = `// %[1]s over the last %[2]d elements of %[3]s: one block per row
 #define M %[2]dLL
 #define RMS %[4]d
@@ -230,6 +247,8 @@ extern "C" __global__ void __launch_bounds__(%[6]d) @KERNEL@(%[7]s) {
 // normVecBody is normBody with 16-byte accesses: L lanes per load and store
 // (rows a multiple of L, scale and bias whole rows, x, y, scale and bias of one
 // storage dtype).
+// normVecBody takes normBody's arguments, with %[8]s applying scale and bias
+// to the lanes v[k], %[9]d the lanes L and %[10]s the vector residual add.
 const normVecBody = `// %[1]s over the last %[2]d elements of %[3]s: one block per row, %[9]d lanes per access
 #define M %[2]dLL
 #define L %[9]d
@@ -327,6 +346,8 @@ func lowerNorm(g *gen, n *ir.Node) error {
 		params = slices.Insert(params, 2+i, g.param(name, p, false))
 		args = slices.Insert(args, 2+i, g.ids[p])
 		op := []string{"*=", "+="}[i]
+		// The three forms of a scale or bias: a whole row (the usual [hidden]), one
+		// value for the row, or a broadcast through strides over the row's dims.
 		switch {
 		case slices.Equal(p.Type.Shape, dims):
 			fmt.Fprintf(&apply, "    v %s lcc_tof(%s[j]);\n", op, name)
@@ -384,6 +405,8 @@ func lowerCumSum(g *gen, n *ir.Node) error {
 	if rev {
 		jexpr = fmt.Sprintf("(%d - 1 - jj)", m)
 	}
+	// s accumulates in fp32 (int64 for integers) and each y[k] stores the
+	// running sum rounded, as the interpreter's rounding of the result does.
 	step := fmt.Sprintf("s += (%s)%s; y[k] = %s;", acc, load(g.storageOf(x), "x[k]"), store(g.storageOf(y), "s"))
 	// Exclusive writes the sum before adding the element, so y[0] is 0.
 	if excl {

@@ -19,6 +19,8 @@ type Work struct {
 // for equal chunks. It is what the kernels' arguments span, not what their
 // caches refetch: a lower bound on the traffic of a kernel that rereads.
 func PlanWork(plan *LaunchPlan) []Work {
+	// An argument slot is (kernel, position, buffer): the same kernel launched
+	// over chunks of one buffer shares a slot, which is how the chunks are found.
 	type arg struct {
 		kernel string
 		pos    int
@@ -27,6 +29,8 @@ func PlanWork(plan *LaunchPlan) []Work {
 	// offsets[a] is the set of element offsets argument a is launched at.
 	offsets := map[arg]map[int64]bool{}
 	for _, s := range plan.Steps {
+		// Only kernels take per-launch element offsets (Step.Offs); GEMMs and copies
+		// name their extents.
 		if s.Kind != "kernel" || len(s.Offs) == 0 {
 			continue
 		}
@@ -54,6 +58,8 @@ func PlanWork(plan *LaunchPlan) []Work {
 	for i, s := range plan.Steps {
 		w := &out[i]
 		switch s.Kind {
+		// A GEMM's bytes come from its shape, not its arguments' buffers: a weight
+		// broadcast over the batch is read once, and C may be read and written.
 		case "gemm":
 			if g := s.Gemm; g != nil {
 				w.FLOPs = 2 * g.M * g.N * g.K * max(g.Batch, 1)
@@ -66,6 +72,7 @@ func PlanWork(plan *LaunchPlan) []Work {
 		for j, id := range s.Args {
 			n := bytes(id)
 			if s.Kind == "kernel" && j < len(s.Offs) {
+				// k launches at distinct offsets: each is taken to cover a k-th.
 				if k := len(offsets[arg{s.Kernel, j, id}]); k > 1 {
 					n /= int64(k)
 				}
@@ -84,6 +91,8 @@ func gemmBytes(s Step) int64 {
 	size := func(dt string) int64 {
 		t, err := tensor.ParseDType(dt)
 		if err != nil {
+			// An unknown dtype counts as 4 bytes (f32), the common case: an estimate,
+			// not a refusal, since the profile only reports.
 			return 4
 		}
 		return int64(t.Size())
@@ -101,6 +110,7 @@ func gemmBytes(s Step) int64 {
 		bb = 1
 	}
 	c := g.M * g.N * b * cs
+	// β ≠ 0 reads C before it writes it: C crosses twice.
 	if g.Beta != 0 {
 		c *= 2
 	}

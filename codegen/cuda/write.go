@@ -44,6 +44,8 @@ func PlanJSON(ks []Kernel, plan *LaunchPlan) ([]byte, error) {
 			Entry: k.Entry, Grid: k.Grid, Block: k.Block, Shared: k.Shared, Params: k.Params, Arch: k.Arch})
 	}
 	var buf bytes.Buffer
+	// Indented so that a diff of two compiles' plans reads line by line; equal
+	// plans encode to equal bytes, since every slice is in plan order.
 	enc := json.NewEncoder(&buf)
 	enc.SetIndent("", "  ")
 	if err := enc.Encode(pf); err != nil {
@@ -71,6 +73,8 @@ func WriteKernels(dir string, ks []Kernel, plan *LaunchPlan) error {
 			return fmt.Errorf("codegen/cuda: %w", err)
 		}
 	}
+	// The plan is written after the kernels it names, so that a plan on disk
+	// never names a kernel file that is not yet there.
 	js, err := PlanJSON(ks, plan)
 	if err != nil {
 		return err
@@ -96,6 +100,8 @@ func WriteKernels(dir string, ks []Kernel, plan *LaunchPlan) error {
 func ConstantsSafetensors(plan *LaunchPlan) ([]byte, error) {
 	ts := map[string]*tensor.Tensor{}
 	var names []string
+	// Named by buffer id, the key the plan's steps use: the executor uploads
+	// constant %<id> into buffer id.
 	for id, t := range plan.Constants {
 		name := fmt.Sprintf("%%%d", id)
 		ts[name] = t
