@@ -25,14 +25,7 @@ func attentionGraphOf(t *testing.T, b, tl, s, h, hkv, d int64, causal bool, seed
 	rng := rand.New(rand.NewPCG(seed, 9))
 	in := map[string]*tensor.Tensor{}
 	bl := ir.NewBuilder("attn")
-	fl := func(name string, shape ...int64) *ir.Value {
-		x := tensor.New(tensor.F32, shape...)
-		for i := range x.F {
-			x.F[i] = rng.NormFloat64()
-		}
-		in[name] = x
-		return bl.Input(name, ir.T(tensor.F32, shape...))
-	}
+	fl := normalInputs(bl, rng, in)
 	q, k, v, do := fl("q", b, tl, h, d), fl("k", b, s, hkv, d), fl("v", b, s, hkv, d), fl("do", b, tl, h, d)
 	scale := 1 / math.Sqrt(float64(d))
 	fwd, grad, attrs := ir.OpAttention, ir.OpAttentionGrad, ir.A("causal", causal, "scale", scale)
@@ -167,6 +160,20 @@ func TestGPUFlashAttention(t *testing.T) {
 	}
 }
 
+// normalInputs returns fl: fl(name, shape...) adds an f32 input of that shape
+// to bl, filled with standard normal values drawn from rng in element order,
+// and records the values in in under name.
+func normalInputs(bl *ir.Builder, rng *rand.Rand, in map[string]*tensor.Tensor) func(string, ...int64) *ir.Value {
+	return func(name string, shape ...int64) *ir.Value {
+		x := tensor.New(tensor.F32, shape...)
+		for i := range x.F {
+			x.F[i] = rng.NormFloat64()
+		}
+		in[name] = x
+		return bl.Input(name, ir.T(tensor.F32, shape...))
+	}
+}
+
 // docsGraph is causal attention and its gradient over packed documents of the
 // given lengths (the same in each batch row), with the doc starts as an input.
 func docsGraph(t *testing.T, b, h, hkv, d int64, lens []int64, seed uint64) (*ir.Func, map[string]*tensor.Tensor) {
@@ -178,14 +185,7 @@ func docsGraph(t *testing.T, b, h, hkv, d int64, lens []int64, seed uint64) (*ir
 	rng := rand.New(rand.NewPCG(seed, 9))
 	in := map[string]*tensor.Tensor{}
 	bl := ir.NewBuilder("attn_docs")
-	fl := func(name string, shape ...int64) *ir.Value {
-		x := tensor.New(tensor.F32, shape...)
-		for i := range x.F {
-			x.F[i] = rng.NormFloat64()
-		}
-		in[name] = x
-		return bl.Input(name, ir.T(tensor.F32, shape...))
-	}
+	fl := normalInputs(bl, rng, in)
 	q, k, v, do := fl("q", b, tl, h, d), fl("k", b, tl, hkv, d), fl("v", b, tl, hkv, d), fl("do", b, tl, h, d)
 	st := tensor.New(tensor.I64, b, tl)
 	for r := range b {
