@@ -49,11 +49,14 @@ extern "C" __global__ void __launch_bounds__(256, 1) @KERNEL@(FA_OT* __restrict_
   const long long it0 = first / FA_BR;
   // qend: with documents, the queries from the first whose document starts past
   // the tile's last key see none of the tile (starts never decrease).
-  long long qend = qn;
+  // qk0: the queries from the first whose document starts past k0 miss some of
+  // the tile's keys, so the items that reach it need the mask.
+  long long qend = qn, qk0 = qn;
   const long long* dsr = 0;
 #if FA_DOCS
   dsr = ds + b * FA_T;
   qend = fa_doc_end(dsr, first, qn, (k0 + FA_BC < kn ? k0 + FA_BC : kn) - 1);
+  qk0 = fa_doc_end(dsr, first, qend, k0);
 #endif
   const long long qtiles = (qend + FA_BR - 1) / FA_BR;
   const int nit = qtiles > it0 ? (int)(qtiles - it0) : 0;
@@ -141,7 +144,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) @KERNEL@(FA_OT* __restrict_
       }
     }
     const bool need = qq0 + FA_BR > qn || k0 + FA_BC > kn || (FA_CAUSAL && FA_QPOS + qq0 < FA_KPOS + k0 + FA_BC - 1) ||
-                      (FA_DOCS && dsr[(qq0 + FA_BR < qn ? qq0 + FA_BR : qn) - 1] > k0);
+                      (FA_DOCS && qq0 + FA_BR > qk0);
 #pragma unroll
     for (int mi = 0; mi < FA_MT; ++mi)
 #pragma unroll

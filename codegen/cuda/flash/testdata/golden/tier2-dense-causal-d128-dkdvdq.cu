@@ -227,7 +227,7 @@ __device__ __forceinline__ void fa_wg_dq(float* d, unsigned long long da, unsign
     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
     : "l"(da), "l"(db), "r"(acc) : "memory");
 }
-extern "C" __global__ void __launch_bounds__(256, 1) attention_flash_dkdvdq_1ba9d8e86da54188(FA_OT* __restrict__ dk, FA_OT* __restrict__ dv,
+extern "C" __global__ void __launch_bounds__(256, 1) attention_flash_dkdvdq_76a0a2e289869a31(FA_OT* __restrict__ dk, FA_OT* __restrict__ dv,
     const fa_bf16* __restrict__ q, const fa_bf16* __restrict__ k, const fa_bf16* __restrict__ v,
     const fa_bf16* __restrict__ dout, const float* __restrict__ lse, const float* __restrict__ delta,
     unsigned* __restrict__ ws FA_DOCS_ARG) {
@@ -256,11 +256,14 @@ extern "C" __global__ void __launch_bounds__(256, 1) attention_flash_dkdvdq_1ba9
   const long long it0 = first / FA_BR;
   // qend: with documents, the queries from the first whose document starts past
   // the tile's last key see none of the tile (starts never decrease).
-  long long qend = qn;
+  // qk0: the queries from the first whose document starts past k0 miss some of
+  // the tile's keys, so the items that reach it need the mask.
+  long long qend = qn, qk0 = qn;
   const long long* dsr = 0;
 #if FA_DOCS
   dsr = ds + b * FA_T;
   qend = fa_doc_end(dsr, first, qn, (k0 + FA_BC < kn ? k0 + FA_BC : kn) - 1);
+  qk0 = fa_doc_end(dsr, first, qend, k0);
 #endif
   const long long qtiles = (qend + FA_BR - 1) / FA_BR;
   const int nit = qtiles > it0 ? (int)(qtiles - it0) : 0;
@@ -371,7 +374,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) attention_flash_dkdvdq_1ba9
     fa_wg_commit();
     fa_wg_wait<1>();  // Sᵀ; dPᵀ runs on while P is computed
     const bool need = qq0 + FA_BR > qn || k0 + FA_BC > kn || (FA_CAUSAL && FA_QPOS + qq0 < FA_KPOS + k0 + FA_BC - 1) ||
-                      (FA_DOCS && dsr[(qq0 + FA_BR < qn ? qq0 + FA_BR : qn) - 1] > k0);
+                      (FA_DOCS && qq0 + FA_BR > qk0);
     unsigned pa[FA_BR / 16][4], da[FA_BR / 16][4];
     const unsigned swb = sw + (w & 1) * FA_BC * FA_BR * 2;
     if (need) {
