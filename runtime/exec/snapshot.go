@@ -28,8 +28,8 @@ type Snapshot struct {
 	hostCopy time.Duration
 	host     *cuda.HostBuffer
 	// sizes are the elements per trained weight, total their sum.
-	sizes []int64
-	total int64
+	sizes   []int64
+	total   int64
 	staging cuda.DevicePtr // 0: the copy reads the state itself
 	// start, ready and done are recorded before the staging copy, after it
 	// and after the copy to the host.
