@@ -381,6 +381,22 @@ func compileOne(f *ir.Func, opts CompileOptions) (*Result, *pipeline, error) {
 	}
 	p.mem.trained = training.Enabled
 	prog := p.found.prog
+	p.mem.hostState = p.found.hostState
+	if prog != nil && training.Enabled {
+		if p.sealed != nil && p.sealed.prog == prog {
+			// A compiled folder's program keeps the choice it was compiled with.
+			p.mem.hostState = prog.Plan.OptimizerState == cudagen.OptimizerStateHost
+		} else if _, compiled := CompiledStep(f); compiled && !p.found.hostState {
+			// A compiled step's insert-checkpoints does not run again: its choice
+			// is made here, on the step as it is.
+			cc := checkpointConfig{budget: p.budget()}
+			p.mem.hostState = opts.OptimizerState == "host" ||
+				opts.OptimizerState == "auto" && !cc.deviceFitsAsIs(f, p.mem)
+			if p.mem.hostState {
+				prog.Plan.OptimizerState = cudagen.OptimizerStateHost
+			}
+		}
+	}
 	mem := p.mem.of(f, prog)
 	if opts.Snapshots && training.Enabled && mem.Model == "arena" {
 		mem = mem.WithSnapshots(p.budget())

@@ -25,7 +25,7 @@ import (
 // trainCmd is `lcc train`: it parses flags into a train.Config and runs it.
 func trainCmd() *cobra.Command {
 	cfg := train.DefaultConfig()
-	var cf compileFlags
+	cf := compileFlags{optimizerState: "auto"}
 	var commTimeout time.Duration
 	var plotPath string
 	var profile, sharedGPU bool
@@ -111,7 +111,7 @@ naming it; --comm-timeout also bounds the rendezvous.`,
 			cfg.Target, cfg.Loss, cfg.Attention, cfg.Checkpoint = t, o.Loss, o.Attention, o.Checkpoint
 			cfg.MemoryBudget, cfg.Precision, cfg.Ranks, cfg.ShardMode = o.MemoryBudget, o.Precision, o.Ranks, o.ShardMode
 			cfg.RoPE = o.RoPE
-			cfg.CUDAGraph = o.CUDAGraph
+			cfg.CUDAGraph, cfg.OptimizerState = o.CUDAGraph, o.OptimizerState
 			precision := o.Precision
 			if cfg.Device == "cuda" {
 				// A GPU step plans its host side under the flag (none: the measured
