@@ -236,8 +236,8 @@ type findings struct {
 	// hostState: insert-checkpoints planned the step with AdamW's state in
 	// pinned host memory (Options.OptimizerState).
 	hostState bool
-	prog     *cudagen.Program   // codegen's program (nil: no GPU target, or codegen failed)
-	rope     *passes.RoPEResult // what rescale-rope rewrote (nil: it did not run)
+	prog      *cudagen.Program   // codegen's program (nil: no GPU target, or codegen failed)
+	rope      *passes.RoPEResult // what rescale-rope rewrote (nil: it did not run)
 }
 
 // words is a configuration already in words: a pass of package passes whose

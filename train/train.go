@@ -53,7 +53,7 @@ type trainer struct {
 	// hostState: the plan keeps AdamW's state in pinned host memory (a
 	// resident run then updates it with exec.HostOptimizer).
 	hostState bool
-	plan           string
+	plan      string
 	// shard is the sharded step of a multi-rank run (nil with one rank), rank
 	// this process's rank in it.
 	shard *driver.ShardedProgram
