@@ -188,7 +188,10 @@ type Memory struct {
 	// plus PinnedBytes, every pinned buffer (HostBytes and SnapshotHostBytes).
 	// HostKeptBytes is what the host keeps of the model once a resident run
 	// has it on the GPU.
-	HostPeakBytes int64 `json:"host_peak_bytes,omitempty"`
+	HostPeakBytes  int64 `json:"host_peak_bytes,omitempty"`
+	HostModelBytes int64 `json:"host_model_bytes,omitempty"`
+	HostKeptBytes  int64 `json:"host_kept_bytes,omitempty"`
+	PinnedBytes    int64 `json:"pinned_bytes,omitempty"`
 	// OptimizerState is "host" when the trainer keeps AdamW's fp32 masters and
 	// moments in pinned host memory (HostStateBytes, with HostStagingBytes of
 	// pinned gradient and weight staging; OptimizerBytes is then 0), "" when
@@ -196,9 +199,6 @@ type Memory struct {
 	OptimizerState   string `json:"optimizer_state,omitempty"`
 	HostStateBytes   int64  `json:"host_state_bytes,omitempty"`
 	HostStagingBytes int64  `json:"host_staging_bytes,omitempty"`
-	HostModelBytes   int64  `json:"host_model_bytes,omitempty"`
-	HostKeptBytes    int64  `json:"host_kept_bytes,omitempty"`
-	PinnedBytes      int64  `json:"pinned_bytes,omitempty"`
 }
 
 // FLOPs counts floating-point operations of one step on one GPU: the whole step
