@@ -89,8 +89,8 @@ type HostOptimizerSpec struct {
 // HostSplit is where a HostOptimizer's Step spent its time: Norm from the
 // start to the norm on the host (the GPU's norm kernels and a 16-byte copy),
 // Update from then until the last chunk is updated (the gradients' copies
-// overlap it; CopyWait is the part of it the goroutines spent waiting for a
-// gradient), and Queue the queueing of the weights' upload.
+// overlap it; CopyWait is the part of it a goroutine spent waiting for a
+// gradient, on average), and Queue the queueing of the weights' upload.
 type HostSplit struct {
 	Norm, Update, CopyWait, Queue time.Duration
 }
@@ -358,8 +358,7 @@ func (o *HostOptimizer) Step(h AdamWStep) (float64, error) {
 	if err := o.upload(); err != nil {
 		return 0, fmt.Errorf("exec: host optimizer step: uploading the weights: %w", err)
 	}
-	o.last = HostSplit{Norm: t1.Sub(t0), Update: t2.Sub(t1), CopyWait: time.Duration(job.waited.Load()),
-		Queue: time.Since(t2)}
+	o.last = HostSplit{Norm: t1.Sub(t0), Update: t2.Sub(t1), CopyWait: job.Waited(), Queue: time.Since(t2)}
 	return norm, nil
 }
 
@@ -433,8 +432,10 @@ type HostStep struct {
 	Update                 HostUpdate
 	Threads                int
 	Ready                  func(k int)
-	// waited sums the goroutines' time in Ready, in nanoseconds.
-	waited atomic.Int64
+	// waited sums the goroutines' time in Ready, in nanoseconds; workers is
+	// their number.
+	waited  atomic.Int64
+	workers int
 }
 
 // HostChunk is the elements of one chunk of the CPU update: 256 KiB of fp32
@@ -457,7 +458,8 @@ func (j *HostStep) Run() {
 	}
 	var next atomic.Int64
 	var wg sync.WaitGroup
-	for range max(min(j.Threads, len(chunks)), 1) {
+	j.workers = max(min(j.Threads, len(chunks)), 1)
+	for range j.workers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -482,6 +484,11 @@ func (j *HostStep) Run() {
 		}()
 	}
 	wg.Wait()
+}
+
+// Waited is the mean time a goroutine of the last Run spent in Ready.
+func (j *HostStep) Waited() time.Duration {
+	return time.Duration(j.waited.Load() / int64(max(j.workers, 1)))
 }
 
 // decodeInto reads len(g) gradients of storage dt from raw, from element off
@@ -576,9 +583,14 @@ func (o *HostOptimizer) Close() error {
 		errs = append(errs, o.copy.Synchronize(), o.copy.Destroy())
 		o.copy = nil
 	}
-	if o.b.s.stream != nil {
-		errs = append(errs, o.b.s.stream.Synchronize())
+	// The weights' uploads read the staging: they finish before it is freed
+	// (a closed session synchronised its stream already).
+	s := o.b.s
+	s.mu.Lock()
+	if !s.closed && s.stream != nil {
+		errs = append(errs, s.stream.Synchronize())
 	}
+	s.mu.Unlock()
 	for _, e := range append([]*cuda.Event{o.start, o.normDone}, o.landed...) {
 		if e != nil {
 			errs = append(errs, e.Destroy())

@@ -310,12 +310,15 @@ func (o AdamW) Scalars(done int, lr float64) StepScalars {
 func (s StepScalars) Apply(g, master, m, v []float32, coef float32, clip bool) {
 	n := len(g)
 	master, m, v = master[:n], m[:n], v[:n]
+	// Go may fuse a product with a later sum or difference, across statements
+	// too, unless a conversion rounds the product first: every product is
+	// converted.
 	for j, gr := range g {
 		if clip {
-			gr *= coef
+			gr = float32(gr * coef)
 		}
 		mo, vo := m[j], v[j]
-		p := master[j] * s.Decay
+		p := float32(master[j] * s.Decay)
 		mn := mo + float32(float32(gr-mo)*s.OneMinusBeta1)
 		vn := float32(vo*s.Beta2) + float32(float32(gr*gr)*s.OneMinusBeta2)
 		denom := float32(float32(math.Sqrt(float64(vn)))/s.Bc2Sqrt) + s.Eps
