@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/lcc-dev/lcc/internal/llamagen"
 )
 
 // TestOptimizerStateInThePlan: --optimizer-state=host moves AdamW's 12 bytes a
@@ -81,5 +82,31 @@ func TestOptimizerStateInThePlan(t *testing.T) {
 	}
 	if _, err := compile("cpu", 0, 0); err == nil || !strings.Contains(err.Error(), "--optimizer-state") {
 		t.Errorf("--optimizer-state=cpu: %v", err)
+	}
+}
+
+// TestFlagshipKeepsResidentOptimizer: the flagship at T=4096 (bf16, dense
+// attention) fits one H200 with its optimizer state, so auto plans it there:
+// the program lcc compile builds without the flag.
+func TestFlagshipKeepsResidentOptimizer(t *testing.T) {
+	hashes := map[string]string{}
+	for _, state := range []string{"", "auto"} {
+		f, err := llamagen.Build(llamagen.Flagship(4096))
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := Compile(f, CompileOptions{Target: h200(t), Options: Options{Loss: "cross-entropy",
+			Precision: "bf16", OptimizerState: state}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m := res.Report.Memory; m.OptimizerState != "" || m.OptimizerBytes == 0 {
+			t.Errorf("--optimizer-state=%q: state %q, %d optimizer bytes on the GPU", state, m.OptimizerState,
+				m.OptimizerBytes)
+		}
+		hashes[state] = res.Hash
+	}
+	if hashes[""] != hashes["auto"] {
+		t.Errorf("auto's program %s, the default's %s", hashes["auto"], hashes[""])
 	}
 }
