@@ -326,7 +326,8 @@ func compileOne(f *ir.Func, opts CompileOptions) (*Result, *pipeline, error) {
 	var stats []passes.Stat
 	var codegenErr error // an op without a GPU lowering: the report names it
 	training := report.Training{}
-	if l, ok := CompiledStep(f); ok {
+	l, precompiled := CompiledStep(f)
+	if precompiled {
 		// Only codegen runs: the passes before it ran when the step was compiled.
 		rec, err := checkRecordedPipeline(opts.Model, p.passes, opts.ForDevice)
 		if err != nil {
@@ -386,7 +387,7 @@ func compileOne(f *ir.Func, opts CompileOptions) (*Result, *pipeline, error) {
 		if p.sealed != nil && p.sealed.prog == prog {
 			// A compiled folder's program keeps the choice it was compiled with.
 			p.mem.hostState = prog.Plan.OptimizerState == cudagen.OptimizerStateHost
-		} else if _, compiled := CompiledStep(f); compiled && !p.found.hostState {
+		} else if precompiled {
 			// A compiled step's insert-checkpoints does not run again: its choice
 			// is made here, on the step as it is.
 			cc := checkpointConfig{budget: p.budget()}

@@ -2,6 +2,7 @@ package driver
 
 import (
 	"bytes"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -108,5 +109,31 @@ func TestFlagshipKeepsResidentOptimizer(t *testing.T) {
 	}
 	if hashes[""] != hashes["auto"] {
 		t.Errorf("auto's program %s, the default's %s", hashes["auto"], hashes[""])
+	}
+}
+
+// TestCompiledStepKeepsOptimizerState: a step compiled with its optimizer
+// state on the host and written as lcc compile -o does compiles from its
+// graph.lcc to the same program, the state still on the host; the memory is
+// the host plan's.
+func TestCompiledStepKeepsOptimizerState(t *testing.T) {
+	model := filepath.Join("..", "testdata", "onnx", "gpt_mini.onnx")
+	opts := CompileOptions{Target: h200(t), Model: model, Options: Options{Loss: "cross-entropy",
+		OptimizerState: "host"}}
+	res, graph := compiledFolder(t, Bindings{SeqLen: 16}, opts)
+	g, err := Load(graph, Bindings{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts.Model = graph
+	again, err := Compile(g, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again.Hash != res.Hash || again.Report.Memory.OptimizerState != "host" ||
+		again.Report.Memory.PerGPUPeakBytes != res.Report.Memory.PerGPUPeakBytes {
+		t.Errorf("graph.lcc: hash %s, state %q, peak %d; the model: %s, host, %d", again.Hash,
+			again.Report.Memory.OptimizerState, again.Report.Memory.PerGPUPeakBytes, res.Hash,
+			res.Report.Memory.PerGPUPeakBytes)
 	}
 }

@@ -715,6 +715,9 @@ func (p *pipeline) memoryHints(attention bool) []string {
 	} else if p.target.GPUs <= 1 {
 		h = append(h, "a target with more GPUs and --ranks")
 	}
+	if o.OptimizerState == "" || o.OptimizerState == "device" {
+		h = append(h, "--optimizer-state=host (AdamW's state in pinned host memory)")
+	}
 	return append(h, "a shorter --seq-len")
 }
 
