@@ -17,16 +17,54 @@ type AttentionShape struct {
 	H, Hkv int
 	D      int
 	Causal bool
+	// Docs packs that many documents of (nearly) equal length into each
+	// sequence, causal within each (0 or 1: one document, no mask).
+	Docs int
 }
 
 // FwdFLOPs counts the forward's useful FLOPs as the anchors do: 4·B·H·T²·D,
-// halved when causal. Forward+backward is 3.5 times that.
+// halved when causal, and summed over the documents' own lengths when packed.
+// Forward+backward is 3.5 times that.
 func (s AttentionShape) FwdFLOPs() float64 {
-	f := 4 * float64(s.B) * float64(s.H) * float64(s.T) * float64(s.T) * float64(s.D)
+	var sq float64
+	for _, l := range s.docLens() {
+		sq += float64(l) * float64(l)
+	}
+	f := 4 * float64(s.B) * float64(s.H) * sq * float64(s.D)
 	if s.Causal {
 		f /= 2
 	}
 	return f
+}
+
+// docLens is the length of each packed document, the first ones one longer when
+// T does not divide: T itself without documents.
+func (s AttentionShape) docLens() []int64 {
+	n := int64(max(s.Docs, 1))
+	ls := make([]int64, n)
+	for i := range ls {
+		ls[i] = s.T / n
+		if int64(i) < s.T%n {
+			ls[i]++
+		}
+	}
+	return ls
+}
+
+// DocStarts is the doc-starts operand of s's packing, [B, T]: each position's
+// document start (ir/docs.go).
+func (s AttentionShape) DocStarts() []int64 {
+	st := make([]int64, 0, s.B*s.T)
+	for range s.B {
+		pos := int64(0)
+		for _, l := range s.docLens() {
+			for range l {
+				st = append(st, pos)
+			}
+			pos += l
+		}
+	}
+	return st
 }
 
 // Tiles are the tile sizes of one kernel configuration (zero: the default),
@@ -85,7 +123,7 @@ func (t Tiles) String() string {
 
 // Desc is the kernel descriptor of shape s with tiles t.
 func (s AttentionShape) Desc(t Tiles) fk.Desc {
-	return fk.Desc{B: s.B, T: s.T, S: s.T, Hq: s.H, Hkv: s.Hkv, D: s.D, Causal: s.Causal,
+	return fk.Desc{B: s.B, T: s.T, S: s.T, Hq: s.H, Hkv: s.Hkv, D: s.D, Causal: s.Causal, Docs: s.Docs > 1,
 		Br: t.Br, Bc: t.Bc, BwdBr: t.BwdBr, BwdBc: t.BwdBc, DQBr: t.DQBr, DQBc: t.DQBc, Stages: t.Stages,
 		WM: t.WM, DQWM: t.DQWM, DQ: fk.DQMode(t.DQ), Tier: t.Tier}.Defaults()
 }
@@ -190,12 +228,25 @@ func (b *Bench) Attention(s AttentionShape, tiles []Tiles) ([]AttentionRow, erro
 		ptr[i] = p
 	}
 	q, k, v, do, o, lse, dq, dk, dv, delta := ptr[0], ptr[1], ptr[2], ptr[3], ptr[4], ptr[5], ptr[6], ptr[7], ptr[8], ptr[9]
+	var starts cuda.DevicePtr
+	if s.Docs > 1 {
+		h := s.DocStarts()
+		p, err := b.Alloc(8 * int64(len(h)))
+		if err != nil {
+			return nil, err
+		}
+		if err := cuda.CopyHtoD(b.Dev, p, h); err != nil {
+			return nil, err
+		}
+		starts = p
+	}
 	var rows []AttentionRow
 	for _, t := range tiles {
 		a, err := flash.New(b.Dev, b.Cache, s.Desc(t))
 		if err != nil {
 			return rows, fmt.Errorf("perf: attention %+v, %v: %w", s, t, err)
 		}
+		a.Starts = starts
 		fwd := func() error { return a.Forward(b.Stream, o, lse, q, k, v) }
 		bwd := func() error { return a.Backward(b.Stream, dq, dk, dv, q, k, v, o, lse, do, delta) }
 		row := AttentionRow{Tiles: t}

@@ -39,7 +39,9 @@ func (bf *benchFlags) tierOf(b *perf.Bench) (int, error) {
 // CUDA events, beside the PyTorch anchors of --anchors run in the same command.
 // Each workload is a subcommand; add new ones to the list below.
 func benchCmd() *cobra.Command {
+	// Shared by pointer: the subcommands read the persistent flags parsed here.
 	bf := &benchFlags{}
+	// No RunE: lcc bench alone prints its help, which lists the workloads.
 	cmd := &cobra.Command{
 		Use:   "bench WORKLOAD",
 		Short: "time one operation on the GPU beside its PyTorch anchor",
@@ -49,15 +51,22 @@ runs the PyTorch anchor scripts in DIR (a copy of the project's bench folder) in
 same command, at the same shape, and prints the ratio of their time to lcc's
 (above 1: lcc is faster).`,
 	}
+	// Persistent: every workload below takes the same timing flags.
+	// No anchors by default: they need python3 and PyTorch, which a GPU host for
+	// lcc need not have.
 	cmd.PersistentFlags().StringVar(&bf.anchors, "anchors", "", "folder with the PyTorch anchor scripts (attention.py ...)")
+	// Two untimed runs: the first builds and loads the kernels, so only later runs
+	// time the kernels alone.
 	cmd.PersistentFlags().IntVar(&bf.warm, "warmup", 2, "untimed runs before timing")
+	// Odd, so the median perf reports is the middle run itself.
 	cmd.PersistentFlags().IntVar(&bf.iters, "iters", 5, "timed runs (the median is reported)")
 	cmd.PersistentFlags().IntVar(&bf.tier, "tier", 0, "attention kernel tier: 1 (mma.sync), 2 (wgmma, sm_90a); 0: 2 on sm_90, else 1")
 	cmd.AddCommand(benchAttentionCmd(bf), benchDilatedCmd(bf), benchCECmd(bf), benchEmbedCmd(bf), benchStepCmd(bf))
 	return cmd
 }
 
-// openBench opens GPU 0, a stream and the kernel cache.
+// open opens GPU 0, a stream and the kernel cache, and returns the function that
+// closes them.
 func (bf *benchFlags) open() (*perf.Bench, func(), error) {
 	// Validate the counts before opening a device, which is slow and may be shared.
 	if bf.iters < 1 || bf.warm < 0 {
@@ -97,6 +106,7 @@ func (bf *benchFlags) anchorRows(w io.Writer, script string, args ...string) ([]
 	}
 	// Echo the exact command so a surprising anchor figure can be reproduced by hand.
 	fmt.Fprintf(w, "anchor: python3 %s/%s %v\n", bf.anchors, script, args)
+	// The script's own messages (PyTorch's warnings) go to stderr, apart from the table.
 	return perf.RunAnchor(context.Background(), bf.anchors, script, args, os.Stderr)
 }
 
@@ -105,6 +115,7 @@ func (bf *benchFlags) anchorRows(w io.Writer, script string, args ...string) ([]
 // PyTorch's SDPA backends run in the same command (perf.Attention).
 func benchAttentionCmd(bf *benchFlags) *cobra.Command {
 	var s perf.AttentionShape
+	// Empty: one run with the kernel's own tiles; a list sweeps them.
 	var tiles string
 	var noCausal bool
 	cmd := &cobra.Command{
@@ -124,6 +135,12 @@ func benchAttentionCmd(bf *benchFlags) *cobra.Command {
 			if s.T <= 0 || s.B <= 0 || s.H <= 0 || s.Hkv <= 0 || s.H%s.Hkv != 0 {
 				return fmt.Errorf("--T %d --B %d --H %d --Hkv %d: want positive sizes and H a multiple of Hkv",
 					s.T, s.B, s.H, s.Hkv)
+			}
+			if s.Docs > 1 && !s.Causal {
+				return fmt.Errorf("--docs %d with --no-causal: a document mask is causal", s.Docs)
+			}
+			if s.Docs < 0 || int64(s.Docs) > s.T {
+				return fmt.Errorf("--docs %d: want 0 to --T documents", s.Docs)
 			}
 			// One zero configuration: every field 0 takes the kernel's own default tiles.
 			ts := []perf.Tiles{{}}
@@ -148,8 +165,10 @@ func benchAttentionCmd(bf *benchFlags) *cobra.Command {
 					ts[i].Tier = tier
 				}
 			}
-			fmt.Fprintf(w, "lcc bench attention: B=%d T=%d H=%d Hkv=%d D=%d causal=%v on %s\n",
-				s.B, s.T, s.H, s.Hkv, s.D, s.Causal, b.Dev.Name())
+			// The shape and the GPU head the output: figures from different devices must not
+			// be read as one another's.
+			fmt.Fprintf(w, "lcc bench attention: B=%d T=%d H=%d Hkv=%d D=%d causal=%v docs=%d on %s\n",
+				s.B, s.T, s.H, s.Hkv, s.D, s.Causal, max(s.Docs, 1), b.Dev.Name())
 			// Print the rows that ran before looking at err: a sweep that fails on one
 			// configuration still reports the others.
 			rows, err := b.Attention(s, ts)
@@ -169,14 +188,31 @@ func benchAttentionCmd(bf *benchFlags) *cobra.Command {
 					best = r
 				}
 			}
-			if s.B != 1 || !s.Causal {
+			if s.Docs > 1 {
+				// The packed run's yardstick is the same tokens as one causal
+				// sequence, timed here with the same tiles: what the mask saves.
+				one := s
+				one.Docs = 0
+				plain, err := b.Attention(one, []perf.Tiles{best.Tiles})
+				if err != nil {
+					return err
+				}
+				p := plain[0]
+				fmt.Fprintf(w, "  one causal sequence of %d tokens: fwd %.3f ms | fwd+bwd %.3f ms\n", s.T, p.Fwd.Ms(), p.FwdBwd.Ms())
+				fmt.Fprintf(w, "packed %d documents vs one causal sequence: fwd %.2fx, fwd+bwd %.2fx faster\n",
+					s.Docs, p.Fwd.Ms()/best.Fwd.Ms(), p.FwdBwd.Ms()/best.FwdBwd.Ms())
 				if bf.anchors != "" {
-					fmt.Fprintln(w, "anchor skipped: attention.py dense times batch 1, causal")
+					fmt.Fprintln(w, "anchor skipped: attention.py dense has no document mask")
 				}
 				return nil
 			}
-			arows, err := bf.anchorRows(w, "attention.py", "dense", "--T", strconv.FormatInt(s.T, 10),
-				"--H", strconv.Itoa(s.H), "--Hkv", strconv.Itoa(s.Hkv), "--D", strconv.Itoa(s.D))
+			args := []string{"dense", "--T", strconv.FormatInt(s.T, 10), "--H", strconv.Itoa(s.H),
+				"--Hkv", strconv.Itoa(s.Hkv), "--D", strconv.Itoa(s.D), "--B", strconv.FormatInt(s.B, 10)}
+			mask := "causal"
+			if !s.Causal {
+				args, mask = append(args, "--no-causal"), "bidirectional"
+			}
+			arows, err := bf.anchorRows(w, "attention.py", args...)
 			if err != nil {
 				return err
 			}
@@ -184,17 +220,21 @@ func benchAttentionCmd(bf *benchFlags) *cobra.Command {
 			for _, r := range arows {
 				anchors = append(anchors, perf.AnchorResult(r, "fwd", "fwdbwd"))
 			}
-			return perf.Compare(w, fmt.Sprintf("attention T=%d H=%d Hkv=%d D=%d causal bf16 (lcc: %s)",
-				s.T, s.H, s.Hkv, s.D, best.Tiles), best.Result(s), anchors, "fwd", "bwd", "fwdbwd")
+			return perf.Compare(w, fmt.Sprintf("attention B=%d T=%d H=%d Hkv=%d D=%d %s bf16 (lcc: %s)",
+				s.B, s.T, s.H, s.Hkv, s.D, mask, best.Tiles), best.Result(s), anchors, "fwd", "bwd", "fwdbwd")
 		},
 	}
+	// 32K tokens, 8 heads of 128 by default: long enough that the kernels, not their
+	// launches, are what is timed.
 	f := cmd.Flags()
 	f.Int64Var(&s.B, "B", 1, "batch")
 	f.Int64Var(&s.T, "T", 32768, "sequence length")
 	f.IntVar(&s.H, "H", 8, "query heads")
 	f.IntVar(&s.Hkv, "Hkv", 0, "key/value heads (grouped-query); 0: same as --H")
 	f.IntVar(&s.D, "D", 128, "head dim (64 or 128)")
-	f.BoolVar(&noCausal, "no-causal", false, "attend to every key (the anchors time causal only)")
+	f.BoolVar(&noCausal, "no-causal", false, "attend to every key (bidirectional, as encoders do)")
+	f.IntVar(&s.Docs, "docs", 0, "pack this many equal documents into each sequence (a document mask), "+
+		"and time one causal sequence of the same tokens beside it")
 	f.StringVar(&tiles, "tiles", "", "tile configurations to sweep: Br,Bc,BwdBr,BwdBc,DQBr,DQBc,Stages[,WM,DQWM[,DQ[,Tier]]];... (0: default; DQ 1 fused, 2 split; Tier 0: --tier)")
 	return cmd
 }
@@ -203,6 +243,8 @@ func benchAttentionCmd(bf *benchFlags) *cobra.Command {
 // tokens beside the PyTorch implementation of the same branches (perf.Dilated).
 func benchDilatedCmd(bf *benchFlags) *cobra.Command {
 	s := perf.DilatedShape{}
+	// Parsed in RunE: --dq and --tiles both set the backward's dQ mode; a --dq other
+	// than auto wins.
 	var dq, tileSpec string
 	cmd := &cobra.Command{
 		Use:   "dilated",
@@ -222,6 +264,7 @@ func benchDilatedCmd(bf *benchFlags) *cobra.Command {
 			}
 			tiles := perf.Tiles{}
 			if tileSpec != "" {
+				// One configuration: every branch runs with it, and there is no sweep here.
 				ts, err := perf.ParseTiles(tileSpec)
 				if err != nil || len(ts) != 1 {
 					return fmt.Errorf("--tiles %q: want one configuration (%v)", tileSpec, err)
@@ -275,6 +318,8 @@ func benchDilatedCmd(bf *benchFlags) *cobra.Command {
 				row.Result(s), anchors, "fwd", "bwd", "fwdbwd")
 		},
 	}
+	// A million tokens: the lengths dilated attention exists for, where dense
+	// attention's quadratic cost rules it out.
 	f := cmd.Flags()
 	f.Int64Var(&s.T, "T", 1048576, "sequence length")
 	f.IntVar(&s.H, "H", 8, "heads")

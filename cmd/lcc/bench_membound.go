@@ -27,11 +27,13 @@ func (m *memShape) add(cmd *cobra.Command, t int64) {
 	// passes unchanged to the anchor.
 	f.Int64Var(&m.d, "d", 1024, "hidden size")
 	f.Int64Var(&m.v, "V", 32768, "vocabulary size")
+	// bf16 by default: half the bytes moved, and these workloads are bound by bytes.
 	f.StringVar(&m.precision, "precision", "bf16", "storage precision: bf16 or fp32")
 }
 
 // check validates the flags and returns the storage dtype.
 func (m *memShape) check() (tensor.DType, error) {
+	// Checked before the GPU is opened: a typo should not cost a device session.
 	if m.t < 1 || m.d < 1 || m.v < 1 {
 		return 0, fmt.Errorf("--T %d --d %d --V %d: want positive sizes", m.t, m.d, m.v)
 	}
@@ -111,6 +113,8 @@ first run (arena, kernels and the cuBLASLt workspace).`,
 				anchors, "fwdbwd")
 		},
 	}
+	// 64K tokens: with the default V, unfused logits would take 4 GiB in bf16, the
+	// memory that fusing the projection with the loss saves.
 	m.add(cmd, 65536)
 	return cmd
 }
@@ -143,6 +147,7 @@ their difference.`,
 			if err != nil {
 				return err
 			}
+			// Seed 1, as for ce: the same ids every run, so the atomics' conflicts repeat.
 			fin, bin := perf.EmbedInputs(m.t, m.d, m.v, 1)
 			pf, err := perf.MeasureProgram(b.Dev, fwd, fin, storage, bf.warm, bf.iters)
 			if err != nil {
@@ -177,6 +182,8 @@ their difference.`,
 				lcc, anchors, "fwd", "bwd", "fwdbwd")
 		},
 	}
+	// A million ids: each row of the default vocabulary is hit about 32 times, so the
+	// gradient's atomic conflicts are part of what is timed.
 	m.add(cmd, 1048576)
 	return cmd
 }

@@ -60,6 +60,8 @@ and prints the ratio of its step time to lcc's (above 1: lcc is faster).`,
 				return err
 			}
 			defer release()
+			// The session holds the training state across steps, as lcc train --device=cuda
+			// does, so the steps timed move no weights between host and GPU.
 			cfg.Session, cfg.Memory, cfg.Run = s, meter, s.Run
 			res, err := train.Train(cfg)
 			if err != nil {
@@ -70,6 +72,7 @@ and prints the ratio of its step time to lcc's (above 1: lcc is faster).`,
 			timed := slices.Clone(res.StepTimes[bf.warm:])
 			slices.Sort(timed)
 			med := timed[len(timed)/2]
+			// Tokens per step, for tokens/s: the figure the anchor prints too.
 			tokens := float64(cfg.Batch * cfg.SeqLen)
 			fmt.Fprintf(w, "lcc bench step: %s, batch %d × %d tokens, %s, on %s\n", filepath.Base(cfg.Model),
 				cfg.Batch, cfg.SeqLen, o.Precision, s.Device().Name())
@@ -111,6 +114,7 @@ and prints the ratio of its step time to lcc's (above 1: lcc is faster).`,
 				}
 				tps, _ := r.Float("tokens_per_s")
 				peak, _ := r.Float("peak_gib")
+				// Against lcc's median: above 1, lcc's step is the faster.
 				fmt.Fprintf(w, "  %s step %9.2f ms  %10.0f tokens/s  peak %.2f GiB  (anchor/lcc step time %.3f)\n",
 					r.Name(), 1e3*st, tps, peak, st/med.Seconds())
 			}
@@ -119,8 +123,11 @@ and prints the ratio of its step time to lcc's (above 1: lcc is faster).`,
 	}
 	cf.add(cmd)
 	f := cmd.Flags()
+	// No default length: a step's time depends on it above all, so it must be said.
 	f.IntVar(&cfg.SeqLen, "seq-len", 0, "tokens per sequence (binds the model's seq dim)")
+	// Batch 1: the batch flagship.py's anchor trains at.
 	f.IntVar(&cfg.Batch, "batch", 1, "sequences per step (binds the model's batch dim)")
+	// The rate changes the losses, not the step's time.
 	f.Float64Var(&cfg.LR, "lr", cfg.LR, "peak learning rate")
 	return cmd
 }

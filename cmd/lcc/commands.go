@@ -17,6 +17,7 @@ import (
 	"github.com/lcc-dev/lcc/passes/loss"
 	"github.com/lcc-dev/lcc/report"
 	"github.com/lcc-dev/lcc/targets"
+	"github.com/lcc-dev/lcc/train"
 )
 
 // shapeFlags are the dim-binding flags shared by compile, run and check.
@@ -30,6 +31,8 @@ type shapeFlags struct {
 // add registers --seq-len, --batch and --shape, the flags that bind a model's
 // symbolic dims.
 func (s *shapeFlags) add(cmd *cobra.Command) {
+	// Defaults of 0: an unbound dim stays the model's to fix (or the inputs' for
+	// run and check), and the driver binds a batch dim left open to 1.
 	cmd.Flags().Int64Var(&s.seqLen, "seq-len", 0, "bind the sequence dim (seq, sequence_length, ...)")
 	cmd.Flags().Int64Var(&s.batch, "batch", 0, "bind the batch dim (default 1)")
 	cmd.Flags().StringArrayVar(&s.shapes, "shape", nil, "bind a named dim: NAME=VALUE (repeatable)")
@@ -67,9 +70,13 @@ type attentionFlags struct {
 // add registers the attention rewrite's flags: --attention, the dilated
 // segments, dilations and offsets, --ranks and --require-attention.
 func (a *attentionFlags) add(cmd *cobra.Command) {
+	// dense by default: the model's exact attention, so that a plain compile
+	// computes what the framework does; dilated changes the math on purpose.
 	cmd.Flags().StringVar(&a.mode, "attention", "dense",
 		"attention: dense (exact), dilated (LongNet), ring or ulysses (sequence-parallel dense, with --ranks)")
 	cmd.Flags().IntVar(&a.ranks, "ranks", 0, rankFlagDoc)
+	// nil segments and dilations: the rewrite's LongNet defaults
+	// (passes.DefaultDilateConfig), not a copy of them here.
 	cmd.Flags().Int64SliceVar(&a.segments, "segments", nil, "dilated attention segment lengths, e.g. 2048,4096,8192")
 	cmd.Flags().Int64SliceVar(&a.dilations, "dilations", nil, "dilated attention dilation rates, e.g. 1,2,4")
 	cmd.Flags().StringVar(&a.offsets, "dilated-offsets", "paper", "head offsets of dilated attention: paper or block")
@@ -106,6 +113,7 @@ func (a *attentionFlags) options(gpus int) (driver.AttentionOptions, error) {
 		}
 		return driver.AttentionOptions{}, fmt.Errorf("--attention=%s needs --ranks=N with N >= 2", a.mode)
 	}
+	// Kept on the flags: compile and check pass it on beside --ranks.
 	a.shardMode = shard
 	o := driver.AttentionOptions{Mode: rewrite, Segments: a.segments, Dilations: a.dilations,
 		Offsets: a.offsets, Require: a.require}
@@ -136,6 +144,7 @@ func lookupTarget(name, file string) (targets.Target, error) {
 		return targets.Target{}, fmt.Errorf("--target %q is not in --target-file %s (it has %s)", name, file,
 			strings.Join(names, ", "))
 	}
+	// Lookup's error lists the built-in names; the prefix names the flag.
 	t, err := targets.Lookup(name)
 	if err != nil {
 		return targets.Target{}, fmt.Errorf("--target: %w", err)
@@ -148,13 +157,15 @@ func lookupTarget(name, file string) (targets.Target, error) {
 // Kept in one struct so every command that compiles parses the same flags the
 // same way; a step compiled by one runs unchanged under another.
 type compileFlags struct {
-	af                 attentionFlags
+	af attentionFlags
+	// With targetFile, target names one of its entries, never a built-in target.
 	target, targetFile string
 	loss, checkpoint   string
-	budget             byteSize
-	precision          string
-	rope               ropeFlags
-	cudaGraph          string
+	// budget 0: the target's memory per GPU.
+	budget    byteSize
+	precision string
+	rope      ropeFlags
+	cudaGraph string
 	// optimizerState is --optimizer-state; set before add, it is the flag's
 	// default (lcc train's is auto, the others' device).
 	optimizerState string
@@ -166,14 +177,22 @@ func (c *compileFlags) add(cmd *cobra.Command) {
 	c.af.add(cmd)
 	c.rope.add(cmd)
 	f := cmd.Flags()
-	f.StringVar(&c.target, "target", "h200x1", "target machine (see lcc targets)")
+	// A named machine, not the one lcc runs on: compile needs no GPU. The constant is
+	// train's, so compile and train plan for the same target without --target.
+	f.StringVar(&c.target, "target", train.DefaultTarget, "target machine (see lcc targets)")
 	f.StringVar(&c.targetFile, "target-file", "", "JSON file with extra targets")
 	f.StringVar(&c.loss, "loss", loss.Auto, loss.FlagDoc)
+	// auto: recompute only as much as the budget demands, so a step that fits keeps
+	// every activation and pays no recompute.
 	f.StringVar(&c.checkpoint, "checkpoint", "auto", "activation checkpointing: auto (search none, selective, sublayers, layers, then layers+offload, sublayers+offload, then a knapsack, under --memory-budget), none, selective, sublayers, layers, or layers+offload and sublayers+offload (the kept activations wait in pinned host memory, copied on a copy stream)")
 	f.Var(&c.budget, "memory-budget",
 		"checkpointing bound on the planned per-GPU peak (arena, optimizer state, fixed costs): bytes, or with a unit (80GB, 70GiB); default: the target's memory per GPU")
+	// fp32 by default: full-precision storage, which lcc check holds to 1e-4 of the
+	// framework's numbers.
 	f.StringVar(&c.precision, "precision", "fp32",
 		"device storage: fp32, or bf16 (bf16 storage, fp32 math, fp32 master weights and AdamW state)")
+	// on: one graph launch replaces a launch per kernel, the host cost that
+	// dominates steps of many small kernels.
 	f.StringVar(&c.cudaGraph, "cuda-graph", "on", "on: a GPU step whose launch plan allows it is captured "+
 		"once as a CUDA graph and replayed (not with --profile); off: launched one by one. Recorded in the plan")
 	def := c.optimizerState
@@ -192,6 +211,7 @@ func (c *compileFlags) options() (targets.Target, driver.Options, error) {
 	if err != nil {
 		return targets.Target{}, driver.Options{}, err
 	}
+	// The target first: ring and ulysses without --ranks take its GPU count.
 	att, err := c.af.options(t.GPUs)
 	if err != nil {
 		return targets.Target{}, driver.Options{}, err
@@ -216,21 +236,25 @@ func (c *compileFlags) options() (targets.Target, driver.Options, error) {
 // launch plan, manifest).
 func compileCmd() *cobra.Command {
 	var (
-		sf                    shapeFlags
-		cf                    compileFlags
+		sf shapeFlags
+		cf compileFlags
+		// out "" reports only: compile writes nothing unless asked for a folder.
 		out                   string
 		reportFmt, printAfter string
 		emit                  []string
 		timePasses            bool
 		measured              string
-		rank                  int
-		hostBudget            byteSize
+		// --rank and --host-memory-budget stay outside compileFlags: train gives the
+		// budget another meaning on the CPU, and only compile lists one rank.
+		rank       int
+		hostBudget byteSize
 	)
 	cmd := &cobra.Command{
 		Use:   "compile MODEL",
 		Short: "compile a model (.onnx or .lcc) for a target: plan, kernels and report, no GPU needed",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			// Every flag check comes before the model is read: importing a large model is slow.
 			if reportFmt != "text" && reportFmt != "json" {
 				return fmt.Errorf("--report %q: want text or json", reportFmt)
 			}
@@ -272,6 +296,7 @@ func compileCmd() *cobra.Command {
 				return err
 			}
 			o.Rank, o.HostMemoryBudget = rank, int64(hostBudget)
+			// Bound at load: the passes plan memory and kernels for concrete shapes.
 			b, err := sf.bindings()
 			if err != nil {
 				return err
@@ -280,7 +305,8 @@ func compileCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			// Warnings are about the model as loaded, before passes rewrite it away.
+			// Warnings are about the model as loaded, before passes rewrite it away. They go
+			// into the report (text and JSON), not to stderr, so --report=json carries them.
 			warnings := driver.Warnings(f)
 			res, err := driver.Compile(f, driver.CompileOptions{Options: o, Target: t, PrintAfter: printAfter,
 				// DefaultShard lets compile split over a multi-GPU target's GPUs when one cannot
@@ -291,6 +317,8 @@ func compileCmd() *cobra.Command {
 			}
 			res.Report.Warnings = warnings
 			res.Report.Notes = f.Remarks
+			// The folder before the report: a failed write is then the command's error,
+			// not a report printed for files that do not exist.
 			if out != "" {
 				wo := driver.OutputOptions{Emit: files}
 				if plotMemory {
@@ -324,12 +352,16 @@ func compileCmd() *cobra.Command {
 	sf.add(cmd)
 	cf.add(cmd)
 	addHostBudget(cmd, &hostBudget)
+	// Rank 0 by default: it exists in every plan, sharded or not.
 	cmd.Flags().IntVar(&rank, "rank", 0, "with a sharded plan: the rank whose program the report lists and "+
 		"-o writes (ops, kernels, launch plan, program hash; rank.lcc)")
+	// Off by default: a report without timings is the same run to run, so two
+	// compiles' reports diff cleanly.
 	cmd.Flags().BoolVar(&timePasses, "time-passes", false, "include pass timings in the report (then it differs run to run)")
 	cmd.Flags().StringSliceVar(&emit, "emit", nil, "also write the rewritten graph: onnx (DIR/graph.onnx, lcc ops in domain ai.lcc), dot (DIR/graph.dot); or memory (DIR/memory.png: planned memory over the step's schedule)")
 	cmd.Flags().StringVar(&measured, "measured", "", "with --emit=memory: a --metrics JSONL of lcc train whose measured peak (measured_peak_bytes) is drawn as a line")
 	cmd.Flags().StringVarP(&out, "output", "o", "", "write graph.lcc, weights, kernels and report.json to this folder")
+	// text for a person; json (report.json's schema) for scripts and jq.
 	cmd.Flags().StringVar(&reportFmt, "report", "text", "report format: text or json")
 	cmd.Flags().StringVar(&printAfter, "print-ir-after", "", "print the IR after this pass (or all) to stderr")
 	return cmd
@@ -393,6 +425,8 @@ func passesCmd() *cobra.Command {
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			w := cmd.OutOrStdout()
+			// --pipeline goes through cf.options and driver.Pipeline, as compile does, so
+			// the list printed is the one compile runs, not a description kept beside it.
 			if pipeline {
 				t, o, err := cf.options()
 				if err != nil {
@@ -423,6 +457,8 @@ func passesCmd() *cobra.Command {
 		},
 	}
 	cmd.Flags().BoolVar(&pipeline, "pipeline", false, "print the pass list of lcc compile/train with the flags given")
+	// Every pipeline flag compile takes, so --pipeline answers for exactly the flags a
+	// compile would be given.
 	cf.add(cmd)
 	return cmd
 }

@@ -26,6 +26,8 @@ type deviceFlags struct {
 // add registers --device and --precision, which choose where a run executes and
 // how its float values are stored there.
 func (d *deviceFlags) add(cmd *cobra.Command) {
+	// cpu and fp32 by default: the reference interpreter in full precision, the
+	// numbers every GPU and bf16 run is checked against.
 	cmd.Flags().StringVar(&d.device, "device", "cpu", "where to run: cpu (reference interpreter) or cuda (GPU 0)")
 	cmd.Flags().StringVar(&d.precision, "precision", "fp32",
 		"storage precision: fp32, or bf16 (bf16 storage, fp32 math and accumulation; on the CPU, emulated)")
@@ -33,7 +35,8 @@ func (d *deviceFlags) add(cmd *cobra.Command) {
 }
 
 // addHostBudget adds --host-memory-budget, which bounds a CPU run's host memory
-// and a GPU step's planned host peak.
+// and a GPU step's planned host peak. A function of its own, not part of
+// deviceFlags.add: compile and train take the flag without --device's set.
 func addHostBudget(cmd *cobra.Command, b *byteSize) {
 	cmd.Flags().Var(b, "host-memory-budget", "host memory a --device=cpu run may hold at its peak, "+
 		"e.g. 8GiB (default: what the host has available, or its cgroup's limit if smaller); "+

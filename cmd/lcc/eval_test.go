@@ -2,7 +2,9 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	stdpng "image/png"
+	"math"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -10,6 +12,64 @@ import (
 	"strings"
 	"testing"
 )
+
+// TestEvalRoPE: --rope-theta changes what eval scores, and to what training
+// with it scores. On llama_mini (untrained) and the first window of 64 tokens,
+// theta 100 moves the mean loss by about 5e-3; lcc train with the same theta
+// reports, for its first step, the loss of the same window under the same
+// weights, which eval must give to 1e-5 (it sums in float64, train's fused
+// cross-entropy in f32). The rope lines say which frequencies were used, as
+// train's do, and a checkpoint of that run scores differently without the flag
+// (it does not record the RoPE).
+func TestEvalRoPE(t *testing.T) {
+	const model, toks = "../../testdata/onnx/llama_mini.onnx", "tokens:../../testdata/trajectory/tokens.bin"
+	dir := t.TempDir()
+	loss := regexp.MustCompile(`mean loss ([0-9.]+) `)
+	evalLoss := func(m string, flags ...string) (float64, string) {
+		t.Helper()
+		out, stderr, code := lcc(t, append([]string{"eval", m, "--data=" + toks, "--seq-len=64", "--windows=1"},
+			flags...)...)
+		mm := loss.FindStringSubmatch(out)
+		if code != 0 || mm == nil {
+			t.Fatalf("eval %s %v: exit %d\n%s%s", m, flags, code, out, stderr)
+		}
+		l, _ := strconv.ParseFloat(mm[1], 64)
+		return l, out
+	}
+	plain, plainOut := evalLoss(model)
+	theta, out := evalLoss(model, "--rope-theta=100")
+	const rope = "rope    base 10000 → 100, scaling none; rotary dim 16, 1 cos/sin table pair(s) rewritten\n" +
+		"rope    inv_freq[8] 1, 0.562341, 0.316228, …"
+	if !strings.Contains(out, rope) || strings.Contains(plainOut, "rope ") {
+		t.Errorf("want rope lines with the flag alone:\n%s\nwithout it:\n%s", out, plainOut)
+	}
+	if !(math.Abs(theta-plain) > 1e-3) {
+		t.Errorf("--rope-theta=100: mean loss %.6f, without it %.6f: the flag is not applied", theta, plain)
+	}
+	metrics, ck := filepath.Join(dir, "m.jsonl"), filepath.Join(dir, "ck")
+	if _, stderr, code := lcc(t, "train", model, "--device=cpu", "--target=cpu", "--data="+toks, "--seq-len=64",
+		"--batch=1", "--steps=1", "--lr=1e-3", "--rope-theta=100", "--metrics="+metrics, "--checkpoint-dir="+ck,
+		"--progress-every=0"); code != 0 {
+		t.Fatalf("train: exit %d\n%s", code, stderr)
+	}
+	js, err := os.ReadFile(metrics)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var step struct{ Loss float64 }
+	if err := json.Unmarshal(js, &step); err != nil {
+		t.Fatalf("%s: %v", metrics, err)
+	}
+	if math.Abs(step.Loss-theta) > 1e-5 {
+		t.Errorf("train --rope-theta=100: step 1's loss %.7f; eval --rope-theta=100 of its model: %.6f",
+			step.Loss, theta)
+	}
+	trained, _ := evalLoss(ck, "--rope-theta=100")
+	again, _ := evalLoss(ck)
+	if !(math.Abs(trained-again) > 1e-3) {
+		t.Errorf("the checkpoint with --rope-theta=100: mean loss %.6f, without it %.6f", trained, again)
+	}
+}
 
 // TestEvalPasskeyAfterTraining trains llama_mini on synthetic:passkey on the
 // CPU (58 tokens, the shortest prompt; 400 steps of 2 at a constant lr 3e-3,
@@ -76,6 +136,9 @@ func TestEvalPerplexityAndErrors(t *testing.T) {
 		{[]string{"--passkey", "--lengths=64", "--heatmap=a.txt"}, "--heatmap a.txt"},
 		{[]string{"--data=" + toks, "--seq-len=16", "--lengths=64"}, "--lengths and --depths are for --passkey"},
 		{[]string{"--data=" + toks, "--seq-len=16", "--device=tpu"}, `--device "tpu"`},
+		{[]string{"--data=" + toks, "--seq-len=16", "--rope-scaling=cubic:2"}, `--rope-scaling "cubic:2": no kind`},
+		{[]string{"--passkey", "--lengths=64", "--rope-scaling=linear:0"}, `--rope-scaling "linear:0": the factor`},
+		{[]string{"--data=" + toks, "--seq-len=16", "--rope-theta=-3"}, "--rope-theta -3: want a base above 1"},
 	} {
 		_, stderr, code := lcc(t, append([]string{"eval", model}, tc.args...)...)
 		if code != 1 || !strings.Contains(stderr, tc.want) {

@@ -40,6 +40,8 @@ trained weights:
 			if err := checkOutputFile("-o", out); err != nil {
 				return err
 			}
+			// export.Run checks --format and --step: which steps exist is known only once
+			// it lists the folder's checkpoints.
 			res, err := export.Run(args[0], export.Options{Format: format, Out: out, Step: step})
 			if err != nil {
 				return err
@@ -58,9 +60,12 @@ trained weights:
 			return nil
 		},
 	}
-	// safetensors by default: the format a PyTorch user loads directly.
+	// safetensors by default: the format a PyTorch user loads directly, and the
+	// smaller of the two (the weights alone, no graph).
 	cmd.Flags().StringVar(&format, "format", "safetensors", "safetensors (PyTorch state_dict names) or onnx")
 	cmd.Flags().StringVarP(&out, "output", "o", "", "the file to write")
+	// 0 is no checkpoint's step (the first is written after step 1), so it can stand
+	// for the newest.
 	cmd.Flags().IntVar(&step, "step", 0, "export the checkpoint of this step (default: the newest valid one)")
 	return cmd
 }

@@ -24,7 +24,9 @@ var byteUnits = []struct {
 	// Longest suffixes first, so "GiB" is not read as "B".
 	{"kib", 1 << 10}, {"mib", 1 << 20}, {"gib", 1 << 30}, {"tib", 1 << 40},
 	{"kb", 1e3}, {"mb", 1e6}, {"gb", 1e9}, {"tb", 1e12},
+	// Ki, Mi, ...: Kubernetes' spelling of the binary units, as cluster limits are written.
 	{"ki", 1 << 10}, {"mi", 1 << 20}, {"gi", 1 << 30}, {"ti", 1 << 40},
+	// A bare k, m, g or t is decimal, as kB is; "b" alone last, after every unit ending in b.
 	{"k", 1e3}, {"m", 1e6}, {"g", 1e9}, {"t", 1e12}, {"b", 1},
 }
 
@@ -40,12 +42,16 @@ func parseBytes(s string) (int64, error) {
 		}
 	}
 	x, err := strconv.ParseFloat(t, 64)
+	// Well below MaxInt64: a float64 near 2^63 may round up past it, and the int64
+	// conversion below would overflow.
 	if err != nil || x < 0 || math.IsInf(x, 0) || math.IsNaN(x) || x*scale > math.MaxInt64/2 {
 		return 0, fmt.Errorf("not a size: want a number with a unit (80GB, 70GiB, 512MiB, 85899345920B)")
 	}
+	// 0 needs no unit (it means "not given"); any other bare number is ambiguous.
 	if scale == 0 && x != 0 {
 		return 0, fmt.Errorf("no unit: %sGiB? (or %sGB; %sB for bytes)", t, t, t)
 	}
+	// Rounded, not truncated: 4.1GB is 4.1e9 bytes, where float64 holds 4099999999.9999995.
 	return int64(math.Round(x * max(scale, 1))), nil
 }
 
@@ -63,6 +69,7 @@ func (b *byteSize) Set(s string) error {
 
 // String is the size in bytes, with its unit so that it parses again.
 func (b *byteSize) String() string {
+	// "0", not "0B": pflag shows no default in --help when the value reads as zero.
 	if *b == 0 {
 		return "0"
 	}
@@ -76,10 +83,12 @@ func (b *byteSize) Type() string { return "bytes" }
 // read as "not given" further down and silently pick a default.
 var positiveFlags = []string{"seq-len", "batch", "ranks"}
 
-// checkPositiveFlags refuses --seq-len=0 and the like.
+// checkPositiveFlags refuses --seq-len=0 and the like. It is the root command's
+// PersistentPreRunE, so every command checks them before its RunE.
 func checkPositiveFlags(cmd *cobra.Command) error {
 	for _, name := range positiveFlags {
 		f := cmd.Flags().Lookup(name)
+		// Commands without the flag, and flags left at their default, pass.
 		if f == nil || !f.Changed {
 			continue
 		}
@@ -106,6 +115,7 @@ func suggestFlag(cmd *cobra.Command, err error) error {
 	default:
 		return plainFlagError(err)
 	}
+	// Every flag at the smallest distance is offered: the user picks, lcc does not.
 	var best []string
 	bestD := 1 << 30
 	cmd.Flags().VisitAll(func(f *pflag.Flag) {
@@ -113,6 +123,7 @@ func suggestFlag(cmd *cobra.Command, err error) error {
 			return
 		}
 		d := editDistance(name, f.Name)
+		// A prefix either way (--seq for --seq-len, --seq-lens) counts as one typo.
 		if strings.HasPrefix(f.Name, name) || strings.HasPrefix(name, f.Name) {
 			d = min(d, 1)
 		}
@@ -123,6 +134,8 @@ func suggestFlag(cmd *cobra.Command, err error) error {
 			best = append(best, f.Name)
 		}
 	})
+	// More edits than a third of the name (two always allowed) is a guess, not a
+	// suggestion: point at --help instead.
 	if len(best) == 0 || bestD > max(2, len(name)/3) {
 		return fmt.Errorf("%s (see lcc %s --help)", msg, cmd.Name())
 	}
@@ -150,11 +163,13 @@ var wantOfParse = []struct{ prefix, want string }{
 // wants (`--lr "abc": want a number`), without Go's function names.
 func plainFlagError(err error) error {
 	m := badValue.FindStringSubmatch(err.Error())
+	// Other messages (a flag given without its value) already read well.
 	if m == nil {
 		return err
 	}
 	for _, w := range wantOfParse {
 		if strings.HasPrefix(m[3], w.prefix) {
+			// strconv's range error: the value is well formed, so "want a number" would mislead.
 			if strings.HasSuffix(m[3], "value out of range") {
 				return fmt.Errorf("%s %s: out of range", m[2], m[1])
 			}
@@ -166,6 +181,8 @@ func plainFlagError(err error) error {
 
 // editDistance is the Levenshtein distance between a and b.
 func editDistance(a, b string) int {
+	// Two rows of the dynamic-programming table: flag names are short, but there is
+	// no need for the whole matrix.
 	prev := make([]int, len(b)+1)
 	cur := make([]int, len(b)+1)
 	for j := range prev {

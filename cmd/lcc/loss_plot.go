@@ -18,6 +18,8 @@ import (
 // its --metrics file, which holds the steps before the resume too, so the curve
 // is the whole run's; without one it draws its own steps, and says so.
 func plotLoss(path string, cfg train.Config, res *train.Result, log io.Writer) error {
+	// A fresh run's own losses are every step already; only a resumed one (first > 0)
+	// is missing the steps before its resume.
 	first, losses := res.FirstStep, res.Losses
 	if first > 0 && cfg.Metrics != "" {
 		// Only a metrics file that covers every step replaces the run's own losses; a
@@ -26,6 +28,7 @@ func plotLoss(path string, cfg train.Config, res *train.Result, log io.Writer) e
 			first, losses = 0, all
 		}
 	}
+	// A note, not an error: the plot of this part is still worth drawing.
 	if first > 0 {
 		fmt.Fprintf(log, "lcc: note: --plot draws steps %d..%d, this part of the run (with --metrics, "+
 			"a resumed run draws every step)\n", first+1, res.Step)

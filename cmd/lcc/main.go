@@ -30,17 +30,24 @@ func (e *exitError) Error() string { return e.err.Error() }
 // main runs the command line: every error is printed once, cut to maxMessage,
 // and exits 1 (or the code an exitError carries: 130 or 143 after a signal).
 func main() {
+	// SilenceUsage: a usage dump after a run's error would bury the message
+	// (usageOnArgError prints usage for wrong arguments only). SilenceErrors: main
+	// prints each error itself, once and clipped.
 	root := &cobra.Command{
 		Use:           "lcc",
 		Short:         "lcc compiles transformer training for very long sequences",
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
+	// On the root, so that every subcommand inherits both.
 	root.SetFlagErrorFunc(suggestFlag)
 	root.PersistentPreRunE = func(cmd *cobra.Command, _ []string) error { return checkPositiveFlags(cmd) }
 	root.AddCommand(compileCmd(), runCmd(), checkCmd(), trainCmd(), evalCmd(), exportCmd(), targetsCmd(), passesCmd(), benchCmd(), versionCmd())
+	// After AddCommand: it wraps the Args of the commands that exist by then.
 	usageOnArgError(root)
 	if err := root.Execute(); err != nil {
+		// Whatever command met it, a missing driver has one fix; say it instead of
+		// the loader's message.
 		if cuda.NoDriver(err) {
 			err = errors.New("no NVIDIA driver (libcuda.so.1 not found); use --device=cpu")
 		}
@@ -59,6 +66,7 @@ func usageOnArgError(c *cobra.Command) {
 	for _, sub := range c.Commands() {
 		usageOnArgError(sub)
 	}
+	// Wrapped, not replaced: the command's own argument rule still decides.
 	check := c.Args
 	if check == nil {
 		return
@@ -92,6 +100,8 @@ func versionCmd() *cobra.Command {
 		Short: "print lcc's version, commit and Go version, and the CUDA driver and NVRTC it finds",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			// The driver and NVRTC are looked for, not required: version must work on a
+			// host without a GPU, where it says what is missing.
 			w := cmd.OutOrStdout()
 			fmt.Fprintf(w, "lcc %s\n", version)
 			fmt.Fprintf(w, "commit       %s\n", commit())
@@ -122,6 +132,7 @@ func commit() string {
 	if rev == "" {
 		return "unknown"
 	}
+	// The revision alone would name a tree the binary was not built from.
 	if modified {
 		rev += " + changes"
 	}
@@ -143,6 +154,7 @@ func driverFound() string {
 // nvrtcFound is the default NVRTC's version and path, and the sm_90a one's when
 // that is another (LCC_NVRTC12), or "none found".
 func nvrtcFound() string {
+	// sm_80 is the lowest arch lcc compiles for, so its NVRTC is the default one.
 	n, err := cuda.NVRTCFor("sm_80")
 	if err != nil {
 		return "none found"

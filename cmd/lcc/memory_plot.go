@@ -40,6 +40,8 @@ func writeMemoryPlot(path, model string, res *driver.Result, metrics string) err
 			return err
 		}
 	}
+	// The target and the checkpoint policy change the plan most: the title names
+	// both, so that one model's plots can be told apart.
 	title := fmt.Sprintf("%s: %s per GPU, checkpoint %s", filepath.Base(model),
 		res.Report.Target.Name, res.Report.Checkpoints.Policy)
 	return plot.Memory(path, title, s)

@@ -27,6 +27,7 @@ func checkOutputDir(flag, path string) error {
 	case err == nil:
 		return writable(flag, path, path)
 	case !missing(err):
+		// A parent that cannot be searched, say: Stat's error is then the answer.
 		return fmt.Errorf("%s %s: %w", flag, path, fserr.Cause(err))
 	}
 	return creatable(flag, path)
@@ -51,7 +52,8 @@ func checkOutputFile(flag, path string) error {
 		}
 		return f.Close()
 	}
-	// The file does not exist yet: what matters is that its folder can take it.
+	// The file does not exist yet: what matters is that its folder can take it. The
+	// longer flag text keeps the file asked for in the folder's error.
 	return checkOutputDir(flag+" "+path+": its folder", filepath.Dir(path))
 }
 
@@ -93,6 +95,7 @@ func writable(flag, path, dir string) error {
 	if err != nil {
 		return fmt.Errorf("%s %s: cannot write in %s: %w", flag, path, dir, fserr.Cause(err))
 	}
+	// Removed at once: the check must leave nothing behind in the user's folder.
 	f.Close()
 	return os.Remove(f.Name())
 }

@@ -52,11 +52,13 @@ func applyRecorded(cmd *cobra.Command, model string) error {
 	return nil
 }
 
-// flagText is a flag's value as the record writes it: a list without brackets.
+// flagText is a flag's value as the record writes it: a list without brackets
+// (pflag prints --segments as [2048,4096], report.json records 2048,4096).
 func flagText(s string) string { return strings.Trim(s, "[]") }
 
 // shownRecorded is a recorded value as a user reads it.
 func shownRecorded(r driver.RecordedFlag) string {
+	// report.json records a budget not given as 0, which would read as no memory at all.
 	if r.Flag == "memory-budget" && r.Value == "0" {
 		return "0 (none given: the target's memory)"
 	}

@@ -6,8 +6,8 @@ import (
 	"github.com/lcc-dev/lcc/passes"
 )
 
-// ropeFlags are --rope-theta and --rope-scaling, which compile, check, run and
-// train take alike: the rescale-rope pass's configuration.
+// ropeFlags are --rope-theta and --rope-scaling, which compile, check, run,
+// train and eval take alike: the rescale-rope pass's configuration.
 type ropeFlags struct {
 	// theta 0 and scaling "none" leave the model's embeddings as exported.
 	theta   float64
@@ -23,7 +23,8 @@ func (r *ropeFlags) add(cmd *cobra.Command) {
 			" (L: the pretraining length; default the sequence length / F)")
 }
 
-// config validates the flags.
+// config validates the flags into the pass's configuration. The errors name the
+// flag and its value (passes words them), so each command returns them as they are.
 func (r *ropeFlags) config() (passes.RoPEConfig, error) {
 	s, err := passes.ParseRoPEScaling(r.scaling)
 	if err != nil {

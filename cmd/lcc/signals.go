@@ -31,6 +31,8 @@ func stopOnSignals(log io.Writer) *stopper {
 	// the second one is the one that must not be lost.
 	s := &stopper{stop: make(chan struct{}), sigs: make(chan os.Signal, 2)}
 	signal.Notify(s.sigs, syscall.SIGINT, syscall.SIGTERM)
+	// The goroutine, not the training loop, reacts: a second signal must exit even
+	// while a step runs, and the loop only looks between steps.
 	go func() {
 		for sig := range s.sigs {
 			s.mu.Lock()

@@ -24,13 +24,21 @@ import (
 
 // trainCmd is `lcc train`: it parses flags into a train.Config and runs it.
 func trainCmd() *cobra.Command {
+	// The flags write into cfg, so the defaults --help shows are train's own
+	// (train.DefaultConfig), not a second copy that could drift from them.
 	cfg := train.DefaultConfig()
+	// compile's flag set, parsed the same way: train compiles the program lcc
+	// compile reports for the same flags, and prints the same hash. Only
+	// --optimizer-state's default differs: train's plan may move the state.
 	cf := compileFlags{optimizerState: "auto"}
 	var commTimeout time.Duration
 	var plotPath string
 	var profile, sharedGPU bool
 	var shapes []string
+	// One flag, two bounds: the interpreter's heap on the CPU, the planned host
+	// peak on a GPU (see RunE).
 	var hostBudget byteSize
+	// Parsed in RunE into cfg.SeqLenSchedule; train refuses it beside --seq-len.
 	var seqLenSchedule string
 	cmd := &cobra.Command{
 		Use:   "train MODEL --data=SPEC --seq-len N --batch N --steps N --lr X",
@@ -72,6 +80,7 @@ naming it; --comm-timeout also bounds the rendezvous.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) (err error) {
 			cfg.Model = args[0]
+			// The flags that parse alone first: a typo costs no compile.
 			if cfg.Shape, err = driver.ParseShapeFlags(shapes); err != nil {
 				return err
 			}
@@ -80,23 +89,34 @@ naming it; --comm-timeout also bounds the rendezvous.`,
 					return err
 				}
 			}
+			// Progress lines and the summary are the run's output; warnings and notes go to
+			// stderr, so that piping stdout to a file keeps only the former.
 			cfg.Progress = cmd.OutOrStdout()
 			cfg.Log = cmd.ErrOrStderr()
+			// Recorded in every checkpoint, to tell which lcc wrote it.
 			cfg.Version = version
 			// The interpreter allocates a tensor per op; the live heap is small, so a
 			// lazier GC buys ~15% of step time. An explicit GOGC still wins.
 			if _, set := os.LookupEnv("GOGC"); !set {
 				defer debug.SetGCPercent(debug.SetGCPercent(400))
 			}
+			// The output paths first: a run must not train for hours and then find that it
+			// cannot write its checkpoint or plot.
 			if err := checkTrainOutputs(cfg, plotPath); err != nil {
 				return err
 			}
+			// Before cf.options, as in compile: a compiled step's recorded flags fill in the
+			// flags not given before they are read.
 			if err := applyRecorded(cmd, cfg.Model); err != nil {
 				return err
 			}
+			// Caught before the compile, so that a Ctrl-C during it is not lost: train
+			// polls cfg.Stop after each step and stops with a checkpoint, not killed.
 			stop := stopOnSignals(cmd.ErrOrStderr())
 			defer stop.release()
 			cfg.Stop = stop.stop
+			// A launcher (torchrun, srun) makes this process one rank of several; without
+			// one the ranks, if any, are goroutines of this process.
 			env, launched, err := runner.EnvFrom(os.Getenv)
 			if err != nil {
 				return fmt.Errorf("launcher environment: %w", err)
@@ -108,6 +128,9 @@ naming it; --comm-timeout also bounds the rendezvous.`,
 			if err != nil {
 				return err
 			}
+			// train.Config holds the pipeline options field by field (it also trains
+			// without the CLI); each one compile takes must be copied here, or train
+			// silently compiles another program than lcc compile reports.
 			cfg.Target, cfg.Loss, cfg.Attention, cfg.Checkpoint = t, o.Loss, o.Attention, o.Checkpoint
 			cfg.MemoryBudget, cfg.Precision, cfg.Ranks, cfg.ShardMode = o.MemoryBudget, o.Precision, o.Ranks, o.ShardMode
 			cfg.RoPE = o.RoPE
@@ -132,6 +155,7 @@ naming it; --comm-timeout also bounds the rendezvous.`,
 				}
 			}
 			var res *train.Result
+			// cf.options has validated --precision: fp32 or bf16.
 			storage := tensor.F32
 			if precision == "bf16" {
 				storage = tensor.BF16
@@ -155,9 +179,13 @@ naming it; --comm-timeout also bounds the rendezvous.`,
 			if err != nil {
 				return err
 			}
+			// Rank 0 writes the checkpoints and prints the summary; another rank only ends
+			// with its stop's status.
 			if launched && env.Rank != 0 {
 				return stopped(stop, res, false) // rank 0 prints the summary
 			}
+			// The plot and the summary of a stopped run are still written: they show the
+			// steps that ran, and the stop's exit status comes after them.
 			if plotPath != "" {
 				if err := plotLoss(plotPath, cfg, res, cmd.ErrOrStderr()); err != nil {
 					return err
@@ -171,17 +199,26 @@ naming it; --comm-timeout also bounds the rendezvous.`,
 	}
 	cf.add(cmd)
 	addHostBudget(cmd, &hostBudget)
+	// Defaults below that read cfg's fields are train.DefaultConfig's; a literal 0
+	// means "not given": train then refuses the run (--seq-len, --steps) or takes
+	// the documented default (--batch: 1 or the model's static batch).
 	f := cmd.Flags()
 	f.BoolVar(&profile, "profile", false, "with --device=cuda: print the wall-clock step time and the GPU "+
 		"time per kernel family per step (CUDA events)")
 	f.BoolVar(&sharedGPU, "shared-gpu", false, "test and development mode: with --ranks=N --device=cuda, run "+
 		"every rank on GPU 0 with an in-process device communicator instead of NCCL (one GPU per rank)")
 	f.StringVar(&plotPath, "plot", "", "draw the loss of every step of this run to FILE (.png, .svg or .pdf)")
+	// A minute: a peer silent that long is taken for dead, so that one failed rank
+	// does not hold the others idle until the job's time limit.
 	f.DurationVar(&commTimeout, "comm-timeout", runner.DefaultTimeout,
 		"with --ranks: a rank that waits this long for a peer (rendezvous or collective) fails, naming it")
+	// Off: the step trained must be the one compiled and hashed for --target, unless
+	// this flag asks for another program.
 	f.BoolVar(&cfg.RecompileForDevice, "recompile-for-device", false, "with --device=cuda: compile the step "+
 		"for the GPU found (its arch, --target's other properties kept) when --target's arch differs, "+
 		"printing the new program hash; without it a program the GPU cannot run is refused")
+	// The CPU by default: the reference interpreter runs anywhere, and a GPU run is
+	// then a choice the command line shows.
 	f.StringVar(&cfg.Device, "device", cfg.Device, "where to train: cpu (reference interpreter, f32) or cuda (GPU 0, state resident there; --precision picks fp32 or bf16 storage)")
 	f.StringVar(&cfg.Data, "data", "",
 		"training data: synthetic:copy, synthetic:passkey, tokens:FILE or bytes:FILE")
@@ -197,28 +234,39 @@ naming it; --comm-timeout also bounds the rendezvous.`,
 	f.IntVar(&cfg.StopAt, "stop-at", 0,
 		"stop after this step (checkpointing there), keeping the schedule of --steps")
 	f.Float64Var(&cfg.LR, "lr", cfg.LR, "peak learning rate")
+	// -1: lr/10, the floor of nanoGPT's and Chinchilla's cosine, whatever --lr is.
 	f.Float64Var(&cfg.MinLR, "min-lr", cfg.MinLR,
 		"learning rate at the end of the cosine (negative: lr/10)")
 	f.IntVar(&cfg.Warmup, "warmup", cfg.Warmup, "linear warmup steps")
+	// 0.01 and a clip of 1: PyTorch's AdamW default and the usual GPT-style clip.
 	f.Float64Var(&cfg.WeightDecay, "weight-decay", cfg.WeightDecay, "AdamW decoupled weight decay")
 	f.Float64Var(&cfg.Clip, "clip", cfg.Clip, "clip the global gradient norm to this (0: off)")
 	f.IntVar(&cfg.Accumulate, "accumulate", cfg.Accumulate,
 		"micro-batches per optimizer step (gradient accumulation)")
+	// 2: nanoGPT's uint16 train.bin; a vocabulary past 65536 ids needs 4.
 	f.IntVar(&cfg.TokenBytes, "token-bytes", cfg.TokenBytes,
 		"bytes per token of tokens:FILE: 2 (uint16) or 4 (uint32)")
+	// -1 is off: every token id from 0 up may be a real token.
 	f.Int64Var(&cfg.DocSep, "doc-sep", cfg.DocSep, "pack whole documents of tokens:FILE or bytes:FILE, "+
 		"each ending with this token id, into every sequence: attention masked to each document, "+
 		"positions restarting there, no target across documents (-1: off)")
+	// The data stream's seed only: the initial weights are the model file's, so a run
+	// repeats from its flags and its model.
 	f.Uint64Var(&cfg.Seed, "seed", cfg.Seed, "seed of the data stream")
 	f.StringVar(&cfg.Metrics, "metrics", "",
 		"write one JSON line per step (step, loss, lr, grad_norm, tokens_per_s) to this file")
 	f.StringVar(&cfg.CheckpointDir, "checkpoint-dir", "",
 		"write checkpoints here (and resume from here)")
+	// 0: a checkpoint at the last step (or a stop) only, since each one copies the
+	// whole training state out.
 	f.IntVar(&cfg.CheckpointEvery, "checkpoint-every", 0,
 		"checkpoint every N steps (and always at the last step)")
+	// 3: a torn newest checkpoint still leaves two older valid ones to resume from,
+	// and the disk does not fill with every step's.
 	f.IntVar(&cfg.Keep, "keep", cfg.Keep, "keep the newest N checkpoints (0: all)")
 	f.BoolVar(&cfg.Resume, "resume", false,
 		"continue from the newest valid checkpoint in --checkpoint-dir")
+	// Every 10 steps: a long run's log stays short enough to read.
 	f.IntVar(&cfg.ProgressEvery, "progress-every", cfg.ProgressEvery,
 		"print a progress line every N steps (0: never)")
 	return cmd
@@ -228,6 +276,8 @@ naming it; --comm-timeout also bounds the rendezvous.`,
 // rank of a launched CPU run (runner.Process), on the device of cfg.
 func trainHere(cfg train.Config, precision string, env runner.Env, launched bool,
 	timeout time.Duration, profile bool) (*train.Result, error) {
+	// The device flags lcc run and check take, rebuilt from train's own: the same
+	// runners, so a step runs here as the forward runs there.
 	df := deviceFlags{device: cfg.Device, precision: precision}
 	if cfg.Device == "cuda" && !launched && cfg.Ranks <= 1 {
 		// The training state stays on the GPU in one session; the meter reads
@@ -247,10 +297,12 @@ func trainHere(cfg train.Config, precision string, env runner.Env, launched bool
 		}
 		return runner.Local(cfg, timeout)
 	}
+	// Refused rather than run in f32: the run would not be the bf16 one asked for.
 	if cfg.Device == "cpu" && precision != "fp32" {
 		return nil, fmt.Errorf("--precision=%s: training on the CPU runs f32; bf16 needs --device=cuda "+
 			"(lcc check and lcc run emulate bf16 storage on the CPU)", precision)
 	}
+	// Opened before any rank starts, and released after the last one returns.
 	run, release, err := df.runner()
 	if err != nil {
 		return nil, err
@@ -271,6 +323,8 @@ func trainHere(cfg train.Config, precision string, env runner.Env, launched bool
 		defer releaseOpt()
 		cfg.RunOptimizer = runOpt
 	}
+	// A launched process is one rank of the run; otherwise runner.Local starts every
+	// rank (one without --ranks) as goroutines here.
 	if launched {
 		return runner.Process(cfg, env, timeout)
 	}
@@ -281,15 +335,20 @@ func trainHere(cfg train.Config, precision string, env runner.Env, launched bool
 func trainSummary(cmd *cobra.Command, r *train.Result) error {
 	out := cmd.OutOrStdout()
 	n := len(r.Losses)
+	// A run stopped before its first step, or resumed at its last, has nothing to sum up.
 	if n == 0 {
 		return nil
 	}
+	// Means of up to 10 steps at each end: one step's loss is too noisy to show
+	// whether the run learned.
 	k := min(10, n)
 	var first, last float64
 	for i := range k {
 		first += r.Losses[i] / float64(k)
 		last += r.Losses[n-k+i] / float64(k)
 	}
+	// Each line below appears only where it was measured: a CPU run has no device
+	// peak, and only a resident GPU run counts its host traffic.
 	if r.MeasuredPeakBytes > 0 {
 		fmt.Fprintf(out, "memory  planned peak %s, measured peak %s per GPU (%+.1f%%)\n",
 			report.Bytes(r.PlannedPeakBytes), report.Bytes(r.MeasuredPeakBytes),
@@ -314,6 +373,7 @@ func trainSummary(cmd *cobra.Command, r *train.Result) error {
 	if r.Resident {
 		printCheckpointTimes(out, r)
 	}
+	// Rounded to 0.1 s: the wall time of a run is not meaningful to the nanosecond.
 	fmt.Fprintf(out, "trained steps %d..%d in %s (%.0f tok/s): mean loss of the first %d steps %.4f, "+
 		"of the last %d %.4f\n", r.FirstStep+1, r.Step, r.Wall.Round(100_000_000), r.TokensPerSec,
 		k, first, k, last)
@@ -330,6 +390,8 @@ func trainSummary(cmd *cobra.Command, r *train.Result) error {
 func printCheckpointTimes(out io.Writer, r *train.Result) {
 	ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 	near := map[int]bool{0: true} // the first step builds the program
+	// A checkpoint's step and the next, which overlaps its copy, are what is shown;
+	// the others make the baseline.
 	for i, c := range r.Checkpointed {
 		if c {
 			near[i], near[i+1] = true, true
@@ -341,6 +403,7 @@ func printCheckpointTimes(out io.Writer, r *train.Result) {
 			others = append(others, d+r.CheckpointTimes[i])
 		}
 	}
+	// No baseline to compare with, or no checkpoint taken (near holds step 0 alone).
 	if len(others) == 0 || len(near) == 1 {
 		return
 	}
@@ -352,6 +415,7 @@ func printCheckpointTimes(out io.Writer, r *train.Result) {
 		if !c {
 			continue
 		}
+		// StepTimes[i] is step FirstStep+i+1: steps count from 1.
 		step, d := r.FirstStep+i+1, r.StepTimes[i]+r.CheckpointTimes[i]
 		line := fmt.Sprintf("  step %d: %.2f ms + %.2f ms on the checkpoint (%.2fx)", step,
 			ms(r.StepTimes[i]), ms(r.CheckpointTimes[i]), float64(d)/float64(med))
@@ -371,12 +435,15 @@ func printStepTime(out io.Writer, r *train.Result) {
 	if len(r.StepTimes) < 3 {
 		return
 	}
+	// Sorted on a copy: StepTimes stays in step order for the checkpoint lines.
 	ts := slices.Clone(r.StepTimes[2:])
 	slices.Sort(ts)
 	med := ts[len(ts)/2]
 	if len(ts)%2 == 0 {
 		med = (ts[len(ts)/2-1] + med) / 2
 	}
+	// "" when no step reported how it ran (train.Result.CUDAGraph): said as such,
+	// not guessed as on or off.
 	graph := r.CUDAGraph
 	if graph == "" {
 		graph = "undecided"
@@ -388,6 +455,8 @@ func printStepTime(out io.Writer, r *train.Result) {
 // printProfile prints the mean wall-clock step time and the GPU time per
 // kernel family per step of the profiled steps (all but the first).
 func printProfile(out io.Writer, r *train.Result) {
+	// The profiled steps are the last n: the first builds the program and is not
+	// profiled.
 	n := r.ProfileSteps
 	var wall time.Duration
 	for _, d := range r.StepTimes[len(r.StepTimes)-n:] {
@@ -399,6 +468,8 @@ func printProfile(out io.Writer, r *train.Result) {
 		d    time.Duration
 	}
 	var fams []fam
+	// attn sums every attention kernel family (dense and dilated, forward and
+	// backward), so that the wall time left beside it shows what else costs.
 	var gpu, attn time.Duration
 	for k, d := range r.Profile {
 		fams = append(fams, fam{k, d})
@@ -407,6 +478,7 @@ func printProfile(out io.Writer, r *train.Result) {
 			attn += d
 		}
 	}
+	// Slowest first, ties by name: map order must not reorder equal lines run to run.
 	sort.Slice(fams, func(i, j int) bool {
 		if fams[i].d != fams[j].d {
 			return fams[i].d > fams[j].d
@@ -420,6 +492,7 @@ func printProfile(out io.Writer, r *train.Result) {
 	}
 	if r.Roofline != nil {
 		dev, ok := targets.ForGPU(r.GPU)
+		// An unknown GPU still gets a roofline, against ceilings the line names.
 		if !ok {
 			dev, _ = targets.Lookup("h200x1")
 			fmt.Fprintf(out, "roofline: no ceilings known for %q; those of %s stand in\n", r.GPU, dev.GPU)

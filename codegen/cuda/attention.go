@@ -32,6 +32,7 @@ const attnCommon = `#define AT_B %[1]dLL
 #define AT_OFFSETS_BLOCK %[11]d
 #define AT_HAS_MASK %[12]d
 #define AT_MASK_FLOAT %[13]d
+#define AT_MASK_DOCS %[22]d
 #define AT_MS0 %[14]dLL
 #define AT_MS1 %[15]dLL
 #define AT_MS2 %[16]dLL
@@ -47,11 +48,14 @@ __device__ __forceinline__ int head_offset(int h, int r) {
   return lcc_head_offset(h, AT_HQ, r, AT_OFFSETS_BLOCK);
 }
 // mask_bias is the additive mask of (b, h, t, j): a float mask is added, a bool
-// or integer mask hides the key where it is 0.
+// or integer mask hides the key where it is 0, and doc starts (packed documents,
+// ir/docs.go) hide the keys before the query's document.
 __device__ __forceinline__ float mask_bias(const MT* mask, long long b, int h, long long t, long long j) {
 #if AT_HAS_MASK
   const MT m = mask[b * AT_MS0 + h * AT_MS1 + t * AT_MS2 + j * AT_MS3];
-#if AT_MASK_FLOAT
+#if AT_MASK_DOCS
+  return j >= (long long)m ? 0.0f : -LCC_INF;
+#elif AT_MASK_FLOAT
   return lcc_tof(m);
 #else
   return m != 0 ? 0.0f : -LCC_INF;
@@ -307,11 +311,18 @@ func (g *gen) attnHeader(n *ir.Node) (string, error) {
 			offBlock = 1
 		}
 	}
-	hasMask, maskFloat := 0, 0
+	hasMask, maskFloat, maskDocs := 0, 0, 0
 	var ms [4]int64
 	mt := "float"
 	maskIdx := map[ir.Op]int{ir.OpAttention: 3, ir.OpAttentionGrad: 6}[n.Op] // dilated: no mask
-	if maskIdx > 0 && len(n.Args) > maskIdx {
+	if ir.HasDocs(n) && maskIdx > 0 {
+		// The doc starts sit where a mask would ([B, T], read as [B, 1, T, 1]), so the
+		// kernels pass them as theirs.
+		st := ir.DocStarts(n)
+		hasMask, maskDocs = 1, 1
+		ms = [4]int64{t, 0, 1, 0}
+		mt = storageC[g.storageOf(st)]
+	} else if maskIdx > 0 && len(n.Args) > maskIdx {
 		m := n.Args[maskIdx]
 		hasMask = 1
 		maskFloat = b2i(m.Type.DType.IsFloat())
@@ -324,7 +335,7 @@ func (g *gen) attnHeader(n *ir.Node) (string, error) {
 	qt := storageC[g.storageOf(n.Args[0])]
 	hdr := fmt.Sprintf(attnCommon, b, t, s, hq, hkv, d, clit.Float(scale), causal, dilated, len(brW),
 		offBlock, hasMask, maskFloat, ms[0], ms[1], ms[2], ms[3], qt, mt,
-		strings.Join(brW, ", "), strings.Join(brR, ", "))
+		strings.Join(brW, ", "), strings.Join(brR, ", "), maskDocs)
 	// Without a mask the kernel passes a null pointer that mask_bias never reads,
 	// so one template serves both signatures.
 	if hasMask == 1 {
@@ -345,13 +356,13 @@ func b2i(b bool) int {
 
 // lowerAttention renders attention and dilated_attention forward.
 func lowerAttention(g *gen, n *ir.Node) error {
-	if err := refuseDocs(n); err != nil {
-		return err
-	}
 	// Flash kernels when the shape, dtype and arch allow (attention_flash.go); the
-	// warp-per-row kernels below serve everything else.
+	// warp-per-row kernels below serve everything else but packed documents.
 	if d, err := g.chooseAttention(n); err == nil {
 		return lowerFlash(g, n, d)
+	}
+	if err := refuseDilatedDocs(n); err != nil {
+		return err
 	}
 	hdr, err := g.attnHeader(n)
 	if err != nil {
@@ -377,11 +388,11 @@ func lowerAttention(g *gen, n *ir.Node) error {
 // lowerAttentionGrad renders the backward as three kernels: delta, dq, and
 // dk/dv, with delta in an f32 scratch buffer.
 func lowerAttentionGrad(g *gen, n *ir.Node) error {
-	if err := refuseDocs(n); err != nil {
-		return err
-	}
 	if d, err := g.chooseAttention(n); err == nil {
 		return lowerFlashGrad(g, n, d)
+	}
+	if err := refuseDilatedDocs(n); err != nil {
+		return err
 	}
 	hdr, err := g.attnHeader(n)
 	if err != nil {
@@ -423,13 +434,23 @@ func lowerAttentionGrad(g *gen, n *ir.Node) error {
 	return nil
 }
 
-// refuseDocs is the error of an attention op over packed documents: the flash
-// kernels have no document mask mode yet, and the generic kernels would read the doc
-// starts as a mask.
-func refuseDocs(n *ir.Node) error {
+// refuseDilatedDocs is the error of dilated attention over packed documents: its
+// segments restart in each document, which neither kernel family models (dense
+// attention's scalar kernels take the doc starts as a mask).
+func refuseDilatedDocs(n *ir.Node) error {
+	if ir.HasDocs(n) && (n.Op == ir.OpDilatedAttention || n.Op == ir.OpDilatedAttentionGrad) {
+		return fmt.Errorf("%s: dilated attention over packed documents (--doc-sep) has no GPU kernel; "+
+			"use --attention=dense, or train with --device=cpu", n.Where())
+	}
+	return nil
+}
+
+// refuseDocs is the error of a ring attention op over packed documents (why): the
+// ring blocks' kernels have no document mask.
+func refuseDocs(n *ir.Node, why error) error {
 	if ir.HasDocs(n) {
-		return fmt.Errorf("%s: attention over packed documents (--doc-sep) has no GPU kernel yet; "+
-			"train with --device=cpu", n.Where())
+		return fmt.Errorf("%s: ring attention over packed documents (--doc-sep) has no GPU kernel: %v; "+
+			"train with --device=cpu", n.Where(), why)
 	}
 	return nil
 }

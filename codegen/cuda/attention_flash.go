@@ -61,7 +61,14 @@ func (g *gen) flashDesc(n *ir.Node) (flash.Desc, error) {
 		return flash.Desc{}, fmt.Errorf("op %s", n.Op)
 	}
 	fwd := n.Op == ir.OpAttention || n.Op == ir.OpDilatedAttention
-	if (fwd && len(n.Args) != 3) || (!fwd && len(n.Args) != 6) {
+	want := 6
+	if fwd {
+		want = 3
+	}
+	if ir.HasDocs(n) {
+		want++ // the doc starts, which the kernels take as the document mask
+	}
+	if len(n.Args) != want {
 		return flash.Desc{}, errors.New("an explicit mask")
 	}
 	bf16 := []*ir.Value{n.Args[0], n.Args[1], n.Args[2]}
@@ -100,7 +107,8 @@ func (g *gen) flashDesc(n *ir.Node) (flash.Desc, error) {
 func FlashDescOf(n *ir.Node, tier int) flash.Desc {
 	q, k := n.Args[0].Type, n.Args[1].Type
 	d := flash.Desc{B: q.Shape[0], T: q.Shape[1], S: k.Shape[1], Hq: int(q.Shape[2]), Hkv: int(k.Shape[2]),
-		D: int(q.Shape[3]), Causal: n.AttrBool("causal"), Scale: ir.AttentionScale(n), Tier: tier}
+		D: int(q.Shape[3]), Causal: n.AttrBool("causal"), Docs: ir.HasDocs(n), Scale: ir.AttentionScale(n),
+		Tier: tier}
 	if n.Op == ir.OpDilatedAttention || n.Op == ir.OpDilatedAttentionGrad {
 		d.Offsets = n.AttrString("offsets")
 	}
@@ -190,6 +198,15 @@ func lowerFlashDilatedGrad(g *gen, n *ir.Node, d flash.Desc) error {
 	return nil
 }
 
+// withDocs appends the doc starts of n, when it has a document mask, to a flash
+// kernel's arguments: the kernels declare them last (flash.Desc.Docs).
+func (g *gen) withDocs(n *ir.Node, args []int) []int {
+	if s := ir.DocStarts(n); s != nil {
+		args = append(args, g.ids[s])
+	}
+	return args
+}
+
 // emitFlash adds one flash kernel with its arguments (buffer ids).
 func (g *gen) emitFlash(k flash.Kernel, args []int) {
 	params := make([]Param, len(k.Params))
@@ -210,7 +227,7 @@ func lowerFlash(g *gen, n *ir.Node, d flash.Desc) error {
 		return err
 	}
 	q, kk, v := n.Args[0], n.Args[1], n.Args[2]
-	g.emitFlash(k, []int{g.ids[n.Results[0]], g.ids[n.Results[1]], g.ids[q], g.ids[kk], g.ids[v]})
+	g.emitFlash(k, g.withDocs(n, []int{g.ids[n.Results[0]], g.ids[n.Results[1]], g.ids[q], g.ids[kk], g.ids[v]}))
 	return nil
 }
 
@@ -248,7 +265,7 @@ func lowerFlashGrad(g *gen, n *ir.Node, d flash.Desc) error {
 		ws := g.temp(tensor.F32, nw)
 		g.emitFlash(flash.Fill(nw, 0), []int{ws})
 		g.emitFlash(kb, []int{ws, id(do), id(k), id(v), delta})
-		g.emitFlash(kkv, []int{id(dk), id(dv), id(q), id(k), id(v), id(do), id(lse), delta, ws})
+		g.emitFlash(kkv, g.withDocs(n, []int{id(dk), id(dv), id(q), id(k), id(v), id(do), id(lse), delta, ws}))
 		g.emitFlash(kc, []int{id(dq), ws})
 		return nil
 	}

@@ -1,6 +1,7 @@
 package cuda
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 
@@ -145,7 +146,7 @@ func (g *gen) packKV(rg ringGeom, kv, k, v int) {
 
 // lowerRingAttention lowers ring attention on more than one rank.
 func lowerRingAttention(g *gen, n *ir.Node) error {
-	if err := refuseDocs(n); err != nil {
+	if err := refuseDocs(n, errRingDocs); err != nil {
 		return err
 	}
 	rg, err := ringGeometry(g, n)
@@ -182,7 +183,7 @@ func lowerRingAttention(g *gen, n *ir.Node) error {
 // lowerRingAttentionGrad lowers the backward: dq at home, dk and dv riding the
 // ring with k and v.
 func lowerRingAttentionGrad(g *gen, n *ir.Node) error {
-	if err := refuseDocs(n); err != nil {
+	if err := refuseDocs(n, errRingDocs); err != nil {
 		return err
 	}
 	rg, err := ringGeometry(g, n)
@@ -343,3 +344,7 @@ const mergeSrc = `extern "C" __global__ void __launch_bounds__(256) @KERNEL@(flo
   *la = fmaxf(l1, l2) + log1pf(expf(-fabsf(l1 - l2)));
 }
 `
+
+// errRingDocs is why ring attention over packed documents stays on the CPU: the
+// ring blocks' tier-1 kernels (the split backward) have no document mask.
+var errRingDocs = errors.New("the ring blocks' kernels have no document mask")

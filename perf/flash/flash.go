@@ -80,6 +80,9 @@ type Attention struct {
 	// dQ into its fixed-point sum, and conv rounds the sum to bf16.
 	fill, bound, conv *kernel
 	ws                cuda.DevicePtr
+	// Starts is the doc starts [B, T] int64 that the forward and the fused
+	// backward read when Desc.Docs (packed documents); the caller owns it.
+	Starts cuda.DevicePtr
 }
 
 // New renders, compiles and loads the kernels of d on dev; cache may be shared.
@@ -159,7 +162,15 @@ func (a *Attention) Close() error {
 // the fp32 running output and lse the running lse, merged in place (a ring
 // block); start them at o = 0, lse = −Inf.
 func (a *Attention) Forward(s *cuda.Stream, o, lse, q, k, v cuda.DevicePtr) error {
-	return a.fwd.launch(s, o, lse, q, k, v)
+	return a.fwd.launch(s, a.withDocs(o, lse, q, k, v)...)
+}
+
+// withDocs is a masking kernel's arguments: args, then Starts when Desc.Docs.
+func (a *Attention) withDocs(args ...any) []any {
+	if a.Desc.Docs {
+		args = append(args, a.Starts)
+	}
+	return args
 }
 
 // Delta queues delta = rowsum(dO ∘ O), the backward's preprocessing.
@@ -189,7 +200,7 @@ func (a *Attention) DKDV(s *cuda.Stream, dk, dv, q, k, v, lse, delta, do cuda.De
 	if err := a.bound.launch(s, a.ws, do, k, v, delta); err != nil {
 		return err
 	}
-	return a.dkdv.launch(s, dk, dv, q, k, v, do, lse, delta, a.ws)
+	return a.dkdv.launch(s, a.withDocs(dk, dv, q, k, v, do, lse, delta, a.ws)...)
 }
 
 // DQ queues the dQ kernel alone (part of BackwardWith); when the backward is

@@ -166,6 +166,101 @@ func TestGPUFlashAttention(t *testing.T) {
 	}
 }
 
+// docsGraph is causal attention and its gradient over packed documents of the
+// given lengths (the same in each batch row), with the doc starts as an input.
+func docsGraph(t *testing.T, b, h, hkv, d int64, lens []int64, seed uint64) (*ir.Func, map[string]*tensor.Tensor) {
+	t.Helper()
+	var tl int64
+	for _, l := range lens {
+		tl += l
+	}
+	rng := rand.New(rand.NewPCG(seed, 9))
+	in := map[string]*tensor.Tensor{}
+	bl := ir.NewBuilder("attn_docs")
+	fl := func(name string, shape ...int64) *ir.Value {
+		x := tensor.New(tensor.F32, shape...)
+		for i := range x.F {
+			x.F[i] = rng.NormFloat64()
+		}
+		in[name] = x
+		return bl.Input(name, ir.T(tensor.F32, shape...))
+	}
+	q, k, v, do := fl("q", b, tl, h, d), fl("k", b, tl, hkv, d), fl("v", b, tl, hkv, d), fl("do", b, tl, h, d)
+	st := tensor.New(tensor.I64, b, tl)
+	for r := range b {
+		pos := int64(0)
+		for _, l := range lens {
+			for j := range l {
+				st.I[r*tl+pos+j] = pos
+			}
+			pos += l
+		}
+	}
+	in["starts"] = st
+	starts := bl.Input("starts", ir.T(tensor.I64, b, tl))
+	attrs := ir.A("causal", true, "scale", 1/math.Sqrt(float64(d)), "docs", true)
+	r := bl.Apply(ir.OpAttention, attrs, q, k, v, starts)
+	g := bl.Apply(ir.OpAttentionGrad, attrs, q, k, v, r[0], r[1], do, starts)
+	for i, n := range []string{"o", "lse"} {
+		bl.Output(n, r[i])
+	}
+	for i, n := range []string{"dq", "dk", "dv"} {
+		bl.Output(n, g[i])
+	}
+	f, err := bl.Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f, in
+}
+
+// TestFlashDocsLowering: attention over packed documents lowers to the
+// tensor-core kernels, which take the doc starts last; with f32 storage there is
+// no kernel for it, and the error names the node and why flash did not take it.
+func TestFlashDocsLowering(t *testing.T) {
+	f, _ := docsGraph(t, 1, 2, 1, 64, []int64{30, 1, 69}, 1)
+	p, err := codegen.Build(f, codegen.Options{Arch: "sm_90a", Storage: tensor.BF16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	masked := 0
+	for _, k := range p.Kernels {
+		if k.Op == "attention.flash.fwd" || k.Op == "attention.flash.dkdvdq" {
+			masked++
+			if last := k.Params[len(k.Params)-1]; last.Name != "starts" {
+				t.Errorf("%s: last parameter %q, want the doc starts", k.Op, last.Name)
+			}
+		}
+	}
+	if masked != 2 {
+		t.Errorf("%d masking flash kernels, want the forward and the fused backward", masked)
+	}
+	// f32 storage runs the scalar kernels, which read the doc starts as their mask.
+	p, err = codegen.Build(f, codegen.Options{Arch: "sm_90a", Storage: tensor.F32})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range p.Attention {
+		if c.Kernel != codegen.KernelScalar || !strings.Contains(c.Why, "bf16") {
+			t.Errorf("f32 storage: choice %+v, want the scalar kernels with flash's reason", c)
+		}
+	}
+}
+
+// TestGPUFlashDocs runs packed-document attention through the executor (bf16,
+// outputs poisoned) against the CPU interpreter: the kernels get the doc starts
+// from the arena where the lowering put them.
+func TestGPUFlashDocs(t *testing.T) {
+	dev := openGPU(t)
+	f, in := docsGraph(t, 2, 4, 2, 128, []int64{1, 90, 200, 9, 300}, 3)
+	compare(t, dev, f, in, Options{Storage: tensor.BF16}, 2e-2)
+	f, in = docsGraph(t, 1, 8, 2, 64, []int64{257, 256, 1, 6}, 4)
+	compare(t, dev, f, in, Options{Storage: tensor.BF16}, 2e-2)
+	// fp32 storage: the scalar kernels with the doc starts as their mask.
+	f, in = docsGraph(t, 1, 4, 2, 96, []int64{33, 1, 60}, 5)
+	compare(t, dev, f, in, Options{}, 1e-4)
+}
+
 // TestFlashDilatedScratch: the dilated backward sums dK and dV before dQ, so the
 // arena gives the dQ accumulator the memory of the dK one: two fp32 accumulators
 // of the gradients' size, not three.

@@ -6,9 +6,11 @@
 //
 // Invariants:
 //   - The model is the one lcc check runs: loaded with its dims bound to the
-//     length evaluated, through driver.Prepare; a checkpoint folder's newest
-//     valid checkpoint supplies its weights (the run's model is the one its
-//     meta names), as lcc export reads it.
+//     length evaluated, through driver.PrepareWith, so --rope-theta and
+//     --rope-scaling rewrite its frequencies as they do for lcc compile and
+//     train (per length: dynamic scaling depends on it); a checkpoint folder's
+//     newest valid checkpoint supplies its weights (the run's model is the one
+//     its meta names), as lcc export reads it.
 //   - Losses are the mean cross-entropy of the logits against the next tokens,
 //     in float64 from the logits the run returns, per window; the mean loss is
 //     the mean over windows (each has SeqLen targets, so it is the token mean),
@@ -52,6 +54,10 @@ type Options struct {
 	Release func(*ir.Func)
 	// Log gets the model's warnings and which checkpoint was read (nil: none).
 	Log io.Writer
+	// RoPE is --rope-theta and --rope-scaling (the zero value keeps the model's
+	// frequencies). A checkpoint does not record the RoPE its run trained with,
+	// so evaluating one takes the run's flags again.
+	RoPE passes.RoPEConfig
 }
 
 // model is the forward at one length, ready to run.
@@ -62,6 +68,7 @@ type model struct {
 	positions      int // logits rows per sequence: seqLen, or the tail kept
 	batch          int
 	vocab          int64
+	rope           *passes.RoPEResult // what rescale-rope rewrote (nil: no RoPE flags)
 }
 
 // weights reads the checkpoint of a folder Model: the model file its run
@@ -125,10 +132,11 @@ func (o Options) load(path string, ws map[string]*tensor.Tensor, seqLen, tail in
 	if miss := driver.MissingWeights(f); len(miss) > 0 {
 		return nil, fmt.Errorf("%s: weights without data: %s", path, strings.Join(miss, ", "))
 	}
-	if _, err := driver.Prepare(f, driver.AttentionOptions{}, passes.Options{}); err != nil {
+	prep, err := driver.PrepareWith(f, driver.Options{RoPE: o.RoPE}, passes.Options{})
+	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
-	m := &model{f: f}
+	m := &model{f: f, rope: prep.RoPE}
 	vocab, ok := loss.Vocab(f)
 	if !ok {
 		return nil, fmt.Errorf("%s: cannot tell the vocabulary (no embedding gather of a token input)", path)

@@ -84,6 +84,40 @@ func TestPerplexityIsCheckLoss(t *testing.T) {
 	}
 }
 
+// TestRoPEPerLength: Options.RoPE rewrites every length's forward for that
+// length: dynamic scaling gives the 128-token forward a larger base than the
+// 64-token one, each reported in Passkey.RoPE; perplexity reports its own.
+func TestRoPEPerLength(t *testing.T) {
+	s, err := passes.ParseRoPEScaling("dynamic:2,orig=32")
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := Options{Model: llamaMini, RoPE: passes.RoPEConfig{Scaling: s}}
+	pk, err := ScorePasskey(o, PasskeyOptions{Lengths: []int{64, 128}, Depths: []float64{50}, Trials: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(pk.RoPE) != 2 || pk.RoPE[0] == nil || pk.RoPE[1] == nil || pk.RoPE[0].Tokens != 64 ||
+		pk.RoPE[1].Tokens != 128 || !(pk.RoPE[1].Base > pk.RoPE[0].Base && pk.RoPE[0].Base > 10000) {
+		t.Fatalf("pass-key RoPE per length: %+v", pk.RoPE)
+	}
+	r, err := ScorePerplexity(o, PerplexityOptions{Data: "tokens:" + tokensBin, SeqLen: 64, Windows: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.RoPE == nil || r.RoPE.Base != pk.RoPE[0].Base {
+		t.Errorf("perplexity at 64 tokens: RoPE %+v, want the pass key's at 64 (base %g)", r.RoPE, pk.RoPE[0].Base)
+	}
+	plain, err := ScorePerplexity(Options{Model: llamaMini}, PerplexityOptions{Data: "tokens:" + tokensBin,
+		SeqLen: 64, Windows: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if plain.RoPE != nil || plain.MeanLoss == r.MeanLoss {
+		t.Errorf("without RoPE: %+v, mean loss %g (with it %g)", plain.RoPE, plain.MeanLoss, r.MeanLoss)
+	}
+}
+
 // TestEvalErrors: bad flags and files are errors naming them.
 func TestEvalErrors(t *testing.T) {
 	o := Options{Model: llamaMini}

@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/lcc-dev/lcc/passes"
 	"github.com/lcc-dev/lcc/tensor"
 	"github.com/lcc-dev/lcc/train/data"
 	"github.com/lcc-dev/lcc/train/plot"
@@ -31,6 +32,10 @@ type Passkey struct {
 	Accuracy [][]float64
 	// Trials prompts per cell, of PasskeyDigits digits each.
 	Trials int
+	// RoPE is, per length, what --rope-theta and --rope-scaling rewrote (nil
+	// entries without them): each length loads its own forward, and dynamic
+	// scaling's frequencies depend on the length.
+	RoPE []*passes.RoPEResult
 }
 
 // cellSeed is the seed of the prompts at length l and depth index d: a cell's
@@ -67,7 +72,7 @@ func ScorePasskey(o Options, po PasskeyOptions) (*Passkey, error) {
 		path = o.Model
 	}
 	res := &Passkey{Lengths: po.Lengths, Depths: po.Depths, Trials: po.Trials,
-		Accuracy: make([][]float64, len(po.Depths))}
+		Accuracy: make([][]float64, len(po.Depths)), RoPE: make([]*passes.RoPEResult, len(po.Lengths))}
 	for d := range res.Accuracy {
 		res.Accuracy[d] = make([]float64, len(po.Lengths))
 	}
@@ -76,6 +81,7 @@ func ScorePasskey(o Options, po PasskeyOptions) (*Passkey, error) {
 		if err != nil {
 			return nil, err
 		}
+		res.RoPE[li] = m.rope
 		if m.vocab < 128 {
 			return nil, fmt.Errorf("%s: pass-key prompts are ASCII: the vocabulary %d is under 128", path, m.vocab)
 		}

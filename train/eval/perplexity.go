@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 
+	"github.com/lcc-dev/lcc/passes"
 	"github.com/lcc-dev/lcc/tensor"
 	"github.com/lcc-dev/lcc/train/data"
 )
@@ -25,6 +26,8 @@ type Perplexity struct {
 	// exp(MeanLoss).
 	Losses        []float64
 	MeanLoss, PPL float64
+	// RoPE is what --rope-theta and --rope-scaling rewrote (nil without them).
+	RoPE *passes.RoPEResult
 }
 
 // ScorePerplexity scores the first po.Windows windows of po.Data at po.SeqLen.
@@ -66,7 +69,7 @@ func ScorePerplexity(o Options, po PerplexityOptions) (*Perplexity, error) {
 		}
 		n = po.Windows
 	}
-	res := &Perplexity{Windows: n, Tokens: n * po.SeqLen}
+	res := &Perplexity{Windows: n, Tokens: n * po.SeqLen, RoPE: m.rope}
 	t := int64(po.SeqLen)
 	for done := 0; done < n; done += m.batch {
 		ids, labels := tensor.New(tensor.I64, int64(m.batch), t), tensor.New(tensor.I64, int64(m.batch), t)

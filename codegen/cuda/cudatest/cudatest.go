@@ -49,6 +49,9 @@ func Zoo(t testing.TB, seed uint64) (*ir.Func, map[string]*tensor.Tensor) {
 		}
 	}
 	in["mask"] = mt
+	// Packed documents of lengths 3, 1, 5 (row 0) and 9 (row 1): the doc starts.
+	starts := b.Input("doc_starts", ir.T(tensor.I64, 2, 9))
+	in["doc_starts"] = tensor.FromInts(tensor.I64, []int64{2, 9}, []int64{0, 0, 0, 3, 4, 4, 4, 4, 4, 0, 0, 0, 0, 0, 0, 0, 0, 0})
 	for _, c := range []struct {
 		name string
 		op   ir.Op
@@ -56,6 +59,7 @@ func Zoo(t testing.TB, seed uint64) (*ir.Func, map[string]*tensor.Tensor) {
 		at   ir.Attrs
 		mask bool
 	}{
+		{"attn_docs", ir.OpAttention, ir.OpAttentionGrad, ir.A("causal", true, "scale", 0.25, "docs", true), false},
 		{"attn_causal", ir.OpAttention, ir.OpAttentionGrad, ir.A("causal", true, "scale", 0.25), false},
 		{"attn_mask", ir.OpAttention, ir.OpAttentionGrad, ir.A("scale", 0.25), true},
 		{"dilated", ir.OpDilatedAttention, ir.OpDilatedAttentionGrad, ir.A("causal", true, "scale", 0.25,
@@ -66,6 +70,9 @@ func Zoo(t testing.TB, seed uint64) (*ir.Func, map[string]*tensor.Tensor) {
 		args := []*ir.Value{q, k, v}
 		if c.mask {
 			args = append(args, mask)
+		}
+		if ir.HasDocs(&ir.Node{Attrs: c.at}) {
+			args = append(args, starts)
 		}
 		r := b.Apply(c.op, c.at, args...)
 		gargs := append([]*ir.Value{q, k, v, r[0], r[1], do}, args[3:]...)

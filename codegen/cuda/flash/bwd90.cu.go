@@ -18,7 +18,7 @@ package flash
 const dkdvq90Src = `extern "C" __global__ void __launch_bounds__(256, 1) @KERNEL@(FA_OT* __restrict__ dk, FA_OT* __restrict__ dv,
     const fa_bf16* __restrict__ q, const fa_bf16* __restrict__ k, const fa_bf16* __restrict__ v,
     const fa_bf16* __restrict__ dout, const float* __restrict__ lse, const float* __restrict__ delta,
-    unsigned* __restrict__ ws) {
+    unsigned* __restrict__ ws FA_DOCS_ARG) {
   extern __shared__ __align__(1024) unsigned char fa_sh[];
   fa_bf16* sK = (fa_bf16*)fa_sh;
   fa_bf16* sV = sK + FA_BC * FA_D;
@@ -42,7 +42,15 @@ const dkdvq90Src = `extern "C" __global__ void __launch_bounds__(256, 1) @KERNEL
     if (first < 0) first = 0;
   }
   const long long it0 = first / FA_BR;
-  const long long qtiles = (qn + FA_BR - 1) / FA_BR;
+  // qend: with documents, the queries from the first whose document starts past
+  // the tile's last key see none of the tile (starts never decrease).
+  long long qend = qn;
+  const long long* dsr = 0;
+#if FA_DOCS
+  dsr = ds + b * FA_T;
+  qend = fa_doc_end(dsr, first, qn, (k0 + FA_BC < kn ? k0 + FA_BC : kn) - 1);
+#endif
+  const long long qtiles = (qend + FA_BR - 1) / FA_BR;
   const int nit = qtiles > it0 ? (int)(qtiles - it0) : 0;
   const int nitems = FA_G * nit;
   const long long qrs = (long long)FA_HQ * FA_D * FA_R, krs = (long long)FA_HKV * FA_D * FA_R;
@@ -150,7 +158,8 @@ const dkdvq90Src = `extern "C" __global__ void __launch_bounds__(256, 1) @KERNEL
                fa_dadd(od0, so + (kk >> 2) * FA_BR * 128 + (kk & 3) * 32), kk > 0);
     fa_wg_commit();
     fa_wg_wait<1>();  // Sᵀ; dPᵀ runs on while P is computed
-    const bool need = qq0 + FA_BR > qn || k0 + FA_BC > kn || (FA_CAUSAL && FA_QPOS + qq0 < FA_KPOS + k0 + FA_BC - 1);
+    const bool need = qq0 + FA_BR > qn || k0 + FA_BC > kn || (FA_CAUSAL && FA_QPOS + qq0 < FA_KPOS + k0 + FA_BC - 1) ||
+                      (FA_DOCS && dsr[(qq0 + FA_BR < qn ? qq0 + FA_BR : qn) - 1] > k0);
     unsigned pa[FA_BR / 16][4], da[FA_BR / 16][4];
     const unsigned swb = sw + (w & 1) * FA_BC * FA_BR * 2;
     if (need) {
@@ -162,7 +171,8 @@ const dkdvq90Src = `extern "C" __global__ void __launch_bounds__(256, 1) @KERNEL
           const float L = cL[lq];
           float p = fa_exp2(fmaf(s[nt * 4 + e], FA_SL2, L == -FA_INF ? -FA_INF : -L * FA_LOG2E));
           const long long qrow = qq0 + lq, kcol = k0 + lk;
-          if (qrow >= qn || kcol >= kn || (FA_CAUSAL && FA_KPOS + kcol > FA_QPOS + qrow)) p = 0.0f;
+          if (qrow >= qn || kcol >= kn || (FA_CAUSAL && FA_KPOS + kcol > FA_QPOS + qrow) ||
+              (FA_DOCS && kcol < dsr[qrow])) p = 0.0f;
           s[nt * 4 + e] = p;
         }
     } else {

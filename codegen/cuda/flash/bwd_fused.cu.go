@@ -23,7 +23,7 @@ const dkdvqSrc = `#define FA_PS (FA_BC + 8)
 extern "C" __global__ void __launch_bounds__(256, 1) @KERNEL@(FA_OT* __restrict__ dk, FA_OT* __restrict__ dv,
     const fa_bf16* __restrict__ q, const fa_bf16* __restrict__ k, const fa_bf16* __restrict__ v,
     const fa_bf16* __restrict__ dout, const float* __restrict__ lse, const float* __restrict__ delta,
-    unsigned* __restrict__ ws) {
+    unsigned* __restrict__ ws FA_DOCS_ARG) {
   extern __shared__ __align__(128) unsigned char fa_sh[];
   fa_bf16* sK = (fa_bf16*)fa_sh;
   fa_bf16* sV = sK + FA_BC * FA_D;
@@ -47,7 +47,15 @@ extern "C" __global__ void __launch_bounds__(256, 1) @KERNEL@(FA_OT* __restrict_
     if (first < 0) first = 0;
   }
   const long long it0 = first / FA_BR;
-  const long long qtiles = (qn + FA_BR - 1) / FA_BR;
+  // qend: with documents, the queries from the first whose document starts past
+  // the tile's last key see none of the tile (starts never decrease).
+  long long qend = qn;
+  const long long* dsr = 0;
+#if FA_DOCS
+  dsr = ds + b * FA_T;
+  qend = fa_doc_end(dsr, first, qn, (k0 + FA_BC < kn ? k0 + FA_BC : kn) - 1);
+#endif
+  const long long qtiles = (qend + FA_BR - 1) / FA_BR;
   const int nit = qtiles > it0 ? (int)(qtiles - it0) : 0;
   const int nitems = FA_G * nit;
   const long long qrs = (long long)FA_HQ * FA_D * FA_R, krs = (long long)FA_HKV * FA_D * FA_R;
@@ -132,7 +140,8 @@ extern "C" __global__ void __launch_bounds__(256, 1) @KERNEL@(FA_OT* __restrict_
         }
       }
     }
-    const bool need = qq0 + FA_BR > qn || k0 + FA_BC > kn || (FA_CAUSAL && FA_QPOS + qq0 < FA_KPOS + k0 + FA_BC - 1);
+    const bool need = qq0 + FA_BR > qn || k0 + FA_BC > kn || (FA_CAUSAL && FA_QPOS + qq0 < FA_KPOS + k0 + FA_BC - 1) ||
+                      (FA_DOCS && dsr[(qq0 + FA_BR < qn ? qq0 + FA_BR : qn) - 1] > k0);
 #pragma unroll
     for (int mi = 0; mi < FA_MT; ++mi)
 #pragma unroll
@@ -149,7 +158,8 @@ extern "C" __global__ void __launch_bounds__(256, 1) @KERNEL@(FA_OT* __restrict_
             p[e] = fa_exp2(fmaf(s[mi][nt][2 * r + e], FA_SL2, -l2));
             if (need) {
               const long long qrow = qq0 + lr, kcol = k0 + lc + e;
-              if (qrow >= qn || kcol >= kn || (FA_CAUSAL && FA_KPOS + kcol > FA_QPOS + qrow)) p[e] = 0.0f;
+              if (qrow >= qn || kcol >= kn || (FA_CAUSAL && FA_KPOS + kcol > FA_QPOS + qrow) ||
+              (FA_DOCS && kcol < dsr[qrow])) p[e] = 0.0f;
             }
           }
           *(unsigned*)(sP + lr * FA_PS + lc) = fa_pack(p[0], p[1]);

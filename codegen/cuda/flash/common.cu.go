@@ -69,6 +69,24 @@ __device__ __forceinline__ void fa_geom(long long sg, int h, long long len, long
   *p0 = st + o;
   *n = sl > o ? (sl - o + FA_R - 1) / FA_R : 0;
 }
+// With FA_DOCS the kernels take the doc starts of packed documents as their last
+// argument (ir/docs.go): ds [B, T] int64, query t's first visible key. Starts are
+// non-decreasing along a row, which is what lets a key tile find the last query
+// tile that still sees it by bisection (fa_doc_end) instead of a scan.
+#if FA_DOCS
+#define FA_DOCS_ARG , const long long* __restrict__ ds
+#else
+#define FA_DOCS_ARG
+#endif
+// fa_doc_end is the first t in [lo, hi) with s[t] > key (hi when there is none),
+// for s non-decreasing.
+__device__ __forceinline__ long long fa_doc_end(const long long* s, long long lo, long long hi, long long key) {
+  while (lo < hi) {
+    const long long mid = (lo + hi) >> 1;
+    if (s[mid] > key) hi = mid; else lo = mid + 1;
+  }
+  return lo;
+}
 // fa_load_tile queues rows [r0, r0+ROWS) of a row-strided bf16 matrix (rows >= n
 // read as zeros) into a swizzled shared tile.
 template <int ROWS, int NT>

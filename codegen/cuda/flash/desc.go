@@ -45,7 +45,15 @@ type Desc struct {
 	Hq, Hkv int
 	D       int
 	Causal  bool
-	Scale   float64 // 0 means 1/sqrt(D)
+	// Docs adds the mask of packed documents (ir/docs.go): the forward and the
+	// fused backward take the doc starts, [B, T] int64, as their last argument;
+	// query t sees key j iff starts[t] ≤ j ≤ t. A query tile's key loop starts at
+	// its first row's start, and a key tile's query walk ends at the first query
+	// whose start lies past the tile, so the tiles between documents are skipped,
+	// not masked. Dense causal attention with the fused backward only: not a
+	// dilated branch, a ring block nor the split dQ.
+	Docs  bool
+	Scale float64 // 0 means 1/sqrt(D)
 	// Br and Bc are the forward's query and key tile rows; Stages the number of
 	// K/V tiles in flight (2: double buffering). Each forward warp owns WM m-tiles
 	// of 16 query rows (1 or 2: two halve the shared-memory reads of K and V per
@@ -313,6 +321,10 @@ func (d Desc) Check() error {
 	}
 	if d.Fused() && (d.BwdBr != 32 && d.BwdBr != 64 || d.BwdBc != 64 && d.BwdBc != 128) {
 		return fmt.Errorf("fused dQ: backward tiles %d×%d: the eight warps take 32 or 64 queries × 64 or 128 keys", d.BwdBr, d.BwdBc)
+	}
+	if d.Docs && (!d.Causal || d.Dilated() || d.Accumulate || d.QPos != 0 || d.KPos != 0 || !d.Fused()) {
+		return fmt.Errorf("document mask: dense causal attention with the fused backward only " +
+			"(not a dilated branch, a ring block or the split dQ)")
 	}
 	if d.Offsets != "paper" && d.Offsets != "block" {
 		return fmt.Errorf("offsets %q: want paper or block", d.Offsets)

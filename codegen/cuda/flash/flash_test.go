@@ -27,14 +27,20 @@ func variants() []Desc {
 			PerMember: true, Member: 1},
 		Desc{B: 1, T: 4096, S: 4096, LT: 16384, Hq: 8, Hkv: 8, D: 128, Causal: true, W: 1024, R: 4, Accumulate: true,
 			DQ: DQFused, First: true},
-		Desc{B: 1, T: 512, S: 512, Hq: 4, Hkv: 4, D: 64, Causal: true, QPos: 512, KPos: 0, Accumulate: true})
+		Desc{B: 1, T: 512, S: 512, Hq: 4, Hkv: 4, D: 64, Causal: true, QPos: 512, KPos: 0, Accumulate: true},
+		// Packed documents: dense causal with the fused backward, GQA and a ragged tail.
+		Desc{B: 2, T: 1000, S: 1000, Hq: 4, Hkv: 2, D: 128, Causal: true, Docs: true},
+		Desc{B: 1, T: 777, S: 777, Hq: 8, Hkv: 1, D: 64, Causal: true, Docs: true})
 	return ds
 }
 
 func kernels(t *testing.T, d Desc) []Kernel {
 	t.Helper()
 	var ks []Kernel
-	gens := []func(Desc) (Kernel, error){Forward, Delta, DKDV, DQ}
+	gens := []func(Desc) (Kernel, error){Forward, Delta, DKDV}
+	if !d.Docs { // a document mask has only the fused backward, whose dK/dV kernel computes dQ
+		gens = append(gens, DQ)
+	}
 	if d.Defaults().Fused() {
 		gens = append(gens, DQBound, ConvertDQ)
 	}
@@ -66,6 +72,16 @@ func TestDeterministic(t *testing.T) {
 	if k1, k2 := kernels(t, d)[0], kernels(t, e)[0]; k1.Name() == k2.Name() {
 		t.Fatal("QPos does not change the forward kernel")
 	}
+	e = d
+	e.Docs = true
+	for i, k := range kernels(t, e)[:3] { // forward, delta, fused dK/dV
+		if k.Name() == a[i].Name() {
+			t.Errorf("Docs does not change the %s kernel", k.Op)
+		}
+		if want := k.Op != "attention.flash.delta"; want != (k.Params[len(k.Params)-1].Name == "starts") {
+			t.Errorf("%s: parameters %v: the doc starts should be last exactly when the kernel masks", k.Op, k.Params)
+		}
+	}
 }
 
 // TestRejects: unsupported descriptors are errors naming the problem.
@@ -88,6 +104,10 @@ func TestRejects(t *testing.T) {
 		{Desc{B: 1, T: 8, S: 8, Hq: 1, Hkv: 1, D: 64, Tier: 2, Br: 96, Bc: 64}, "tier 2 forward tile 96×64"},
 		{Desc{B: 1, T: 8, S: 8, Hq: 1, Hkv: 1, D: 64, Tier: 2, BwdBr: 32, BwdBc: 128, DQ: DQFused},
 			"tier 2 fused backward tiles 32×128"},
+		{Desc{B: 1, T: 8, S: 8, Hq: 1, Hkv: 1, D: 64, Docs: true}, "document mask"},
+		{Desc{B: 1, T: 8, S: 8, Hq: 1, Hkv: 1, D: 64, Causal: true, Docs: true, W: 4, R: 2, Accumulate: true},
+			"document mask"},
+		{Desc{B: 1, T: 8, S: 8, Hq: 1, Hkv: 1, D: 64, Causal: true, Docs: true, DQ: DQSplit}, "document mask"},
 	} {
 		_, err := Forward(c.d)
 		if err == nil || !strings.Contains(err.Error(), c.want) {

@@ -8,7 +8,7 @@ package flash
 // their diagonal and mask only the tiles that cross it (and a ragged last tile).
 // Causal CTAs run longest first (the grid's last query tiles are launched first).
 const fwdSrc = `extern "C" __global__ void __launch_bounds__(FA_NT) @KERNEL@(FA_OT* __restrict__ o, float* __restrict__ lse,
-    const fa_bf16* __restrict__ q, const fa_bf16* __restrict__ k, const fa_bf16* __restrict__ v) {
+    const fa_bf16* __restrict__ q, const fa_bf16* __restrict__ k, const fa_bf16* __restrict__ v FA_DOCS_ARG) {
   extern __shared__ __align__(128) unsigned char fa_sh[];
   fa_bf16* sQ = (fa_bf16*)fa_sh;
   fa_bf16* sK = sQ + FA_BR * FA_D;
@@ -28,6 +28,13 @@ const fwdSrc = `extern "C" __global__ void __launch_bounds__(FA_NT) @KERNEL@(FA_
     if (lim < kend) kend = lim;
   }
   const int nkt = kend > 0 ? (int)((kend + FA_BC - 1) / FA_BC) : 0;
+  // j0 is the first key tile a row of the tile sees: the first row's document
+  // start (starts never decrease), 0 without documents.
+  int j0 = 0;
+#if FA_DOCS
+  const long long* dsr = ds + b * FA_T;
+  j0 = (int)(dsr[q0] / FA_BC);
+#endif
   const long long qrs = (long long)FA_HQ * FA_D * FA_R, krs = (long long)FA_HKV * FA_D * FA_R;
   const fa_bf16* qg = q + ((b * FA_T + qp0) * FA_HQ + h) * FA_D;
   const fa_bf16* kg = k + ((b * FA_S + kp0) * FA_HKV + hk) * FA_D;
@@ -35,9 +42,11 @@ const fwdSrc = `extern "C" __global__ void __launch_bounds__(FA_NT) @KERNEL@(FA_
   fa_load_tile<FA_BR, FA_NT>(sQ, qg, qrs, q0, qn, tid);
 #pragma unroll
   for (int s = 0; s < FA_STAGES - 1; ++s) {
-    if (s < nkt) {
-      fa_load_tile<FA_BC, FA_NT>(sK + s * FA_BC * FA_D, kg, krs, (long long)s * FA_BC, kn, tid);
-      fa_load_tile<FA_BC, FA_NT>(sV + s * FA_BC * FA_D, vg, krs, (long long)s * FA_BC, kn, tid);
+    const int js = j0 + s;
+    if (js < nkt) {
+      const int st = js % FA_STAGES;
+      fa_load_tile<FA_BC, FA_NT>(sK + st * FA_BC * FA_D, kg, krs, (long long)js * FA_BC, kn, tid);
+      fa_load_tile<FA_BC, FA_NT>(sV + st * FA_BC * FA_D, vg, krs, (long long)js * FA_BC, kn, tid);
     }
     fa_commit();
   }
@@ -45,6 +54,21 @@ const fwdSrc = `extern "C" __global__ void __launch_bounds__(FA_NT) @KERNEL@(FA_
   // Warp w owns FA_WM m-tiles of 16 query rows: rows q0 + w·16·FA_WM + mi·16 + g (+8).
   const int wr = warp * 16 * FA_WM;
   const long long r0 = q0 + wr + g;
+  // ds0[mi][r] is the document start of this thread's row r0 + mi·16 + 8r, and
+  // dmax the largest: key tiles at or past it need no document mask.
+  long long ds0[FA_WM][2], dmax = 0;
+#pragma unroll
+  for (int mi = 0; mi < FA_WM; ++mi) ds0[mi][0] = ds0[mi][1] = 0;
+#if FA_DOCS
+#pragma unroll
+  for (int mi = 0; mi < FA_WM; ++mi)
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const long long row = r0 + mi * 16 + r * 8;
+      ds0[mi][r] = row < qn ? dsr[row] : 0;
+      dmax = ds0[mi][r] > dmax ? ds0[mi][r] : dmax;
+    }
+#endif
 #if FA_WM == 1
   unsigned qf[FA_D / 16][4];
 #endif
@@ -56,11 +80,11 @@ const fwdSrc = `extern "C" __global__ void __launch_bounds__(FA_NT) @KERNEL@(FA_
   float m[FA_WM][2], l[FA_WM][2];
 #pragma unroll
   for (int mi = 0; mi < FA_WM; ++mi) m[mi][0] = m[mi][1] = -FA_INF, l[mi][0] = l[mi][1] = 0.0f;
-  for (int j = 0; j < nkt; ++j) {
+  for (int j = j0; j < nkt; ++j) {
     fa_wait<FA_STAGES - 2>();
     __syncthreads();
 #if FA_WM == 1
-    if (j == 0) {
+    if (j == j0) {
 #pragma unroll
       for (int kk = 0; kk < FA_D / 16; ++kk)
         fa_ldm4(qf[kk], fa_smem(sQ + fa_swz(wr + (lane & 7) + ((lane >> 3) & 1) * 8, kk * 16 + (lane >> 4) * 8)));
@@ -109,7 +133,7 @@ const fwdSrc = `extern "C" __global__ void __launch_bounds__(FA_NT) @KERNEL@(FA_
       }
     }
     const long long k0 = (long long)j * FA_BC;
-    if (k0 + FA_BC > kn || (FA_CAUSAL && FA_KPOS + k0 + FA_BC - 1 > FA_QPOS + q0 + wr)) {
+    if (k0 + FA_BC > kn || (FA_CAUSAL && FA_KPOS + k0 + FA_BC - 1 > FA_QPOS + q0 + wr) || (FA_DOCS && k0 < dmax)) {
 #pragma unroll
       for (int mi = 0; mi < FA_WM; ++mi)
 #pragma unroll
@@ -117,7 +141,8 @@ const fwdSrc = `extern "C" __global__ void __launch_bounds__(FA_NT) @KERNEL@(FA_
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
             const long long col = k0 + nt * 8 + c2 + (e & 1), row = r0 + mi * 16 + (e >> 1) * 8;
-            if (col >= kn || (FA_CAUSAL && FA_KPOS + col > FA_QPOS + row)) s[mi][nt][e] = -FA_INF;
+            if (col >= kn || (FA_CAUSAL && FA_KPOS + col > FA_QPOS + row) || (FA_DOCS && col < ds0[mi][e >> 1]))
+              s[mi][nt][e] = -FA_INF;
           }
     }
 #pragma unroll

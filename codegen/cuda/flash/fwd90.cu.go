@@ -10,7 +10,7 @@ package flash
 // cp.async, fenced to the async proxy before wgmma reads them. P·V runs on
 // while the next iteration syncs, queues its loads and starts its S.
 const fwd90Src = `extern "C" __global__ void __launch_bounds__(FA_NT, 1) @KERNEL@(FA_OT* __restrict__ o, float* __restrict__ lse,
-    const fa_bf16* __restrict__ q, const fa_bf16* __restrict__ k, const fa_bf16* __restrict__ v) {
+    const fa_bf16* __restrict__ q, const fa_bf16* __restrict__ k, const fa_bf16* __restrict__ v FA_DOCS_ARG) {
   extern __shared__ __align__(1024) unsigned char fa_sh[];
   fa_bf16* sQ = (fa_bf16*)fa_sh;
   fa_bf16* sK = sQ + FA_BR * FA_D;
@@ -31,6 +31,13 @@ const fwd90Src = `extern "C" __global__ void __launch_bounds__(FA_NT, 1) @KERNEL
     if (lim < kend) kend = lim;
   }
   const int nkt = kend > 0 ? (int)((kend + FA_BC - 1) / FA_BC) : 0;
+  // j0 is the first key tile a row of the tile sees: the first row's document
+  // start (starts never decrease), 0 without documents.
+  int j0 = 0;
+#if FA_DOCS
+  const long long* dsr = ds + b * FA_T;
+  j0 = (int)(dsr[q0] / FA_BC);
+#endif
   const long long qrs = (long long)FA_HQ * FA_D * FA_R, krs = (long long)FA_HKV * FA_D * FA_R;
   const fa_bf16* qg = q + ((b * FA_T + qp0) * FA_HQ + h) * FA_D;
   const fa_bf16* kg = k + ((b * FA_S + kp0) * FA_HKV + hk) * FA_D;
@@ -41,9 +48,11 @@ const fwd90Src = `extern "C" __global__ void __launch_bounds__(FA_NT, 1) @KERNEL
   // it.
 #pragma unroll
   for (int s = 0; s < FA_STAGES - 2; ++s) {
-    if (s < nkt) {
-      fa_load_tile90<FA_BC, FA_NT>(sK + s * FA_BC * FA_D, kg, krs, (long long)s * FA_BC, kn, tid);
-      fa_load_tile90<FA_BC, FA_NT>(sV + s * FA_BC * FA_D, vg, krs, (long long)s * FA_BC, kn, tid);
+    const int js = j0 + s;
+    if (js < nkt) {
+      const int st = js % FA_STAGES;
+      fa_load_tile90<FA_BC, FA_NT>(sK + st * FA_BC * FA_D, kg, krs, (long long)js * FA_BC, kn, tid);
+      fa_load_tile90<FA_BC, FA_NT>(sV + st * FA_BC * FA_D, vg, krs, (long long)js * FA_BC, kn, tid);
     }
     fa_commit();
   }
@@ -51,12 +60,20 @@ const fwd90Src = `extern "C" __global__ void __launch_bounds__(FA_NT, 1) @KERNEL
   // Warp w of warpgroup wg owns rows q0 + wg·64 + (w mod 4)·16 + g (+8).
   const int wr = wg * 64 + (warp & 3) * 16;
   const long long r0 = q0 + wr + g;
+  // ds0[r] is the document start of this thread's row r0 + 8r, and dmax the
+  // larger: key tiles at or past it need no document mask.
+  long long ds0[2] = {0, 0}, dmax = 0;
+#if FA_DOCS
+#pragma unroll
+  for (int r = 0; r < 2; ++r) ds0[r] = r0 + r * 8 < qn ? dsr[r0 + r * 8] : 0;
+  dmax = ds0[0] > ds0[1] ? ds0[0] : ds0[1];
+#endif
   const unsigned qa = fa_smem(sQ) + wg * 64 * 128;
   float acc[FA_D / 2];
 #pragma unroll
   for (int i = 0; i < FA_D / 2; ++i) acc[i] = 0.0f;
   float m[2] = {-FA_INF, -FA_INF}, l[2] = {0.0f, 0.0f};
-  for (int j = 0; j < nkt; ++j) {
+  for (int j = j0; j < nkt; ++j) {
     fa_wait<FA_STAGES - 3>();
     fa_fence_async();
     __syncthreads();
@@ -80,13 +97,14 @@ const fwd90Src = `extern "C" __global__ void __launch_bounds__(FA_NT, 1) @KERNEL
     fa_wg_commit();
     fa_wg_wait<0>();  // S, and the previous tile's P·V (acc is rescaled next)
     const long long k0 = (long long)j * FA_BC;
-    if (k0 + FA_BC > kn || (FA_CAUSAL && FA_KPOS + k0 + FA_BC - 1 > FA_QPOS + q0 + wr)) {
+    if (k0 + FA_BC > kn || (FA_CAUSAL && FA_KPOS + k0 + FA_BC - 1 > FA_QPOS + q0 + wr) || (FA_DOCS && k0 < dmax)) {
 #pragma unroll
       for (int nt = 0; nt < FA_BC / 8; ++nt)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const long long col = k0 + nt * 8 + c2 + (e & 1), row = r0 + (e >> 1) * 8;
-          if (col >= kn || (FA_CAUSAL && FA_KPOS + col > FA_QPOS + row)) s[nt * 4 + e] = -FA_INF;
+          if (col >= kn || (FA_CAUSAL && FA_KPOS + col > FA_QPOS + row) || (FA_DOCS && col < ds0[e >> 1]))
+            s[nt * 4 + e] = -FA_INF;
         }
     }
 #pragma unroll

@@ -9,6 +9,7 @@
 #define FA_G (FA_HQ / FA_HKV)
 #define FA_D 128
 #define FA_CAUSAL 1
+#define FA_DOCS 0
 #define FA_SCALE 0.088388346f
 #define FA_SL2 0.12751743f
 #define FA_W 1000LL
@@ -99,6 +100,24 @@ __device__ __forceinline__ void fa_geom(long long sg, int h, long long len, long
   const int o = fa_off(h);
   *p0 = st + o;
   *n = sl > o ? (sl - o + FA_R - 1) / FA_R : 0;
+}
+// With FA_DOCS the kernels take the doc starts of packed documents as their last
+// argument (ir/docs.go): ds [B, T] int64, query t's first visible key. Starts are
+// non-decreasing along a row, which is what lets a key tile find the last query
+// tile that still sees it by bisection (fa_doc_end) instead of a scan.
+#if FA_DOCS
+#define FA_DOCS_ARG , const long long* __restrict__ ds
+#else
+#define FA_DOCS_ARG
+#endif
+// fa_doc_end is the first t in [lo, hi) with s[t] > key (hi when there is none),
+// for s non-decreasing.
+__device__ __forceinline__ long long fa_doc_end(const long long* s, long long lo, long long hi, long long key) {
+  while (lo < hi) {
+    const long long mid = (lo + hi) >> 1;
+    if (s[mid] > key) hi = mid; else lo = mid + 1;
+  }
+  return lo;
 }
 // fa_load_tile queues rows [r0, r0+ROWS) of a row-strided bf16 matrix (rows >= n
 // read as zeros) into a swizzled shared tile.
@@ -208,10 +227,10 @@ __device__ __forceinline__ void fa_wg_dq(float* d, unsigned long long da, unsign
     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
     : "l"(da), "l"(db), "r"(acc) : "memory");
 }
-extern "C" __global__ void __launch_bounds__(256, 1) attention_flash_dkdvdq_0ecc1f0cae0fdab1(FA_OT* __restrict__ dk, FA_OT* __restrict__ dv,
+extern "C" __global__ void __launch_bounds__(256, 1) attention_flash_dkdvdq_1ba9d8e86da54188(FA_OT* __restrict__ dk, FA_OT* __restrict__ dv,
     const fa_bf16* __restrict__ q, const fa_bf16* __restrict__ k, const fa_bf16* __restrict__ v,
     const fa_bf16* __restrict__ dout, const float* __restrict__ lse, const float* __restrict__ delta,
-    unsigned* __restrict__ ws) {
+    unsigned* __restrict__ ws FA_DOCS_ARG) {
   extern __shared__ __align__(1024) unsigned char fa_sh[];
   fa_bf16* sK = (fa_bf16*)fa_sh;
   fa_bf16* sV = sK + FA_BC * FA_D;
@@ -235,7 +254,15 @@ extern "C" __global__ void __launch_bounds__(256, 1) attention_flash_dkdvdq_0ecc
     if (first < 0) first = 0;
   }
   const long long it0 = first / FA_BR;
-  const long long qtiles = (qn + FA_BR - 1) / FA_BR;
+  // qend: with documents, the queries from the first whose document starts past
+  // the tile's last key see none of the tile (starts never decrease).
+  long long qend = qn;
+  const long long* dsr = 0;
+#if FA_DOCS
+  dsr = ds + b * FA_T;
+  qend = fa_doc_end(dsr, first, qn, (k0 + FA_BC < kn ? k0 + FA_BC : kn) - 1);
+#endif
+  const long long qtiles = (qend + FA_BR - 1) / FA_BR;
   const int nit = qtiles > it0 ? (int)(qtiles - it0) : 0;
   const int nitems = FA_G * nit;
   const long long qrs = (long long)FA_HQ * FA_D * FA_R, krs = (long long)FA_HKV * FA_D * FA_R;
@@ -343,7 +370,8 @@ extern "C" __global__ void __launch_bounds__(256, 1) attention_flash_dkdvdq_0ecc
                fa_dadd(od0, so + (kk >> 2) * FA_BR * 128 + (kk & 3) * 32), kk > 0);
     fa_wg_commit();
     fa_wg_wait<1>();  // Sᵀ; dPᵀ runs on while P is computed
-    const bool need = qq0 + FA_BR > qn || k0 + FA_BC > kn || (FA_CAUSAL && FA_QPOS + qq0 < FA_KPOS + k0 + FA_BC - 1);
+    const bool need = qq0 + FA_BR > qn || k0 + FA_BC > kn || (FA_CAUSAL && FA_QPOS + qq0 < FA_KPOS + k0 + FA_BC - 1) ||
+                      (FA_DOCS && dsr[(qq0 + FA_BR < qn ? qq0 + FA_BR : qn) - 1] > k0);
     unsigned pa[FA_BR / 16][4], da[FA_BR / 16][4];
     const unsigned swb = sw + (w & 1) * FA_BC * FA_BR * 2;
     if (need) {
@@ -355,7 +383,8 @@ extern "C" __global__ void __launch_bounds__(256, 1) attention_flash_dkdvdq_0ecc
           const float L = cL[lq];
           float p = fa_exp2(fmaf(s[nt * 4 + e], FA_SL2, L == -FA_INF ? -FA_INF : -L * FA_LOG2E));
           const long long qrow = qq0 + lq, kcol = k0 + lk;
-          if (qrow >= qn || kcol >= kn || (FA_CAUSAL && FA_KPOS + kcol > FA_QPOS + qrow)) p = 0.0f;
+          if (qrow >= qn || kcol >= kn || (FA_CAUSAL && FA_KPOS + kcol > FA_QPOS + qrow) ||
+              (FA_DOCS && kcol < dsr[qrow])) p = 0.0f;
           s[nt * 4 + e] = p;
         }
     } else {
