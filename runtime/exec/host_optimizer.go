@@ -31,9 +31,9 @@ import (
 //     pinned staging, an event after each;
 //   - on the CPU, Threads goroutines run the AdamW update (HostUpdate,
 //     train/optim's arithmetic) over chunks as their tensor's gradient lands,
-//     and round the new masters into the working weights' pinned staging,
-//     which goes back to the arena on the session's stream, ahead of the next
-//     step's forward.
+//     and round the new masters into the working weights' pinned staging;
+//     each tensor's goes back to the arena on the session's stream once its
+//     last chunk is done, ahead of the next step's forward.
 //
 // The state's layout is the resident Optimizer's (flat fp32 masters, m, v in
 // spec order): Load, Save and Snapshot speak the same tensors and bytes, so a
@@ -89,8 +89,9 @@ type HostOptimizerSpec struct {
 // HostSplit is where a HostOptimizer's Step spent its time: Norm from the
 // start to the norm on the host (the GPU's norm kernels and a 16-byte copy),
 // Update from then until the last chunk is updated (the gradients' copies
-// overlap it; CopyWait is the part of it a goroutine spent waiting for a
-// gradient, on average), and Queue the queueing of the weights' upload.
+// down and the updated weights' copies up overlap it; CopyWait is the part of
+// it a goroutine spent waiting for a gradient, on average), and Queue from
+// then until the last upload is queued.
 type HostSplit struct {
 	Norm, Update, CopyWait, Queue time.Duration
 }
@@ -289,15 +290,23 @@ func roundInto(dt string, w []byte, p []float32, off int64) {
 // upload queues the copies of the weight staging into the arena's weights on
 // the session's stream (its lock held).
 func (o *HostOptimizer) upload() error {
+	for k := range o.tb.sizes {
+		if err := o.uploadOne(k); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// uploadOne queues the copy of tensor k's working weight from the staging.
+func (o *HostOptimizer) uploadOne(k int) error {
 	sz := int(dtypeSize(o.tb.wdt))
 	var off int
-	for i, n := range o.tb.sizes {
-		if n > 0 {
-			if err := o.b.s.stream.CopyHtoDAsync(o.tb.wptrs[i], o.weights, off, int(n)*sz); err != nil {
-				return err
-			}
-		}
+	for _, n := range o.tb.sizes[:k] {
 		off += int(n) * sz
+	}
+	if n := int(o.tb.sizes[k]); n > 0 {
+		return o.b.s.stream.CopyHtoDAsync(o.tb.wptrs[k], o.weights, off, n*sz)
 	}
 	return nil
 }
@@ -344,18 +353,34 @@ func (o *HostOptimizer) Step(h AdamWStep) (float64, error) {
 		}
 		waitErr <- nil
 	}()
+	// Each tensor's working weight goes up as soon as its last chunk is
+	// updated, queued by one goroutine, so the copies overlap the update of
+	// the tensors after it.
+	done := make(chan int, len(o.tb.sizes))
+	upErr := make(chan error, 1)
+	go func() {
+		var err error
+		for k := range done {
+			if err == nil {
+				err = o.uploadOne(k)
+			}
+		}
+		upErr <- err
+	}()
 	job := HostStep{Sizes: o.tb.sizes, GradDType: o.tb.gdt, WeightDType: o.tb.wdt, Grads: o.grads.Bytes(),
 		Master: f32s(o.master, o.tb.total), M: f32s(o.m, o.tb.total), V: f32s(o.v, o.tb.total),
 		Weights: o.weights.Bytes(), Scalars: h, Coef: float32(coef), Clip: o.maxNorm > 0, Update: o.update,
-		Threads: o.threads, Ready: func(k int) { <-ready[k] }}
+		Threads: o.threads, Ready: func(k int) { <-ready[k] }, Done: func(k int) { done <- k }}
 	job.Run()
-	if err := <-waitErr; err != nil {
+	t2 := time.Now()
+	close(done)
+	err = <-upErr
+	if werr := <-waitErr; werr != nil {
 		// The copies failed: the state was updated from whatever had landed, so
 		// the run cannot go on; the error says so.
-		return 0, fmt.Errorf("exec: host optimizer step: copying the gradients: %w", err)
+		return 0, fmt.Errorf("exec: host optimizer step: copying the gradients: %w", werr)
 	}
-	t2 := time.Now()
-	if err := o.upload(); err != nil {
+	if err != nil {
 		return 0, fmt.Errorf("exec: host optimizer step: uploading the weights: %w", err)
 	}
 	o.last = HostSplit{Norm: t1.Sub(t0), Update: t2.Sub(t1), CopyWait: job.Waited(), Queue: time.Since(t2)}
@@ -420,7 +445,9 @@ func (o *HostOptimizer) queue() (norm, coef float64, err error) {
 // its state from Master, M and V (updated in place), and writing the rounded
 // master to Weights (WeightDType storage). The work is cut into chunks of
 // HostChunk elements (never across tensors) that Threads goroutines take in
-// order; Ready, if set, blocks until tensor k's gradient is in Grads.
+// order; Ready, if set, blocks until tensor k's gradient is in Grads, and
+// Done, if set, is called once per tensor of at least one element, when its
+// last chunk is written (from the goroutine that wrote it).
 type HostStep struct {
 	Sizes                  []int64
 	GradDType, WeightDType string
@@ -431,7 +458,7 @@ type HostStep struct {
 	Clip                   bool
 	Update                 HostUpdate
 	Threads                int
-	Ready                  func(k int)
+	Ready, Done            func(k int)
 	// waited sums the goroutines' time in Ready, in nanoseconds; workers is
 	// their number.
 	waited  atomic.Int64
@@ -455,6 +482,11 @@ func (j *HostStep) Run() {
 			chunks = append(chunks, chunk{k, off + s, min(HostChunk, n-s)})
 		}
 		off += n
+	}
+	// left counts each tensor's chunks not written yet.
+	left := make([]atomic.Int64, len(j.Sizes))
+	for _, c := range chunks {
+		left[c.k].Add(1)
 	}
 	var next atomic.Int64
 	var wg sync.WaitGroup
@@ -480,6 +512,9 @@ func (j *HostStep) Run() {
 				lo, hi := ch.off, ch.off+ch.len
 				j.Update(j.Scalars, gr, j.Master[lo:hi], j.M[lo:hi], j.V[lo:hi], j.Coef, j.Clip)
 				roundInto(j.WeightDType, j.Weights, j.Master[lo:hi], lo)
+				if left[ch.k].Add(-1) == 0 && j.Done != nil {
+					j.Done(ch.k)
+				}
 			}
 		}()
 	}

@@ -3,6 +3,7 @@ package optim
 import (
 	"math"
 	"math/rand/v2"
+	"sync"
 	"testing"
 
 	"github.com/lcc-dev/lcc/interp"
@@ -91,7 +92,18 @@ func hostStepMatches(t *testing.T, dt tensor.DType) {
 		Update: func(h exec.AdamWStep, g, master, m, v []float32, coef float32, clip bool) {
 			StepScalars(h).Apply(g, master, m, v, coef, clip)
 		}}
+	// Done comes once per tensor, after its last chunk (the uploads' cue).
+	var mu sync.Mutex
+	dones := map[int]int{}
+	job.Done = func(k int) {
+		mu.Lock()
+		dones[k]++
+		mu.Unlock()
+	}
 	job.Run()
+	if len(dones) != len(sizes) || dones[0] != 1 || dones[1] != 1 {
+		t.Errorf("Done calls per tensor %v, want one each of %d", dones, len(sizes))
+	}
 	var off int
 	var woff int
 	for _, name := range u.Weights {
