@@ -71,6 +71,11 @@ type StepMemory struct {
 	// step are copied into, and SnapshotStagingBytes the device copy they are
 	// staged through (in PeakBytes; 0 when it would not fit): see WithSnapshots.
 	SnapshotHostBytes, SnapshotStagingBytes int64
+	// HostStateBytes is AdamW's state (fp32 masters and moments) when the
+	// trainer keeps it in pinned host memory (OptimizerBytes is then 0), and
+	// HostStagingBytes the pinned staging of the gradients going down and the
+	// working weights coming back (runtime/exec.HostOptimizer): see WithHostState.
+	HostStateBytes, HostStagingBytes int64
 	// HostModelBytes is what lcc holds of the model on the host while the step
 	// is set up (HostModelBytes below), HostKeptBytes what it keeps once a
 	// resident run has uploaded it (the untrained weights' host tensors, which
@@ -79,16 +84,22 @@ type StepMemory struct {
 }
 
 // PinnedBytes is the page-locked host memory of the step: the offloaded
-// activations' block and the checkpoints' buffer.
-func (m StepMemory) PinnedBytes() int64 { return m.HostBytes + m.SnapshotHostBytes }
+// activations' block, the checkpoints' buffer and a host optimizer's state and
+// staging.
+func (m StepMemory) PinnedBytes() int64 {
+	return m.HostBytes + m.SnapshotHostBytes + m.HostStateBytes + m.HostStagingBytes
+}
 
 // HostPeakBytes is the planned host peak of a run of the step, the larger of
 // its two phases: while the step is bound, the model as lcc holds it and the
 // offload block (allocated with the arena); once the state is on the device,
 // what the host keeps of the model, the offload block and the checkpoints'
-// buffer (allocated after the host copies are released).
+// buffer (allocated after the host copies are released). A host optimizer's
+// pinned state and staging are in both: they are allocated and loaded while
+// the model's host copies are still held.
 func (m StepMemory) HostPeakBytes() int64 {
-	return max(m.HostModelBytes+m.HostBytes, m.HostKeptBytes+m.HostBytes+m.SnapshotHostBytes)
+	opt := m.HostStateBytes + m.HostStagingBytes
+	return max(m.HostModelBytes+m.HostBytes, m.HostKeptBytes+m.HostBytes+m.SnapshotHostBytes) + opt
 }
 
 // HostModelBytes is what lcc holds of a model on the host during a run: every
@@ -111,12 +122,32 @@ func HostModelBytes(weightElems, trainable int64, trained bool) int64 {
 // while a checkpoint is copied out, when the peak with it stays within budget
 // (≤ 0: no budget). Without the staging copy the next update waits for the copy
 // to the host instead, so the plan, not the trainer, decides.
+//
+// With the state in host memory (WithHostState) a checkpoint is a copy on the
+// host: the pinned buffer, no staging.
 func (m StepMemory) WithSnapshots(budget int64) StepMemory {
+	if m.HostStateBytes > 0 {
+		m.SnapshotHostBytes = m.HostStateBytes
+		return m
+	}
 	m.SnapshotHostBytes = m.OptimizerBytes
 	if budget <= 0 || m.PeakBytes+m.OptimizerBytes <= budget {
 		m.SnapshotStagingBytes = m.OptimizerBytes
 		m.PeakBytes += m.OptimizerBytes
 	}
+	return m
+}
+
+// WithHostState moves the optimizer state of n trainable parameters from the
+// device to pinned host memory (ZeRO-Offload's split, runtime/exec.HostOptimizer):
+// the device peak loses OptimizerBytes, the host gains the same fp32 masters
+// and moments (OptimizerStateBytes) and the staging of the gradients and
+// working weights, storage bytes each per parameter.
+func (m StepMemory) WithHostState(n int64, storage int64) StepMemory {
+	m.PeakBytes -= m.OptimizerBytes
+	m.OptimizerBytes = 0
+	m.HostStateBytes = OptimizerStateBytes(n)
+	m.HostStagingBytes = 2 * storage * n
 	return m
 }
 

@@ -326,7 +326,8 @@ func compileOne(f *ir.Func, opts CompileOptions) (*Result, *pipeline, error) {
 	var stats []passes.Stat
 	var codegenErr error // an op without a GPU lowering: the report names it
 	training := report.Training{}
-	if l, ok := CompiledStep(f); ok {
+	l, precompiled := CompiledStep(f)
+	if precompiled {
 		// Only codegen runs: the passes before it ran when the step was compiled.
 		rec, err := checkRecordedPipeline(opts.Model, p.passes, opts.ForDevice)
 		if err != nil {
@@ -381,6 +382,22 @@ func compileOne(f *ir.Func, opts CompileOptions) (*Result, *pipeline, error) {
 	}
 	p.mem.trained = training.Enabled
 	prog := p.found.prog
+	p.mem.hostState = p.found.hostState
+	if prog != nil && training.Enabled {
+		if p.sealed != nil && p.sealed.prog == prog {
+			// A compiled folder's program keeps the choice it was compiled with.
+			p.mem.hostState = prog.Plan.OptimizerState == cudagen.OptimizerStateHost
+		} else if precompiled {
+			// A compiled step's insert-checkpoints does not run again: its choice
+			// is made here, on the step as it is.
+			cc := checkpointConfig{budget: p.budget()}
+			p.mem.hostState = opts.OptimizerState == "host" ||
+				opts.OptimizerState == "auto" && !cc.deviceFitsAsIs(f, p.mem)
+			if p.mem.hostState {
+				prog.Plan.OptimizerState = cudagen.OptimizerStateHost
+			}
+		}
+	}
 	mem := p.mem.of(f, prog)
 	if opts.Snapshots && training.Enabled && mem.Model == "arena" {
 		mem = mem.WithSnapshots(p.budget())

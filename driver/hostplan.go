@@ -51,7 +51,12 @@ func (m memoryModel) hostFixed(f *ir.Func) int64 {
 	if m.snapshots && m.trained {
 		kept += cost.OptimizerStateBytes(trainable(f))
 	}
-	return max(setup, kept)
+	var state int64
+	if m.trained && m.hostState {
+		hs := cost.StepMemory{}.WithHostState(trainable(f), int64(m.storage.Size()))
+		state = hs.HostStateBytes + hs.HostStagingBytes
+	}
+	return max(setup, kept) + state
 }
 
 // offloadBounds are checkpointing's bounds on offload for f under a host budget
@@ -166,7 +171,11 @@ func (m memoryModel) seqThatFits(f *ir.Func, re *passes.RecomputeError, budget, 
 		return 0, "", false
 	}
 	weights, grads := arenaParts(prog)
-	w := float64(weights + grads + cost.OptimizerStateBytes(trainable(f)) + cost.FixedBytes)
+	opt := cost.OptimizerStateBytes(trainable(f))
+	if m.hostState {
+		opt = 0
+	}
+	w := float64(weights + grads + opt + cost.FixedBytes)
 	b := float64(budget)
 	host := math.Inf(1) // what the host budget leaves for offload
 	if hostBudget > 0 {

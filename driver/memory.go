@@ -23,6 +23,18 @@ type memoryModel struct {
 	// snapshots: the trainer checkpoints it with its state on the GPU, into a
 	// pinned host buffer (cost.StepMemory.WithSnapshots).
 	snapshots bool
+	// hostState: the trainer keeps the optimizer state in pinned host memory
+	// (cost.StepMemory.WithHostState).
+	hostState bool
+}
+
+// placeState moves a trained step's optimizer state to the host when the
+// model says so.
+func (m memoryModel) placeState(f *ir.Func, sm cost.StepMemory) cost.StepMemory {
+	if !m.trained || !m.hostState {
+		return sm
+	}
+	return sm.WithHostState(trainable(f), int64(m.storage.Size()))
 }
 
 // gpu says whether the target runs the step on GPUs (an arena and fixed costs).
@@ -46,13 +58,13 @@ func (m memoryModel) of(f *ir.Func, prog *cudagen.Program) cost.StepMemory {
 			_, arena := cudagen.PlanArena(prog.Plan)
 			sm := cost.NewStepMemory("arena", arena, opt, cost.FixedBytes, cudagen.HostBytes(prog.Plan))
 			sm.HostModelBytes, sm.HostKeptBytes = m.hostModel(f)
-			return sm
+			return m.placeState(f, sm)
 		}
 	}
 	sim := cost.Simulate(f)
 	sm := cost.NewStepMemory("simulated", sim.PeakBytes, opt, 0, sim.HostBytes)
 	sm.HostModelBytes, sm.HostKeptBytes = m.hostModel(f)
-	return sm
+	return m.placeState(f, sm)
 }
 
 // measure is of's per-GPU peak and pinned offload bytes, checkpointing's

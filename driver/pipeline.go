@@ -68,7 +68,19 @@ type Options struct {
 	// captures the step as a CUDA graph where its plan allows (lcc train
 	// --cuda-graph). It is recorded in the launch plan, so the hash covers it.
 	CUDAGraph string
+	// OptimizerState is where a GPU training step's trainer keeps AdamW's fp32
+	// masters and moments (lcc train --optimizer-state): "device" (also "") on
+	// the GPU beside the arena; "host" in pinned host memory, updated on the
+	// CPU as the gradients come down (runtime/exec.HostOptimizer); "auto" on
+	// the device unless the device plan does not fit the budget with it, then
+	// on the host. insert-checkpoints decides (the budget it fits is the one
+	// the choice frees), and the launch plan records the choice, so the
+	// program hash covers it.
+	OptimizerState string
 }
+
+// OptimizerStates are the values of Options.OptimizerState.
+const OptimizerStates = "device, host or auto"
 
 // Storage is the device storage dtype Precision names.
 func (o Options) Storage() (tensor.DType, error) {
@@ -97,6 +109,11 @@ func (o Options) validate() error {
 	}
 	if _, err := o.Storage(); err != nil {
 		return err
+	}
+	switch o.OptimizerState {
+	case "", "device", "host", "auto":
+	default:
+		return fmt.Errorf("--optimizer-state %q: want %s", o.OptimizerState, OptimizerStates)
 	}
 	if err := o.RoPE.Validate(); err != nil {
 		return err
@@ -216,8 +233,11 @@ type findings struct {
 	fwdFLOPs int64
 	trained  bool // autodiff differentiated a loss
 	ckpt     *passes.RecomputeStats
-	prog     *cudagen.Program   // codegen's program (nil: no GPU target, or codegen failed)
-	rope     *passes.RoPEResult // what rescale-rope rewrote (nil: it did not run)
+	// hostState: insert-checkpoints planned the step with AdamW's state in
+	// pinned host memory (Options.OptimizerState).
+	hostState bool
+	prog      *cudagen.Program   // codegen's program (nil: no GPU target, or codegen failed)
+	rope      *passes.RoPEResult // what rescale-rope rewrote (nil: it did not run)
 }
 
 // words is a configuration already in words: a pass of package passes whose
@@ -286,6 +306,9 @@ type checkpointConfig struct {
 	Budget int64 // --memory-budget (0: the target's)
 	// HostBudget is --host-memory-budget (0: no host bound).
 	HostBudget int64
+	// OptimizerState is Options.OptimizerState; the row shows "host" only:
+	// "auto" resolves to what the launch plan records.
+	OptimizerState string
 
 	budget int64
 	mem    memoryModel
@@ -299,6 +322,9 @@ func (c checkpointConfig) String() string {
 	}
 	if c.HostBudget > 0 {
 		s += fmt.Sprintf(" host-budget=%d", c.HostBudget)
+	}
+	if c.OptimizerState == "host" {
+		s += " optimizer-state=host"
 	}
 	return s
 }
@@ -342,6 +368,9 @@ func codegenStage(c codegenConfig) stage {
 				NoCUDAGraph: c.NoGraph})
 			if err != nil {
 				return &codegenError{err}
+			}
+			if fd.hostState {
+				prog.Plan.OptimizerState = cudagen.OptimizerStateHost
 			}
 			fd.prog = prog
 			return nil
@@ -522,7 +551,7 @@ func (p *pipeline) table() []stage {
 		policy = "auto"
 	}
 	cc := checkpointConfig{Policy: policy, Budget: o.MemoryBudget, HostBudget: o.HostMemoryBudget,
-		budget: p.budget(), mem: p.mem, hints: p.memoryHints}
+		OptimizerState: o.OptimizerState, budget: p.budget(), mem: p.mem, hints: p.memoryHints}
 	add(stage{name: "insert-checkpoints", doc: "recompute forward activations in the backward to fit the memory budget",
 		cfg: cc, run: func(f *ir.Func, fd *findings) error {
 			if !fd.trained {
@@ -530,15 +559,52 @@ func (p *pipeline) table() []stage {
 			}
 			mem := cc.mem
 			mem.trained = true
-			rc := passes.RecomputeConfig{Policy: cc.Policy, BudgetBytes: cc.budget, Memory: mem.measure,
-				Hints: cc.hints(len(fd.matches.Found) > 0)}
-			rc.HostBudgetBytes, rc.FLOPsPerSec, rc.LinkBytesPerSec = mem.offloadBounds(f, cc.HostBudget)
-			stats, err := passes.Recompute(f, rc)
+			switch cc.OptimizerState {
+			case "host":
+				mem.hostState = true
+			case "auto":
+				mem.hostState = !cc.deviceFits(f, mem)
+			}
+			fd.hostState = mem.hostState
+			stats, err := cc.recompute(f, mem, len(fd.matches.Found) > 0)
 			fd.ckpt = &stats
 			return mem.explain(f, err, cc.budget, cc.HostBudget)
 		}})
 	plains(passes.EliminateDeadCode)
 	return append(rows, p.codegenRows()...)
+}
+
+// recompute is checkpointing of f under c's budgets with memory model mem;
+// attention says the model has attention layers (for the refusal's hints).
+func (c checkpointConfig) recompute(f *ir.Func, mem memoryModel, attention bool) (passes.RecomputeStats, error) {
+	rc := passes.RecomputeConfig{Policy: c.Policy, BudgetBytes: c.budget, Memory: mem.measure,
+		Hints: c.hints(attention)}
+	rc.HostBudgetBytes, rc.FLOPsPerSec, rc.LinkBytesPerSec = mem.offloadBounds(f, c.HostBudget)
+	return passes.Recompute(f, rc)
+}
+
+// deviceFits is --optimizer-state=auto's test: whether the step f, with its
+// optimizer state on the device (mem), fits the budget, as it is or once
+// checkpointing (on a copy of f) has done its best. Without a budget or a
+// GPU it fits.
+func (c checkpointConfig) deviceFits(f *ir.Func, mem memoryModel) bool {
+	mem.hostState = false
+	if c.budget <= 0 || !mem.gpu() {
+		return true
+	}
+	if mem.peak(f) <= c.budget {
+		return true
+	}
+	g := f.Clone()
+	_, err := c.recompute(g, mem, false)
+	return err == nil && mem.peak(g) <= c.budget
+}
+
+// deviceFitsAsIs is deviceFits without checkpointing (a step compiled
+// already).
+func (c checkpointConfig) deviceFitsAsIs(f *ir.Func, mem memoryModel) bool {
+	mem.hostState, mem.trained = false, true
+	return c.budget <= 0 || !mem.gpu() || mem.peak(f) <= c.budget
 }
 
 // ropeStage is rescale-rope with c, recording what it rewrote.
@@ -648,6 +714,9 @@ func (p *pipeline) memoryHints(attention bool) []string {
 		h = append(h, fmt.Sprintf("--ranks=%d (sequence parallelism over the target's GPUs)", p.target.GPUs))
 	} else if p.target.GPUs <= 1 {
 		h = append(h, "a target with more GPUs and --ranks")
+	}
+	if o.OptimizerState == "" || o.OptimizerState == "device" {
+		h = append(h, "--optimizer-state=host (AdamW's state in pinned host memory)")
 	}
 	return append(h, "a shorter --seq-len")
 }

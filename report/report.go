@@ -192,6 +192,13 @@ type Memory struct {
 	HostModelBytes int64 `json:"host_model_bytes,omitempty"`
 	HostKeptBytes  int64 `json:"host_kept_bytes,omitempty"`
 	PinnedBytes    int64 `json:"pinned_bytes,omitempty"`
+	// OptimizerState is "host" when the trainer keeps AdamW's fp32 masters and
+	// moments in pinned host memory (HostStateBytes, with HostStagingBytes of
+	// pinned gradient and weight staging; OptimizerBytes is then 0), "" when
+	// they stay on the GPU (cost.StepMemory.WithHostState).
+	OptimizerState   string `json:"optimizer_state,omitempty"`
+	HostStateBytes   int64  `json:"host_state_bytes,omitempty"`
+	HostStagingBytes int64  `json:"host_staging_bytes,omitempty"`
 }
 
 // FLOPs counts floating-point operations of one step on one GPU: the whole step
@@ -386,6 +393,10 @@ func Build(f *ir.Func, in Input) *Report {
 		r.Memory.SnapshotHostBytes, r.Memory.SnapshotStagingBytes = m.SnapshotHostBytes, m.SnapshotStagingBytes
 		r.Memory.HostPeakBytes, r.Memory.HostModelBytes = m.HostPeakBytes(), m.HostModelBytes
 		r.Memory.HostKeptBytes = m.HostKeptBytes
+		if m.HostStateBytes > 0 {
+			r.Memory.OptimizerState = "host"
+			r.Memory.HostStateBytes, r.Memory.HostStagingBytes = m.HostStateBytes, m.HostStagingBytes
+		}
 		r.Memory.PinnedBytes = m.PinnedBytes()
 		if m.Model == "arena" {
 			r.Memory.ContextBytes = cost.CUDAContextBytes
@@ -524,6 +535,11 @@ func (r *Report) WriteText(w io.Writer) {
 		fmt.Fprintf(w, "memory     host peak %s beside the GPU's %s (model as lcc holds it %s, %s once "+
 			"on the GPU; pinned %s)\n", Bytes(m.HostPeakBytes), Bytes(m.PerGPUPeakBytes), Bytes(m.HostModelBytes),
 			Bytes(m.HostKeptBytes), Bytes(m.PinnedBytes))
+	}
+	if m := r.Memory; m.OptimizerState == "host" {
+		fmt.Fprintf(w, "memory     optimizer state: host (pinned) %s of fp32 masters and AdamW moments, %s of "+
+			"gradient and weight staging; the CPU runs AdamW as the gradients come down\n",
+			Bytes(m.HostStateBytes), Bytes(m.HostStagingBytes))
 	}
 	if m := r.Memory; m.SnapshotHostBytes > 0 {
 		how := fmt.Sprintf("staged through %s on the GPU (in its peak)", Bytes(m.SnapshotStagingBytes))

@@ -119,6 +119,12 @@ type Config struct {
 	// CUDAGraph is driver.Options.CUDAGraph: "off" runs a GPU step's launches
 	// one by one instead of replaying them as a CUDA graph.
 	CUDAGraph string
+	// OptimizerState is driver.Options.OptimizerState (--optimizer-state):
+	// where a resident run keeps AdamW's masters and moments, device (also
+	// ""), host (pinned host memory, exec.HostOptimizer) or auto (the plan
+	// decides). Gradient accumulation keeps them on the device: auto then
+	// plans device, and host is refused.
+	OptimizerState string
 	// Ranks > 1 shards every step's sequence over that many ranks with ShardMode
 	// (ring, ulysses or dilated: see driver.ShardModes); Comm is this rank's
 	// communicator (with Ranks ≤ 1, a Comm of one rank runs the step sharded for
@@ -167,7 +173,7 @@ func DefaultConfig() Config {
 	t, _ := targets.Lookup(DefaultTarget)
 	return Config{Device: "cpu", LR: 1e-3, MinLR: -1, WeightDecay: 0.01, Clip: 1,
 		Accumulate: 1, TokenBytes: 2, Loss: loss.Auto, Keep: 3, ProgressEvery: 10, Target: t,
-		Checkpoint: "auto", Precision: "fp32", DocSep: -1}
+		Checkpoint: "auto", Precision: "fp32", DocSep: -1, OptimizerState: "auto"}
 }
 
 // Result summarises a run.
@@ -218,6 +224,12 @@ type Result struct {
 	Roofline map[string]exec.Family
 	// GPU is the device the step ran on (Config.GPU.Name; "" on the CPU).
 	GPU string
+	// OptimizerState says where a resident run kept AdamW's state: "device",
+	// or "host (CPU AdamW, N threads)" ("" when not resident).
+	OptimizerState string
+	// HostSplit is where the last step of a host optimizer spent its update
+	// (exec.HostSplit), "" otherwise.
+	HostSplit string
 	// TrainedElements is the number of trained weight elements of a resident
 	// run (the optimizer's passes are per element).
 	TrainedElements int64
@@ -283,6 +295,9 @@ func (c *Config) check() error {
 		return fmt.Errorf("--ranks %d: want >= 1", c.Ranks)
 	case c.Ranks > 1 && c.Comm == nil:
 		return fmt.Errorf("--ranks=%d: no communicator (train/runner starts the ranks)", c.Ranks)
+	case c.OptimizerState == "host" && c.Accumulate > 1:
+		return fmt.Errorf("--optimizer-state=host with --accumulate %d: the host optimizer runs one "+
+			"micro-step a step (use --optimizer-state=device or auto)", c.Accumulate)
 	case c.Comm != nil && c.Comm.Size() != max(c.Ranks, 1):
 		return fmt.Errorf("--ranks=%d, but the communicator has %d ranks", c.Ranks, c.Comm.Size())
 	}
@@ -312,7 +327,10 @@ func (c *Config) compileOptions() driver.CompileOptions {
 	o := driver.CompileOptions{Target: c.Target, Model: c.Model, Options: driver.Options{
 		Loss: c.Loss, Attention: c.Attention, Checkpoint: c.Checkpoint, MemoryBudget: c.MemoryBudget,
 		Precision: c.Precision, Ranks: c.Ranks, ShardMode: c.ShardMode, RoPE: c.RoPE, PackDocs: c.DocSep >= 0,
-		HostMemoryBudget: c.HostMemoryBudget, CUDAGraph: c.CUDAGraph}}
+		HostMemoryBudget: c.HostMemoryBudget, CUDAGraph: c.CUDAGraph, OptimizerState: c.OptimizerState}}
+	if c.Accumulate > 1 && c.OptimizerState == "auto" {
+		o.OptimizerState = "device" // the host optimizer does not accumulate
+	}
 	if c.Comm != nil {
 		o.Ranks, o.SPMD, o.Rank = c.Comm.Size(), true, c.Comm.Rank()
 	}

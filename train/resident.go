@@ -6,6 +6,7 @@ import (
 	"math"
 
 	"github.com/lcc-dev/lcc/passes/autodiff"
+	"github.com/lcc-dev/lcc/runtime/cuda"
 	"github.com/lcc-dev/lcc/runtime/exec"
 	"github.com/lcc-dev/lcc/safetensors"
 	"github.com/lcc-dev/lcc/tensor"
@@ -20,12 +21,33 @@ import (
 // t.state are brought up to date only for checkpoints (pull).
 type resident struct {
 	bound *exec.Bound
-	opt   *exec.Optimizer
+	opt   stateOptimizer
 	adamw optim.AdamW
 	done  int // updates done: the optimizer's step count
 	// saver takes the run's checkpoints in the background (nil: this rank
 	// writes none).
 	saver *saver
+}
+
+// stateOptimizer is what a resident run asks of its optimizer: the device's
+// (exec.Optimizer) or the host's (exec.HostOptimizer, when the plan keeps the
+// state in pinned host memory). Both hold the state in one layout, so their
+// checkpoints are the same files.
+type stateOptimizer interface {
+	Elements() int64
+	Load(master, m, v []*tensor.Tensor) error
+	Accumulate(first bool) error
+	Step(h exec.AdamWStep) (float64, error)
+	Save() (master, m, v []*tensor.Tensor, err error)
+	SnapshotBytes() int
+	Snapshot(host *cuda.HostBuffer, stage bool) (*exec.Snapshot, error)
+	CUDAGraph() string
+	Close() error
+}
+
+// hostUpdate is the host optimizer's chunk update: train/optim's AdamW.
+func hostUpdate(h exec.AdamWStep, g, master, m, v []float32, coef float32, clip bool) {
+	optim.StepScalars(h).Apply(g, master, m, v, coef, clip)
 }
 
 // setupResident binds the step to cfg.Session with the current weights and
@@ -39,8 +61,13 @@ func (t *trainer) setupResident() error {
 	for i, w := range t.upd.Weights {
 		grads[i] = autodiff.GradPrefix + w
 	}
-	opt, err := bound.NewOptimizer(exec.OptimizerSpec{Weights: t.upd.Weights, Grads: grads,
-		Micro: t.cfg.Accumulate, MaxNorm: t.cfg.Clip})
+	spec := exec.OptimizerSpec{Weights: t.upd.Weights, Grads: grads, Micro: t.cfg.Accumulate, MaxNorm: t.cfg.Clip}
+	var opt stateOptimizer
+	if t.hostState {
+		opt, err = bound.NewHostOptimizer(exec.HostOptimizerSpec{OptimizerSpec: spec, Update: hostUpdate})
+	} else {
+		opt, err = bound.NewOptimizer(spec)
+	}
 	if err != nil {
 		return err
 	}

@@ -50,7 +50,10 @@ type trainer struct {
 	plannedHost int64
 	// stageSnapshots: the plan holds a device staging copy for checkpoints.
 	stageSnapshots bool
-	plan           string
+	// hostState: the plan keeps AdamW's state in pinned host memory (a
+	// resident run then updates it with exec.HostOptimizer).
+	hostState bool
+	plan      string
 	// shard is the sharded step of a multi-rank run (nil with one rank), rank
 	// this process's rank in it.
 	shard *driver.ShardedProgram
@@ -137,6 +140,7 @@ func newTrainer(cfg Config) (*trainer, error) {
 		program: step.Hash, plannedPeak: step.Report.Memory.PerGPUPeakBytes, shard: shard, rank: rank,
 		plannedHost:    step.Report.Memory.HostPeakBytes,
 		stageSnapshots: step.Report.Memory.SnapshotStagingBytes > 0, rope: step.Report.RoPE,
+		hostState: step.Report.Memory.OptimizerState == "host",
 		plan: fmt.Sprintf("checkpoint policy %s, %s pinned host memory", step.Report.Checkpoints.Policy,
 			report.Bytes(step.Report.Memory.HostBytes)),
 		sched:   optim.Schedule{LR: cfg.LR, MinLR: cfg.MinLR, Warmup: cfg.Warmup, Total: cfg.Steps},
@@ -339,9 +343,18 @@ func (t *trainer) run() (*Result, error) {
 		if t.labels != "" {
 			res.BatchBytes *= 2
 		}
-		fmt.Fprintf(cfg.Progress, "state   resident on the GPU: %d trained elements, fp32 masters and "+
-			"AdamW moments; per step the token batch (%d bytes) and AdamW's 28 bytes of scalars go up, "+
-			"the loss and gradient norm come down\n", t.dev.opt.Elements(), res.BatchBytes)
+		if ho, ok := t.dev.opt.(*exec.HostOptimizer); ok {
+			res.OptimizerState = fmt.Sprintf("host (CPU AdamW, %d threads)", ho.Threads())
+			fmt.Fprintf(cfg.Progress, "state   optimizer state: %s: %d trained elements, fp32 masters and "+
+				"AdamW moments in pinned host memory; the working weights and gradients stay on the GPU; per "+
+				"step the gradients come down and the working weights go up, the norm runs on the GPU\n",
+				res.OptimizerState, ho.Elements())
+		} else {
+			res.OptimizerState = "device"
+			fmt.Fprintf(cfg.Progress, "state   resident on the GPU: %d trained elements, fp32 masters and "+
+				"AdamW moments; per step the token batch (%d bytes) and AdamW's 28 bytes of scalars go up, "+
+				"the loss and gradient norm come down\n", t.dev.opt.Elements(), res.BatchBytes)
+		}
 		if cfg.CheckpointDir != "" && t.rank == 0 {
 			var err error
 			if t.dev.saver, err = t.newSaver(); err != nil {
@@ -349,7 +362,9 @@ func (t *trainer) run() (*Result, error) {
 			}
 			defer t.closeSaver()
 			how := "the next update waits for the copy (a staging copy would exceed the memory budget)"
-			if t.dev.saver.stage {
+			if t.hostState {
+				how = "copied there by the CPU from the host optimizer's state between steps"
+			} else if t.dev.saver.stage {
 				how = "through a staging copy on the device (in the planned peak), freed once copied"
 			}
 			fmt.Fprintf(cfg.Progress, "checkpoints copied in the background on a copy stream into %s of "+
@@ -497,10 +512,22 @@ func (t *trainer) run() (*Result, error) {
 		}
 	}
 	res.Wall = time.Since(start)
+	if ho, ok := t.devOpt().(*exec.HostOptimizer); ok {
+		res.HostSplit = ho.LastSplit().String()
+		fmt.Fprintf(cfg.Progress, "optimizer state: %s; last update: %s\n", res.OptimizerState, res.HostSplit)
+	}
 	if cfg.Memory != nil {
 		cfg.Memory.Poll()
 		res.MeasuredPeakBytes = cfg.Memory.Peak()
 	}
 	res.TokensPerSec = tokensPerStep * float64(res.Step-first) / res.Wall.Seconds()
 	return res, nil
+}
+
+// devOpt is a resident run's optimizer (nil: none).
+func (t *trainer) devOpt() stateOptimizer {
+	if t.dev == nil {
+		return nil
+	}
+	return t.dev.opt
 }

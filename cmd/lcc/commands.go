@@ -166,6 +166,9 @@ type compileFlags struct {
 	precision string
 	rope      ropeFlags
 	cudaGraph string
+	// optimizerState is --optimizer-state; set before add, it is the flag's
+	// default (lcc train's is auto, the others' device).
+	optimizerState string
 }
 
 // add registers the pipeline flags lcc compile, check and train share (the
@@ -192,6 +195,14 @@ func (c *compileFlags) add(cmd *cobra.Command) {
 	// dominates steps of many small kernels.
 	f.StringVar(&c.cudaGraph, "cuda-graph", "on", "on: a GPU step whose launch plan allows it is captured "+
 		"once as a CUDA graph and replayed (not with --profile); off: launched one by one. Recorded in the plan")
+	def := c.optimizerState
+	if def == "" {
+		def = "device"
+	}
+	f.StringVar(&c.optimizerState, "optimizer-state", def, "where a GPU training step keeps AdamW's fp32 "+
+		"masters and moments: device; host (pinned host memory, the update on the CPU as the gradients come "+
+		"down, bit for bit the device's; one micro-step); auto (device unless the step does not fit "+
+		"--memory-budget with it). Recorded in the plan")
 }
 
 // options validates the flags and returns the target and the pipeline options.
@@ -211,7 +222,7 @@ func (c *compileFlags) options() (targets.Target, driver.Options, error) {
 	}
 	o := driver.Options{Loss: c.loss, Attention: att, Checkpoint: c.checkpoint, MemoryBudget: int64(c.budget),
 		Precision: c.precision, Ranks: c.af.ranks, ShardMode: c.af.shardMode, RoPE: rope,
-		CUDAGraph: c.cudaGraph}
+		CUDAGraph: c.cudaGraph, OptimizerState: c.optimizerState}
 	// Build the pass list once and drop it: this surfaces flag combinations that no
 	// pipeline supports as flag errors, before a model is loaded.
 	if _, err := driver.Pipeline(t, o); err != nil {

@@ -28,8 +28,9 @@ func trainCmd() *cobra.Command {
 	// (train.DefaultConfig), not a second copy that could drift from them.
 	cfg := train.DefaultConfig()
 	// compile's flag set, parsed the same way: train compiles the program lcc
-	// compile reports for the same flags, and prints the same hash.
-	var cf compileFlags
+	// compile reports for the same flags, and prints the same hash. Only
+	// --optimizer-state's default differs: train's plan may move the state.
+	cf := compileFlags{optimizerState: "auto"}
 	var commTimeout time.Duration
 	var plotPath string
 	var profile, sharedGPU bool
@@ -133,7 +134,7 @@ naming it; --comm-timeout also bounds the rendezvous.`,
 			cfg.Target, cfg.Loss, cfg.Attention, cfg.Checkpoint = t, o.Loss, o.Attention, o.Checkpoint
 			cfg.MemoryBudget, cfg.Precision, cfg.Ranks, cfg.ShardMode = o.MemoryBudget, o.Precision, o.Ranks, o.ShardMode
 			cfg.RoPE = o.RoPE
-			cfg.CUDAGraph = o.CUDAGraph
+			cfg.CUDAGraph, cfg.OptimizerState = o.CUDAGraph, o.OptimizerState
 			precision := o.Precision
 			if cfg.Device == "cuda" {
 				// A GPU step plans its host side under the flag (none: the measured

@@ -142,6 +142,11 @@ type LaunchPlan struct {
 	// Graph says whether the executor captures the steps as a CUDA graph
 	// (PlanGraph); the program hash covers it.
 	Graph Graph `json:"cuda_graph"`
+	// OptimizerState is OptimizerStateHost when the trainer keeps a training
+	// step's AdamW state in pinned host memory (driver.Options.OptimizerState),
+	// "" when on the device: the executor's choice of optimizer, which the
+	// program hash covers.
+	OptimizerState string `json:"optimizer_state,omitempty"`
 	// Constants maps a "const" buffer id to its value (written to
 	// constants.safetensors under the name "%<id>").
 	Constants map[int]*tensor.Tensor `json:"-"`
@@ -523,3 +528,7 @@ func (g *gen) emit(s kernelSpec) {
 func (g *gen) param(name string, v *ir.Value, out bool) Param {
 	return Param{Name: name, CType: storageC[g.storageOf(v)], Out: out}
 }
+
+// OptimizerStateHost is LaunchPlan.OptimizerState for AdamW's state in pinned
+// host memory.
+const OptimizerStateHost = "host"

@@ -70,40 +70,13 @@ type OptimizerSpec struct {
 // NewOptimizer allocates AdamW's state for spec on the device and loads its
 // kernels. The state is undefined until Load.
 func (b *Bound) NewOptimizer(spec OptimizerSpec) (*Optimizer, error) {
-	if len(spec.Weights) == 0 || len(spec.Weights) != len(spec.Grads) {
-		return nil, fmt.Errorf("exec: optimizer of %d weights and %d gradients", len(spec.Weights), len(spec.Grads))
-	}
 	o := &Optimizer{b: b, dev: b.s.dev, micro: max(spec.Micro, 1), maxNorm: spec.MaxNorm}
-	var gdt, wdt string
-	var gptrs []uint64
-	for i, w := range spec.Weights {
-		wp, wb, err := b.Buffer(w)
-		if err != nil {
-			return nil, err
-		}
-		gp, gb, err := b.Buffer(spec.Grads[i])
-		if err != nil {
-			return nil, err
-		}
-		n := shapeElems(wb.Shape)
-		if shapeElems(gb.Shape) != n {
-			return nil, fmt.Errorf("exec: weight %q has %d elements, its gradient %q %d", w, n,
-				spec.Grads[i], shapeElems(gb.Shape))
-		}
-		if i == 0 {
-			gdt, wdt = gb.DType, wb.DType
-		}
-		if gb.DType != gdt || wb.DType != wdt {
-			return nil, fmt.Errorf("exec: weight %q (%s) and gradient %q (%s): the optimizer wants one "+
-				"storage for all weights (%s) and all gradients (%s)", w, wb.DType, spec.Grads[i], gb.DType, wdt, gdt)
-		}
-		o.sizes = append(o.sizes, n)
-		o.shapes = append(o.shapes, wb.Shape)
-		o.wbufs = append(o.wbufs, wb)
-		o.wptrs = append(o.wptrs, wp)
-		gptrs = append(gptrs, uint64(gp))
-		o.total += n
+	tb, err := b.trainedBuffers(spec)
+	if err != nil {
+		return nil, err
 	}
+	o.sizes, o.shapes, o.wbufs, o.wptrs, o.total = tb.sizes, tb.shapes, tb.wbufs, tb.wptrs, tb.total
+	gdt, wdt, gptrs := tb.gdt, tb.wdt, tb.gptrs
 	gsrc := gdt // what the norm and the update read: the arena's gradients or the f32 sums
 	if o.micro > 1 {
 		gsrc = "f32"
@@ -122,7 +95,6 @@ func (b *Bound) NewOptimizer(spec OptimizerSpec) (*Optimizer, error) {
 		}
 		return p, err
 	}
-	var err error
 	for _, p := range []*cuda.DevicePtr{&o.master, &o.m, &o.v} {
 		if *p, err = alloc(4 * o.total); err != nil {
 			o.Close()
@@ -171,6 +143,57 @@ func (b *Bound) NewOptimizer(spec OptimizerSpec) (*Optimizer, error) {
 		}
 	}
 	return o, nil
+}
+
+// trained are the device buffers of an optimizer's weights and gradients, in
+// spec order, and their one storage dtype each.
+type trained struct {
+	sizes    []int64
+	shapes   [][]int64
+	wbufs    []codegen.Buffer
+	wptrs    []cuda.DevicePtr
+	gptrs    []uint64
+	total    int64
+	gdt, wdt string
+}
+
+// trainedBuffers finds spec's weights and gradients in the bound function and
+// checks that they pair up and share one storage dtype each.
+func (b *Bound) trainedBuffers(spec OptimizerSpec) (trained, error) {
+	var tb trained
+	if len(spec.Weights) == 0 || len(spec.Weights) != len(spec.Grads) {
+		return tb, fmt.Errorf("exec: optimizer of %d weights and %d gradients", len(spec.Weights), len(spec.Grads))
+	}
+	for i, w := range spec.Weights {
+		wp, wb, err := b.Buffer(w)
+		if err != nil {
+			return tb, err
+		}
+		gp, gb, err := b.Buffer(spec.Grads[i])
+		if err != nil {
+			return tb, err
+		}
+		n := shapeElems(wb.Shape)
+		if shapeElems(gb.Shape) != n {
+			return tb, fmt.Errorf("exec: weight %q has %d elements, its gradient %q %d", w, n,
+				spec.Grads[i], shapeElems(gb.Shape))
+		}
+		if i == 0 {
+			tb.gdt, tb.wdt = gb.DType, wb.DType
+		}
+		if gb.DType != tb.gdt || wb.DType != tb.wdt {
+			return tb, fmt.Errorf("exec: weight %q (%s) and gradient %q (%s): the optimizer wants one "+
+				"storage for all weights (%s) and all gradients (%s)", w, wb.DType, spec.Grads[i], gb.DType,
+				tb.wdt, tb.gdt)
+		}
+		tb.sizes = append(tb.sizes, n)
+		tb.shapes = append(tb.shapes, wb.Shape)
+		tb.wbufs = append(tb.wbufs, wb)
+		tb.wptrs = append(tb.wptrs, wp)
+		tb.gptrs = append(tb.gptrs, uint64(gp))
+		tb.total += n
+	}
+	return tb, nil
 }
 
 // load compiles (through the session's cache) and loads the kernels: accum
@@ -493,17 +516,7 @@ func (o *Optimizer) Save() (master, m, v []*tensor.Tensor, err error) {
 
 // decode splits one flat fp32 state buffer into a tensor per trained weight.
 func (o *Optimizer) decode(raw []byte) ([]*tensor.Tensor, error) {
-	out := make([]*tensor.Tensor, len(o.sizes))
-	var off int64
-	for i, n := range o.sizes {
-		t, err := tensor.Decode(tensor.F32, o.shapes[i], raw[4*off:4*(off+n)])
-		if err != nil {
-			return nil, err
-		}
-		out[i] = t
-		off += n
-	}
-	return out, nil
+	return decodeState(o.sizes, o.shapes, raw)
 }
 
 // Close waits for a snapshot's copy, then frees the optimizer's memory and

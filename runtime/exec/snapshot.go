@@ -21,8 +21,15 @@ import (
 // Done, Times and Raw may run on another goroutine than the training loop;
 // Release belongs to the loop.
 type Snapshot struct {
-	o       *Optimizer
-	host    *cuda.HostBuffer
+	// o is the resident optimizer whose state is copied; nil for a
+	// HostOptimizer's Snapshot, whose copy (by the CPU, hostCopy long) is done
+	// when it is returned.
+	o        *Optimizer
+	hostCopy time.Duration
+	host     *cuda.HostBuffer
+	// sizes are the elements per trained weight, total their sum.
+	sizes   []int64
+	total   int64
 	staging cuda.DevicePtr // 0: the copy reads the state itself
 	// start, ready and done are recorded before the staging copy, after it
 	// and after the copy to the host.
@@ -74,7 +81,7 @@ func (o *Optimizer) Snapshot(host *cuda.HostBuffer, stage bool) (*Snapshot, erro
 	}
 	n := int(4 * o.total)
 	src := []cuda.DevicePtr{o.master, o.m, o.v}
-	snap := &Snapshot{o: o, host: host, start: o.copyStart, ready: o.copyReady, done: o.copyDone,
+	snap := &Snapshot{o: o, host: host, sizes: o.sizes, total: o.total, start: o.copyStart, ready: o.copyReady, done: o.copyDone,
 		queued: make(chan struct{})}
 	if stage {
 		// An allocation that fails (no room) is no error: the copy then reads
@@ -165,6 +172,9 @@ func (sn *Snapshot) Pump() error { return sn.pump(SnapshotPumpBytes) }
 func (sn *Snapshot) Flush() error { return sn.pump(int(^uint(0) >> 1)) }
 
 func (sn *Snapshot) pump(bytes int) error {
+	if sn.o == nil {
+		return nil
+	}
 	s := sn.o.b.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -207,6 +217,9 @@ func (sn *Snapshot) Staged() bool { return sn.staging != 0 }
 // goroutine: Wait on another goroutine blocks until they are.
 func (sn *Snapshot) Wait() error {
 	<-sn.queued
+	if sn.done == nil {
+		return nil
+	}
 	return sn.done.Synchronize()
 }
 
@@ -214,6 +227,9 @@ func (sn *Snapshot) Wait() error {
 func (sn *Snapshot) Done() (bool, error) {
 	select {
 	case <-sn.queued:
+		if sn.done == nil {
+			return true, nil
+		}
 		return sn.done.Done()
 	default:
 		return false, nil
@@ -223,6 +239,9 @@ func (sn *Snapshot) Done() (bool, error) {
 // Times returns, once the copy is done, the GPU time of the staging copy on
 // the device (0 without one) and of the copy to the host.
 func (sn *Snapshot) Times() (stage, copy time.Duration, err error) {
+	if sn.o == nil {
+		return 0, sn.hostCopy, nil
+	}
 	if stage, err = sn.ready.Since(sn.start); err == nil {
 		copy, err = sn.done.Since(sn.ready)
 	}
@@ -236,21 +255,21 @@ func (sn *Snapshot) Times() (stage, copy time.Duration, err error) {
 func (sn *Snapshot) Raw() (master, m, v [][]byte) {
 	raw := sn.host.Bytes()
 	split := func(off int64) [][]byte {
-		out := make([][]byte, len(sn.o.sizes))
-		for i, n := range sn.o.sizes {
+		out := make([][]byte, len(sn.sizes))
+		for i, n := range sn.sizes {
 			out[i] = raw[4*off : 4*(off+n) : 4*(off+n)]
 			off += n
 		}
 		return out
 	}
-	return split(0), split(sn.o.total), split(2 * sn.o.total)
+	return split(0), split(sn.total), split(2 * sn.total)
 }
 
 // Release waits for the copy and frees the staging memory, so that the next
 // Snapshot may start. The host buffer is the caller's again once it has read it.
 func (sn *Snapshot) Release() error {
 	o := sn.o
-	if o.snap != sn {
+	if o == nil || o.snap != sn {
 		return nil
 	}
 	err := sn.Flush()

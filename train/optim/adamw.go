@@ -297,3 +297,32 @@ func (o AdamW) Scalars(done int, lr float64) StepScalars {
 		Beta2: float32(o.Beta2), OneMinusBeta2: float32(1 - o.Beta2), Bc2Sqrt: float32(math.Sqrt(bc2)),
 		Eps: float32(o.Eps), StepSize: float32(-(lr / bc1))}
 }
+
+// Apply is one AdamW update of Build's function on a chunk of fp32 state, as
+// the fused device update (codegen/cuda's optimizer kernels) computes it: every
+// operation rounded to fp32 in the update function's order, the explicit
+// conversions keeping Go from contracting a product and a sum into an FMA. g
+// is the chunk's gradient in fp32, already divided by the micro-steps; with
+// clip it is scaled by coef (the clipping coefficient, the fp64 value rounded
+// to fp32). master, m and v are updated in place; all four have one length.
+// It is the CPU update of runtime/exec.HostOptimizer, bit for bit the resident
+// optimizer's.
+func (s StepScalars) Apply(g, master, m, v []float32, coef float32, clip bool) {
+	n := len(g)
+	master, m, v = master[:n], m[:n], v[:n]
+	// Go may fuse a product with a later sum or difference, across statements
+	// too, unless a conversion rounds the product first: every product is
+	// converted.
+	for j, gr := range g {
+		if clip {
+			gr = float32(gr * coef)
+		}
+		mo, vo := m[j], v[j]
+		p := float32(master[j] * s.Decay)
+		mn := mo + float32(float32(gr-mo)*s.OneMinusBeta1)
+		vn := float32(vo*s.Beta2) + float32(float32(gr*gr)*s.OneMinusBeta2)
+		denom := float32(float32(math.Sqrt(float64(vn)))/s.Bc2Sqrt) + s.Eps
+		master[j] = p + float32(float32(mn/denom)*s.StepSize)
+		m[j], v[j] = mn, vn
+	}
+}

@@ -13,7 +13,8 @@ import (
 // optimizer kernels: every operation rounded to fp32, no FMA) in Go with
 // Scalars, and wants the update function's masters and moments on the CPU
 // interpreter bit for bit (the norm to 1e-6: it sums in f32 there, f64 here), with
-// clipping and accumulation on, at step 7. The GPU test of the kernels
+// clipping and accumulation on, at step 7 (Apply is that replay, the host
+// optimizer's CPU update). The GPU test of the kernels
 // themselves is runtime/exec's TestGPUOptimizerMatchesCPU.
 func TestScalarsMatchUpdate(t *testing.T) {
 	g := gradFunc(t, 3)
@@ -73,20 +74,26 @@ func TestScalarsMatchUpdate(t *testing.T) {
 	coef := float32(math.Min(o.MaxNorm/(cpuNorm+1e-6), 1))
 	h := o.Scalars(done, lr)
 	for _, w := range u.Weights {
-		for j, x := range in["grad."+w].F {
-			gr := float32(float32(x)/micro) * coef
-			mo, vo := float32(in[MomentPrefix+w].F[j]), float32(in[VariancePrefix+w].F[j])
-			p := float32(in[MasterPrefix+w].F[j]) * h.Decay
-			mn := mo + float32(float32(gr-mo)*h.OneMinusBeta1)
-			vn := float32(vo*h.Beta2) + float32(float32(gr*gr)*h.OneMinusBeta2)
-			denom := float32(float32(math.Sqrt(float64(vn)))/h.Bc2Sqrt) + h.Eps
-			p = p + float32(float32(mn/denom)*h.StepSize)
-			for _, c := range []struct {
-				name string
-				got  float32
-			}{{MasterPrefix + w, p}, {MomentPrefix + w, mn}, {VariancePrefix + w, vn}} {
-				if wv := want[c.name].F[j]; float64(c.got) != wv {
-					t.Fatalf("%s[%d]: fused arithmetic %v, update function %v", c.name, j, c.got, wv)
+		f32s := func(name string) []float32 {
+			out := make([]float32, len(in[name].F))
+			for j, x := range in[name].F {
+				out[j] = float32(x)
+			}
+			return out
+		}
+		gr := f32s("grad." + w)
+		for j := range gr {
+			gr[j] /= micro
+		}
+		p, mn, vn := f32s(MasterPrefix+w), f32s(MomentPrefix+w), f32s(VariancePrefix+w)
+		h.Apply(gr, p, mn, vn, coef, true)
+		for _, c := range []struct {
+			name string
+			got  []float32
+		}{{MasterPrefix + w, p}, {MomentPrefix + w, mn}, {VariancePrefix + w, vn}} {
+			for j, x := range c.got {
+				if wv := want[c.name].F[j]; float64(x) != wv {
+					t.Fatalf("%s[%d]: fused arithmetic %v, update function %v", c.name, j, x, wv)
 				}
 			}
 		}

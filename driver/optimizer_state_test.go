@@ -1,0 +1,139 @@
+package driver
+
+import (
+	"bytes"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/lcc-dev/lcc/internal/llamagen"
+)
+
+// TestOptimizerStateInThePlan: --optimizer-state=host moves AdamW's 12 bytes a
+// trained parameter from the GPU's planned peak to pinned host memory, beside
+// the staging of the gradients and working weights; the launch plan records
+// the choice, so the hash differs, and the report says it. auto keeps the
+// state on the device while the step fits its budget (the same program as
+// device) and moves it to the host when only that fits: then it is the host
+// plan. A host budget that cannot hold the state refuses the plan.
+func TestOptimizerStateInThePlan(t *testing.T) {
+	compile := func(state string, budget, host int64) (*Result, error) {
+		t.Helper()
+		f, err := Load("../testdata/onnx/gpt_mini.onnx", Bindings{SeqLen: 32, Batch: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return Compile(f, CompileOptions{Target: h200(t), Options: Options{Loss: "cross-entropy",
+			MemoryBudget: budget, HostMemoryBudget: host, OptimizerState: state}})
+	}
+	must := func(state string, budget int64) *Result {
+		t.Helper()
+		res, err := compile(state, budget, 0)
+		if err != nil {
+			t.Fatalf("--optimizer-state=%s, budget %d: %v", state, budget, err)
+		}
+		return res
+	}
+	dev, host := must("device", 0), must("host", 0)
+	d, h := dev.Report.Memory, host.Report.Memory
+	n := dev.Report.Params.Trainable
+	if d.OptimizerState != "" || d.OptimizerBytes != 12*n {
+		t.Fatalf("device: state %q, optimizer %d bytes, want \"\" and %d", d.OptimizerState, d.OptimizerBytes, 12*n)
+	}
+	if h.OptimizerState != "host" || h.OptimizerBytes != 0 || h.HostStateBytes != 12*n ||
+		h.HostStagingBytes != 2*4*n {
+		t.Errorf("host: state %q, optimizer %d, host state %d, staging %d; want host, 0, %d, %d",
+			h.OptimizerState, h.OptimizerBytes, h.HostStateBytes, h.HostStagingBytes, 12*n, 8*n)
+	}
+	if h.PerGPUPeakBytes != d.PerGPUPeakBytes-12*n {
+		t.Errorf("host: GPU peak %d, want the device plan's %d less %d", h.PerGPUPeakBytes, d.PerGPUPeakBytes, 12*n)
+	}
+	if want := d.HostPeakBytes + 20*n; h.HostPeakBytes != want || h.PinnedBytes != d.PinnedBytes+20*n {
+		t.Errorf("host: host peak %d, pinned %d; want %d, %d", h.HostPeakBytes, h.PinnedBytes, want,
+			d.PinnedBytes+20*n)
+	}
+	if dev.Hash == host.Hash {
+		t.Error("device and host plans have one program hash")
+	}
+	if host.Program.Plan.OptimizerState != "host" || dev.Program.Plan.OptimizerState != "" {
+		t.Errorf("launch plans record %q and %q", dev.Program.Plan.OptimizerState, host.Program.Plan.OptimizerState)
+	}
+	var text bytes.Buffer
+	host.Report.WriteText(&text)
+	if !strings.Contains(text.String(), "optimizer state: host (pinned)") {
+		t.Errorf("the host plan's report does not say where the state is:\n%s", text.String())
+	}
+	if !strings.Contains(strings.Join(host.Report.Pipeline, "\n"), "optimizer-state=host") {
+		t.Errorf("insert-checkpoints' row does not show the state: %q", host.Report.Pipeline)
+	}
+
+	// auto: the device while it fits, the host when only that fits.
+	if roomy := must("auto", 0); roomy.Hash != dev.Hash || roomy.Report.Memory.OptimizerState != "" {
+		t.Errorf("auto without a binding budget: hash %s, state %q; want the device plan's %s",
+			roomy.Hash, roomy.Report.Memory.OptimizerState, dev.Hash)
+	}
+	tight := must("auto", h.PerGPUPeakBytes)
+	if tm := tight.Report.Memory; tm.OptimizerState != "host" || tight.Hash != host.Hash {
+		t.Errorf("auto under the host plan's peak %d: state %q, peak %d, hash %s; want the host plan (%s)",
+			h.PerGPUPeakBytes, tm.OptimizerState, tm.PerGPUPeakBytes, tight.Hash, host.Hash)
+	}
+	if _, err := compile("host", 0, h.HostPeakBytes-1); err == nil ||
+		!strings.Contains(err.Error(), "does not fit the host") {
+		t.Errorf("a host budget a byte short of the host plan: %v", err)
+	}
+	if _, err := compile("cpu", 0, 0); err == nil || !strings.Contains(err.Error(), "--optimizer-state") {
+		t.Errorf("--optimizer-state=cpu: %v", err)
+	}
+}
+
+// TestFlagshipKeepsResidentOptimizer: the flagship at T=4096 (bf16, dense
+// attention) fits one H200 with its optimizer state, so auto plans it there:
+// the program lcc compile builds without the flag.
+func TestFlagshipKeepsResidentOptimizer(t *testing.T) {
+	hashes := map[string]string{}
+	for _, state := range []string{"", "auto"} {
+		f, err := llamagen.Build(llamagen.Flagship(4096))
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := Compile(f, CompileOptions{Target: h200(t), Options: Options{Loss: "cross-entropy",
+			Precision: "bf16", OptimizerState: state}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m := res.Report.Memory; m.OptimizerState != "" || m.OptimizerBytes == 0 {
+			t.Errorf("--optimizer-state=%q: state %q, %d optimizer bytes on the GPU", state, m.OptimizerState,
+				m.OptimizerBytes)
+		}
+		hashes[state] = res.Hash
+	}
+	if hashes[""] != hashes["auto"] {
+		t.Errorf("auto's program %s, the default's %s", hashes["auto"], hashes[""])
+	}
+}
+
+// TestCompiledStepKeepsOptimizerState: a step compiled with its optimizer
+// state on the host and written as lcc compile -o does compiles from its
+// graph.lcc to the same program, the state still on the host; the memory is
+// the host plan's.
+func TestCompiledStepKeepsOptimizerState(t *testing.T) {
+	model := filepath.Join("..", "testdata", "onnx", "gpt_mini.onnx")
+	opts := CompileOptions{Target: h200(t), Model: model, Options: Options{Loss: "cross-entropy",
+		OptimizerState: "host"}}
+	res, graph := compiledFolder(t, Bindings{SeqLen: 16}, opts)
+	g, err := Load(graph, Bindings{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts.Model = graph
+	again, err := Compile(g, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again.Hash != res.Hash || again.Report.Memory.OptimizerState != "host" ||
+		again.Report.Memory.PerGPUPeakBytes != res.Report.Memory.PerGPUPeakBytes {
+		t.Errorf("graph.lcc: hash %s, state %q, peak %d; the model: %s, host, %d", again.Hash,
+			again.Report.Memory.OptimizerState, again.Report.Memory.PerGPUPeakBytes, res.Hash,
+			res.Report.Memory.PerGPUPeakBytes)
+	}
+}

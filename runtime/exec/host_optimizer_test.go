@@ -1,0 +1,169 @@
+package exec
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"testing"
+
+	"github.com/lcc-dev/lcc/runtime/cuda"
+	"github.com/lcc-dev/lcc/tensor"
+	"github.com/lcc-dev/lcc/train/optim"
+)
+
+// TestGPUHostOptimizerMatchesResident runs the resident optimizer and the host
+// optimizer side by side, each in its own session, over four steps of the same
+// random gradients from the same state, with and without clipping, in fp32 and
+// bf16 storage, and wants the same norms, state and working weights bit for
+// bit; the host optimizer's Snapshot holds its Save's bytes.
+func TestGPUHostOptimizerMatchesResident(t *testing.T) {
+	dev := openGPU(t)
+	cache := t.TempDir()
+	for _, st := range []tensor.DType{tensor.F32, tensor.BF16} {
+		for _, clip := range []float64{0, 0.5} {
+			t.Run(fmt.Sprintf("%v/clip%v", st, clip), func(t *testing.T) { hostOptimCase(t, dev, st, clip, cache) })
+		}
+	}
+}
+
+func hostOptimCase(t *testing.T, dev *cuda.Device, st tensor.DType, clip float64, cache string) {
+	ws := []string{"w0", "w1", "w2"}
+	spec := OptimizerSpec{Weights: ws, Grads: []string{"grad.w0", "grad.w1", "grad.w2"}, Micro: 1, MaxNorm: clip}
+	bind := func() *Bound {
+		f := optimGraph(t, rand.New(rand.NewPCG(1, 2)))
+		s := NewSession(dev, Options{Storage: st, CacheDir: cache})
+		t.Cleanup(func() { s.Close() })
+		b, err := s.Bind(f, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	rb, hb := bind(), bind()
+	res, err := rb.NewOptimizer(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Close()
+	host, err := hb.NewHostOptimizer(HostOptimizerSpec{OptimizerSpec: spec, Threads: 3,
+		Update: func(h AdamWStep, g, master, m, v []float32, coef float32, clip bool) {
+			optim.StepScalars(h).Apply(g, master, m, v, coef, clip)
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer host.Close()
+	rng := rand.New(rand.NewPCG(7, 7))
+	rnd := func(shape []int64, pos bool) *tensor.Tensor {
+		x := tensor.New(tensor.F32, shape...)
+		for j := range x.F {
+			v := rng.NormFloat64()
+			if pos {
+				v = v * v * 1e-3
+			}
+			x.F[j] = float64(float32(v))
+		}
+		return x
+	}
+	f := rb.f
+	var master, m, v []*tensor.Tensor
+	for _, w := range ws {
+		sh := f.Param(w).Value.Type.Shape
+		master, m, v = append(master, rnd(sh, false)), append(m, rnd(sh, false)), append(v, rnd(sh, true))
+	}
+	for _, o := range []interface {
+		Load(master, m, v []*tensor.Tensor) error
+	}{res, host} {
+		if err := o.Load(master, m, v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	o := optim.DefaultAdamW()
+	o.MaxNorm = clip
+	for step := range 4 {
+		feeds := map[string]*tensor.Tensor{}
+		for k, w := range ws {
+			g := rnd(f.Param(w).Value.Type.Shape, false)
+			for j := range g.F {
+				g.F[j] *= 1e-2
+			}
+			feeds[fmt.Sprintf("g%d", k)] = g
+		}
+		h := AdamWStep(o.Scalars(step, 3e-3))
+		var norms [2]float64
+		for _, b := range []*Bound{rb, hb} {
+			if _, err := b.Step(feeds, "loss"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if norms[0], err = res.Step(h); err != nil {
+			t.Fatal(err)
+		}
+		if norms[1], err = host.Step(h); err != nil {
+			t.Fatal(err)
+		}
+		if norms[0] != norms[1] {
+			t.Fatalf("step %d: norm %v resident, %v host", step+1, norms[0], norms[1])
+		}
+	}
+	rm, rmo, rv, err := res.Save()
+	if err != nil {
+		t.Fatal(err)
+	}
+	hm, hmo, hv, err := host.Save()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := [][]*tensor.Tensor{rm, rmo, rv}
+	for i, got := range [][]*tensor.Tensor{hm, hmo, hv} {
+		for k := range got {
+			if !slices.Equal(got[k].Encode(), want[i][k].Encode()) {
+				t.Errorf("state %d of %s: host and resident differ", i, ws[k])
+			}
+		}
+	}
+	// The working weights in the arenas, after the host's upload.
+	for _, w := range ws {
+		var raws [2][]byte
+		for i, b := range []*Bound{rb, hb} {
+			p, buf, err := b.Buffer(w)
+			if err != nil {
+				t.Fatal(err)
+			}
+			raws[i] = make([]byte, buf.Bytes)
+			if err := b.s.stream.Synchronize(); err != nil {
+				t.Fatal(err)
+			}
+			if err := cuda.CopyDtoH(dev, raws[i], p); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if !slices.Equal(raws[0], raws[1]) {
+			t.Errorf("working %s: host and resident differ", w)
+		}
+	}
+	snapBuf, err := dev.AllocHost(host.SnapshotBytes())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer snapBuf.Free()
+	snap, err := host.Snapshot(snapBuf, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := snap.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	sm, smo, sv := snap.Raw()
+	for i, got := range [][][]byte{sm, smo, sv} {
+		for k := range got {
+			if !slices.Equal(got[k], want[i][k].Encode()) {
+				t.Errorf("snapshot: state %d of %s differs from Save", i, ws[k])
+			}
+		}
+	}
+	if err := snap.Release(); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("last host step: %s", host.LastSplit())
+}
