@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/lcc-dev/lcc/runtime/cuda/devicetest"
 	"github.com/lcc-dev/lcc/tensor"
 )
 
@@ -54,7 +55,7 @@ func TestOptimizerStatePlanned(t *testing.T) {
 // bit for bit, and so does that checkpoint resumed by the resident optimizer
 // (the two hold one state layout).
 func TestGPUHostOptimizer(t *testing.T) {
-	dev := openGPU(t)
+	dev := devicetest.Open(t)
 	cache := t.TempDir()
 	for _, tc := range []struct {
 		name string

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/lcc-dev/lcc/runtime/cuda"
+	"github.com/lcc-dev/lcc/runtime/cuda/devicetest"
 	"github.com/lcc-dev/lcc/tensor"
 	"github.com/lcc-dev/lcc/train/optim"
 )
@@ -17,7 +18,7 @@ import (
 // bf16 storage, and wants the same norms, state and working weights bit for
 // bit; the host optimizer's Snapshot holds its Save's bytes.
 func TestGPUHostOptimizerMatchesResident(t *testing.T) {
-	dev := openGPU(t)
+	dev := devicetest.Open(t)
 	cache := t.TempDir()
 	for _, st := range []tensor.DType{tensor.F32, tensor.BF16} {
 		for _, clip := range []float64{0, 0.5} {
