@@ -3,7 +3,6 @@ package train
 import (
 	"bytes"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -105,7 +104,7 @@ func TestGPUHostOptimizer(t *testing.T) {
 			for _, state := range []string{"host", "device"} {
 				rc := c
 				rc.OptimizerState, rc.CheckpointDir = state, t.TempDir()
-				copyCheckpoint(t, first.Checkpoints[len(first.Checkpoints)-1], rc.CheckpointDir)
+				copyCheckpoints(t, c.CheckpointDir, rc.CheckpointDir)
 				second := run(t, gpuConfig(t, dev, rc, tc.st, cache))
 				if second.FirstStep != 10 {
 					t.Fatalf("resumed with the %s optimizer at step %d, want 10", state, second.FirstStep)
@@ -119,10 +118,11 @@ func TestGPUHostOptimizer(t *testing.T) {
 	}
 }
 
-// copyCheckpoint copies the checkpoint folder src into dir, under its name.
-func copyCheckpoint(t *testing.T, src, dir string) {
+// copyCheckpoints copies the checkpoint folder src (each checkpoint's manifest
+// and tensor files) into the empty folder dst.
+func copyCheckpoints(t *testing.T, src, dst string) {
 	t.Helper()
-	if err := os.CopyFS(filepath.Join(dir, filepath.Base(src)), os.DirFS(src)); err != nil {
+	if err := os.CopyFS(dst, os.DirFS(src)); err != nil {
 		t.Fatal(err)
 	}
 }
