@@ -111,16 +111,7 @@ func TestFlagshipMillion58GiB(t *testing.T) {
 func TestOffloadProgram(t *testing.T) {
 	cfg := llamagen.Config{Dim: 32, Layers: 3, Heads: 2, FFN: 64, Vocab: 64, Batch: 1, SeqLen: 32, Fused: true}
 	compile := func(policy string) *Result {
-		f, err := llamagen.Build(cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		res, err := Compile(f, CompileOptions{Target: h200(t), Options: Options{Loss: "cross-entropy",
-			Precision: "bf16", Checkpoint: policy}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return res
+		return compileGen(t, cfg, Options{Loss: "cross-entropy", Precision: "bf16", Checkpoint: policy})
 	}
 	lay, off := compile("layers"), compile("layers+offload")
 	if lay.Hash == off.Hash {
@@ -159,4 +150,18 @@ func TestOffloadProgram(t *testing.T) {
 	if a, b := launches(lay.Program.Plan), launches(pl); !maps.Equal(a, b) {
 		t.Errorf("launches without offload %v, with %v", a, b)
 	}
+}
+
+// compileGen compiles the generated Llama of cfg for one H200 with opts.
+func compileGen(t *testing.T, cfg llamagen.Config, opts Options) *Result {
+	t.Helper()
+	f, err := llamagen.Build(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := Compile(f, CompileOptions{Target: h200(t), Options: opts})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res
 }

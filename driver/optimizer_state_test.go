@@ -92,15 +92,8 @@ func TestOptimizerStateInThePlan(t *testing.T) {
 func TestFlagshipKeepsResidentOptimizer(t *testing.T) {
 	hashes := map[string]string{}
 	for _, state := range []string{"", "auto"} {
-		f, err := llamagen.Build(llamagen.Flagship(4096))
-		if err != nil {
-			t.Fatal(err)
-		}
-		res, err := Compile(f, CompileOptions{Target: h200(t), Options: Options{Loss: "cross-entropy",
-			Precision: "bf16", OptimizerState: state}})
-		if err != nil {
-			t.Fatal(err)
-		}
+		res := compileGen(t, llamagen.Flagship(4096), Options{Loss: "cross-entropy", Precision: "bf16",
+			OptimizerState: state})
 		if m := res.Report.Memory; m.OptimizerState != "" || m.OptimizerBytes == 0 {
 			t.Errorf("--optimizer-state=%q: state %q, %d optimizer bytes on the GPU", state, m.OptimizerState,
 				m.OptimizerBytes)

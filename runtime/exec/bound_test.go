@@ -85,25 +85,12 @@ func optimCase(t *testing.T, dev *cuda.Device, st tensor.DType, micro int, clip 
 		t.Fatal(err)
 	}
 	defer opt.Close()
-	rnd := func(shape []int64, pos bool) *tensor.Tensor {
-		x := tensor.New(tensor.F32, shape...)
-		for j := range x.F {
-			v := rng.NormFloat64()
-			if pos {
-				v = v * v * 1e-3
-			}
-			x.F[j] = float64(float32(v))
-		}
-		return x
-	}
+	rnd := func(shape []int64, pos bool) *tensor.Tensor { return randF32(rng, shape, pos) }
 	cin := map[string]*tensor.Tensor{optim.LRInput: tensor.Scalar(tensor.F64, 3e-3),
 		optim.StepState: tensor.Scalar(tensor.F64, 4)}
-	var master, m, v []*tensor.Tensor
-	for _, w := range ws {
-		sh := f.Param(w).Value.Type.Shape
-		master, m, v = append(master, rnd(sh, false)), append(m, rnd(sh, false)), append(v, rnd(sh, true))
-		cin[optim.MasterPrefix+w], cin[optim.MomentPrefix+w], cin[optim.VariancePrefix+w] = master[len(master)-1],
-			m[len(m)-1], v[len(v)-1]
+	master, m, v := randState(rng, f, ws)
+	for i, w := range ws {
+		cin[optim.MasterPrefix+w], cin[optim.MomentPrefix+w], cin[optim.VariancePrefix+w] = master[i], m[i], v[i]
 	}
 	if err := opt.Load(master, m, v); err != nil {
 		t.Fatal(err)
@@ -227,14 +214,7 @@ func snapshotCase(t *testing.T, dev *cuda.Device, opt *Optimizer, o optim.AdamW,
 		if err := snap.Wait(); err != nil {
 			t.Fatal(err)
 		}
-		gm, gmo, gv := snap.Raw()
-		for i, got := range [][][]byte{gm, gmo, gv} {
-			for k := range got {
-				if !slices.Equal(got[k], want[i][k].Encode()) {
-					t.Errorf("stage %v: state %d of weight %d differs from the synchronous download", stage, i, k)
-				}
-			}
-		}
+		sameSnapshot(t, snap, want, fmt.Sprintf("stage %v", stage))
 		if err := snap.Release(); err != nil {
 			t.Fatal(err)
 		}
@@ -244,4 +224,44 @@ func snapshotCase(t *testing.T, dev *cuda.Device, opt *Optimizer, o optim.AdamW,
 // roundBF16 rounds x to bf16 as the device storage does.
 func roundBF16(x float64) float64 {
 	return float64(tensor.BF16ToFloat32(tensor.Float32ToBF16(float32(x))))
+}
+
+// randF32 is a tensor of shape with normal values rounded to fp32, or, with pos,
+// small positive ones (a second moment's).
+func randF32(rng *rand.Rand, shape []int64, pos bool) *tensor.Tensor {
+	x := tensor.New(tensor.F32, shape...)
+	for j := range x.F {
+		v := rng.NormFloat64()
+		if pos {
+			v = v * v * 1e-3
+		}
+		x.F[j] = float64(float32(v))
+	}
+	return x
+}
+
+// randState is a random AdamW state of f's weights ws: a master, a first and a
+// second moment per weight, drawn in that order.
+func randState(rng *rand.Rand, f *ir.Func, ws []string) (master, m, v []*tensor.Tensor) {
+	for _, w := range ws {
+		sh := f.Param(w).Value.Type.Shape
+		master = append(master, randF32(rng, sh, false))
+		m = append(m, randF32(rng, sh, false))
+		v = append(v, randF32(rng, sh, true))
+	}
+	return master, m, v
+}
+
+// sameSnapshot fails t unless snap's masters and moments are want's (Save's
+// order: masters, first moments, second moments) byte for byte.
+func sameSnapshot(t *testing.T, snap *Snapshot, want [][]*tensor.Tensor, what string) {
+	t.Helper()
+	gm, gmo, gv := snap.Raw()
+	for i, got := range [][][]byte{gm, gmo, gv} {
+		for k := range got {
+			if !slices.Equal(got[k], want[i][k].Encode()) {
+				t.Errorf("%s: state %d of weight %d differs from Save's", what, i, k)
+			}
+		}
+	}
 }

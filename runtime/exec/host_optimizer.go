@@ -160,13 +160,7 @@ func (o *HostOptimizer) setup() error {
 	}
 	ck, cs, cl := codegen.OptimChunks(o.tb.sizes)
 	o.nChunks = len(ck)
-	alloc := func(bytes int64) (cuda.DevicePtr, error) {
-		p, err := o.dev.Alloc(int(max(bytes, 16)))
-		if err == nil {
-			o.allocs = append(o.allocs, p)
-		}
-		return p, err
-	}
+	alloc := func(bytes int64) (cuda.DevicePtr, error) { return allocOwned(o.dev, &o.allocs, bytes) }
 	if o.partial, err = alloc(8 * int64(o.nChunks)); err == nil {
 		o.normCoef, err = alloc(16)
 	}
@@ -321,12 +315,11 @@ func (o *HostOptimizer) Accumulate(bool) error {
 // returns the gradient norm before clipping. The next Bound.Step runs after
 // the upload (stream order).
 func (o *HostOptimizer) Step(h AdamWStep) (float64, error) {
-	s := o.b.s
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return 0, ErrClosed
+	unlock, err := o.b.s.lockOpen()
+	if err != nil {
+		return 0, err
 	}
+	defer unlock()
 	t0 := time.Now()
 	norm, coef, err := o.queue()
 	if err != nil {
@@ -636,13 +629,6 @@ func (o *HostOptimizer) Close() error {
 		errs = append(errs, (*h).Free())
 		*h = nil
 	}
-	for _, p := range o.allocs {
-		errs = append(errs, o.dev.Free(p))
-	}
-	o.allocs = nil
-	for _, m := range o.mods {
-		errs = append(errs, m.Unload())
-	}
-	o.mods = nil
+	errs = append(errs, release(o.dev, &o.allocs, &o.mods)...)
 	return errors.Join(errs...)
 }

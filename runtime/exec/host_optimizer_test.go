@@ -55,23 +55,9 @@ func hostOptimCase(t *testing.T, dev *cuda.Device, st tensor.DType, clip float64
 	}
 	defer host.Close()
 	rng := rand.New(rand.NewPCG(7, 7))
-	rnd := func(shape []int64, pos bool) *tensor.Tensor {
-		x := tensor.New(tensor.F32, shape...)
-		for j := range x.F {
-			v := rng.NormFloat64()
-			if pos {
-				v = v * v * 1e-3
-			}
-			x.F[j] = float64(float32(v))
-		}
-		return x
-	}
+	rnd := func(shape []int64, pos bool) *tensor.Tensor { return randF32(rng, shape, pos) }
 	f := rb.f
-	var master, m, v []*tensor.Tensor
-	for _, w := range ws {
-		sh := f.Param(w).Value.Type.Shape
-		master, m, v = append(master, rnd(sh, false)), append(m, rnd(sh, false)), append(v, rnd(sh, true))
-	}
+	master, m, v := randState(rng, f, ws)
 	for _, o := range []interface {
 		Load(master, m, v []*tensor.Tensor) error
 	}{res, host} {
@@ -155,14 +141,7 @@ func hostOptimCase(t *testing.T, dev *cuda.Device, st tensor.DType, clip float64
 	if err := snap.Wait(); err != nil {
 		t.Fatal(err)
 	}
-	sm, smo, sv := snap.Raw()
-	for i, got := range [][][]byte{sm, smo, sv} {
-		for k := range got {
-			if !slices.Equal(got[k], want[i][k].Encode()) {
-				t.Errorf("snapshot: state %d of %s differs from Save", i, ws[k])
-			}
-		}
-	}
+	sameSnapshot(t, snap, want, "snapshot")
 	if err := snap.Release(); err != nil {
 		t.Fatal(err)
 	}

@@ -88,13 +88,7 @@ func (b *Bound) NewOptimizer(spec OptimizerSpec) (*Optimizer, error) {
 	}
 	ck, cs, cl := codegen.OptimChunks(o.sizes)
 	o.nChunks = len(ck)
-	alloc := func(bytes int64) (cuda.DevicePtr, error) {
-		p, err := o.dev.Alloc(int(max(bytes, 16)))
-		if err == nil {
-			o.allocs = append(o.allocs, p)
-		}
-		return p, err
-	}
+	alloc := func(bytes int64) (cuda.DevicePtr, error) { return allocOwned(o.dev, &o.allocs, bytes) }
 	for _, p := range []*cuda.DevicePtr{&o.master, &o.m, &o.v} {
 		if *p, err = alloc(4 * o.total); err != nil {
 			o.Close()
@@ -324,12 +318,12 @@ func (o *Optimizer) Accumulate(first bool) error {
 // last Bound.Step (or the sums) and returns the gradient norm before clipping:
 // eight bytes down, nothing up.
 func (o *Optimizer) Step(h AdamWStep) (float64, error) {
-	s := o.b.s
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return 0, ErrClosed
+	unlock, err := o.b.s.lockOpen()
+	if err != nil {
+		return 0, err
 	}
+	defer unlock()
+	s := o.b.s
 	g := o.gptr
 	if o.micro > 1 {
 		g = o.sptr
@@ -356,7 +350,7 @@ func (o *Optimizer) Step(h AdamWStep) (float64, error) {
 	for i, x := range sc {
 		binary.LittleEndian.PutUint32(o.hostScalars.Bytes()[4*i:], math.Float32bits(x))
 	}
-	err := s.stream.CopyHtoDAsync(o.scalars, o.hostScalars, 0, 4*len(sc))
+	err = s.stream.CopyHtoDAsync(o.scalars, o.hostScalars, 0, 4*len(sc))
 	switch {
 	case err != nil:
 	case o.pending != nil:
@@ -533,15 +527,43 @@ func (o *Optimizer) Close() error {
 			o.copyDone.Destroy())
 		o.copy = nil
 	}
-	for _, p := range o.allocs {
-		errs = append(errs, o.dev.Free(p))
+	errs = append(errs, release(o.dev, &o.allocs, &o.mods)...)
+	return errors.Join(errs...)
+}
+
+// lockOpen takes the session's lock for a call that needs it open: ErrClosed
+// (and no lock held) once Close has run.
+func (s *Session) lockOpen() (unlock func(), err error) {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil, ErrClosed
 	}
-	o.allocs = nil
-	for _, m := range o.mods {
+	return s.mu.Unlock, nil
+}
+
+// allocOwned allocates bytes (at least 16) on dev and records the buffer in
+// allocs, which release frees.
+func allocOwned(dev *cuda.Device, allocs *[]cuda.DevicePtr, bytes int64) (cuda.DevicePtr, error) {
+	p, err := dev.Alloc(int(max(bytes, 16)))
+	if err == nil {
+		*allocs = append(*allocs, p)
+	}
+	return p, err
+}
+
+// release frees an optimizer's device buffers and unloads its modules, emptying
+// both lists so a second Close does nothing; the errors are each one's.
+func release(dev *cuda.Device, allocs *[]cuda.DevicePtr, mods *[]*cuda.Module) []error {
+	var errs []error
+	for _, p := range *allocs {
+		errs = append(errs, dev.Free(p))
+	}
+	for _, m := range *mods {
 		errs = append(errs, m.Unload())
 	}
-	o.mods = nil
-	return errors.Join(errs...)
+	*allocs, *mods = nil, nil
+	return errs
 }
 
 // poisonAt fills b's bytes at p with NaN in b's dtype.

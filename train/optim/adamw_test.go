@@ -277,16 +277,9 @@ func TestMasterWeightsBF16(t *testing.T) {
 	b := ir.NewBuilder("g")
 	w := b.Weight("w", tensor.FromFloats(tensor.BF16, []int64{1}, []float64{1}))
 	b.Output("grad.w", b.Add(b.Mul(w, b.Scalar(tensor.BF16, 0)), b.Scalar(tensor.BF16, 1)))
-	g, err := b.Build()
-	if err != nil {
-		t.Fatal(err)
-	}
 	o := DefaultAdamW()
 	o.WeightDecay = 0
-	u, err := o.Build(g)
-	if err != nil {
-		t.Fatal(err)
-	}
+	u := buildUpdate(t, b, o)
 	if dt := u.Func.Output("w").Type.DType; dt != tensor.BF16 {
 		t.Fatalf("output w is %v, want bf16", dt)
 	}
@@ -355,4 +348,18 @@ func TestBuildErrors(t *testing.T) {
 	if _, err := DefaultAdamW().Build(f); err == nil {
 		t.Error("Build accepted a function with no gradients")
 	}
+}
+
+// buildUpdate builds the gradient function b holds and o's update of it.
+func buildUpdate(t *testing.T, b *ir.Builder, o AdamW) *Update {
+	t.Helper()
+	g, err := b.Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	u, err := o.Build(g)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return u
 }

@@ -43,16 +43,9 @@ func hostStepMatches(t *testing.T, dt tensor.DType) {
 	c := b.Weight("c", rnd(dt, 1, false, shapes["c"]...))
 	b.Output("grad.w", b.Mul(w, w))
 	b.Output("grad.c", b.Mul(c, c))
-	g, err := b.Build()
-	if err != nil {
-		t.Fatal(err)
-	}
 	o := DefaultAdamW()
 	o.MaxNorm = 0.5
-	u, err := o.Build(g)
-	if err != nil {
-		t.Fatal(err)
-	}
+	u := buildUpdate(t, b, o)
 	const lr, done = 3e-3, 11
 	in := map[string]*tensor.Tensor{LRInput: tensor.Scalar(tensor.F64, lr),
 		StepState: tensor.Scalar(tensor.F64, done)}
