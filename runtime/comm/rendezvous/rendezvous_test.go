@@ -281,6 +281,12 @@ func TestForgedRankWithSecret(t *testing.T) {
 		h := hello{rank: 1, size: 2, card: []byte("evil")}
 		h.mac = helloMAC([]byte("guess"), challenge, &h)
 		c.Write(h.encode())
+		// Wait for rank 0's answer (a refusal or a hang-up) before the real rank 1
+		// comes: on a loaded machine rank 0 could otherwise meet rank 1 before it
+		// reads the forged hello, and log the hang-up of an unread one instead.
+		c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		c.Read(make([]byte, 1))
+		c.SetReadDeadline(time.Time{})
 	})
 	defer forged.Close()
 	if err0 != nil || err1 != nil {
