@@ -59,3 +59,28 @@ func TestTier2Golden(t *testing.T) {
 		cudatest.Golden(t, "tier2-"+v.name+"-"+k.Op[len("attention.flash."):], k.Source())
 	}
 }
+
+// TestTier1Golden: tier 1's kernels (mma.sync, sm_80 and later) of dense causal
+// attention render exactly as their golden files: the forward, the fused
+// dK/dV/dQ kernel, and the split backward's dK/dV and dQ kernels (ring blocks
+// and dilated branches run those). Their other variants differ only in the
+// descriptor's #defines, and TestNVRTCCompile compiles every one.
+func TestTier1Golden(t *testing.T) {
+	d := flash.Desc{B: 1, T: 1000, S: 1000, Hq: 4, Hkv: 4, D: 128, Causal: true, Tier: 1}
+	split := d
+	split.DQ = flash.DQSplit
+	for _, c := range []struct {
+		name string
+		gen  func(flash.Desc) (flash.Kernel, error)
+		d    flash.Desc
+	}{{"fwd", flash.Forward, d}, {"dkdvdq", flash.DKDV, d}, {"dkdv", flash.DKDV, split}, {"dq", flash.DQ, split}} {
+		k, err := c.gen(c.d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if k.Arch != "" {
+			t.Errorf("%s: arch %q, want any sm_80 or later", k.Op, k.Arch)
+		}
+		cudatest.Golden(t, "tier1-dense-causal-d128-"+c.name, k.Source())
+	}
+}
