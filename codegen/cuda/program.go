@@ -352,13 +352,20 @@ func (g *gen) buffers() error {
 		}
 		all := true
 		for _, u := range g.uses[r] {
-			all = all && u.Op.Info().Elementwise
+			all = all && readsElementwise(u)
 		}
 		if all {
 			pl.Buffers[g.ids[r]].Kind = "inline"
 		}
 	}
 	return nil
+}
+
+// readsElementwise says whether u reads its operands through an elementwise
+// kernel's loads (an elementwise op or a fused group), which inline literals,
+// recompute values and read views in place.
+func readsElementwise(u *ir.Node) bool {
+	return u.Op.Info().Elementwise || u.Op == ir.OpFusedElementwise
 }
 
 // temp adds a scratch buffer for the current launch and returns its id.
@@ -399,6 +406,8 @@ func init() {
 		ir.OpCumSum:        lowerCumSum,
 
 		ir.OpMatMul: lowerMatMul,
+
+		ir.OpFusedElementwise: lowerFusedElementwise,
 
 		ir.OpTranspose:      lowerTranspose,
 		ir.OpExpand:         lowerExpand,
