@@ -1,7 +1,6 @@
 package passes
 
 import (
-	"container/heap"
 	"fmt"
 	"slices"
 	"strconv"
@@ -18,20 +17,20 @@ import (
 // RoPE and residual gradients around the GEMMs) are there to fuse, and the
 // recomputed forward values are fused in the backward where they are recomputed.
 //
-// Grouping is greedy in body order. An elementwise node joins the group of one
-// of its operands' producers when
-//
-//   - its result has the group's shape (one index space for the kernel);
-//   - none of its other operands depends on the group through a node outside
-//     it (else the group, as one node, would both feed and read that node);
-//   - the group holds fewer than MaxOps ops.
-//
-// Otherwise it starts a group of its own. A member's result that a node
-// outside the group reads, or that the function returns, becomes one of the
-// fused node's results; the others exist only inside it. Groups of one op stay
-// as they are. Each fused node takes the place of its last member, and the few
-// nodes that read an earlier member's result move after it (a stable
-// topological order, so everything else keeps its place).
+// Grouping is greedy in body order, as codegen's runs are, but with a group
+// open per shape rather than one run. A group is open until a node outside it
+// reads one of its results; then it is closed for good. An elementwise node
+// joins an open group of its own result shape with fewer than MaxOps ops, at
+// most fuseWindow nodes after the group's last member: first the group of one
+// of its operands' producers (in operand order), else the one joined last (the
+// two halves of a rotation, which meet only in a concat). Otherwise it opens a
+// group of its own. The fused node takes its last member's place: as nothing
+// outside read a member before then, and every member's operands exist by
+// then, the body keeps its order, so live ranges, and the peak checkpointing
+// planned, change only where values are no longer stored. A member's result
+// that a node outside the group reads, or that the function returns, becomes
+// one of the fused node's results; the others exist only inside it. Groups of
+// one op stay as they are.
 //
 // Left out: the residual adds codegen folds into the norm kernels beside them
 // (codegen/cuda/residual.go): fusing them elsewhere would cost the norm's
@@ -62,22 +61,24 @@ func (c FuseConfig) String() string { return fmt.Sprintf("max-ops=%d", c.maxOps(
 type FuseGroup struct {
 	// Name is the fused node's name (its last member's), Ops its members' ops
 	// in order, Shape the group's output shape.
-	Name  string
-	Ops   []string
-	Shape []int64
+	Name  string   `json:"name,omitempty"`
+	Ops   []string `json:"ops"`
+	Shape []int64  `json:"shape"`
 	// Inputs and Outputs count the node's arguments and results.
-	Inputs, Outputs int
+	Inputs  int `json:"inputs"`
+	Outputs int `json:"outputs"`
 	// SavedBytes estimates the memory traffic fusion removes: each member's
 	// result that is no longer stored was written once and read by every member
 	// reading it, and each input read by several members is now read once.
-	SavedBytes int64
+	SavedBytes int64 `json:"saved_bytes"`
 }
 
 // FuseResult is what fuse did to a function.
 type FuseResult struct {
-	Groups []FuseGroup
+	Groups []FuseGroup `json:"groups"`
 	// NodesBefore and NodesAfter are the body's lengths.
-	NodesBefore, NodesAfter int
+	NodesBefore int `json:"nodes_before"`
+	NodesAfter  int `json:"nodes_after"`
 }
 
 // SavedBytes is the sum over the groups.
@@ -100,65 +101,57 @@ var _ = RegisterConfigurable(FusePass(FuseConfig{}), func(a *Args) (Pass, error)
 	return FusePass(FuseConfig{MaxOps: int(a.Int("max-ops", DefaultFuseMaxOps))}), nil
 })
 
-// bitset is a set of group numbers.
-type bitset []uint64
-
-func (s bitset) has(i int) bool { return i/64 < len(s) && s[i/64]&(1<<(i%64)) != 0 }
-
-func (s *bitset) add(i int) {
-	for len(*s) <= i/64 {
-		*s = append(*s, 0)
-	}
-	(*s)[i/64] |= 1 << (i % 64)
-}
-
-func (s *bitset) union(t bitset) {
-	for len(*s) < len(t) {
-		*s = append(*s, 0)
-	}
-	for i, w := range t {
-		(*s)[i] |= w
-	}
-}
-
 // Fuse replaces each group of two or more elementwise ops of f by one
 // fused_elementwise node and reports the groups, in body order.
 func Fuse(f *ir.Func, c FuseConfig) (FuseResult, error) {
 	res := FuseResult{NodesBefore: len(f.Body)}
 	uses := f.Uses()
 	outputs := f.OutputSet()
-	group := map[*ir.Node]int{} // member → group number
-	var members [][]*ir.Node
-	// dep[v]: the groups v depends on, through any path (members included).
-	dep := map[*ir.Value]bitset{}
-	for _, n := range f.Body {
-		var d bitset
-		for _, a := range n.Args {
-			d.union(dep[a])
+	// pos[n] is n's body index, others[i] the number of non-elementwise nodes
+	// before index i.
+	pos := map[*ir.Node]int{}
+	others := make([]int, len(f.Body)+1)
+	for i, n := range f.Body {
+		pos[n] = i
+		others[i+1] = others[i]
+		if !n.Op.Info().Elementwise {
+			others[i+1]++
 		}
-		if fusible(n, uses) {
-			g := joinable(n, group, members, dep, c.maxOps())
+	}
+	group := map[*ir.Node]int{} // member → group number
+	var groups []*openGroup
+	for i, n := range f.Body {
+		g := -1
+		if fusible(n, i, uses, pos, others, outputs) {
+			g = chooseGroup(n, i, group, groups, c.maxOps())
 			if g < 0 {
-				g = len(members)
-				members = append(members, nil)
+				g = len(groups)
+				groups = append(groups, &openGroup{open: true})
 			}
 			group[n] = g
-			members[g] = append(members[g], n)
-			d.add(g)
+			groups[g].members = append(groups[g].members, n)
+			groups[g].last = i
 		}
-		for _, r := range n.Results {
-			dep[r] = d
+		// n reads the results of the groups it is not in: they are closed.
+		for _, a := range n.Args {
+			if ga, ok := group[a.Def]; ok && a.Def != nil && ga != g {
+				groups[ga].open = false
+			}
 		}
 	}
 	fused := map[*ir.Node]*ir.Node{} // member → its group's node
 	remap := map[*ir.Value]*ir.Value{}
 	var made []*ir.Node
-	for _, ms := range members {
-		if len(ms) < 2 {
+	lastMember := map[*ir.Node]*ir.Node{}
+	for _, og := range groups {
+		ms := og.members
+		// A group none of whose results is read is dead code, dce's business.
+		if len(ms) < 2 || !slices.ContainsFunc(ms, func(m *ir.Node) bool { return escapes(m, ms, uses, outputs) }) {
 			continue
 		}
 		node, g := fuseGroup(ms, uses, outputs, remap)
 		made = append(made, node)
+		lastMember[node] = ms[len(ms)-1]
 		for _, m := range ms {
 			fused[m] = node
 		}
@@ -188,15 +181,30 @@ func Fuse(f *ir.Func, c FuseConfig) (FuseResult, error) {
 			f.Outputs[i].Value = r
 		}
 	}
-	f.Body = reorder(f.Body, fused)
+	body := make([]*ir.Node, 0, len(f.Body))
+	for _, n := range f.Body {
+		fn := fused[n]
+		switch {
+		case fn == nil:
+			body = append(body, n)
+		case lastMember[fn] == n:
+			body = append(body, fn)
+		}
+	}
+	f.Body = body
 	res.NodesAfter = len(f.Body)
 	return res, ir.Verify(f)
 }
 
-// fusible says whether n may be a member of a group: an elementwise op that is
-// not a residual add a norm's kernel absorbs.
-func fusible(n *ir.Node, uses map[*ir.Value][]*ir.Node) bool {
+// fusible says whether n (at body index i) may be a member of a group: an
+// elementwise op that is neither a residual add a norm's kernel absorbs nor a
+// saved activation that its elementwise readers can compute again.
+func fusible(n *ir.Node, i int, uses map[*ir.Value][]*ir.Node, pos map[*ir.Node]int, others []int,
+	outputs map[*ir.Value]bool) bool {
 	if !n.Op.Info().Elementwise || len(n.Results) != 1 {
+		return false
+	}
+	if recomputed(n, i, uses, pos, others, outputs) {
 		return false
 	}
 	if n.Op != ir.OpAdd {
@@ -218,30 +226,63 @@ func fusible(n *ir.Node, uses map[*ir.Value][]*ir.Node) bool {
 	return true
 }
 
-// joinable returns the group n can join, or -1: the first group among its
-// operands' producers (in operand order) of n's shape, with room, on which no
-// other operand depends through a node outside it.
-func joinable(n *ir.Node, group map[*ir.Node]int, members [][]*ir.Node, dep map[*ir.Value]bitset,
-	maxOps int) int {
+// recomputed says whether n is an elementwise value that codegen computes
+// again in each of its readers' kernels rather than storing it
+// (codegen/cuda/recompute.go): one read by several elementwise ops of its
+// shape, some of them past another kind of node (a forward value the backward
+// reads, as SwiGLU's sigmoid(gate) and silu(gate)), so in another group. A group would have to store it as one
+// of its results; left alone, every reader's kernel, fused or not, recomputes
+// it from its operands, and it is never stored.
+func recomputed(n *ir.Node, i int, uses map[*ir.Value][]*ir.Node, pos map[*ir.Node]int, others []int,
+	outputs map[*ir.Value]bool) bool {
+	r := n.Result()
+	us := uses[r]
+	if outputs[r] || len(us) < 2 {
+		return false
+	}
+	far := false
+	for _, u := range us {
+		if !u.Op.Info().Elementwise || len(u.Results) != 1 || !slices.Equal(u.Result().Type.Shape, r.Type.Shape) {
+			return false
+		}
+		far = far || others[pos[u]] > others[i]
+	}
+	return far
+}
+
+// fuseWindow bounds how far past a group's last member a node may join it:
+// the group's inputs then live until the fused node, a few nodes later.
+const fuseWindow = 24
+
+// openGroup is a group being grown.
+type openGroup struct {
+	members []*ir.Node
+	last    int  // body index of the last member
+	open    bool // no node outside it has read a member's result
+}
+
+// chooseGroup returns the group node n (at body index i) joins, or -1.
+func chooseGroup(n *ir.Node, i int, group map[*ir.Node]int, groups []*openGroup, maxOps int) int {
 	shape := n.Result().Type.Shape
+	fits := func(g int) bool {
+		og := groups[g]
+		return og.open && len(og.members) < maxOps && i-og.last <= fuseWindow &&
+			slices.Equal(og.members[0].Result().Type.Shape, shape)
+	}
 	for _, a := range n.Args {
-		g, ok := group[a.Def]
-		if a.Def == nil || !ok || len(members[g]) >= maxOps ||
-			!slices.Equal(members[g][0].Result().Type.Shape, shape) {
-			continue
-		}
-		legal := true
-		for _, b := range n.Args {
-			if gb, in := group[b.Def]; b.Def != nil && in && gb == g {
-				continue
-			}
-			legal = legal && !dep[b].has(g)
-		}
-		if legal {
+		if g, ok := group[a.Def]; ok && a.Def != nil && fits(g) {
 			return g
 		}
 	}
-	return -1
+	// The group joined last: groups are appended as they open, so scan back
+	// from the newest for the one with the latest member.
+	best := -1
+	for g := len(groups) - 1; g >= 0 && i-groups[g].last <= fuseWindow*2; g-- {
+		if fits(g) && (best < 0 || groups[g].last > groups[best].last) {
+			best = g
+		}
+	}
+	return best
 }
 
 // fuseGroup makes the fused_elementwise node of members ms (in body order),
@@ -277,15 +318,13 @@ func fuseGroup(ms []*ir.Node, uses map[*ir.Value][]*ir.Node, outputs map[*ir.Val
 		inner[r] = br
 		body.Body = append(body.Body, bm)
 		g.Ops = append(g.Ops, m.Op.String())
-		escapes := outputs[r]
 		readers := 0
 		for _, u := range uses[r] {
-			escapes = escapes || !in[u]
 			if in[u] {
 				readers++
 			}
 		}
-		if escapes {
+		if escapes(m, ms, uses, outputs) {
 			escaping = append(escaping, r)
 			body.Outputs = append(body.Outputs, ir.Output{Name: strconv.Itoa(len(body.Outputs)), Value: br})
 		} else {
@@ -309,67 +348,16 @@ func fuseGroup(ms []*ir.Node, uses map[*ir.Value][]*ir.Node, outputs map[*ir.Val
 	return node, g
 }
 
-// reorder is body with each group's members replaced by its fused node, in a
-// stable topological order: a node (a fused node: its last member) keeps its
-// index as priority, and waits only for its operands.
-func reorder(body []*ir.Node, fused map[*ir.Node]*ir.Node) []*ir.Node {
-	prio := map[*ir.Node]int{}
-	var nodes []*ir.Node
-	for i, n := range body {
-		if fn := fused[n]; fn != nil {
-			n = fn
-		}
-		if _, seen := prio[n]; !seen {
-			nodes = append(nodes, n)
-		}
-		prio[n] = i // a fused node's last member
+// escapes says whether member m's result is returned or read outside ms.
+func escapes(m *ir.Node, ms []*ir.Node, uses map[*ir.Value][]*ir.Node, outputs map[*ir.Value]bool) bool {
+	r := m.Result()
+	if outputs[r] {
+		return true
 	}
-	waiting := map[*ir.Node]int{}
-	readers := map[*ir.Node][]*ir.Node{}
-	for _, n := range nodes {
-		defs := map[*ir.Node]bool{}
-		for _, a := range n.Args {
-			if a.Def != nil && !defs[a.Def] {
-				defs[a.Def] = true
-				waiting[n]++
-				readers[a.Def] = append(readers[a.Def], n)
-			}
+	for _, u := range uses[r] {
+		if !slices.Contains(ms, u) {
+			return true
 		}
 	}
-	q := &nodeHeap{prio: prio}
-	for _, n := range nodes {
-		if waiting[n] == 0 {
-			heap.Push(q, n)
-		}
-	}
-	out := make([]*ir.Node, 0, len(nodes))
-	for q.Len() > 0 {
-		n := heap.Pop(q).(*ir.Node)
-		out = append(out, n)
-		for _, r := range readers[n] {
-			if waiting[r]--; waiting[r] == 0 {
-				heap.Push(q, r)
-			}
-		}
-	}
-	if len(out) != len(nodes) {
-		panic("lcc: BUG: fuse made a cycle")
-	}
-	return out
-}
-
-// nodeHeap is a min-heap of nodes by priority.
-type nodeHeap struct {
-	nodes []*ir.Node
-	prio  map[*ir.Node]int
-}
-
-func (h *nodeHeap) Len() int           { return len(h.nodes) }
-func (h *nodeHeap) Less(i, j int) bool { return h.prio[h.nodes[i]] < h.prio[h.nodes[j]] }
-func (h *nodeHeap) Swap(i, j int)      { h.nodes[i], h.nodes[j] = h.nodes[j], h.nodes[i] }
-func (h *nodeHeap) Push(x any)         { h.nodes = append(h.nodes, x.(*ir.Node)) }
-func (h *nodeHeap) Pop() any {
-	n := h.nodes[len(h.nodes)-1]
-	h.nodes = h.nodes[:len(h.nodes)-1]
-	return n
+	return false
 }

@@ -147,6 +147,9 @@ type LaunchPlan struct {
 	// "" when on the device: the executor's choice of optimizer, which the
 	// program hash covers.
 	OptimizerState string `json:"optimizer_state,omitempty"`
+	// Fused says the step was compiled with --fuse=on (driver.Options.Fuse), so
+	// the program hash covers the choice even where fuse found nothing to fuse.
+	Fused bool `json:"fused,omitempty"`
 	// Constants maps a "const" buffer id to its value (written to
 	// constants.safetensors under the name "%<id>").
 	Constants map[int]*tensor.Tensor `json:"-"`
