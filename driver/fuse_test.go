@@ -173,8 +173,8 @@ func TestFuseCompileDeterministic(t *testing.T) {
 				t.Errorf("%d fused_elementwise nodes, %d groups reported", a.Report.Ops["fused_elementwise"],
 					len(fu.Groups))
 			}
-			if !strings.Contains(driver.Describe(a.Pipeline), "fuse max-ops=32\ncodegen") ||
-				strings.Contains(driver.Describe(off.Pipeline), "fuse") {
+			if !strings.Contains(driver.Describe(a.Pipeline), "\nfuse max-ops=32\ncodegen") ||
+				strings.Contains(driver.Describe(off.Pipeline), "\nfuse ") {
 				t.Errorf("pipelines:\n%s\n%s", driver.Describe(a.Pipeline), driver.Describe(off.Pipeline))
 			}
 			if !a.Program.Plan.Fused || off.Program.Plan.Fused {

@@ -16,7 +16,7 @@ func FusionLines(r passes.FuseResult) []string {
 	for _, g := range r.Groups {
 		ops += len(g.Ops)
 	}
-	lines := []string{fmt.Sprintf("%d elementwise groups of %d ops, nodes %d → %d, about %s less memory traffic",
+	lines := []string{fmt.Sprintf("%d elementwise groups of %d ops, nodes %d → %d, about %s less memory traffic than a kernel per op",
 		len(r.Groups), ops, r.NodesBefore, r.NodesAfter, Bytes(r.SavedBytes()))}
 	for _, g := range r.Groups {
 		lines = append(lines, fmt.Sprintf("  %s %s (%d in, %d out, %s saved)", tensor.ShapeString(g.Shape),
