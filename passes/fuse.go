@@ -107,14 +107,15 @@ func Fuse(f *ir.Func, c FuseConfig) (FuseResult, error) {
 	res := FuseResult{NodesBefore: len(f.Body)}
 	uses := f.Uses()
 	outputs := f.OutputSet()
-	// pos[n] is n's body index, others[i] the number of non-elementwise nodes
-	// before index i.
+	// pos[n] is n's body index, others[i] the number of nodes before index i
+	// that are neither elementwise nor literals (constants and fulls, which
+	// kernels inline).
 	pos := map[*ir.Node]int{}
 	others := make([]int, len(f.Body)+1)
 	for i, n := range f.Body {
 		pos[n] = i
 		others[i+1] = others[i]
-		if !n.Op.Info().Elementwise {
+		if !n.Op.Info().Elementwise && n.Op != ir.OpConstant && n.Op != ir.OpFull {
 			others[i+1]++
 		}
 	}
