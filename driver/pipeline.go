@@ -393,7 +393,8 @@ func codegenStage(c codegenConfig) stage {
 			if fd.hostState {
 				prog.Plan.OptimizerState = cudagen.OptimizerStateHost
 			}
-			prog.Plan.Fused = fd.fuse != nil
+			// A compiled step's IR holds its groups when fuse does not run again.
+			prog.Plan.Fused = fd.fuse != nil || countOp(f, ir.OpFusedElementwise) > 0
 			fd.prog = prog
 			return nil
 		}}
