@@ -41,7 +41,10 @@ func fuseStep(t *testing.T, model string, o driver.Options) *driver.Result {
 	if err != nil {
 		t.Fatal(err)
 	}
-	o.Loss, o.Checkpoint = "cross-entropy", "none"
+	o.Loss = "cross-entropy"
+	if o.Checkpoint == "" {
+		o.Checkpoint = "none"
+	}
 	res, err := driver.Compile(f, driver.CompileOptions{Target: tg, Options: o})
 	if err != nil {
 		t.Fatal(err)
@@ -89,9 +92,15 @@ func launches(p *cudagen.Program) int {
 // gradient on the CPU interpreter (f32, rounding after every op as a step
 // runs), and leaves fewer nodes and fewer kernel launches.
 func TestFuseTrainingStepBitIdentical(t *testing.T) {
-	for _, model := range fuseModels {
-		t.Run(model, func(t *testing.T) {
-			res := fuseStep(t, model, driver.Options{})
+	for _, tc := range []struct{ model, checkpoint string }{
+		{"llama_mini", "none"}, {"flagship", "none"},
+		// fuse runs after checkpointing: recomputed forward values and offload
+		// and prefetch markers are in the step it fuses.
+		{"llama_mini", "layers"}, {"flagship", "sublayers+offload"},
+	} {
+		model := tc.model
+		t.Run(model+"/"+tc.checkpoint, func(t *testing.T) {
+			res := fuseStep(t, model, driver.Options{Checkpoint: tc.checkpoint})
 			f := res.Func
 			g := f.Clone()
 			fr, err := passes.Fuse(g, passes.FuseConfig{})
