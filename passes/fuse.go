@@ -9,8 +9,8 @@ import (
 )
 
 // This file is the fusion of elementwise groups (docs/design.md §11, "Fusion,
-// then graphs"): connected elementwise ops of one output shape become one
-// fused_elementwise node (ir/ops_fused_elementwise.go), which codegen renders as
+// then graphs"): elementwise ops of one output shape, a chain or side by side,
+// become one fused_elementwise node (ir/ops_fused_elementwise.go), which codegen renders as
 // one kernel that reads each input once, writes each result once and keeps the
 // intermediates in registers. It runs on the finished step, after autodiff and
 // checkpointing, just before codegen: then the backward's chains (the SwiGLU,
@@ -32,10 +32,21 @@ import (
 // one of the fused node's results; the others exist only inside it. Groups of
 // one op stay as they are.
 //
-// Left out: the residual adds codegen folds into the norm kernels beside them
-// (codegen/cuda/residual.go): fusing them elsewhere would cost the norm's
-// kernel its fused add. GEMMs, attention, reductions, collectives, offload and
-// prefetch are not elementwise, so they bound groups.
+// Left out, since codegen does better with them alone: the residual adds it
+// folds into the norm kernels beside them (codegen/cuda/residual.go), and the
+// saved activations it computes again in each elementwise reader's kernel
+// (codegen/cuda/recompute.go; as a group's result they would be stored). GEMMs,
+// attention, reductions, collectives, offload and prefetch are not
+// elementwise, so they bound groups.
+//
+// Grouping is one walk over the body, not a list of rewrite patterns
+// (rewrite.go): a group is a set of nodes, not a pattern at a root.
+//
+// Codegen already renders each run of adjacent elementwise ops of one shape
+// as one kernel, so today a fused step launches about the kernels the unfused
+// one does; what fuse adds is the group as a value of the IR, printed,
+// interpreted and reported, where fusion across norms, RoPE and GEMM epilogues
+// can grow.
 
 // FuseConfig configures fuse.
 type FuseConfig struct {
