@@ -19,15 +19,20 @@ import (
 //
 // Grouping is greedy in body order, as codegen's runs are, but with a group
 // open per shape rather than one run. A group is open until a node outside it
-// reads one of its results; then it is closed for good. An elementwise node
+// reads one of its results; then it is closed for good. A movement (a
+// reshape, concat, transpose, slice, split or expand) that reads one open
+// group's results alone does not close it but waits for it: it moves after the
+// group's node, as do movements that read only its results, so the query's and
+// the key's rotations, each two halves meeting in a concat, are one kernel. An elementwise node
 // joins an open group of its own result shape with fewer than MaxOps ops, at
 // most fuseWindow nodes after the group's last member: first the group of one
 // of its operands' producers (in operand order), else the one joined last (the
 // two halves of a rotation, which meet only in a concat). Otherwise it opens a
 // group of its own. The fused node takes its last member's place: as nothing
-// outside read a member before then, and every member's operands exist by
-// then, the body keeps its order, so live ranges, and the peak checkpointing
-// planned, change only where values are no longer stored. A member's result
+// outside read a member before then (but the movements that wait), and every
+// member's operands exist by then, the body keeps its order but for those
+// movements, so live ranges, and the peak checkpointing planned, change only
+// where values are no longer stored. A member's result
 // that a node outside the group reads, or that the function returns, becomes
 // one of the fused node's results; the others exist only inside it. Groups of
 // one op stay as they are.
@@ -43,10 +48,11 @@ import (
 // (rewrite.go): a group is a set of nodes, not a pattern at a root.
 //
 // Codegen already renders each run of adjacent elementwise ops of one shape
-// as one kernel, so today a fused step launches about the kernels the unfused
-// one does; what fuse adds is the group as a value of the IR, printed,
-// interpreted and reported, where fusion across norms, RoPE and GEMM epilogues
-// can grow.
+// as one kernel, so what fuse adds over it is groups that span the nodes that
+// part those runs (the rotations' concats: a flagship-like step launches two
+// kernels fewer per layer and direction) and the group as a value of the IR,
+// printed, interpreted and reported, where fusion into norms and GEMM
+// epilogues can grow.
 
 // FuseConfig configures fuse.
 type FuseConfig struct {
@@ -131,11 +137,14 @@ func Fuse(f *ir.Func, c FuseConfig) (FuseResult, error) {
 		}
 	}
 	group := map[*ir.Node]int{} // member → group number
+	// deferred[v]: v is the result of a movement that waits for group
+	// deferred[v]'s node.
+	deferred := map[*ir.Value]int{}
 	var groups []*openGroup
 	for i, n := range f.Body {
 		g := -1
 		if fusible(n, i, uses, pos, others, outputs) {
-			g = chooseGroup(n, i, group, groups, c.maxOps())
+			g = chooseGroup(n, i, group, deferred, groups, c.maxOps())
 			if g < 0 {
 				g = len(groups)
 				groups = append(groups, &openGroup{open: true})
@@ -144,11 +153,18 @@ func Fuse(f *ir.Func, c FuseConfig) (FuseResult, error) {
 			groups[g].members = append(groups[g].members, n)
 			groups[g].last = i
 		}
-		// n reads the results of the groups it is not in: they are closed.
-		for _, a := range n.Args {
-			if ga, ok := group[a.Def]; ok && a.Def != nil && ga != g {
-				groups[ga].open = false
+		// n reads the results of the groups it is not in: they are closed,
+		// unless n is a movement the group's node can go before.
+		read := readGroups(n, g, group, deferred)
+		if d, ok := deferrable(n, g, read, groups); ok {
+			groups[d].deferred = append(groups[d].deferred, n)
+			for _, r := range n.Results {
+				deferred[r] = d
 			}
+			continue
+		}
+		for _, ga := range read {
+			groups[ga].open = false
 		}
 	}
 	fused := map[*ir.Node]*ir.Node{} // member → its group's node
@@ -193,14 +209,33 @@ func Fuse(f *ir.Func, c FuseConfig) (FuseResult, error) {
 			f.Outputs[i].Value = r
 		}
 	}
+	// Each fused node takes its last member's place, and the movements that
+	// wait for it and came before it follow it (those of a group left unfused
+	// stay where they are).
+	moved := map[*ir.Node]bool{}
+	after := map[*ir.Node][]*ir.Node{}
+	for _, og := range groups {
+		fn := fused[og.members[0]]
+		if fn == nil {
+			continue
+		}
+		// Those after the last member stay: they may read values made after it.
+		for _, d := range og.deferred {
+			if pos[d] < og.last {
+				after[fn] = append(after[fn], d)
+				moved[d] = true
+			}
+		}
+	}
 	body := make([]*ir.Node, 0, len(f.Body))
 	for _, n := range f.Body {
 		fn := fused[n]
 		switch {
+		case moved[n]:
 		case fn == nil:
 			body = append(body, n)
 		case lastMember[fn] == n:
-			body = append(body, fn)
+			body = append(append(body, fn), after[fn]...)
 		}
 	}
 	f.Body = body
@@ -271,13 +306,58 @@ type openGroup struct {
 	members []*ir.Node
 	last    int  // body index of the last member
 	open    bool // no node outside it has read a member's result
+	// deferred are the movements that read the group's results while it was
+	// open, in body order: they move after its node.
+	deferred []*ir.Node
 }
 
-// chooseGroup returns the group node n (at body index i) joins, or -1.
-func chooseGroup(n *ir.Node, i int, group map[*ir.Node]int, groups []*openGroup, maxOps int) int {
+// movements are the ops that may wait for a group's node: they move no data
+// (views, concats its kernel writes in place) or little, and waiting keeps
+// the group open, so the two halves of a rotation and the query's and key's
+// rotations are one kernel.
+var movements = map[ir.Op]bool{
+	ir.OpReshape: true, ir.OpConcat: true, ir.OpTranspose: true, ir.OpSlice: true, ir.OpSplit: true,
+	ir.OpExpand: true,
+}
+
+// readGroups are the groups other than g (n's own, or -1) whose members' or
+// movements' results n reads, each once, in operand order.
+func readGroups(n *ir.Node, g int, group map[*ir.Node]int, deferred map[*ir.Value]int) []int {
+	var read []int
+	for _, a := range n.Args {
+		ga, ok := group[a.Def]
+		if !ok || a.Def == nil {
+			ga, ok = deferred[a]
+		}
+		if ok && ga != g && !slices.Contains(read, ga) {
+			read = append(read, ga)
+		}
+	}
+	return read
+}
+
+// deferrable says whether n, outside any group (g < 0), is a movement that
+// reads the results of one open group, read, alone, and so can wait for it;
+// it returns that group.
+func deferrable(n *ir.Node, g int, read []int, groups []*openGroup) (int, bool) {
+	if g >= 0 || len(read) != 1 || !movements[n.Op] || !groups[read[0]].open {
+		return 0, false
+	}
+	return read[0], true
+}
+
+// chooseGroup returns the group node n (at body index i) joins, or -1: never
+// one whose movements n reads, as they wait for the group's node.
+func chooseGroup(n *ir.Node, i int, group map[*ir.Node]int, deferred map[*ir.Value]int, groups []*openGroup,
+	maxOps int) int {
 	shape := n.Result().Type.Shape
 	fits := func(g int) bool {
 		og := groups[g]
+		for _, a := range n.Args {
+			if d, ok := deferred[a]; ok && d == g {
+				return false
+			}
+		}
 		return og.open && len(og.members) < maxOps && i-og.last <= fuseWindow &&
 			slices.Equal(og.members[0].Result().Type.Shape, shape)
 	}
