@@ -412,6 +412,7 @@ func compileOne(f *ir.Func, opts CompileOptions) (*Result, *pipeline, error) {
 	}
 	rep := report.Build(f, in)
 	rep.RoPE = p.found.rope
+	rep.Fusion = p.found.fuse
 	res := &Result{Func: f, Report: rep, Loss: p.found.loss.Loss, Pipeline: p.passes, Program: p.found.prog}
 	for _, ps := range p.passes {
 		rep.Pipeline = append(rep.Pipeline, strings.TrimSpace(ps.Name+" "+ps.Config))

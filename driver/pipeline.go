@@ -77,6 +77,12 @@ type Options struct {
 	// the choice frees), and the launch plan records the choice, so the
 	// program hash covers it.
 	OptimizerState string
+	// Fuse is "off" (the default, also "") or "on": whether the fuse pass
+	// (passes.Fuse) merges groups of elementwise ops into fused_elementwise
+	// nodes, one kernel each, after autodiff and checkpointing (lcc compile and
+	// train --fuse). Off by default until fused steps have been verified on a
+	// GPU. The launch plan records the choice, so the program hash covers it.
+	Fuse string
 }
 
 // OptimizerStates are the values of Options.OptimizerState.
@@ -106,6 +112,9 @@ func (o Options) validate() error {
 	}
 	if o.CUDAGraph != "" && o.CUDAGraph != "on" && o.CUDAGraph != "off" {
 		return fmt.Errorf("--cuda-graph %q: want on or off", o.CUDAGraph)
+	}
+	if o.Fuse != "" && o.Fuse != "on" && o.Fuse != "off" {
+		return fmt.Errorf("--fuse %q: want on or off", o.Fuse)
 	}
 	if _, err := o.Storage(); err != nil {
 		return err
@@ -185,6 +194,17 @@ var passOrder = [...]struct{ a, b string }{
 	{"all-reduce-gradients", "insert-checkpoints"},
 	// ...and CSE would merge the recomputed copies back.
 	{"cse", "insert-checkpoints"},
+	// fuse groups the finished step's elementwise ops: the backward's, and the
+	// forward values checkpointing recomputes...
+	{"autodiff", "fuse"},
+	{"all-reduce-gradients", "fuse"},
+	{"insert-checkpoints", "fuse"},
+	{"sum-concats", "fuse"},
+	// ...which no later pass but codegen sees (a dce would not know the op's
+	// results apart, and nothing else expects it).
+	{"dce", "fuse"},
+	{"cse", "fuse"},
+	{"fuse", "codegen"},
 	// kernels are generated for the final program.
 	{"insert-checkpoints", "codegen"},
 	{"autodiff", "codegen"},
@@ -237,6 +257,7 @@ type findings struct {
 	// pinned host memory (Options.OptimizerState).
 	hostState bool
 	prog      *cudagen.Program   // codegen's program (nil: no GPU target, or codegen failed)
+	fuse      *passes.FuseResult // what fuse made (nil: it did not run)
 	rope      *passes.RoPEResult // what rescale-rope rewrote (nil: it did not run)
 }
 
@@ -372,6 +393,8 @@ func codegenStage(c codegenConfig) stage {
 			if fd.hostState {
 				prog.Plan.OptimizerState = cudagen.OptimizerStateHost
 			}
+			// A compiled step's IR holds its groups when fuse does not run again.
+			prog.Plan.Fused = fd.fuse != nil || countOp(f, ir.OpFusedElementwise) > 0
 			fd.prog = prog
 			return nil
 		}}
@@ -650,14 +673,31 @@ func (p *pipeline) gradTail() []stage {
 	return rows
 }
 
-// codegenRows is the codegen stage for a GPU target's compile or step, last.
+// codegenRows is the codegen stage for a GPU target's compile or step, last,
+// after fuse with --fuse=on.
 func (p *pipeline) codegenRows() []stage {
 	if !p.hasCodegen() {
 		return nil
 	}
+	var rows []stage
+	if p.opts.Fuse == "on" {
+		rows = append(rows, fuseStage(passes.FuseConfig{}))
+	}
 	storage, _ := p.opts.Storage()
-	return []stage{codegenStage(codegenConfig{Arch: p.target.Arch, Storage: storage, Rank: p.opts.Rank,
-		NoGraph: p.opts.CUDAGraph == "off"})}
+	return append(rows, codegenStage(codegenConfig{Arch: p.target.Arch, Storage: storage, Rank: p.opts.Rank,
+		NoGraph: p.opts.CUDAGraph == "off"}))
+}
+
+// fuseStage is fuse with c, recording the groups it made.
+func fuseStage(c passes.FuseConfig) stage {
+	ps := passes.FusePass(c)
+	return stage{name: ps.Name, doc: ps.Doc, cfg: c, run: func(f *ir.Func, fd *findings) error {
+		res, err := passes.Fuse(f, c)
+		if err == nil {
+			fd.fuse = &res
+		}
+		return err
+	}}
 }
 
 // options is what autodiff differentiates in f, given what the stages before

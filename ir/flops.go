@@ -36,6 +36,8 @@ var flopRules = map[Op]FLOPsFunc{
 	OpAllToAll: elementFLOPs, OpRingShift: elementFLOPs, OpShardPositions: elementFLOPs,
 
 	OpMatMul: matmulFLOPs,
+	// A fused group does what its ops do.
+	OpFusedElementwise: fusedFLOPs,
 	// Softmax and the norms: about five operations per element.
 	OpSoftmax: perArgElement(5), OpLogSoftmax: perArgElement(5),
 	OpLayerNorm: perArgElement(5), OpRMSNorm: perArgElement(5),
@@ -157,4 +159,17 @@ func flceFLOPs(n *Node) int64 {
 		return 6*rows*d*v + 5*rows*v
 	}
 	return 2*rows*d*v + 4*rows*v
+}
+
+// fusedFLOPs is the sum over a fused_elementwise node's body.
+func fusedFLOPs(n *Node) int64 {
+	f, err := FusedBody(n)
+	if err != nil {
+		return 0
+	}
+	var total int64
+	for _, m := range f.Body {
+		total += m.FLOPs()
+	}
+	return total
 }

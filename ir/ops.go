@@ -171,6 +171,9 @@ const (
 	// The identity whose gradient is zero (ops_stop_gradient.go).
 	OpStopGradient
 
+	// A group of elementwise ops as one node (ops_fused_elementwise.go).
+	OpFusedElementwise
+
 	// New ops go above this line; their rows may live in the file of their feature.
 	numOps
 )

@@ -58,41 +58,10 @@ func Print(f *Func) string {
 	sb.WriteString(" {\n")
 	for _, n := range f.Body {
 		sb.WriteString("  ")
-		for i, r := range n.Results {
+		for _, r := range n.Results {
 			ids[r] = len(ids)
-			if i > 0 {
-				sb.WriteString(", ")
-			}
-			sb.WriteString(name(r))
 		}
-		fmt.Fprintf(&sb, " = %s(", n.Op)
-		for i, a := range n.Args {
-			if i > 0 {
-				sb.WriteString(", ")
-			}
-			sb.WriteString(name(a))
-		}
-		sb.WriteByte(')')
-		if len(n.Attrs) > 0 {
-			sb.WriteString(" {")
-			for i, a := range n.Attrs {
-				if i > 0 {
-					sb.WriteString(", ")
-				}
-				sb.WriteString(formatAttr(a))
-			}
-			sb.WriteByte('}')
-		}
-		sb.WriteString(" : ")
-		for i, r := range n.Results {
-			if i > 0 {
-				sb.WriteString(", ")
-			}
-			sb.WriteString(r.Type.String())
-		}
-		if n.Name != "" {
-			fmt.Fprintf(&sb, " loc(%s)", strconv.Quote(n.Name))
-		}
+		writeNode(&sb, n, name)
 		sb.WriteByte('\n')
 	}
 	sb.WriteString("  return")
@@ -104,6 +73,46 @@ func Print(f *Func) string {
 	}
 	sb.WriteString("\n}\n")
 	return sb.String()
+}
+
+// writeNode renders n as one line of the text form (without indent or newline),
+// naming values with name: the function body's lines and a fused_elementwise
+// node's body (ops_fused_elementwise.go) are one syntax.
+func writeNode(sb *strings.Builder, n *Node, name func(*Value) string) {
+	for i, r := range n.Results {
+		if i > 0 {
+			sb.WriteString(", ")
+		}
+		sb.WriteString(name(r))
+	}
+	fmt.Fprintf(sb, " = %s(", n.Op)
+	for i, a := range n.Args {
+		if i > 0 {
+			sb.WriteString(", ")
+		}
+		sb.WriteString(name(a))
+	}
+	sb.WriteByte(')')
+	if len(n.Attrs) > 0 {
+		sb.WriteString(" {")
+		for i, a := range n.Attrs {
+			if i > 0 {
+				sb.WriteString(", ")
+			}
+			sb.WriteString(formatAttr(a))
+		}
+		sb.WriteByte('}')
+	}
+	sb.WriteString(" : ")
+	for i, r := range n.Results {
+		if i > 0 {
+			sb.WriteString(", ")
+		}
+		sb.WriteString(r.Type.String())
+	}
+	if n.Name != "" {
+		fmt.Fprintf(sb, " loc(%s)", strconv.Quote(n.Name))
+	}
 }
 
 // quoteList prints strings as ["a", "b"].

@@ -23,8 +23,9 @@ var unshardable = map[ir.Op]string{
 	ir.OpRingShift: "already sharded", ir.OpShardPositions: "already sharded",
 	ir.OpRingAttention: "already sharded", ir.OpRingAttentionGrad: "already sharded",
 	ir.OpShardedDilatedAttention: "already sharded", ir.OpShardedDilatedAttentionGrad: "already sharded",
-	ir.OpOffload:  "inserted by insert-checkpoints; shard-sequence runs before autodiff",
-	ir.OpPrefetch: "inserted by insert-checkpoints; shard-sequence runs before autodiff",
+	ir.OpOffload:          "inserted by insert-checkpoints; shard-sequence runs before autodiff",
+	ir.OpPrefetch:         "inserted by insert-checkpoints; shard-sequence runs before autodiff",
+	ir.OpFusedElementwise: "made by fuse, which runs after shard-sequence and autodiff",
 }
 
 // TestShardRulesCoverEveryOp: every op is elementwise, has a sharding rule, or

@@ -66,8 +66,11 @@ type Report struct {
 	Params    Params         `json:"parameters"`
 	Attention Attention      `json:"attention"`
 	// RoPE is what --rope-theta and --rope-scaling rewrote (nil without them).
-	RoPE        *passes.RoPEResult    `json:"rope,omitempty"`
-	FusedCE     int                   `json:"fused_cross_entropy"`
+	RoPE    *passes.RoPEResult `json:"rope,omitempty"`
+	FusedCE int                `json:"fused_cross_entropy"`
+	// Fusion is what --fuse=on fused: each fused_elementwise group (nil: fuse
+	// did not run).
+	Fusion      *passes.FuseResult    `json:"fusion,omitempty"`
 	Checkpoints passes.RecomputeStats `json:"checkpoints"`
 	Memory      Memory                `json:"memory"`
 	FLOPs       FLOPs                 `json:"flops"`
@@ -484,6 +487,11 @@ func (r *Report) WriteText(w io.Writer) {
 		}
 	}
 	fmt.Fprintf(w, "fused CE   %d\n", r.FusedCE)
+	if fu := r.Fusion; fu != nil {
+		for i, l := range FusionLines(*fu) {
+			fmt.Fprintf(w, "%-10s %s\n", map[bool]string{true: "fused", false: ""}[i == 0], l)
+		}
+	}
 	off := ""
 	if c := r.Checkpoints; c.Offloaded > 0 {
 		off = fmt.Sprintf(", %d values offloaded to host memory", c.Offloaded)

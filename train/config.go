@@ -119,6 +119,9 @@ type Config struct {
 	// CUDAGraph is driver.Options.CUDAGraph: "off" runs a GPU step's launches
 	// one by one instead of replaying them as a CUDA graph.
 	CUDAGraph string
+	// Fuse is driver.Options.Fuse (--fuse): "on" fuses groups of elementwise
+	// ops into one kernel each; "off" or "" does not.
+	Fuse string
 	// OptimizerState is driver.Options.OptimizerState (--optimizer-state):
 	// where a resident run keeps AdamW's masters and moments, device (also
 	// ""), host (pinned host memory, exec.HostOptimizer) or auto (the plan
@@ -327,7 +330,8 @@ func (c *Config) compileOptions() driver.CompileOptions {
 	o := driver.CompileOptions{Target: c.Target, Model: c.Model, Options: driver.Options{
 		Loss: c.Loss, Attention: c.Attention, Checkpoint: c.Checkpoint, MemoryBudget: c.MemoryBudget,
 		Precision: c.Precision, Ranks: c.Ranks, ShardMode: c.ShardMode, RoPE: c.RoPE, PackDocs: c.DocSep >= 0,
-		HostMemoryBudget: c.HostMemoryBudget, CUDAGraph: c.CUDAGraph, OptimizerState: c.OptimizerState}}
+		HostMemoryBudget: c.HostMemoryBudget, CUDAGraph: c.CUDAGraph, OptimizerState: c.OptimizerState,
+		Fuse: c.Fuse}}
 	if c.Accumulate > 1 && c.OptimizerState == "auto" {
 		o.OptimizerState = "device" // the host optimizer does not accumulate
 	}

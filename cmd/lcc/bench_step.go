@@ -50,6 +50,7 @@ and prints the ratio of its step time to lcc's (above 1: lcc is faster).`,
 			cfg.Model, cfg.Device, cfg.Data = args[0], "cuda", "synthetic:copy"
 			cfg.Target, cfg.Loss, cfg.Attention, cfg.Checkpoint = t, o.Loss, o.Attention, o.Checkpoint
 			cfg.MemoryBudget, cfg.Precision, cfg.CUDAGraph = o.MemoryBudget, o.Precision, o.CUDAGraph
+			cfg.Fuse = o.Fuse
 			cfg.OptimizerState = o.OptimizerState
 			// No progress lines: printing inside the loop would add host time to the timed steps.
 			cfg.Steps, cfg.ProgressEvery, cfg.Log = bf.warm+bf.iters, 0, cmd.ErrOrStderr()

@@ -166,6 +166,7 @@ type compileFlags struct {
 	precision string
 	rope      ropeFlags
 	cudaGraph string
+	fuse      string
 	// optimizerState is --optimizer-state; set before add, it is the flag's
 	// default (lcc train's is auto, the others' device).
 	optimizerState string
@@ -195,6 +196,11 @@ func (c *compileFlags) add(cmd *cobra.Command) {
 	// dominates steps of many small kernels.
 	f.StringVar(&c.cudaGraph, "cuda-graph", "on", "on: a GPU step whose launch plan allows it is captured "+
 		"once as a CUDA graph and replayed (not with --profile); off: launched one by one. Recorded in the plan")
+	// off until fused steps have been checked on a GPU (TestGPUFusedStep).
+	f.StringVar(&c.fuse, "fuse", "off", "on: after autodiff and checkpointing, groups of elementwise ops "+
+		"become one fused_elementwise node each, one kernel that reads each input once and keeps the "+
+		"intermediates in registers (the report lists the groups; --print-ir-after=fuse shows them); "+
+		"off (the default for now: fused steps have not yet been verified on a GPU). Recorded in the plan")
 	def := c.optimizerState
 	if def == "" {
 		def = "device"
@@ -222,7 +228,7 @@ func (c *compileFlags) options() (targets.Target, driver.Options, error) {
 	}
 	o := driver.Options{Loss: c.loss, Attention: att, Checkpoint: c.checkpoint, MemoryBudget: int64(c.budget),
 		Precision: c.precision, Ranks: c.af.ranks, ShardMode: c.af.shardMode, RoPE: rope,
-		CUDAGraph: c.cudaGraph, OptimizerState: c.optimizerState}
+		CUDAGraph: c.cudaGraph, OptimizerState: c.optimizerState, Fuse: c.fuse}
 	// Build the pass list once and drop it: this surfaces flag combinations that no
 	// pipeline supports as flag errors, before a model is loaded.
 	if _, err := driver.Pipeline(t, o); err != nil {

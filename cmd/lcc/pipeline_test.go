@@ -34,3 +34,25 @@ func TestPrintAfterAutodiff(t *testing.T) {
 		t.Errorf("exit %d, stderr:\n%.600s", code, stderr)
 	}
 }
+
+// TestPrintAfterFuse: lcc compile --fuse=on prints the fused IR after fuse and
+// reports the groups; without --fuse the pipeline has no fuse row.
+func TestPrintAfterFuse(t *testing.T) {
+	stdout, stderr, code := lcc(t, "compile", filepath.Join(td, "onnx", "llama_mini.onnx"), "--seq-len=16",
+		"--fuse=on", "--print-ir-after=fuse")
+	if code != 0 || !strings.Contains(stderr, "// ----- IR after fuse -----") ||
+		!strings.Contains(stderr, "= fused_elementwise(") {
+		t.Errorf("exit %d, stderr:\n%.600s", code, stderr)
+	}
+	if !strings.Contains(stdout, "elementwise groups of") {
+		t.Errorf("the report lists no fused groups:\n%s", stdout)
+	}
+	out, _, code := lcc(t, "passes", "--pipeline", "--fuse=on")
+	if code != 0 || !strings.Contains(out, "\nfuse max-ops=32\ncodegen") {
+		t.Errorf("lcc passes --pipeline --fuse=on: exit %d\n%s", code, out)
+	}
+	if _, stderr, code := lcc(t, "compile", filepath.Join(td, "onnx", "llama_mini.onnx"), "--fuse=maybe"); code == 0 ||
+		!strings.Contains(stderr, `--fuse "maybe": want on or off`) {
+		t.Errorf("--fuse=maybe: exit %d, %s", code, stderr)
+	}
+}

@@ -134,7 +134,7 @@ naming it; --comm-timeout also bounds the rendezvous.`,
 			cfg.Target, cfg.Loss, cfg.Attention, cfg.Checkpoint = t, o.Loss, o.Attention, o.Checkpoint
 			cfg.MemoryBudget, cfg.Precision, cfg.Ranks, cfg.ShardMode = o.MemoryBudget, o.Precision, o.Ranks, o.ShardMode
 			cfg.RoPE = o.RoPE
-			cfg.CUDAGraph, cfg.OptimizerState = o.CUDAGraph, o.OptimizerState
+			cfg.CUDAGraph, cfg.OptimizerState, cfg.Fuse = o.CUDAGraph, o.OptimizerState, o.Fuse
 			precision := o.Precision
 			if cfg.Device == "cuda" {
 				// A GPU step plans its host side under the flag (none: the measured

@@ -147,6 +147,9 @@ type LaunchPlan struct {
 	// "" when on the device: the executor's choice of optimizer, which the
 	// program hash covers.
 	OptimizerState string `json:"optimizer_state,omitempty"`
+	// Fused says the step was compiled with --fuse=on (driver.Options.Fuse), so
+	// the program hash covers the choice even where fuse found nothing to fuse.
+	Fused bool `json:"fused,omitempty"`
 	// Constants maps a "const" buffer id to its value (written to
 	// constants.safetensors under the name "%<id>").
 	Constants map[int]*tensor.Tensor `json:"-"`
@@ -352,13 +355,20 @@ func (g *gen) buffers() error {
 		}
 		all := true
 		for _, u := range g.uses[r] {
-			all = all && u.Op.Info().Elementwise
+			all = all && readsElementwise(u)
 		}
 		if all {
 			pl.Buffers[g.ids[r]].Kind = "inline"
 		}
 	}
 	return nil
+}
+
+// readsElementwise says whether u reads its operands through an elementwise
+// kernel's loads (an elementwise op or a fused group), which inline literals,
+// recompute values and read views in place.
+func readsElementwise(u *ir.Node) bool {
+	return u.Op.Info().Elementwise || u.Op == ir.OpFusedElementwise
 }
 
 // temp adds a scratch buffer for the current launch and returns its id.
@@ -399,6 +409,8 @@ func init() {
 		ir.OpCumSum:        lowerCumSum,
 
 		ir.OpMatMul: lowerMatMul,
+
+		ir.OpFusedElementwise: lowerFusedElementwise,
 
 		ir.OpTranspose:      lowerTranspose,
 		ir.OpExpand:         lowerExpand,

@@ -23,7 +23,7 @@ const maxRecompute = 6
 func (g *gen) planRecompute() {
 	g.recompute = map[*ir.Value]bool{}
 	// elementwiseUse: u reads its operands through an elementwise kernel.
-	elementwiseUse := func(u *ir.Node) bool { return u.Op.Info().Elementwise && !g.absorbed[u] }
+	elementwiseUse := func(u *ir.Node) bool { return readsElementwise(u) && !g.absorbed[u] }
 	// stored: some kernel writes b to its buffer (or b is a view of one): b is
 	// not computed by an elementwise kernel, or something else reads it.
 	stored := func(b *ir.Value) bool {
@@ -48,7 +48,8 @@ func (g *gen) planRecompute() {
 		}
 		ok := true
 		for _, u := range g.uses[v] {
-			ok = ok && elementwiseUse(u) && slices.Equal(u.Result().Type.Shape, v.Type.Shape)
+			// A fused group's results all have its one shape.
+			ok = ok && elementwiseUse(u) && slices.Equal(u.Results[0].Type.Shape, v.Type.Shape)
 		}
 		// Every operand must be at hand in a reader's kernel: a literal, a
 		// stored value, or itself recomputed.

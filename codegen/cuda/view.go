@@ -205,7 +205,7 @@ func (g *gen) planViews() {
 func (g *gen) readInPlace(v *ir.Value, cand map[*ir.Value]bool) bool {
 	for _, u := range g.uses[v] {
 		switch {
-		case u.Op.Info().Elementwise, u.Op == ir.OpConcat, u.Op == ir.OpSplit:
+		case readsElementwise(u), u.Op == ir.OpConcat, u.Op == ir.OpSplit:
 		case readViewOps[u.Op]:
 			for _, r := range u.Results {
 				if !cand[r] {
@@ -230,7 +230,7 @@ func (g *gen) place(a *ir.Value, c *ir.Node, region view) {
 		return
 	}
 	switch n := a.Def; {
-	case n.Op.Info().Elementwise, n.Op == ir.OpConcat:
+	case readsElementwise(n), n.Op == ir.OpConcat:
 		g.views[a], g.placed[a] = region, true
 	case n.Op == ir.OpReshape:
 		x := n.Args[0]

@@ -1,0 +1,86 @@
+package exec
+
+import (
+	"sort"
+	"testing"
+
+	"github.com/lcc-dev/lcc/codegen/cuda/cudatest"
+	"github.com/lcc-dev/lcc/driver/drivertest"
+	"github.com/lcc-dev/lcc/ir"
+	"github.com/lcc-dev/lcc/passes"
+	"github.com/lcc-dev/lcc/runtime/cuda"
+	"github.com/lcc-dev/lcc/runtime/cuda/devicetest"
+	"github.com/lcc-dev/lcc/tensor"
+)
+
+// fused is f after passes.Fuse, failing t when it fuses nothing.
+func fused(t *testing.T, f *ir.Func) *ir.Func {
+	t.Helper()
+	g := f.Clone()
+	res, err := passes.Fuse(g, passes.FuseConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Groups) == 0 {
+		t.Fatal("fuse made no group")
+	}
+	return g
+}
+
+// TestGPUFusedKernels (issue 25) runs fused steps (llama_mini's training step
+// and the flagship-like ones, after passes.Fuse) on the GPU with every buffer
+// poisoned with NaN first, against the CPU interpreter running the same fused
+// IR: each fused_elementwise kernel must write every element of each of its
+// results, with the tolerances of the unfused steps (TestGPUTrainingStep). In
+// bf16 storage a step is compared with the unfused step on the GPU (both
+// poisoned), the zoo with the CPU as TestGPUFamilies does.
+func TestGPUFusedKernels(t *testing.T) {
+	dev := devicetest.Open(t)
+	steps := map[string]*ir.Func{
+		"llama_mini": drivertest.TrainingGraph(t, "../../testdata/onnx/llama_mini.onnx"),
+	}
+	for name, c := range drivertest.FlagshipSteps {
+		steps["flagship_"+name] = drivertest.FlagshipStep(t, c)
+	}
+	for name, f := range steps {
+		g := fused(t, f)
+		in := randomInputs(g, 2)
+		t.Run(name+"/f32", func(t *testing.T) { compare(t, dev, g, in, Options{}, 1e-4) })
+		t.Run(name+"/bf16", func(t *testing.T) { compareUnfused(t, dev, f, g, in, 2e-2) })
+	}
+	// The zoo's elementwise chain, fused.
+	f, in := cudatest.Zoo(t, 1)
+	g := fused(t, f)
+	t.Run("zoo/f32", func(t *testing.T) { compare(t, dev, g, in, Options{}, 1e-5) })
+	t.Run("zoo/bf16", func(t *testing.T) { compare(t, dev, g, in, Options{Storage: tensor.BF16}, 2e-2) })
+}
+
+// compareUnfused runs f and its fused form g on the GPU in bf16 storage, every
+// buffer poisoned first, and checks every output of g against f's.
+func compareUnfused(t *testing.T, dev *cuda.Device, f, g *ir.Func, in map[string]*tensor.Tensor, tol float64) {
+	t.Helper()
+	opts := Options{Storage: tensor.BF16, Poison: true, CacheDir: sharedCache}
+	if sharedCache == "" {
+		opts.CacheDir = t.TempDir()
+	}
+	want, err := RunWith(dev, f, in, opts)
+	if err != nil {
+		t.Fatalf("gpu, unfused: %v", err)
+	}
+	got, err := RunWith(dev, g, in, opts)
+	if err != nil {
+		t.Fatalf("gpu, fused: %v", err)
+	}
+	var names []string
+	for n := range want {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		if e := relErr(got[n], want[n]); e > tol {
+			t.Errorf("output %q: fused differs from unfused by %.3g > %.1g", n, e, tol)
+		} else {
+			t.Logf("output %q: relative difference %.3g", n, e)
+		}
+	}
+}
