@@ -18,19 +18,12 @@ func TestCompiledFusedStep(t *testing.T) {
 	if res.Report.Fusion == nil || len(res.Report.Fusion.Groups) == 0 {
 		t.Fatal("nothing fused")
 	}
-	g, err := Load(graph, Bindings{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	opts.Model = graph
-	again, err := Compile(g, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
+	again := recompile(t, graph, opts)
 	if again.Hash != res.Hash {
 		t.Errorf("graph.lcc compiles to %s, the model to %s", again.Hash, res.Hash)
 	}
-	g, _ = Load(graph, Bindings{})
+	opts.Model = graph
+	g, _ := Load(graph, Bindings{})
 	opts.Fuse = "off"
 	if _, err := Compile(g, opts); err == nil || !strings.Contains(err.Error(), "fuse max-ops=32") {
 		t.Errorf("--fuse=off on a fused step: %v", err)

@@ -114,6 +114,19 @@ func TestCompiledStepKeepsOptimizerState(t *testing.T) {
 	opts := CompileOptions{Target: h200(t), Model: model, Options: Options{Loss: "cross-entropy",
 		OptimizerState: "host"}}
 	res, graph := compiledFolder(t, Bindings{SeqLen: 16}, opts)
+	again := recompile(t, graph, opts)
+	if again.Hash != res.Hash || again.Report.Memory.OptimizerState != "host" ||
+		again.Report.Memory.PerGPUPeakBytes != res.Report.Memory.PerGPUPeakBytes {
+		t.Errorf("graph.lcc: hash %s, state %q, peak %d; the model: %s, host, %d", again.Hash,
+			again.Report.Memory.OptimizerState, again.Report.Memory.PerGPUPeakBytes, res.Hash,
+			res.Report.Memory.PerGPUPeakBytes)
+	}
+}
+
+// recompile loads a compiled folder's graph.lcc and compiles it again with opts,
+// as lcc train DIR/graph.lcc does.
+func recompile(t *testing.T, graph string, opts CompileOptions) *Result {
+	t.Helper()
 	g, err := Load(graph, Bindings{})
 	if err != nil {
 		t.Fatal(err)
@@ -123,10 +136,5 @@ func TestCompiledStepKeepsOptimizerState(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if again.Hash != res.Hash || again.Report.Memory.OptimizerState != "host" ||
-		again.Report.Memory.PerGPUPeakBytes != res.Report.Memory.PerGPUPeakBytes {
-		t.Errorf("graph.lcc: hash %s, state %q, peak %d; the model: %s, host, %d", again.Hash,
-			again.Report.Memory.OptimizerState, again.Report.Memory.PerGPUPeakBytes, res.Hash,
-			res.Report.Memory.PerGPUPeakBytes)
-	}
+	return again
 }

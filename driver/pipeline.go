@@ -632,11 +632,18 @@ func (c checkpointConfig) deviceFitsAsIs(f *ir.Func, mem memoryModel) bool {
 
 // ropeStage is rescale-rope with c, recording what it rewrote.
 func ropeStage(c passes.RoPEConfig) stage {
-	p := passes.RescaleRoPEPass(c)
+	return recordingStage(passes.RescaleRoPEPass(c), c, passes.RescaleRoPE,
+		func(fd *findings, r *passes.RoPEResult) { fd.rope = r })
+}
+
+// recordingStage is the stage of pass p with config c whose run returns a result
+// that later stages or the report read: keep stores it in the findings.
+func recordingStage[C fmt.Stringer, R any](p passes.Pass, c C, run func(*ir.Func, C) (R, error),
+	keep func(*findings, *R)) stage {
 	return stage{name: p.Name, doc: p.Doc, cfg: c, run: func(f *ir.Func, fd *findings) error {
-		res, err := passes.RescaleRoPE(f, c)
+		res, err := run(f, c)
 		if err == nil {
-			fd.rope = &res
+			keep(fd, &res)
 		}
 		return err
 	}}
@@ -690,14 +697,7 @@ func (p *pipeline) codegenRows() []stage {
 
 // fuseStage is fuse with c, recording the groups it made.
 func fuseStage(c passes.FuseConfig) stage {
-	ps := passes.FusePass(c)
-	return stage{name: ps.Name, doc: ps.Doc, cfg: c, run: func(f *ir.Func, fd *findings) error {
-		res, err := passes.Fuse(f, c)
-		if err == nil {
-			fd.fuse = &res
-		}
-		return err
-	}}
+	return recordingStage(passes.FusePass(c), c, passes.Fuse, func(fd *findings, r *passes.FuseResult) { fd.fuse = r })
 }
 
 // options is what autodiff differentiates in f, given what the stages before

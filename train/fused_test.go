@@ -4,19 +4,21 @@ import (
 	"math"
 	"testing"
 
+	"github.com/lcc-dev/lcc/driver"
 	"github.com/lcc-dev/lcc/ir"
-	"github.com/lcc-dev/lcc/runtime/cuda/devicetest"
+	"github.com/lcc-dev/lcc/runtime/cuda"
 	"github.com/lcc-dev/lcc/tensor"
 )
 
 // TestFusedStepCompiles: lcc train --fuse=on compiles llama_mini's step with
 // fused_elementwise nodes, under a hash of its own (no GPU needed).
 func TestFusedStepCompiles(t *testing.T) {
-	c := small(t, 1)
-	c.Model = "../testdata/onnx/llama_mini.onnx"
-	off := step(t, c)
-	c.Fuse = "on"
-	on := step(t, c)
+	compiled := func(fuse string) *driver.Result {
+		c := small(t, 1)
+		c.Model, c.Fuse = llamaMini, fuse
+		return step(t, c)
+	}
+	off, on := compiled("off"), compiled("on")
 	if countOps(on.Func, ir.OpFusedElementwise) == 0 || countOps(off.Func, ir.OpFusedElementwise) != 0 {
 		t.Errorf("fused_elementwise nodes: %d with --fuse=on, %d without",
 			countOps(on.Func, ir.OpFusedElementwise), countOps(off.Func, ir.OpFusedElementwise))
@@ -32,40 +34,31 @@ func TestFusedStepCompiles(t *testing.T) {
 // 1e-2 (a fused group keeps its intermediates in fp32 registers where the
 // unfused kernels may store some in bf16).
 func TestGPUFusedStep(t *testing.T) {
-	dev := devicetest.Open(t)
-	cache := t.TempDir()
-	for _, tc := range []struct {
-		name string
-		st   tensor.DType
-		tol  float64
-	}{{"fp32", tensor.F32, 1e-5}, {"bf16", tensor.BF16, 1e-2}} {
-		t.Run(tc.name, func(t *testing.T) {
-			c := small(t, 40)
-			c.Model = "../testdata/onnx/llama_mini.onnx"
-			if tc.st == tensor.BF16 {
-				c.Precision = "bf16"
+	forStorages(t, 40, func(t *testing.T, dev *cuda.Device, cache string, c Config, st tensor.DType) {
+		tol := 1e-5
+		if st == tensor.BF16 {
+			tol = 1e-2
+		}
+		c.Fuse = "on"
+		on := run(t, gpuConfig(t, dev, c, st, cache))
+		c.Fuse = "off"
+		off := run(t, gpuConfig(t, dev, c, st, cache))
+		if len(on.Losses) != 40 || len(off.Losses) != 40 {
+			t.Fatalf("%d and %d losses, want 40", len(on.Losses), len(off.Losses))
+		}
+		if on.Program == off.Program {
+			t.Errorf("fused and unfused steps share the program hash %s", on.Program)
+		}
+		worst := 0.0
+		for i, l := range off.Losses {
+			e := math.Abs(on.Losses[i]-l) / math.Abs(l)
+			if !(e <= tol) {
+				t.Errorf("step %d: loss %.9g fused, %.9g unfused (relative %.3g > %.0e)", i+1,
+					on.Losses[i], l, e, tol)
 			}
-			c.Fuse = "on"
-			on := run(t, gpuConfig(t, dev, c, tc.st, cache))
-			c.Fuse = "off"
-			off := run(t, gpuConfig(t, dev, c, tc.st, cache))
-			if len(on.Losses) != 40 || len(off.Losses) != 40 {
-				t.Fatalf("%d and %d losses, want 40", len(on.Losses), len(off.Losses))
-			}
-			if on.Program == off.Program {
-				t.Errorf("fused and unfused steps share the program hash %s", on.Program)
-			}
-			worst := 0.0
-			for i, l := range off.Losses {
-				e := math.Abs(on.Losses[i]-l) / math.Abs(l)
-				if !(e <= tc.tol) {
-					t.Errorf("step %d: loss %.9g fused, %.9g unfused (relative %.3g > %.0e)", i+1,
-						on.Losses[i], l, e, tc.tol)
-				}
-				worst = max(worst, e)
-			}
-			t.Logf("losses %.6f..%.6f fused, %.6f..%.6f unfused; worst relative difference %.3g",
-				on.Losses[0], on.Losses[39], off.Losses[0], off.Losses[39], worst)
-		})
-	}
+			worst = max(worst, e)
+		}
+		t.Logf("losses %.6f..%.6f fused, %.6f..%.6f unfused; worst relative difference %.3g",
+			on.Losses[0], on.Losses[39], off.Losses[0], off.Losses[39], worst)
+	})
 }

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/lcc-dev/lcc/runtime/cuda"
 	"github.com/lcc-dev/lcc/runtime/cuda/devicetest"
 	"github.com/lcc-dev/lcc/tensor"
 )
@@ -54,66 +55,74 @@ func TestOptimizerStatePlanned(t *testing.T) {
 // bit for bit, and so does that checkpoint resumed by the resident optimizer
 // (the two hold one state layout).
 func TestGPUHostOptimizer(t *testing.T) {
+	forStorages(t, 20, func(t *testing.T, dev *cuda.Device, cache string, c Config, st tensor.DType) {
+		c.Clip = 0.5
+		c.OptimizerState = "device"
+		resident := run(t, gpuConfig(t, dev, c, st, cache))
+		c.OptimizerState = "host"
+		var out bytes.Buffer
+		c.Progress = &out
+		host := run(t, gpuConfig(t, dev, c, st, cache))
+		if resident.OptimizerState != "device" || !strings.HasPrefix(host.OptimizerState, "host (CPU AdamW") {
+			t.Fatalf("optimizer state: resident run %q, host run %q", resident.OptimizerState,
+				host.OptimizerState)
+		}
+		if host.Program == resident.Program {
+			t.Error("the host and resident runs have one program hash")
+		}
+		if !strings.Contains(out.String(), "optimizer state: host") || host.HostSplit == "" {
+			t.Errorf("the host run did not report its state and split:\n%s", out.String())
+		}
+		if !sameBits(host.Losses, resident.Losses) {
+			t.Fatalf("host optimizer's losses\n%v\nresident's\n%v", host.Losses, resident.Losses)
+		}
+		if host.PlannedPeakBytes >= resident.PlannedPeakBytes {
+			t.Errorf("planned GPU peak: host %d, resident %d", host.PlannedPeakBytes, resident.PlannedPeakBytes)
+		}
+		t.Logf("losses %.6f..%.6f; last update: %s; planned peak %d -> %d, measured %d -> %d",
+			host.Losses[0], host.Losses[19], host.HostSplit, resident.PlannedPeakBytes, host.PlannedPeakBytes,
+			resident.MeasuredPeakBytes, host.MeasuredPeakBytes)
+
+		// Stop at 10 with a checkpoint, resume with the host optimizer and,
+		// from the same checkpoint, with the resident one.
+		c.Progress = nil
+		c.CheckpointDir, c.StopAt = t.TempDir(), 10
+		first := run(t, gpuConfig(t, dev, c, st, cache))
+		if len(first.Checkpoints) == 0 {
+			t.Fatal("the host run wrote no checkpoint")
+		}
+		c.StopAt, c.Resume, c.Keep = 0, true, 0
+		for _, state := range []string{"host", "device"} {
+			rc := c
+			rc.OptimizerState, rc.CheckpointDir = state, t.TempDir()
+			copyCheckpoints(t, c.CheckpointDir, rc.CheckpointDir)
+			second := run(t, gpuConfig(t, dev, rc, st, cache))
+			if second.FirstStep != 10 {
+				t.Fatalf("resumed with the %s optimizer at step %d, want 10", state, second.FirstStep)
+			}
+			if both := append(append([]float64{}, first.Losses...), second.Losses...); !sameBits(both,
+				resident.Losses) {
+				t.Errorf("resumed with the %s optimizer:\n%v\nstraight:\n%v", state, both, resident.Losses)
+			}
+		}
+	})
+}
+
+// forStorages runs body as a subtest in fp32 and in bf16 storage on GPU 0, with
+// a kernel cache the subtests share and llama_mini's config for steps steps in
+// that precision.
+func forStorages(t *testing.T, steps int, body func(t *testing.T, dev *cuda.Device, cache string, c Config,
+	st tensor.DType)) {
 	dev := devicetest.Open(t)
 	cache := t.TempDir()
-	for _, tc := range []struct {
-		name string
-		st   tensor.DType
-	}{{"fp32", tensor.F32}, {"bf16", tensor.BF16}} {
-		t.Run(tc.name, func(t *testing.T) {
-			c := small(t, 20)
-			c.Model, c.Clip = llamaMini, 0.5
-			if tc.st == tensor.BF16 {
+	for _, st := range []tensor.DType{tensor.F32, tensor.BF16} {
+		t.Run(map[tensor.DType]string{tensor.F32: "fp32", tensor.BF16: "bf16"}[st], func(t *testing.T) {
+			c := small(t, steps)
+			c.Model = llamaMini
+			if st == tensor.BF16 {
 				c.Precision = "bf16"
 			}
-			c.OptimizerState = "device"
-			resident := run(t, gpuConfig(t, dev, c, tc.st, cache))
-			c.OptimizerState = "host"
-			var out bytes.Buffer
-			c.Progress = &out
-			host := run(t, gpuConfig(t, dev, c, tc.st, cache))
-			if resident.OptimizerState != "device" || !strings.HasPrefix(host.OptimizerState, "host (CPU AdamW") {
-				t.Fatalf("optimizer state: resident run %q, host run %q", resident.OptimizerState,
-					host.OptimizerState)
-			}
-			if host.Program == resident.Program {
-				t.Error("the host and resident runs have one program hash")
-			}
-			if !strings.Contains(out.String(), "optimizer state: host") || host.HostSplit == "" {
-				t.Errorf("the host run did not report its state and split:\n%s", out.String())
-			}
-			if !sameBits(host.Losses, resident.Losses) {
-				t.Fatalf("host optimizer's losses\n%v\nresident's\n%v", host.Losses, resident.Losses)
-			}
-			if host.PlannedPeakBytes >= resident.PlannedPeakBytes {
-				t.Errorf("planned GPU peak: host %d, resident %d", host.PlannedPeakBytes, resident.PlannedPeakBytes)
-			}
-			t.Logf("losses %.6f..%.6f; last update: %s; planned peak %d -> %d, measured %d -> %d",
-				host.Losses[0], host.Losses[19], host.HostSplit, resident.PlannedPeakBytes, host.PlannedPeakBytes,
-				resident.MeasuredPeakBytes, host.MeasuredPeakBytes)
-
-			// Stop at 10 with a checkpoint, resume with the host optimizer and,
-			// from the same checkpoint, with the resident one.
-			c.Progress = nil
-			c.CheckpointDir, c.StopAt = t.TempDir(), 10
-			first := run(t, gpuConfig(t, dev, c, tc.st, cache))
-			if len(first.Checkpoints) == 0 {
-				t.Fatal("the host run wrote no checkpoint")
-			}
-			c.StopAt, c.Resume, c.Keep = 0, true, 0
-			for _, state := range []string{"host", "device"} {
-				rc := c
-				rc.OptimizerState, rc.CheckpointDir = state, t.TempDir()
-				copyCheckpoints(t, c.CheckpointDir, rc.CheckpointDir)
-				second := run(t, gpuConfig(t, dev, rc, tc.st, cache))
-				if second.FirstStep != 10 {
-					t.Fatalf("resumed with the %s optimizer at step %d, want 10", state, second.FirstStep)
-				}
-				if both := append(append([]float64{}, first.Losses...), second.Losses...); !sameBits(both,
-					resident.Losses) {
-					t.Errorf("resumed with the %s optimizer:\n%v\nstraight:\n%v", state, both, resident.Losses)
-				}
-			}
+			body(t, dev, cache, c, st)
 		})
 	}
 }

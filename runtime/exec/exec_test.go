@@ -84,15 +84,27 @@ func compare(t *testing.T, dev *cuda.Device, f *ir.Func, in map[string]*tensor.T
 	if err != nil {
 		t.Fatalf("cpu: %v", err)
 	}
+	got, err := RunWith(dev, f, in, testOptions(t, opts))
+	if err != nil {
+		t.Fatalf("gpu: %v", err)
+	}
+	sameOutputs(t, got, want, tol, "gpu", "cpu")
+}
+
+// testOptions is opts with every buffer poisoned and the tests' kernel cache.
+func testOptions(t *testing.T, opts Options) Options {
 	opts.Poison = true
 	opts.CacheDir = sharedCache
 	if sharedCache == "" {
 		opts.CacheDir = t.TempDir()
 	}
-	got, err := RunWith(dev, f, in, opts)
-	if err != nil {
-		t.Fatalf("gpu: %v", err)
-	}
+	return opts
+}
+
+// sameOutputs fails t for each output of want (in name order) that got does not
+// match within relative tol; a and b name the two sides in the messages.
+func sameOutputs(t *testing.T, got, want map[string]*tensor.Tensor, tol float64, a, b string) {
+	t.Helper()
 	var names []string
 	for n := range want {
 		names = append(names, n)
@@ -101,8 +113,8 @@ func compare(t *testing.T, dev *cuda.Device, f *ir.Func, in map[string]*tensor.T
 	for _, n := range names {
 		e := relErr(got[n], want[n])
 		if e > tol {
-			t.Errorf("output %q: relative error %.3g > %.1g (gpu %v..., cpu %v...)", n, e, tol,
-				head(got[n]), head(want[n]))
+			t.Errorf("output %q: relative error %.3g > %.1g (%s %v..., %s %v...)", n, e, tol,
+				a, head(got[n]), b, head(want[n]))
 		} else {
 			t.Logf("output %q: relative error %.3g", n, e)
 		}

@@ -1,7 +1,6 @@
 package exec
 
 import (
-	"sort"
 	"testing"
 
 	"github.com/lcc-dev/lcc/codegen/cuda/cudatest"
@@ -59,10 +58,7 @@ func TestGPUFusedKernels(t *testing.T) {
 // buffer poisoned first, and checks every output of g against f's.
 func compareUnfused(t *testing.T, dev *cuda.Device, f, g *ir.Func, in map[string]*tensor.Tensor, tol float64) {
 	t.Helper()
-	opts := Options{Storage: tensor.BF16, Poison: true, CacheDir: sharedCache}
-	if sharedCache == "" {
-		opts.CacheDir = t.TempDir()
-	}
+	opts := testOptions(t, Options{Storage: tensor.BF16})
 	want, err := RunWith(dev, f, in, opts)
 	if err != nil {
 		t.Fatalf("gpu, unfused: %v", err)
@@ -71,16 +67,5 @@ func compareUnfused(t *testing.T, dev *cuda.Device, f, g *ir.Func, in map[string
 	if err != nil {
 		t.Fatalf("gpu, fused: %v", err)
 	}
-	var names []string
-	for n := range want {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	for _, n := range names {
-		if e := relErr(got[n], want[n]); e > tol {
-			t.Errorf("output %q: fused differs from unfused by %.3g > %.1g", n, e, tol)
-		} else {
-			t.Logf("output %q: relative difference %.3g", n, e)
-		}
-	}
+	sameOutputs(t, got, want, tol, "fused", "unfused")
 }
