@@ -70,10 +70,10 @@ func TestActivations(t *testing.T) {
 func TestHostPeak(t *testing.T) {
 	m := cost.StepMemory{HostModelBytes: cost.HostModelBytes(100, 60, true), HostKeptBytes: 40 * 8,
 		HostBytes: 1000, SnapshotHostBytes: 60 * 12}
-	if m.HostModelBytes != 100*8+60*24 || m.PinnedBytes() != 1000+720 {
+	if m.HostModelBytes != 100*8+60*16 || m.PinnedBytes() != 1000+720 {
 		t.Fatalf("model %d, pinned %d", m.HostModelBytes, m.PinnedBytes())
 	}
-	if got := m.HostPeakBytes(); got != 2240+1000 {
+	if got := m.HostPeakBytes(); got != 1760+1000 {
 		t.Errorf("setup phase: host peak %d", got)
 	}
 	m.SnapshotHostBytes = 3000

@@ -117,13 +117,15 @@ func (m StepMemory) HostPeakBytes() int64 {
 // HostModelBytes is what lcc holds of a model on the host during a run: every
 // weight's host tensor (weightElems elements, tensor.HostElemBytes each: a host
 // tensor keeps every element in 8 bytes, whatever its dtype) and, for a training
-// step, the optimizer's host state of its trainable parameters (an fp32 master
-// and two AdamW moments, each a host tensor: 24 bytes a parameter) that the
-// resident optimizer is loaded from and checkpoints fall back on.
+// step, the optimizer's host state of its trainable parameters that the
+// resident optimizer is loaded from and checkpoints fall back on: two AdamW
+// moments, each a host tensor (16 bytes a parameter). The fp32 master shares
+// its weight's storage (train/optim's masterOf: a loaded weight's elements are
+// fp32 values), so it adds nothing.
 func HostModelBytes(weightElems, trainable int64, trained bool) int64 {
 	b := weightElems * tensor.HostElemBytes
 	if trained {
-		b += 3 * trainable * tensor.HostElemBytes
+		b += 2 * trainable * tensor.HostElemBytes
 	}
 	return b
 }

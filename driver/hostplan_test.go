@@ -38,7 +38,7 @@ func TestHostPlanReported(t *testing.T) {
 	}
 	m, c := res.Report.Memory, res.Report.Checkpoints
 	n := res.Report.Params.Count
-	if want := cost.HostModelBytes(n, n, true); m.HostModelBytes != want || want != 32*n {
+	if want := cost.HostModelBytes(n, n, true); m.HostModelBytes != want || want != 24*n {
 		t.Errorf("host model %d bytes, want %d (%d parameters)", m.HostModelBytes, want, n)
 	}
 	// Every weight of the flagship trains: once on the GPU, the host keeps
@@ -81,7 +81,7 @@ func TestHostBudgetPlans(t *testing.T) {
 	// (69 GiB at best), so the plan is refused with what would fit.
 	_, err = hostPlanned(t, "auto", tight)
 	for _, want := range []string{"smallest planned peak", "layers+offload would fit the GPU",
-		"the host budget leaves", "--host-memory-budget=24GiB", "of --host-memory-budget", "about --seq-len="} {
+		"the host budget leaves", "--host-memory-budget=22GiB", "of --host-memory-budget", "about --seq-len="} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("auto under host budget %d: want %q in %v", tight, want, err)
 		}
