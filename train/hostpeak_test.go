@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -104,8 +105,10 @@ func uploadOnHost(t *trainer) {
 // no CUDA); that part is the model and AdamW's state as lcc holds them, 8 bytes
 // an element (the weights and two moments, the masters sharing the weights'
 // storage: 6x the fp32 weights). Loading, binding and the optimizer's upload go
-// through bounded chunks, so their garbage no longer adds to it (before: 12.1x
-// the fp32 weights, the plan of 8x +52%).
+// through bounded chunks, and an inline model's file bytes are collected after
+// the load, so their garbage no longer adds to it (before: 12.1x the fp32
+// weights, the plan of 8x +52%). The model is loaded both inline and with
+// external data.
 // A --host-memory-budget the plan passes is refused before the optimizer's
 // state exists.
 func TestHostPeak(t *testing.T) {
@@ -118,11 +121,16 @@ func TestHostPeak(t *testing.T) {
 		t.Skip("writes and loads a 300 MB model")
 	}
 	dir := t.TempDir()
-	model, err := onnxgen.LM(32768, 1024, 8).WriteExternal(dir, "lm.onnx")
+	external, err := onnxgen.LM(32768, 1024, 8).WriteExternal(dir, "lm.onnx")
 	if err != nil {
 		t.Fatal(err)
 	}
-	child := func(budget int64) hostPeak {
+	// The same model with its weights inline, as a model under 2 GiB may be.
+	inline := filepath.Join(dir, "inline.onnx")
+	if b, err := onnxgen.LM(32768, 1024, 8).Marshal(); err != nil || os.WriteFile(inline, b, 0o644) != nil {
+		t.Fatal(err)
+	}
+	child := func(model string, budget int64) hostPeak {
 		cmd := exec.Command(os.Args[0], "-test.run=^TestHostPeak$")
 		cmd.Env = append(os.Environ(), hostPeakModelEnv+"="+model, hostPeakBudgetEnv+"="+fmt.Sprint(budget))
 		out, err := cmd.Output()
@@ -135,34 +143,45 @@ func TestHostPeak(t *testing.T) {
 		}
 		return p
 	}
-	p := child(0)
-	if p.Err != "" {
-		t.Fatal(p.Err)
+	mib := func(b int64) float64 { return float64(b) / (1 << 20) }
+	var p hostPeak
+	for _, model := range []string{inline, external} {
+		if p = child(model, 0); p.Err != "" {
+			t.Fatal(p.Err)
+		}
+		checkHostPeak(t, filepath.Base(model), p)
 	}
+
+	// Half the plan: refused after the load, before AdamW's state is
+	// allocated (the external model's load holds its weights and a chunk).
+	budget := p.Planned / 2
+	r := child(external, budget)
+	if !strings.Contains(r.Err, "does not fit the host") || r.After > (p.Planned-cost.HostRuntimeBytes)/2 {
+		t.Errorf("under --host-memory-budget=%.0fMiB: peak %.0f MiB, error %q", mib(budget), mib(r.After), r.Err)
+	}
+}
+
+// checkHostPeak holds TestHostPeak's child's figures p for model to the plan.
+func checkHostPeak(t *testing.T, model string, p hostPeak) {
+	t.Helper()
 	mib := func(b int64) float64 { return float64(b) / (1 << 20) }
 	// The child loads no CUDA: the plan without the runtime's share is its part.
 	if p.Planned -= cost.HostRuntimeBytes; p.Planned <= 0 {
 		t.Fatalf("planned host peak %d without the runtime", p.Planned)
 	}
 	ratio := float64(p.After) / float64(p.Planned)
-	t.Logf("fp32 weights %.0f MiB; planned host peak %.0f MiB (%.2fx); measured %.0f MiB (%.2fx, "+
-		"%+.1f%%), %.0f MiB before loading", mib(p.Weights), mib(p.Planned),
+	t.Logf("%s: fp32 weights %.0f MiB; planned host peak %.0f MiB (%.2fx); measured %.0f MiB (%.2fx, "+
+		"%+.1f%%), %.0f MiB before loading", model, mib(p.Weights), mib(p.Planned),
 		float64(p.Planned)/float64(p.Weights), mib(p.After), float64(p.After)/float64(p.Weights),
 		100*(ratio-1), mib(p.Before))
 	if ratio > 1.1 || ratio < 0.9 {
-		t.Errorf("measured host peak %.0f MiB, planned %.0f MiB: more than 10%% apart", mib(p.After), mib(p.Planned))
+		t.Errorf("%s: measured host peak %.0f MiB, planned %.0f MiB: more than 10%% apart", model,
+			mib(p.After), mib(p.Planned))
 	}
 	// 6x is the floor while host tensors hold float64 and the moments are
 	// host tensors too.
 	if limit := 6*p.Weights*11/10 + 64<<20; p.After > limit {
-		t.Errorf("measured host peak %.0f MiB, more than 6.6x the fp32 weights + 64 MiB (%.0f MiB)",
-			mib(p.After), mib(limit))
-	}
-
-	// Half the plan: refused after the load, before AdamW's state is allocated.
-	budget := (p.Planned + cost.HostRuntimeBytes) / 2
-	r := child(budget)
-	if !strings.Contains(r.Err, "does not fit the host") || r.After > p.Planned/2 {
-		t.Errorf("under --host-memory-budget=%.0fMiB: peak %.0f MiB, error %q", mib(budget), mib(r.After), r.Err)
+		t.Errorf("%s: measured host peak %.0f MiB, more than 6.6x the fp32 weights + 64 MiB (%.0f MiB)",
+			model, mib(p.After), mib(limit))
 	}
 }
