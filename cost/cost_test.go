@@ -66,19 +66,28 @@ func TestActivations(t *testing.T) {
 // TestHostPeak: the host peak is the larger phase, the setup's (the whole
 // model on the host beside the offload block) or the run's (what the host
 // keeps, the offload block and the checkpoints' buffer); pinned bytes are the
-// two pinned buffers.
+// two pinned buffers; the runtime's host memory is beside either.
 func TestHostPeak(t *testing.T) {
 	m := cost.StepMemory{HostModelBytes: cost.HostModelBytes(100, 60, true), HostKeptBytes: 40 * 8,
 		HostBytes: 1000, SnapshotHostBytes: 60 * 12}
-	if m.HostModelBytes != 100*8+60*24 || m.PinnedBytes() != 1000+720 {
+	if m.HostModelBytes != 100*8+60*16 || m.PinnedBytes() != 1000+720 {
 		t.Fatalf("model %d, pinned %d", m.HostModelBytes, m.PinnedBytes())
 	}
-	if got := m.HostPeakBytes(); got != 2240+1000 {
+	if got := m.HostPeakBytes(); got != 1760+1000 {
 		t.Errorf("setup phase: host peak %d", got)
 	}
 	m.SnapshotHostBytes = 3000
 	if got := m.HostPeakBytes(); got != 320+1000+3000 {
 		t.Errorf("run phase: host peak %d", got)
+	}
+	// The runtime's share is in either phase.
+	m.HostRuntimeBytes = cost.HostRuntimeBytes
+	if got := m.HostPeakBytes(); got != 320+1000+3000+cost.HostRuntimeBytes {
+		t.Errorf("run phase with the runtime: host peak %d", got)
+	}
+	m.SnapshotHostBytes = 0
+	if got := m.HostPeakBytes(); got != 1760+1000+cost.HostRuntimeBytes {
+		t.Errorf("setup phase with the runtime: host peak %d", got)
 	}
 }
 

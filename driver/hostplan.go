@@ -43,6 +43,15 @@ func (m memoryModel) hostModel(f *ir.Func) (setup, kept int64) {
 	return setup, cost.HostModelBytes(elems-trainable(f), 0, false)
 }
 
+// hostRuntime is what a run of the step holds on the host besides its model
+// and pinned buffers: the CUDA runtime's for a GPU target, nothing for the CPU.
+func (m memoryModel) hostRuntime() int64 {
+	if m.gpu() {
+		return cost.HostRuntimeBytes
+	}
+	return 0
+}
+
 // hostFixed is the host memory f's plan needs besides its offloaded
 // activations, at the phase where it needs the most (cost.StepMemory's
 // HostPeakBytes with no offload).
@@ -56,7 +65,7 @@ func (m memoryModel) hostFixed(f *ir.Func) int64 {
 		hs := cost.StepMemory{}.WithHostState(trainable(f), int64(m.storage.Size()))
 		state = hs.HostStateBytes + hs.HostStagingBytes
 	}
-	return max(setup, kept) + state
+	return max(setup, kept) + state + m.hostRuntime()
 }
 
 // offloadBounds are checkpointing's bounds on offload for f under a host budget
@@ -109,8 +118,9 @@ func (m memoryModel) fitHost(f *ir.Func, sm cost.StepMemory, budget int64) error
 // hostParts lists a plan's host memory by part.
 func hostParts(sm cost.StepMemory) string {
 	return fmt.Sprintf("the model as lcc holds it %s (%s once on the GPU), pinned offloaded activations %s, "+
-		"pinned checkpoint buffer %s", report.Bytes(sm.HostModelBytes), report.Bytes(sm.HostKeptBytes),
-		report.Bytes(sm.HostBytes), report.Bytes(sm.SnapshotHostBytes))
+		"pinned checkpoint buffer %s, the CUDA runtime %s", report.Bytes(sm.HostModelBytes),
+		report.Bytes(sm.HostKeptBytes), report.Bytes(sm.HostBytes), report.Bytes(sm.SnapshotHostBytes),
+		report.Bytes(sm.HostRuntimeBytes))
 }
 
 // ceilGiB renders b rounded up to whole GiB (MiB below 1 GiB), as a flag value.

@@ -58,6 +58,7 @@ func (m memoryModel) of(f *ir.Func, prog *cudagen.Program) cost.StepMemory {
 			_, arena := cudagen.PlanArena(prog.Plan)
 			sm := cost.NewStepMemory("arena", arena, opt, cost.FixedBytes, cudagen.HostBytes(prog.Plan))
 			sm.HostModelBytes, sm.HostKeptBytes = m.hostModel(f)
+			sm.HostRuntimeBytes = m.hostRuntime()
 			return m.placeState(f, sm)
 		}
 	}

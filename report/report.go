@@ -195,6 +195,9 @@ type Memory struct {
 	HostModelBytes int64 `json:"host_model_bytes,omitempty"`
 	HostKeptBytes  int64 `json:"host_kept_bytes,omitempty"`
 	PinnedBytes    int64 `json:"pinned_bytes,omitempty"`
+	// HostRuntimeBytes is the CUDA runtime's host memory beside the model, in
+	// HostPeakBytes (cost.HostRuntimeBytes).
+	HostRuntimeBytes int64 `json:"host_runtime_bytes,omitempty"`
 	// OptimizerState is "host" when the trainer keeps AdamW's fp32 masters and
 	// moments in pinned host memory (HostStateBytes, with HostStagingBytes of
 	// pinned gradient and weight staging; OptimizerBytes is then 0), "" when
@@ -395,7 +398,7 @@ func Build(f *ir.Func, in Input) *Report {
 		r.Memory.HostBytes = m.HostBytes
 		r.Memory.SnapshotHostBytes, r.Memory.SnapshotStagingBytes = m.SnapshotHostBytes, m.SnapshotStagingBytes
 		r.Memory.HostPeakBytes, r.Memory.HostModelBytes = m.HostPeakBytes(), m.HostModelBytes
-		r.Memory.HostKeptBytes = m.HostKeptBytes
+		r.Memory.HostKeptBytes, r.Memory.HostRuntimeBytes = m.HostKeptBytes, m.HostRuntimeBytes
 		if m.HostStateBytes > 0 {
 			r.Memory.OptimizerState = "host"
 			r.Memory.HostStateBytes, r.Memory.HostStagingBytes = m.HostStateBytes, m.HostStagingBytes
@@ -541,8 +544,8 @@ func (r *Report) WriteText(w io.Writer) {
 	}
 	if m := r.Memory; m.HostPeakBytes > 0 && m.Model == "arena" {
 		fmt.Fprintf(w, "memory     host peak %s beside the GPU's %s (model as lcc holds it %s, %s once "+
-			"on the GPU; pinned %s)\n", Bytes(m.HostPeakBytes), Bytes(m.PerGPUPeakBytes), Bytes(m.HostModelBytes),
-			Bytes(m.HostKeptBytes), Bytes(m.PinnedBytes))
+			"on the GPU; pinned %s; CUDA runtime %s)\n", Bytes(m.HostPeakBytes), Bytes(m.PerGPUPeakBytes),
+			Bytes(m.HostModelBytes), Bytes(m.HostKeptBytes), Bytes(m.PinnedBytes), Bytes(m.HostRuntimeBytes))
 	}
 	if m := r.Memory; m.OptimizerState == "host" {
 		fmt.Fprintf(w, "memory     optimizer state: host (pinned) %s of fp32 masters and AdamW moments, %s of "+

@@ -327,58 +327,102 @@ func Decode(dt DType, shape []int64, raw []byte) (*Tensor, error) {
 		return nil, fmt.Errorf("%v%s needs %d bytes, found %d", dt, ShapeString(shape), want, len(raw))
 	}
 	t := New(dt, shape...)
+	t.DecodeAt(0, raw)
+	return t, nil
+}
+
+// DecodeAt sets the elements of t from element i on to raw, little-endian
+// elements of t's dtype, as Decode reads them: a loader decodes a large tensor
+// from a file a bounded chunk at a time instead of holding all its bytes beside
+// it. It panics if raw is not whole elements or runs past t's end (callers size
+// the chunks from t).
+func (t *Tensor) DecodeAt(i int64, raw []byte) {
+	dt := t.DType
+	size := int64(dt.Size())
+	if size == 0 || int64(len(raw))%size != 0 || i < 0 || i+int64(len(raw))/size > int64(t.Numel()) {
+		panic(fmt.Sprintf("lcc: BUG: tensor.DecodeAt: %d bytes at element %d of %v%s", len(raw), i, dt,
+			ShapeString(t.Shape)))
+	}
 	le := binary.LittleEndian
+	n := int64(len(raw)) / size
+	f, in := t.F, t.I
+	if dt.IsFloat() {
+		f = f[i : i+n]
+	} else {
+		in = in[i : i+n]
+	}
 	for i := int64(0); i < n; i++ {
 		switch dt {
 		case F32:
-			t.F[i] = float64(math.Float32frombits(le.Uint32(raw[4*i:])))
+			f[i] = float64(math.Float32frombits(le.Uint32(raw[4*i:])))
 		case F64:
-			t.F[i] = math.Float64frombits(le.Uint64(raw[8*i:]))
+			f[i] = math.Float64frombits(le.Uint64(raw[8*i:]))
 		case F16:
-			t.F[i] = float64(F16ToFloat32(le.Uint16(raw[2*i:])))
+			f[i] = float64(F16ToFloat32(le.Uint16(raw[2*i:])))
 		case BF16:
-			t.F[i] = float64(BF16ToFloat32(le.Uint16(raw[2*i:])))
+			f[i] = float64(BF16ToFloat32(le.Uint16(raw[2*i:])))
 		case I64:
-			t.I[i] = int64(le.Uint64(raw[8*i:]))
+			in[i] = int64(le.Uint64(raw[8*i:]))
 		case I32:
-			t.I[i] = int64(int32(le.Uint32(raw[4*i:])))
+			in[i] = int64(int32(le.Uint32(raw[4*i:])))
 		case I8:
-			t.I[i] = int64(int8(raw[i]))
+			in[i] = int64(int8(raw[i]))
 		case U8:
-			t.I[i] = int64(raw[i])
+			in[i] = int64(raw[i])
 		case Bool:
 			if raw[i] != 0 {
-				t.I[i] = 1
+				in[i] = 1
 			}
 		}
 	}
-	return t, nil
 }
 
 // Encode writes the elements little-endian in the tensor's dtype.
 func (t *Tensor) Encode() []byte {
-	n := t.Numel()
-	out := make([]byte, n*t.DType.Size())
+	out := make([]byte, t.Numel()*t.DType.Size())
+	t.EncodeAt(out, 0)
+	return out
+}
+
+// EncodeAt writes the elements of t from element i on into out, as many as
+// out holds, as Encode writes them: an upload encodes a large tensor a bounded
+// chunk at a time instead of beside it whole. It panics if out is not whole
+// elements or runs past t's end.
+func (t *Tensor) EncodeAt(out []byte, i int64) {
+	if len(out) == 0 {
+		return
+	}
+	size := int64(t.DType.Size())
+	if size == 0 || int64(len(out))%size != 0 || i < 0 || i+int64(len(out))/size > int64(t.Numel()) {
+		panic(fmt.Sprintf("lcc: BUG: tensor.EncodeAt: %d bytes at element %d of %v%s", len(out), i, t.DType,
+			ShapeString(t.Shape)))
+	}
+	n := int64(len(out)) / size
+	f, in := t.F, t.I
+	if t.DType.IsFloat() {
+		f = f[i : i+n]
+	} else {
+		in = in[i : i+n]
+	}
 	le := binary.LittleEndian
-	for i := 0; i < n; i++ {
+	for i := int64(0); i < n; i++ {
 		switch t.DType {
 		case F32:
-			le.PutUint32(out[4*i:], math.Float32bits(float32(t.F[i])))
+			le.PutUint32(out[4*i:], math.Float32bits(float32(f[i])))
 		case F64:
-			le.PutUint64(out[8*i:], math.Float64bits(t.F[i]))
+			le.PutUint64(out[8*i:], math.Float64bits(f[i]))
 		case F16:
-			le.PutUint16(out[2*i:], Float32ToF16(float32(t.F[i])))
+			le.PutUint16(out[2*i:], Float32ToF16(float32(f[i])))
 		case BF16:
-			le.PutUint16(out[2*i:], Float32ToBF16(float32(t.F[i])))
+			le.PutUint16(out[2*i:], Float32ToBF16(float32(f[i])))
 		case I64:
-			le.PutUint64(out[8*i:], uint64(t.I[i]))
+			le.PutUint64(out[8*i:], uint64(in[i]))
 		case I32:
-			le.PutUint32(out[4*i:], uint32(int32(t.I[i])))
+			le.PutUint32(out[4*i:], uint32(int32(in[i])))
 		case I8, U8, Bool:
-			out[i] = byte(t.I[i])
+			out[i] = byte(in[i])
 		}
 	}
-	return out
 }
 
 // BF16ToFloat32 widens a bfloat16 bit pattern.

@@ -237,6 +237,38 @@ func TestEncodeDecode(t *testing.T) {
 	}
 }
 
+// TestChunks: a tensor encoded and decoded a few elements at a time
+// (EncodeAt, DecodeAt: what loads and uploads stream through) has the bytes
+// and elements of Encode and Decode, for every dtype.
+func TestChunks(t *testing.T) {
+	floats := []float64{0, -1.5, 3.25, math.Inf(1), math.NaN(), 1e-3, 7, -0.125}
+	ints := []int64{0, -1, 127, -128, 255, 1 << 40, 3, 1}
+	for dt := F32; dt <= Bool; dt++ {
+		var x *Tensor
+		if dt.IsFloat() {
+			x = FromFloats(dt, []int64{8}, floats)
+		} else {
+			vals := make([]int64, len(ints))
+			for i, v := range ints {
+				vals[i] = WrapInt(v, dt)
+			}
+			x = FromInts(dt, []int64{8}, vals)
+		}
+		whole := x.Encode()
+		size := int64(dt.Size())
+		y := New(dt, 8)
+		got := make([]byte, len(whole))
+		for i := int64(0); i < 8; i += 3 { // chunks of 3, 3 and 2 elements
+			n := min(3, 8-i)
+			x.EncodeAt(got[i*size:(i+n)*size], i)
+			y.DecodeAt(i, whole[i*size:(i+n)*size])
+		}
+		if !slices.Equal(got, whole) || !Equal(x, y) {
+			t.Errorf("%v: chunks encode % x (want % x), decode %v %v", dt, got, whole, y.F, y.I)
+		}
+	}
+}
+
 func TestDecodeErrors(t *testing.T) {
 	for _, c := range []struct {
 		dt    DType

@@ -33,6 +33,8 @@ func checkHost(m report.Memory, loaded int64, lim hostmem.Limits) error {
 			"less offload with --host-memory-budget", report.Bytes(m.PinnedBytes), report.Bytes(m.HostBytes),
 			report.Bytes(m.SnapshotHostBytes), report.Bytes(lim.MemLock))
 	}
+	// The CUDA runtime is loaded already: the session exists before the compile.
+	loaded += m.HostRuntimeBytes
 	need := max(m.HostPeakBytes-loaded, 0)
 	if need <= lim.Available {
 		return nil

@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"runtime/debug"
 
 	"github.com/lcc-dev/lcc/driver"
 	"github.com/lcc-dev/lcc/ir"
@@ -32,6 +33,11 @@ func loadModel(cfg Config) (*ir.Func, error) {
 	if err != nil {
 		return nil, err
 	}
+	// What the load leaves is garbage beside the weights: an inline model's file
+	// and raw_data bytes, half the size of its decoded weights. Collected now,
+	// before the optimizer's state is allocated in its place, it does not ride on
+	// top of the host peak the plan counts (issue #26).
+	debug.FreeOSMemory()
 	if cfg.Log != nil {
 		for _, w := range driver.Warnings(model) {
 			fmt.Fprintf(cfg.Log, "lcc: warning: %s\n", w)

@@ -96,8 +96,12 @@ naming it; --comm-timeout also bounds the rendezvous.`,
 			// Recorded in every checkpoint, to tell which lcc wrote it.
 			cfg.Version = version
 			// The interpreter allocates a tensor per op; the live heap is small, so a
-			// lazier GC buys ~15% of step time. An explicit GOGC still wins.
-			if _, set := os.LookupEnv("GOGC"); !set {
+			// lazier GC buys ~15% of step time. An explicit GOGC still wins. Not on a
+			// GPU: its steps allocate little on the host, and setting it up holds the
+			// model and its optimizer state there, beside which a lazy GC lets the
+			// garbage of loading and uploading grow to several times the plan's host
+			// peak (issue #26).
+			if _, set := os.LookupEnv("GOGC"); !set && cfg.Device == "cpu" {
 				defer debug.SetGCPercent(debug.SetGCPercent(400))
 			}
 			// The output paths first: a run must not train for hours and then find that it

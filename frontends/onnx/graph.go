@@ -32,6 +32,9 @@ func (d *decoder) decodeGraph(gp *onnxpb.GraphProto) (*Graph, error) {
 		if err != nil {
 			return nil, err
 		}
+		// Decoded, the file's bytes are garbage: dropped now, a model's inline
+		// weights are not held twice while the rest of it decodes (issue #26).
+		tp.RawData = nil
 		g.Initializers[name] = t
 		g.InitializerNames = append(g.InitializerNames, name)
 	}

@@ -124,6 +124,8 @@ type decoder struct {
 	ext  *extFiles // opened lazily by the first external tensor
 	// extRead counts external bytes read, against opts.MaxExternalBytes.
 	extRead int64
+	// buf is the chunk external data is read through (extChunk bytes).
+	buf []byte
 }
 
 func (d *decoder) close() {

@@ -73,11 +73,7 @@ func (d *decoder) decodeTensorData(tp *onnxpb.TensorProto) (*tensor.Tensor, erro
 		if tp.RawData != nil || typed.total > 0 {
 			return nil, fmt.Errorf("%w: external tensor also carries inline data", ErrMalformed)
 		}
-		raw, err := d.readExternal(tp, size)
-		if err != nil {
-			return nil, err
-		}
-		return tensor.Decode(dt, shape, raw)
+		return d.readExternal(tp, dt, shape, size)
 	}
 	if len(tp.GetExternalData()) > 0 {
 		return nil, fmt.Errorf("%w: external_data entries without data_location EXTERNAL", ErrMalformed)

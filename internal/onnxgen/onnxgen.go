@@ -8,6 +8,8 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+	"os"
+	"path/filepath"
 
 	"google.golang.org/protobuf/proto"
 
@@ -145,4 +147,81 @@ func Blocks(blocks int, dim int64) *Graph {
 	g.Rename("loss")
 	g.Output("loss")
 	return g
+}
+
+// dimsType is the tensor type of elem with dims, a dim named in params (by
+// index) symbolic (dim_param) instead of the number.
+func dimsType(elem onnxpb.TensorProto_DataType, dims []int64, params map[int]string) *onnxpb.TypeProto {
+	shape := &onnxpb.TensorShapeProto{}
+	for i, d := range dims {
+		dim := &onnxpb.TensorShapeProto_Dimension{Value: &onnxpb.TensorShapeProto_Dimension_DimValue{DimValue: d}}
+		if p, ok := params[i]; ok {
+			dim.Value = &onnxpb.TensorShapeProto_Dimension_DimParam{DimParam: p}
+		}
+		shape.Dim = append(shape.Dim, dim)
+	}
+	return &onnxpb.TypeProto{Value: &onnxpb.TypeProto_TensorType{TensorType: &onnxpb.TypeProto_Tensor{
+		ElemType: proto.Int32(int32(elem)), Shape: shape}}}
+}
+
+// LM is a language model of vocab tokens and width dim with layers residual
+// tanh layers: input_ids i64[batch,seq], an embedding gather, h += tanh(h·Wᵢ)
+// per layer, logits = h·head f32[batch,seq,vocab]. Its 2·vocab·dim + layers·dim²
+// parameters make a model of any size to load and train; tests of host memory
+// write it with WriteExternal.
+func LM(vocab, dim, layers int64) *Graph {
+	g := New("lm")
+	bs := map[int]string{0: "batch", 1: "seq"}
+	g.g.Input = append(g.g.Input, &onnxpb.ValueInfoProto{Name: proto.String("input_ids"),
+		Type: dimsType(onnxpb.TensorProto_INT64, []int64{1, 1}, bs)})
+	g.Weight("emb", []int64{vocab, dim}, 0.01, -0.02, 0.03)
+	h := g.Node("Gather", nil, "emb", "input_ids")
+	for i := range layers {
+		w := fmt.Sprintf("w%d", i)
+		g.Weight(w, []int64{dim, dim}, 0.01, -0.02, 0.03)
+		h = g.Node("Add", nil, h, g.Node("Tanh", nil, g.Node("MatMul", nil, h, w)))
+	}
+	g.Weight("head", []int64{dim, vocab}, 0.01, -0.02, 0.03)
+	g.Node("MatMul", nil, h, "head")
+	g.Rename("logits")
+	g.g.Output = append(g.g.Output, &onnxpb.ValueInfoProto{Name: proto.String("logits"),
+		Type: dimsType(onnxpb.TensorProto_FLOAT, []int64{1, 1, vocab}, bs)})
+	return g
+}
+
+// WriteExternal writes the model as dir/name with every initializer's bytes
+// in external data, dir/name.data, as exporters write models past protobuf's
+// 2 GiB; it returns the model's path. The initializers' bytes are moved out of
+// g, so a graph is written once.
+func (g *Graph) WriteExternal(dir, name string) (string, error) {
+	path := filepath.Join(dir, name)
+	data, err := os.Create(path + ".data")
+	if err != nil {
+		return "", err
+	}
+	var off int64
+	for _, t := range g.g.Initializer {
+		if t.RawData == nil {
+			continue
+		}
+		if _, err := data.Write(t.RawData); err != nil {
+			data.Close()
+			return "", err
+		}
+		t.ExternalData = []*onnxpb.StringStringEntryProto{
+			{Key: proto.String("location"), Value: proto.String(name + ".data")},
+			{Key: proto.String("offset"), Value: proto.String(fmt.Sprint(off))},
+			{Key: proto.String("length"), Value: proto.String(fmt.Sprint(len(t.RawData)))}}
+		t.DataLocation = onnxpb.TensorProto_EXTERNAL.Enum()
+		off += int64(len(t.RawData))
+		t.RawData = nil
+	}
+	if err := data.Close(); err != nil {
+		return "", err
+	}
+	model, err := g.Marshal()
+	if err != nil {
+		return "", err
+	}
+	return path, os.WriteFile(path, model, 0o644)
 }

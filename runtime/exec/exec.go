@@ -320,6 +320,7 @@ func (r *runner) upload(host map[int]binding, keepParams bool) (err error) {
 		}
 		r.poisonHost()
 	}
+	var chunk []byte // copyUp's buffer, shared by every upload here
 	for _, b := range r.plan.Buffers {
 		if r.offs[b.ID] < 0 || b.Bytes == 0 {
 			continue
@@ -343,8 +344,7 @@ func (r *runner) upload(host map[int]binding, keepParams bool) (err error) {
 		if err != nil {
 			return fmt.Errorf("exec: buffer %d: %w", b.ID, err)
 		}
-		raw := convert(h.t, dt).Encode()
-		if err := cuda.CopyHtoD(r.dev, r.ptr(b.ID), raw); err != nil {
+		if err := copyUp(r.dev, r.ptr(b.ID), convert(h.t, dt), &chunk); err != nil {
 			return fmt.Errorf("exec: uploading buffer %%%d (%s %q): %w", b.ID, b.Kind, b.Name, err)
 		}
 		issued = true
@@ -359,6 +359,31 @@ func (r *runner) upload(host map[int]binding, keepParams bool) (err error) {
 func (r *runner) poison(b codegen.Buffer) error {
 	if err := poisonAt(r.dev, r.ptr(b.ID), b); err != nil {
 		return fmt.Errorf("exec: poisoning buffer %%%d: %w", b.ID, err)
+	}
+	return nil
+}
+
+// uploadChunk is the most bytes copyUp encodes at once.
+const uploadChunk = 4 << 20
+
+// copyUp copies t, encoded in its dtype, to device memory at p through *chunk
+// (grown to at most uploadChunk bytes and reused): binding a model's weights
+// holds one chunk beside their host tensors, not an encoded copy of each one
+// until the GC collects it (issue #26). A copy from pageable memory has read
+// the chunk when it returns.
+func copyUp(d *cuda.Device, p cuda.DevicePtr, t *tensor.Tensor, chunk *[]byte) error {
+	size := int64(t.DType.Size())
+	total := int64(t.Numel()) * size
+	if want := min(total, uploadChunk); int64(len(*chunk)) < want {
+		*chunk = make([]byte, want)
+	}
+	for off := int64(0); off < total; {
+		c := (*chunk)[:min(total-off, int64(len(*chunk)))]
+		t.EncodeAt(c, off/size)
+		if err := cuda.CopyHtoD(d, p+cuda.DevicePtr(off), c); err != nil {
+			return err
+		}
+		off += int64(len(c))
 	}
 	return nil
 }

@@ -248,9 +248,16 @@ func (o *Optimizer) grid() [3]uint32 { return [3]uint32{uint32(o.nChunks), 1, 1}
 
 var optimBlock = [3]uint32{codegen.OptimBlock, 1, 1}
 
+// loadChunk is the most elements Load converts at once: the state goes up
+// through one buffer of this many fp32s, not as an fp32 copy of each whole
+// part beside the host tensors it comes from (issue #26: three such copies, 12
+// bytes a parameter of garbage, carried the host past its plan).
+const loadChunk = 1 << 20
+
 // Load uploads master weights and moments (fp32 values, one tensor per trained
 // weight in spec order) and rounds the masters into the working weights.
 func (o *Optimizer) Load(master, m, v []*tensor.Tensor) error {
+	buf := make([]float32, min(loadChunk, o.total))
 	for _, st := range []struct {
 		p  cuda.DevicePtr
 		ts []*tensor.Tensor
@@ -258,17 +265,33 @@ func (o *Optimizer) Load(master, m, v []*tensor.Tensor) error {
 		if len(st.ts) != len(o.sizes) {
 			return fmt.Errorf("exec: optimizer load: %d tensors for %d weights", len(st.ts), len(o.sizes))
 		}
-		raw := make([]byte, 0, 4*o.total)
 		for i, t := range st.ts {
 			if int64(t.Numel()) != o.sizes[i] {
 				return fmt.Errorf("exec: optimizer load: tensor %d has %d elements, want %d", i, t.Numel(), o.sizes[i])
 			}
+		}
+		// off counts the elements uploaded, n those waiting in buf; a copy from
+		// pageable memory has read buf when it returns, so buf is reused.
+		var off, n int64
+		flush := func() error {
+			if err := cuda.CopyHtoD(o.dev, st.p+cuda.DevicePtr(4*off), buf[:n]); err != nil {
+				return fmt.Errorf("exec: optimizer load: %w", err)
+			}
+			off, n = off+n, 0
+			return nil
+		}
+		for _, t := range st.ts {
 			for _, x := range t.F {
-				raw = binary.LittleEndian.AppendUint32(raw, math.Float32bits(float32(x)))
+				buf[n] = float32(x)
+				if n++; n == int64(len(buf)) {
+					if err := flush(); err != nil {
+						return err
+					}
+				}
 			}
 		}
-		if err := cuda.CopyHtoD(o.dev, st.p, raw); err != nil {
-			return fmt.Errorf("exec: optimizer load: %w", err)
+		if err := flush(); err != nil {
+			return err
 		}
 	}
 	return o.launch(o.cast, o.wptr, o.base, o.ck, o.cs, o.cl, o.master)

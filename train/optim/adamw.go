@@ -21,6 +21,7 @@ package optim
 import (
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 
 	"github.com/lcc-dev/lcc/ir"
@@ -167,7 +168,7 @@ func (o AdamW) Build(g *ir.Func) (*Update, error) {
 		st := ir.T(tensor.F32, wt.Shape...)
 		var init *tensor.Tensor
 		if d := g.Param(name).Data; d != nil {
-			init = tensor.FromFloats(tensor.F32, d.Shape, d.F)
+			init = masterOf(d)
 		}
 		s := slot{
 			master: f.AddParam(MasterPrefix+name, ir.RoleState, st, init),
@@ -325,4 +326,20 @@ func (s StepScalars) Apply(g, master, m, v []float32, coef float32, clip bool) {
 		master[j] = p + float32(float32(mn/denom)*s.StepSize)
 		m[j], v[j] = mn, vn
 	}
+}
+
+// masterOf is the fp32 master copy of weight d. A weight whose every element
+// is already an fp32 value (f32, bf16 and f16 weights as loaded) shares d's
+// storage: nothing writes a host tensor in place (the interpreter rounds only
+// fresh storage, an update returns new tensors), so the master is d's values
+// without a third float64 copy of the model on the host (issue #26;
+// cost.HostModelBytes counts it so). Any other weight (f64, a NaN whose
+// payload rounding would change) is rounded into a copy, as before.
+func masterOf(d *tensor.Tensor) *tensor.Tensor {
+	for _, v := range d.F {
+		if float64(float32(v)) != v {
+			return tensor.FromFloats(tensor.F32, d.Shape, d.F)
+		}
+	}
+	return &tensor.Tensor{DType: tensor.F32, Shape: slices.Clone(d.Shape), F: d.F}
 }

@@ -3,6 +3,7 @@ package optim
 import (
 	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/lcc-dev/lcc/interp"
@@ -362,4 +363,21 @@ func buildUpdate(t *testing.T, b *ir.Builder, o AdamW) *Update {
 		t.Fatal(err)
 	}
 	return u
+}
+
+// TestMasterOf: the master of a weight of fp32 values shares its storage
+// (issue #26: no third float64 copy of the model on the host); a weight with
+// an element that rounding to fp32 changes, or a NaN, gets a rounded copy.
+func TestMasterOf(t *testing.T) {
+	w := tensor.FromFloats(tensor.BF16, []int64{2, 2}, []float64{1, -0.5, 3, 0.25})
+	if m := masterOf(w); m.DType != tensor.F32 || &m.F[0] != &w.F[0] || !slices.Equal(m.Shape, w.Shape) {
+		t.Errorf("bf16 weight: master %v%v, shared %v", m.DType, m.Shape, &m.F[0] == &w.F[0])
+	}
+	for _, x := range []float64{0.1, math.NaN()} {
+		w := tensor.FromFloats(tensor.F64, []int64{2}, []float64{1, x})
+		m := masterOf(w)
+		if &m.F[0] == &w.F[0] || m.F[1] == x || m.DType != tensor.F32 {
+			t.Errorf("f64 weight holding %v: master %v %v, shared %v", x, m.DType, m.F, &m.F[0] == &w.F[0])
+		}
+	}
 }
