@@ -58,23 +58,7 @@ func fuseStep(t *testing.T, model string, o driver.Options) *driver.Result {
 // stepInputs draws a step's inputs: normal floats, token ids and labels below
 // 64 (both models' vocabularies are larger).
 func stepInputs(f *ir.Func) map[string]*tensor.Tensor {
-	r := rand.New(rand.NewPCG(5, 6))
-	in := map[string]*tensor.Tensor{}
-	for _, p := range f.Params {
-		if p.Data != nil {
-			continue
-		}
-		ty := p.Value.Type
-		x := tensor.New(ty.DType, ty.Shape...)
-		for i := range x.F {
-			x.F[i] = r.NormFloat64()
-		}
-		for i := range x.I {
-			x.I[i] = r.Int64N(64)
-		}
-		in[p.Name] = x
-	}
-	return in
+	return drivertest.RandomInputs(f, rand.New(rand.NewPCG(5, 6)), 64)
 }
 
 // launches counts a program's kernel launches.

@@ -444,13 +444,3 @@ func refuseDilatedDocs(n *ir.Node) error {
 	}
 	return nil
 }
-
-// refuseDocs is the error of a ring attention op over packed documents (why): the
-// ring blocks' kernels have no document mask.
-func refuseDocs(n *ir.Node, why error) error {
-	if ir.HasDocs(n) {
-		return fmt.Errorf("%s: ring attention over packed documents (--doc-sep) has no GPU kernel: %v; "+
-			"train with --device=cpu", n.Where(), why)
-	}
-	return nil
-}

@@ -1,7 +1,6 @@
 package cuda
 
 import (
-	"errors"
 	"fmt"
 	"strings"
 
@@ -146,7 +145,7 @@ func (g *gen) packKV(rg ringGeom, kv, k, v int) {
 
 // lowerRingAttention lowers ring attention on more than one rank.
 func lowerRingAttention(g *gen, n *ir.Node) error {
-	if err := refuseDocs(n, errRingDocs); err != nil {
+	if err := refuseRingDocs(n); err != nil {
 		return err
 	}
 	rg, err := ringGeometry(g, n)
@@ -183,7 +182,7 @@ func lowerRingAttention(g *gen, n *ir.Node) error {
 // lowerRingAttentionGrad lowers the backward: dq at home, dk and dv riding the
 // ring with k and v.
 func lowerRingAttentionGrad(g *gen, n *ir.Node) error {
-	if err := refuseDocs(n, errRingDocs); err != nil {
+	if err := refuseRingDocs(n); err != nil {
 		return err
 	}
 	rg, err := ringGeometry(g, n)
@@ -345,6 +344,12 @@ const mergeSrc = `extern "C" __global__ void __launch_bounds__(256) @KERNEL@(flo
 }
 `
 
-// errRingDocs is why ring attention over packed documents stays on the CPU: the
-// ring blocks' tier-1 kernels (the split backward) have no document mask.
-var errRingDocs = errors.New("the ring blocks' kernels have no document mask")
+// refuseRingDocs is the error of ring attention over packed documents: the ring
+// blocks' tier-1 kernels (the split backward) have no document mask.
+func refuseRingDocs(n *ir.Node) error {
+	if ir.HasDocs(n) {
+		return fmt.Errorf("%s: ring attention over packed documents (--doc-sep) has no GPU kernel: "+
+			"the ring blocks' kernels have no document mask; train with --device=cpu", n.Where())
+	}
+	return nil
+}

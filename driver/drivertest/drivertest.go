@@ -4,6 +4,7 @@
 package drivertest
 
 import (
+	"math/rand/v2"
 	"testing"
 
 	"github.com/lcc-dev/lcc/driver"
@@ -11,6 +12,7 @@ import (
 	"github.com/lcc-dev/lcc/ir"
 	"github.com/lcc-dev/lcc/passes/autodiff"
 	"github.com/lcc-dev/lcc/targets"
+	"github.com/lcc-dev/lcc/tensor"
 )
 
 // TrainingGraph loads a shared model with seq 16 and batch 2 and appends its
@@ -72,4 +74,25 @@ func FlagshipStep(t testing.TB, c llamagen.Config) *ir.Func {
 		t.Fatal(err)
 	}
 	return res.Func
+}
+
+// RandomInputs draws every parameter of f without data from rng, in parameter
+// order: standard normal floats, and integers (token ids, labels) below intBelow.
+func RandomInputs(f *ir.Func, rng *rand.Rand, intBelow int64) map[string]*tensor.Tensor {
+	in := map[string]*tensor.Tensor{}
+	for _, p := range f.Params {
+		if p.Data != nil {
+			continue
+		}
+		ty := p.Value.Type
+		x := tensor.New(ty.DType, ty.Shape...)
+		for i := range x.F {
+			x.F[i] = rng.NormFloat64()
+		}
+		for i := range x.I {
+			x.I[i] = rng.Int64N(intBelow)
+		}
+		in[p.Name] = x
+	}
+	return in
 }

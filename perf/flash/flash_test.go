@@ -218,34 +218,7 @@ func TestGPUDense(t *testing.T) {
 				}
 				// The backward from the GPU's own o and lse (what training does).
 				wdq, wdk, wdv := attention.DenseBackward(qh, kh, vh, oh, lh, doh, dims, c.causal, scale)
-				var first [3][]float64
-				for run := 0; run < 2; run++ {
-					dq, dk, dv := alloc(t, d, nq, true), alloc(t, d, nk, true), alloc(t, d, nk, true)
-					delta := alloc(t, d, nl, false)
-					if err := a.Backward(nil, dq.p, dk.p, dv.p, q.p, k.p, v.p, o.p, lse.p, do.p, delta.p); err != nil {
-						t.Fatal(err)
-					}
-					if err := d.Synchronize(); err != nil {
-						t.Fatal(err)
-					}
-					got := [3][]float64{dq.get(t, d), dk.get(t, d), dv.get(t, d)}
-					if run == 0 {
-						first = got
-						for j, w := range [][]float64{wdq, wdk, wdv} {
-							if e := relErr(got[j], w); e > tol {
-								t.Errorf("%s: relative error %.3g > %g", []string{"dq", "dk", "dv"}[j], e, tol)
-							}
-						}
-						continue
-					}
-					for j := range got {
-						for x := range got[j] {
-							if math.Float64bits(got[j][x]) != math.Float64bits(first[j][x]) {
-								t.Fatalf("%s differs between two runs at %d", []string{"dq", "dk", "dv"}[j], x)
-							}
-						}
-					}
-				}
+				checkBackward(t, d, a, [3][]float64{wdq, wdk, wdv}, nq, nk, nl, q, k, v, o, lse, do)
 			})
 		}
 	}
@@ -599,37 +572,47 @@ func TestGPUDocs(t *testing.T) {
 				}
 				wdq, wdk, wdv := attention.DenseDocsBackward(qh, kh, vh, oh, lh, doh, dims, starts, 0, 0, scale,
 					attention.Rounding{})
-				var first [3][]float64
-				for run := 0; run < 2; run++ {
-					dq, dk, dv := alloc(t, d, nq, true), alloc(t, d, nk, true), alloc(t, d, nk, true)
-					delta := alloc(t, d, nl, false)
-					if err := a.Backward(nil, dq.p, dk.p, dv.p, q.p, k.p, v.p, o.p, lse.p, do.p, delta.p); err != nil {
-						t.Fatal(err)
-					}
-					if err := d.Synchronize(); err != nil {
-						t.Fatal(err)
-					}
-					got := [3][]float64{dq.get(t, d), dk.get(t, d), dv.get(t, d)}
-					if run == 0 {
-						first = got
-						for j, w := range [][]float64{wdq, wdk, wdv} {
-							e := relErr(got[j], w)
-							if e > tol {
-								t.Errorf("%s: relative error %.3g > %g", []string{"dq", "dk", "dv"}[j], e, tol)
-							}
-							t.Logf("%s: relative error %.3g", []string{"dq", "dk", "dv"}[j], e)
-						}
-						continue
-					}
-					for j := range got {
-						for x := range got[j] {
-							if math.Float64bits(got[j][x]) != math.Float64bits(first[j][x]) {
-								t.Fatalf("%s differs between two runs at %d", []string{"dq", "dk", "dv"}[j], x)
-							}
-						}
-					}
-				}
+				checkBackward(t, d, a, [3][]float64{wdq, wdk, wdv}, nq, nk, nl, q, k, v, o, lse, do)
 			})
+		}
+	}
+}
+
+// checkBackward runs a's backward twice into fresh poisoned buffers (dq of nq
+// elements, dk and dv of nk, delta of nl): the first run's dq, dk, dv must be
+// within tol of want, the second must give the same bits.
+func checkBackward(t *testing.T, d *cuda.Device, a *Attention, want [3][]float64, nq, nk, nl int,
+	q, k, v, o, lse, do buf) {
+	t.Helper()
+	names := []string{"dq", "dk", "dv"}
+	var first [3][]float64
+	for run := 0; run < 2; run++ {
+		dq, dk, dv := alloc(t, d, nq, true), alloc(t, d, nk, true), alloc(t, d, nk, true)
+		delta := alloc(t, d, nl, false)
+		if err := a.Backward(nil, dq.p, dk.p, dv.p, q.p, k.p, v.p, o.p, lse.p, do.p, delta.p); err != nil {
+			t.Fatal(err)
+		}
+		if err := d.Synchronize(); err != nil {
+			t.Fatal(err)
+		}
+		got := [3][]float64{dq.get(t, d), dk.get(t, d), dv.get(t, d)}
+		if run == 0 {
+			first = got
+			for j, w := range want {
+				e := relErr(got[j], w)
+				if e > tol {
+					t.Errorf("%s: relative error %.3g > %g", names[j], e, tol)
+				}
+				t.Logf("%s: relative error %.3g", names[j], e)
+			}
+			continue
+		}
+		for j := range got {
+			for x := range got[j] {
+				if math.Float64bits(got[j][x]) != math.Float64bits(first[j][x]) {
+					t.Fatalf("%s differs between two runs at %d", names[j], x)
+				}
+			}
 		}
 	}
 }

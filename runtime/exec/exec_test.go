@@ -140,23 +140,7 @@ func TestGPUFamilies(t *testing.T) {
 // randomInputs fills every parameter without data: integers in [0, 16) (token
 // ids and labels below any shared model's vocabulary), floats normal.
 func randomInputs(f *ir.Func, seed uint64) map[string]*tensor.Tensor {
-	rng := rand.New(rand.NewPCG(seed, 3))
-	in := map[string]*tensor.Tensor{}
-	for _, p := range f.Params {
-		if p.Data != nil {
-			continue
-		}
-		ty := p.Value.Type
-		x := tensor.New(ty.DType, ty.Shape...)
-		for i := range x.F {
-			x.F[i] = rng.NormFloat64()
-		}
-		for i := range x.I {
-			x.I[i] = rng.Int64N(16)
-		}
-		in[p.Name] = x
-	}
-	return in
+	return drivertest.RandomInputs(f, rand.New(rand.NewPCG(seed, 3)), 16)
 }
 
 // TestGPUGPTForward runs gpt_mini's forward pass against the CPU interpreter.
