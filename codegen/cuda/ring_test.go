@@ -284,3 +284,23 @@ func TestShardedDilatedKernelsCompile(t *testing.T) {
 		}
 	}
 }
+
+// TestRingDocsRefused: ring attention over packed documents has no GPU kernel,
+// so codegen refuses it naming the node, rather than running the blocks
+// without the document mask.
+func TestRingDocsRefused(t *testing.T) {
+	c := attntest.Ring{Ranks: 2, B: 1, L: 64, H: 2, Hkv: 2, D: 64, Causal: true, Layout: ir.LayoutContiguous}
+	bd := ir.NewBuilder("ring_docs")
+	q := bd.Input("q", ir.T(tensor.F32, 1, 64, 2, 64))
+	st := bd.Input("starts", ir.T(tensor.I64, 1, 64))
+	bd.Output("o", bd.Apply(ir.OpRingAttention, c.Attrs(0.125).With("docs", true), q, q, q, st)[0])
+	f, err := bd.Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = codegen.Build(f, codegen.Options{Arch: "sm_90a", Storage: tensor.BF16, Rank: 0})
+	if err == nil || !strings.Contains(err.Error(), "ring attention over packed documents") ||
+		!strings.Contains(err.Error(), f.Body[0].Where()) {
+		t.Errorf("got %v, want the refusal naming the node", err)
+	}
+}

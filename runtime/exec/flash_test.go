@@ -236,6 +236,21 @@ func TestFlashDocsLowering(t *testing.T) {
 	if masked != 2 {
 		t.Errorf("%d masking flash kernels, want the forward and the fused backward", masked)
 	}
+	// Dilated attention over packed documents has no GPU kernel: refused, naming the node.
+	bl := ir.NewBuilder("dilated_docs")
+	q := bl.Input("q", ir.T(tensor.F32, 1, 64, 2, 64))
+	st := bl.Input("starts", ir.T(tensor.I64, 1, 64))
+	bl.Output("o", bl.Apply(ir.OpDilatedAttention, ir.A("causal", true, "docs", true, "segments", []int64{16, 64},
+		"dilations", []int64{1, 2}, "offsets", "paper"), q, q, q, st)[0])
+	df, err := bl.Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = codegen.Build(df, codegen.Options{Arch: "sm_90a", Storage: tensor.BF16})
+	if err == nil || !strings.Contains(err.Error(), "dilated attention over packed documents") ||
+		!strings.Contains(err.Error(), df.Body[0].Where()) {
+		t.Errorf("dilated attention over packed documents: got %v, want the refusal naming the node", err)
+	}
 	// f32 storage runs the scalar kernels, which read the doc starts as their mask.
 	p, err = codegen.Build(f, codegen.Options{Arch: "sm_90a", Storage: tensor.F32})
 	if err != nil {
