@@ -55,9 +55,10 @@ func (s AttentionShape) docLens() []int64 {
 // document start (ir/docs.go).
 func (s AttentionShape) DocStarts() []int64 {
 	st := make([]int64, 0, s.B*s.T)
+	lens := s.docLens()
 	for range s.B {
 		pos := int64(0)
-		for _, l := range s.docLens() {
+		for _, l := range lens {
 			for range l {
 				st = append(st, pos)
 			}
