@@ -68,12 +68,12 @@ func TestActivations(t *testing.T) {
 // keeps, the offload block and the checkpoints' buffer); pinned bytes are the
 // two pinned buffers; the runtime's host memory is beside either.
 func TestHostPeak(t *testing.T) {
-	m := cost.StepMemory{HostModelBytes: cost.HostModelBytes(100, 60, true), HostKeptBytes: 40 * 8,
+	m := cost.StepMemory{HostModelBytes: cost.HostModelBytes(300), HostKeptBytes: 40 * 8,
 		HostBytes: 1000, SnapshotHostBytes: 60 * 12}
-	if m.HostModelBytes != 100*8+60*16 || m.PinnedBytes() != 1000+720 {
+	if m.HostModelBytes != 300*8 || m.PinnedBytes() != 1000+720 {
 		t.Fatalf("model %d, pinned %d", m.HostModelBytes, m.PinnedBytes())
 	}
-	if got := m.HostPeakBytes(); got != 1760+1000 {
+	if got := m.HostPeakBytes(); got != 2400+1000 {
 		t.Errorf("setup phase: host peak %d", got)
 	}
 	m.SnapshotHostBytes = 3000
@@ -86,7 +86,7 @@ func TestHostPeak(t *testing.T) {
 		t.Errorf("run phase with the runtime: host peak %d", got)
 	}
 	m.SnapshotHostBytes = 0
-	if got := m.HostPeakBytes(); got != 1760+1000+cost.HostRuntimeBytes {
+	if got := m.HostPeakBytes(); got != 2400+1000+cost.HostRuntimeBytes {
 		t.Errorf("setup phase with the runtime: host peak %d", got)
 	}
 }

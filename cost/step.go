@@ -116,18 +116,18 @@ func (m StepMemory) HostPeakBytes() int64 {
 
 // HostModelBytes is what lcc holds of a model on the host during a run: every
 // weight's host tensor (weightElems elements, tensor.HostElemBytes each: a host
-// tensor keeps every element in 8 bytes, whatever its dtype) and, for a training
-// step, the optimizer's host state of its trainable parameters that the
-// resident optimizer is loaded from and checkpoints fall back on: two AdamW
-// moments, each a host tensor (16 bytes a parameter). The fp32 master shares
-// its weight's storage (train/optim's masterOf: a loaded weight's elements are
-// fp32 values), so it adds nothing.
-func HostModelBytes(weightElems, trainable int64, trained bool) int64 {
-	b := weightElems * tensor.HostElemBytes
-	if trained {
-		b += 2 * trainable * tensor.HostElemBytes
-	}
-	return b
+// tensor keeps every element in 8 bytes, whatever its dtype). A training step
+// adds nothing for its optimizer state: the fp32 master shares its weight's
+// storage (train/optim's masterOf: a loaded weight's elements are fp32 values)
+// and the AdamW moments of a fresh run have no host tensor (optim.Build leaves
+// them unallocated; the optimizer uploads zeros). Measured on the H200 on
+// 2026-12-02, the zero moments the plan counted at 16 bytes a parameter were
+// partly resident (3.7 and 6.9 bytes a parameter for the 1.1B and 3B Llamas),
+// which put the plan 18% and 38% over the measured peak. A resume holds the
+// checkpoint's masters and moments besides (24 bytes a parameter) while they
+// load; the plan does not count them.
+func HostModelBytes(weightElems int64) int64 {
+	return weightElems * tensor.HostElemBytes
 }
 
 // WithSnapshots adds what writing checkpoints of a step whose optimizer state

@@ -25,7 +25,8 @@ import (
 // hash); lcc train compares the plan with the limits it measures before it
 // allocates anything (train.CheckHost).
 
-// hostModel is what lcc holds of f's model on the host while f is set up, and
+// hostModel is what lcc holds of f's model on the host while f is set up (its
+// weights and, for an inline model, the file's weight bytes while it is parsed), and
 // what it keeps once a resident run has uploaded it (every host tensor of a
 // trained weight and its optimizer state is then released: train's
 // releaseHost).
@@ -36,11 +37,13 @@ func (m memoryModel) hostModel(f *ir.Func) (setup, kept int64) {
 			elems += p.Value.Type.Numel()
 		}
 	}
-	setup = cost.HostModelBytes(elems, trainable(f), m.trained)
+	// An inline model's weights are in its file, parsed beside the decoded
+	// weights (frontends/onnx collects the file itself once parsed).
+	setup = cost.HostModelBytes(elems) + f.InlineBytes
 	if !m.trained {
 		return setup, setup
 	}
-	return setup, cost.HostModelBytes(elems-trainable(f), 0, false)
+	return setup, cost.HostModelBytes(elems - trainable(f))
 }
 
 // hostRuntime is what a run of the step holds on the host besides its model

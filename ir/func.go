@@ -163,6 +163,11 @@ type Func struct {
 	// for (the exporter folded or merged them beyond undoing): training the
 	// function would not train them as the framework does, so lcc train refuses.
 	Untrained []string
+	// InlineBytes is the size of the weights the model's file held inline
+	// (ONNX raw_data; 0 with external data): setting a run up holds them once
+	// more beside the decoded weights while the file is parsed, which the host
+	// plan counts (cost.HostModelBytes's caller, driver's hostModel).
+	InlineBytes int64
 }
 
 // Param returns the parameter called name, or nil.
@@ -282,7 +287,8 @@ func (f *Func) RemoveDeadNodes() int {
 // Clone returns a deep copy of f's structure; parameter Data tensors are shared.
 func (f *Func) Clone() *Func {
 	g := &Func{Name: f.Name, Notes: append([]string(nil), f.Notes...),
-		Remarks: append([]string(nil), f.Remarks...), Untrained: append([]string(nil), f.Untrained...)}
+		Remarks: append([]string(nil), f.Remarks...), Untrained: append([]string(nil), f.Untrained...),
+		InlineBytes: f.InlineBytes}
 	m := make(map[*Value]*Value)
 	for _, p := range f.Params {
 		q := &Param{Name: p.Name, Role: p.Role, Data: p.Data, Frozen: p.Frozen, Origin: p.Origin,

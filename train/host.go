@@ -2,8 +2,10 @@ package train
 
 import (
 	"fmt"
+	"io"
 	"runtime/debug"
 
+	"github.com/lcc-dev/lcc/driver"
 	"github.com/lcc-dev/lcc/internal/hostmem"
 	"github.com/lcc-dev/lcc/ir"
 	"github.com/lcc-dev/lcc/report"
@@ -20,6 +22,56 @@ import (
 // refuses a run that would not fit, naming the figures, where the limit comes
 // from and the --host-memory-budget that plans within it. Once the state is on
 // the device, releaseHost drops the host copies the run no longer reads.
+
+// replansForHost says whether a GPU run plans again under the host's measured
+// limits when lcc compile's plan (no --host-memory-budget) does not fit them:
+// when no flag bounds its host side. (A compiled folder's step keeps its
+// program: newTrainer keeps no model to plan again from.)
+func (c Config) replansForHost() bool {
+	return c.Device == "cuda" && c.HostMemoryBudget == 0
+}
+
+// fitMeasuredHost checks step's host plan against the limits measured now.
+// When it does not fit and no --host-memory-budget was given, the step is
+// compiled again from orig (the model before the passes; nil: never) under the budget
+// the host has, the model already loaded plus what is available, so that
+// checkpointing keeps to it (less offload, the optimizer state in host memory
+// only where it fits, or a refusal naming what would fit); the run says so,
+// because its program is then not the one lcc compile gives without the flag.
+func fitMeasuredHost(cfg Config, step *driver.Result, orig *ir.Func) (*driver.Result, error) {
+	lim, ok := hostmem.Read()
+	if !ok {
+		return step, nil
+	}
+	loaded := loadedBytes(step.Func)
+	err := checkHost(step.Report.Memory, loaded, lim)
+	if err == nil || orig == nil || !cfg.replansForHost() {
+		return step, err
+	}
+	budget := (lim.Available + loaded + step.Report.Memory.HostRuntimeBytes) &^ (1<<20 - 1)
+	progress := cfg.Progress
+	if progress == nil {
+		progress = io.Discard
+	}
+	fmt.Fprintf(progress, "host    the plan's host peak %s does not fit this host (%s available, %s "+
+		"of the model loaded): planning again under --host-memory-budget=%dMiB, what the host has "+
+		"(lcc compile gives this program with that flag)\n", report.Bytes(step.Report.Memory.HostPeakBytes),
+		report.Bytes(lim.Available), report.Bytes(loaded), budget>>20)
+	c := cfg
+	c.HostMemoryBudget = budget
+	var spare *ir.Func
+	if cfg.RecompileForDevice {
+		spare = orig.Clone()
+	}
+	again, err := compileStep(c, orig, c.compileOptions())
+	if err != nil {
+		return nil, err
+	}
+	if again, err = adoptStep(c, again, spare); err != nil {
+		return nil, err
+	}
+	return again, checkHost(again.Report.Memory, loadedBytes(again.Func), lim)
+}
 
 // checkHost refuses a plan m whose host side does not fit the limits lim,
 // given loaded bytes of it already held (the model's host tensors).
@@ -77,6 +129,16 @@ func (t *trainer) releaseHost() {
 		}
 	}
 	debug.FreeOSMemory()
+}
+
+// stateTensor is the optimizer state k: t.state's tensor, or the zeros a
+// fresh moment holds before its first update (optim.Build allocates none, so a
+// GPU run never holds them on the host).
+func (t *trainer) stateTensor(k string) *tensor.Tensor {
+	if x := t.state[k]; x != nil {
+		return x
+	}
+	return optim.State(t.upd.Func.Param(k))
 }
 
 // measureHost fills res's measured host figures: the resident set now and at

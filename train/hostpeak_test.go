@@ -67,8 +67,8 @@ func setUpForGPU(model string, budget int64) hostPeak {
 // uploadOnHost does on the host what setupResident's uploads do there, which
 // this test cannot run without a GPU: Bind encodes each weight in the storage
 // dtype a chunk at a time (runtime/exec's copyUp), the optimizer converts its
-// fp32 state through one chunk (exec.Optimizer.Load). Reading the moments
-// makes their pages resident, as the upload does.
+// fp32 state through one chunk (exec.Optimizer.Load); a fresh run's moments
+// have no host tensor, and go up as zeros.
 func uploadOnHost(t *trainer) {
 	var sink byte
 	chunk := make([]byte, 4<<20)
@@ -87,7 +87,11 @@ func uploadOnHost(t *trainer) {
 	var n int
 	for _, pre := range []string{optim.MasterPrefix, optim.MomentPrefix, optim.VariancePrefix} {
 		for _, w := range t.upd.Weights {
-			for _, x := range t.state[pre+w].F {
+			st := t.state[pre+w]
+			if st == nil { // a fresh moment: zeros, no host tensor
+				continue
+			}
+			for _, x := range st.F {
 				buf[n] = float32(x)
 				if n++; n == len(buf) {
 					n = 0
@@ -98,19 +102,20 @@ func uploadOnHost(t *trainer) {
 	fmt.Fprint(os.Stderr, "", sink, buf[n] == 0)
 }
 
-// TestHostPeak (issue #26): setting up a GPU run of a 300 MB model kept in
-// external data peaks on the host, measured as the resident set's high-water
-// mark of a child process that does only that, within 10% of the plan's host
-// peak less the CUDA runtime's share (cost.HostRuntimeBytes; the child loads
-// no CUDA); that part is the model and AdamW's state as lcc holds them, 8 bytes
-// an element (the weights and two moments, the masters sharing the weights'
-// storage: 6x the fp32 weights). Loading, binding and the optimizer's upload go
-// through bounded chunks, and an inline model's file bytes are collected after
-// the load, so their garbage no longer adds to it (before: 12.1x the fp32
-// weights, the plan of 8x +52%). The model is loaded both inline and with
-// external data.
-// A --host-memory-budget the plan passes is refused before the optimizer's
-// state exists.
+// TestHostPeak (issue #26): setting up a GPU run of a 300 MB model peaks on
+// the host, measured as the resident set's high-water mark of a child process
+// that does only that, within 10% of the plan's host peak less the CUDA
+// runtime's share (cost.HostRuntimeBytes; the child loads no CUDA). That part
+// is the model as lcc holds it: 8 bytes an element of every weight (2x the
+// fp32 weights: the masters share the weights' storage, and a fresh run's
+// moments have no host tensor), and for the inline model its file's weight
+// bytes once more, parsed beside the decoded weights (3x). Loading, binding
+// and the optimizer's upload go through bounded chunks. Before, the plan
+// counted the zero moments at 16 bytes a parameter (6x); on the device they
+// were only partly resident, and the plan came out 18% and 38% over the 1.1B
+// and 3B Llamas' measured peaks. The model is loaded both inline and with
+// external data. A --host-memory-budget the plan passes is refused once the
+// weights are loaded, before anything else is allocated.
 func TestHostPeak(t *testing.T) {
 	if model := os.Getenv(hostPeakModelEnv); model != "" {
 		budget, _ := strconv.ParseInt(os.Getenv(hostPeakBudgetEnv), 10, 64)
@@ -152,11 +157,12 @@ func TestHostPeak(t *testing.T) {
 		checkHostPeak(t, filepath.Base(model), p)
 	}
 
-	// Half the plan: refused after the load, before AdamW's state is
-	// allocated (the external model's load holds its weights and a chunk).
+	// Half the plan: refused after the load, before anything more than the
+	// weights is allocated (the external model's load holds its weights and a
+	// chunk; its plan is those weights and the runtime's share).
 	budget := p.Planned / 2
 	r := child(external, budget)
-	if !strings.Contains(r.Err, "does not fit the host") || r.After > (p.Planned-cost.HostRuntimeBytes)/2 {
+	if !strings.Contains(r.Err, "does not fit the host") || float64(r.After) > 1.1*float64(p.Planned-cost.HostRuntimeBytes) {
 		t.Errorf("under --host-memory-budget=%.0fMiB: peak %.0f MiB, error %q", mib(budget), mib(r.After), r.Err)
 	}
 }

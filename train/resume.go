@@ -109,8 +109,8 @@ func (t *trainer) save(step int, loss float64, line []byte) (string, error) {
 	for k, v := range t.weights {
 		ts[k] = v
 	}
-	for k, v := range t.state {
-		ts[optimPrefix+k] = v
+	for k := range t.state {
+		ts[optimPrefix+k] = t.stateTensor(k)
 	}
 	return t.write(step, t.meta(loss, line), ts)
 }

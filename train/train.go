@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/lcc-dev/lcc/driver"
-	"github.com/lcc-dev/lcc/internal/hostmem"
 	"github.com/lcc-dev/lcc/interp"
 	"github.com/lcc-dev/lcc/ir"
 	"github.com/lcc-dev/lcc/passes"
@@ -104,9 +103,12 @@ func newTrainer(cfg Config) (*trainer, error) {
 	if err != nil {
 		return nil, err
 	}
-	var spare *ir.Func
+	var spare, orig *ir.Func
 	if cfg.RecompileForDevice {
 		spare = model.Clone() // the passes rewrite model; a recompile starts again from this
+	}
+	if _, compiled := driver.CompiledStep(model); !compiled && cfg.replansForHost() {
+		orig = model.Clone() // for a plan under the measured host (the weights' tensors are shared)
 	}
 	step, err := compileStep(cfg, model, cfg.compileOptions())
 	if err != nil {
@@ -115,17 +117,15 @@ func newTrainer(cfg Config) (*trainer, error) {
 	if step, err = adoptStep(cfg, step, spare); err != nil {
 		return nil, err
 	}
+	if cfg.Device == "cuda" {
+		// Before the optimizer's state, the arena or a pinned buffer exists.
+		if step, err = fitMeasuredHost(cfg, step, orig); err != nil {
+			return nil, fmt.Errorf("%s: %w", cfg.Model, err)
+		}
+	}
 	grad, lossName, shard, rank := step.Func, step.Loss, step.Rank, 0
 	if shard != nil {
 		rank = cfg.Comm.Rank()
-	}
-	if cfg.Device == "cuda" {
-		// Before the optimizer's state, the arena or a pinned buffer exists.
-		if lim, ok := hostmem.Read(); ok {
-			if err := checkHost(step.Report.Memory, loadedBytes(grad), lim); err != nil {
-				return nil, fmt.Errorf("%s: %w", cfg.Model, err)
-			}
-		}
 	}
 	o := cfg.adamW()
 	upd, err := o.Build(grad)
@@ -169,7 +169,7 @@ func newTrainer(cfg Config) (*trainer, error) {
 			if strings.HasPrefix(p.Name, optimPrefix) || t.weights[optimPrefix+p.Name] != nil {
 				return nil, fmt.Errorf("%s: weight names clash with checkpoint names %q", cfg.Model, p.Name)
 			}
-			t.state[p.Name] = p.Data
+			t.state[p.Name] = p.Data // nil for a moment that starts at zero (optim.State)
 		}
 	}
 	vocab, ok := loss.Vocab(grad)
@@ -273,8 +273,8 @@ func (t *trainer) step(s int) (stepStats, error) {
 	}
 	lr := t.sched.At(s)
 	uin := make(map[string]*tensor.Tensor, len(t.state)+len(sums)+1)
-	for k, v := range t.state {
-		uin[k] = v
+	for k := range t.state {
+		uin[k] = t.stateTensor(k)
 	}
 	for w, g := range sums {
 		uin[autodiff.GradPrefix+w] = g

@@ -34,6 +34,7 @@ func (d *decoder) decodeGraph(gp *onnxpb.GraphProto) (*Graph, error) {
 		}
 		// Decoded, the file's bytes are garbage: dropped now, a model's inline
 		// weights are not held twice while the rest of it decodes (issue #26).
+		g.InlineBytes += int64(len(tp.RawData))
 		tp.RawData = nil
 		g.Initializers[name] = t
 		g.InitializerNames = append(g.InitializerNames, name)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"path/filepath"
+	"runtime"
 
 	"google.golang.org/protobuf/proto"
 
@@ -95,10 +96,23 @@ func Load(path string, opts LoadOptions) (*Model, error) {
 		return nil, fmt.Errorf("onnx: %s: %w: file is %d bytes, more than the limit of %d "+
 			"(keep weights in external data)", opts.Source, ErrTooLarge, st.Size(), opts.MaxFileBytes)
 	}
-	// Read at most one byte past the limit: the file may grow after Stat.
-	data, err := io.ReadAll(io.LimitReader(f, opts.MaxFileBytes+1))
-	if err != nil {
+	// One buffer of the size Stat gave and one byte more, to see a file that
+	// grew after Stat (io.ReadAll would grow it by doubling: up to twice the
+	// file in garbage, on top of an inline model's host peak); a larger file
+	// is read on to the limit, a shorter one is what it is.
+	data := make([]byte, st.Size()+1)
+	n, err := io.ReadFull(f, data)
+	switch {
+	case err == io.ErrUnexpectedEOF || err == io.EOF:
+		data = data[:n]
+	case err != nil:
 		return nil, fmt.Errorf("onnx: %s: %w", opts.Source, err)
+	default:
+		rest, err := io.ReadAll(io.LimitReader(f, opts.MaxFileBytes+1-int64(n)))
+		if err != nil {
+			return nil, fmt.Errorf("onnx: %s: %w", opts.Source, err)
+		}
+		data = append(data, rest...)
 	}
 	return Decode(data, filepath.Dir(path), opts)
 }
@@ -116,6 +130,10 @@ func Decode(data []byte, dir string, opts LoadOptions) (*Model, error) {
 	}
 	return m, nil
 }
+
+// collectFileBytes is the file size from which decode collects the file's
+// bytes once they are parsed.
+const collectFileBytes = 64 << 20
 
 // decoder holds the state of one Decode call.
 type decoder struct {
@@ -145,6 +163,15 @@ func (d *decoder) decode(data []byte) (*Model, error) {
 	var pb onnxpb.ModelProto
 	if err := proto.Unmarshal(data, &pb); err != nil {
 		return nil, fmt.Errorf("%w: not an ONNX protobuf (truncated or corrupt?): %w", ErrMalformed, err)
+	}
+	if len(data) >= collectFileBytes {
+		// The message holds copies of the file's bytes: the file, garbage now
+		// (nothing reads data again), is collected before the weights decode
+		// beside it, so that an inline model's load holds its weights' bytes
+		// once besides the decoded tensors, as the host plan counts
+		// (ir.Func.InlineBytes).
+		data = nil
+		runtime.GC()
 	}
 	if pb.Graph == nil {
 		return nil, fmt.Errorf("%w: the model has no graph (ModelProto.graph is missing)", ErrMalformed)

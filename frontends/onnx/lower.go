@@ -91,6 +91,7 @@ func Import(m *Model, opts ImportOptions) (*ir.Func, error) {
 		f.Notes = foldedParameters(m, f)
 	}
 	l.dropBoundInputs(f)
+	f.InlineBytes = m.Graph.InlineBytes
 	return f, nil
 }
 

@@ -46,6 +46,9 @@ type Graph struct {
 	Initializers map[string]*tensor.Tensor
 	// InitializerNames lists the initializers in file order.
 	InitializerNames []string
+	// InlineBytes is the size of the initializers' data held in the file
+	// itself (raw_data), not in external data.
+	InlineBytes int64
 	// Metadata holds the graph's metadata_props (PyTorch's exporter records the
 	// ExportedProgram's graph signature here: which inputs were parameters).
 	Metadata map[string]string

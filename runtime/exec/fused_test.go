@@ -43,7 +43,12 @@ func TestGPUFusedKernels(t *testing.T) {
 	}
 	for name, f := range steps {
 		g := fused(t, f)
-		in := randomInputs(g, 2)
+		// Weights scaled as an initialisation scales them, as the unfused
+		// steps' test (TestGPUFlagshipViews) has them: with N(0, 1) weights a
+		// whole step's gradients are ill-conditioned (initInputs), and on the
+		// device (2026-12-02) the two-layer flagship step's fp32 gradients
+		// came out up to 2.3e-4 from the CPU's, past the 1e-4 bar.
+		in := initInputs(g, 2)
 		t.Run(name+"/f32", func(t *testing.T) { compare(t, dev, g, in, Options{}, 1e-4) })
 		t.Run(name+"/bf16", func(t *testing.T) { compareUnfused(t, dev, f, g, in, 2e-2) })
 	}

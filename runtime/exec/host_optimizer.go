@@ -225,7 +225,8 @@ func f32s(h *cuda.HostBuffer, n int64) []float32 {
 
 // Load writes master weights and moments (fp32 values, one tensor per trained
 // weight in spec order) into pinned memory and rounds the masters into the
-// working weights, uploaded before Load returns.
+// working weights, uploaded before Load returns. A nil tensor is zeros, as in
+// Optimizer.Load.
 func (o *HostOptimizer) Load(master, m, v []*tensor.Tensor) error {
 	for _, st := range []struct {
 		h  *cuda.HostBuffer
@@ -237,6 +238,11 @@ func (o *HostOptimizer) Load(master, m, v []*tensor.Tensor) error {
 		dst := f32s(st.h, o.tb.total)
 		var off int64
 		for i, t := range st.ts {
+			if t == nil { // zeros: a fresh moment has no host tensor
+				clear(dst[off : off+o.tb.sizes[i]])
+				off += o.tb.sizes[i]
+				continue
+			}
 			if int64(t.Numel()) != o.tb.sizes[i] {
 				return fmt.Errorf("exec: optimizer load: tensor %d has %d elements, want %d", i, t.Numel(),
 					o.tb.sizes[i])

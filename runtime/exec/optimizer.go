@@ -255,7 +255,8 @@ var optimBlock = [3]uint32{codegen.OptimBlock, 1, 1}
 const loadChunk = 1 << 20
 
 // Load uploads master weights and moments (fp32 values, one tensor per trained
-// weight in spec order) and rounds the masters into the working weights.
+// weight in spec order) and rounds the masters into the working weights. A nil
+// tensor is zeros (a fresh moment, which the trainer holds no host copy of).
 func (o *Optimizer) Load(master, m, v []*tensor.Tensor) error {
 	buf := make([]float32, min(loadChunk, o.total))
 	for _, st := range []struct {
@@ -266,7 +267,7 @@ func (o *Optimizer) Load(master, m, v []*tensor.Tensor) error {
 			return fmt.Errorf("exec: optimizer load: %d tensors for %d weights", len(st.ts), len(o.sizes))
 		}
 		for i, t := range st.ts {
-			if int64(t.Numel()) != o.sizes[i] {
+			if t != nil && int64(t.Numel()) != o.sizes[i] {
 				return fmt.Errorf("exec: optimizer load: tensor %d has %d elements, want %d", i, t.Numel(), o.sizes[i])
 			}
 		}
@@ -280,7 +281,18 @@ func (o *Optimizer) Load(master, m, v []*tensor.Tensor) error {
 			off, n = off+n, 0
 			return nil
 		}
-		for _, t := range st.ts {
+		for i, t := range st.ts {
+			if t == nil { // zeros: a fresh moment has no host tensor
+				for range o.sizes[i] {
+					buf[n] = 0
+					if n++; n == int64(len(buf)) {
+						if err := flush(); err != nil {
+							return err
+						}
+					}
+				}
+				continue
+			}
 			for _, x := range t.F {
 				buf[n] = float32(x)
 				if n++; n == int64(len(buf)) {

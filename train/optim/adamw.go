@@ -125,7 +125,10 @@ func (o AdamW) Check() error {
 
 // Build returns the update function for the gradient function g: for every
 // "grad.<w>" output of g it trains weight w. Its initial state (Param.Data) is
-// the weights' current values in f32, zero moments and step 0.
+// the weights' current values in f32 and step 0; the moments start at zero and
+// have no Param.Data (ZeroMoment): a GPU run uploads zeros without a host copy,
+// which for a 3B model is 26 GB of float64 zeros the host need not hold (issue
+// #26). A caller that runs the update function itself feeds State's tensors.
 //
 // Per step, with g the fed gradient sum divided by MicroSteps, t = step + 1:
 //
@@ -172,8 +175,8 @@ func (o AdamW) Build(g *ir.Func) (*Update, error) {
 		}
 		s := slot{
 			master: f.AddParam(MasterPrefix+name, ir.RoleState, st, init),
-			m:      f.AddParam(MomentPrefix+name, ir.RoleState, st, tensor.New(tensor.F32, wt.Shape...)),
-			v:      f.AddParam(VariancePrefix+name, ir.RoleState, st, tensor.New(tensor.F32, wt.Shape...)),
+			m:      f.AddParam(MomentPrefix+name, ir.RoleState, st, nil),
+			v:      f.AddParam(VariancePrefix+name, ir.RoleState, st, nil),
 		}
 		gt := g.Output(autodiff.GradPrefix + name).Type
 		s.grad = b.Input(autodiff.GradPrefix+name, ir.T(gt.DType, gt.Shape...))
@@ -272,6 +275,15 @@ func (u *Update) StateNames() []string {
 		}
 	}
 	return out
+}
+
+// State is the update's state parameter p as a tensor: its Param.Data, or the
+// zeros a moment starts at (Build leaves them unallocated).
+func State(p *ir.Param) *tensor.Tensor {
+	if p.Data != nil {
+		return p.Data
+	}
+	return tensor.New(p.Value.Type.DType, p.Value.Type.Shape...)
 }
 
 // IsState reports whether name is a state of an update function (for tools that

@@ -121,7 +121,7 @@ func runSteps(t *testing.T, o AdamW, steps int, sched Schedule) float64 {
 	state := map[string]*tensor.Tensor{}
 	for _, p := range u.Func.Params {
 		if p.Role == ir.RoleState {
-			state[p.Name] = p.Data
+			state[p.Name] = State(p)
 		}
 	}
 	var worst float64
@@ -225,10 +225,10 @@ func TestClip(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		out, err := interp.Run(u.Func, map[string]*tensor.Tensor{
+		out, err := interp.Run(u.Func, withMoments(u, map[string]*tensor.Tensor{
 			LRInput:  tensor.Scalar(tensor.F64, 0.1),
 			"grad.w": tensor.FromFloats(tensor.F32, []int64{2}, []float64{3, 4}),
-		}, interp.Options{Precision: tensor.F64})
+		}), interp.Options{Precision: tensor.F64})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -287,7 +287,7 @@ func TestMasterWeightsBF16(t *testing.T) {
 	in := map[string]*tensor.Tensor{LRInput: tensor.Scalar(tensor.F64, 1e-3),
 		"grad.w": tensor.FromFloats(tensor.BF16, []int64{1}, []float64{1})}
 	for range 3 {
-		run := map[string]*tensor.Tensor{}
+		run := withMoments(u, map[string]*tensor.Tensor{})
 		for k, v := range in {
 			if k != "w.out" {
 				run[k] = v
@@ -380,4 +380,15 @@ func TestMasterOf(t *testing.T) {
 			t.Errorf("f64 weight holding %v: master %v %v, shared %v", x, m.DType, m.F, &m.F[0] == &w.F[0])
 		}
 	}
+}
+
+// withMoments adds to in the zero moments a fresh update starts from (Build
+// gives them no Param.Data) where in has none.
+func withMoments(u *Update, in map[string]*tensor.Tensor) map[string]*tensor.Tensor {
+	for _, p := range u.Func.Params {
+		if _, ok := in[p.Name]; !ok && p.Role == ir.RoleState && p.Data == nil {
+			in[p.Name] = State(p)
+		}
+	}
+	return in
 }
