@@ -31,18 +31,14 @@ func (c Config) replansForHost() bool {
 	return c.Device == "cuda" && c.HostMemoryBudget == 0
 }
 
-// fitMeasuredHost checks step's host plan against the limits measured now.
+// fitMeasuredHost checks step's host plan against the host's limits lim.
 // When it does not fit and no --host-memory-budget was given, the step is
 // compiled again from orig (the model before the passes; nil: never) under the budget
 // the host has, the model already loaded plus what is available, so that
 // checkpointing keeps to it (less offload, the optimizer state in host memory
 // only where it fits, or a refusal naming what would fit); the run says so,
 // because its program is then not the one lcc compile gives without the flag.
-func fitMeasuredHost(cfg Config, step *driver.Result, orig *ir.Func) (*driver.Result, error) {
-	lim, ok := hostmem.Read()
-	if !ok {
-		return step, nil
-	}
+func fitMeasuredHost(cfg Config, step *driver.Result, orig *ir.Func, lim hostmem.Limits) (*driver.Result, error) {
 	loaded := loadedBytes(step.Func)
 	err := checkHost(step.Report.Memory, loaded, lim)
 	if err == nil || orig == nil || !cfg.replansForHost() {

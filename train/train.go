@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/lcc-dev/lcc/driver"
+	"github.com/lcc-dev/lcc/internal/hostmem"
 	"github.com/lcc-dev/lcc/interp"
 	"github.com/lcc-dev/lcc/ir"
 	"github.com/lcc-dev/lcc/passes"
@@ -119,8 +120,10 @@ func newTrainer(cfg Config) (*trainer, error) {
 	}
 	if cfg.Device == "cuda" {
 		// Before the optimizer's state, the arena or a pinned buffer exists.
-		if step, err = fitMeasuredHost(cfg, step, orig); err != nil {
-			return nil, fmt.Errorf("%s: %w", cfg.Model, err)
+		if lim, ok := hostmem.Read(); ok {
+			if step, err = fitMeasuredHost(cfg, step, orig, lim); err != nil {
+				return nil, fmt.Errorf("%s: %w", cfg.Model, err)
+			}
 		}
 	}
 	grad, lossName, shard, rank := step.Func, step.Loss, step.Rank, 0
