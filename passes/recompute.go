@@ -145,7 +145,54 @@ func (e *RecomputeError) Error() string {
 	return fmt.Sprintf("activations do not fit the memory budget: budget %s per GPU, smallest planned "+
 		"peak %s (policy %s; without checkpointing %s; tried %s)%s; try %s",
 		gib(e.BudgetBytes), gib(e.Smallest.PeakAfter), e.Smallest.Policy, gib(e.NoneBytes),
-		strings.Join(e.Smallest.Tried, " "), off, strings.Join(hints, ", "))
+		briefTried(e.Smallest.Tried), off, strings.Join(hints, ", "))
+}
+
+// briefTried is a plan's attempts ("policy=peak") for a message: the named
+// policies each, the partial offloads ("policy(k/n)=...") and the knapsack's
+// plans each as a count and their smallest peak; the report's JSON keeps them
+// all (RecomputeStats.Tried).
+func briefTried(tried []string) string {
+	type group struct {
+		n    int
+		best float64
+	}
+	var named []string
+	groups := map[string]*group{}
+	var order []string
+	for _, t := range tried {
+		name, peak, _ := strings.Cut(t, "=")
+		kind := ""
+		switch {
+		case name == "knapsack":
+			kind = "knapsack plans"
+		case strings.Contains(name, "("):
+			kind = "partial offloads"
+		default:
+			named = append(named, t)
+			continue
+		}
+		var v float64 // bytes, as shortBytes wrote them
+		if gb, ok := strings.CutSuffix(peak, "GiB"); ok {
+			fmt.Sscanf(gb, "%g", &v)
+			v *= 1 << 30
+		} else {
+			fmt.Sscanf(strings.TrimSuffix(peak, "B"), "%g", &v)
+		}
+		g := groups[kind]
+		if g == nil {
+			g = &group{best: v}
+			groups[kind] = g
+			order = append(order, kind)
+		}
+		g.n++
+		g.best = min(g.best, v)
+	}
+	for _, kind := range order {
+		g := groups[kind]
+		named = append(named, fmt.Sprintf("%d %s (smallest %s)", g.n, kind, shortBytes(int64(g.best))))
+	}
+	return strings.Join(named, " ")
 }
 
 // shortBytes renders a byte count in GiB, or bytes when small.

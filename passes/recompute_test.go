@@ -196,3 +196,4 @@ func TestInsertCheckpointsPeakModel(t *testing.T) {
 		t.Errorf("hints: %v", err)
 	}
 }
+
