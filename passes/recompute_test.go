@@ -196,4 +196,3 @@ func TestInsertCheckpointsPeakModel(t *testing.T) {
 		t.Errorf("hints: %v", err)
 	}
 }
-
