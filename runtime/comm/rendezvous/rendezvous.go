@@ -282,7 +282,10 @@ func (s *server) handle(c net.Conn, deadline time.Time) {
 		c.Close()
 		return
 	}
-	// The rank sends nothing more: a read returns when it hangs up.
+	// The rank sends nothing more: a read returns when it hangs up. The read
+	// has no deadline: at the exchange's deadline rank 0 still answers this
+	// connection with why it failed, and the exchange's end closes it.
+	c.SetReadDeadline(time.Time{})
 	var b [1]byte
 	if _, err := c.Read(b[:]); err == nil || !isClosedHere(err) {
 		select {
