@@ -46,12 +46,12 @@ func kernelAttention(n *ir.Node, args []*tensor.Tensor, opts Options) ([]*tensor
 	// Three forms, as the op allows: packed documents (a doc-starts operand, the
 	// mask derived from positions), no mask (causal or full), or an explicit
 	// mask, which package attention takes one [T,S] block at a time.
-	if starts := docStarts(n, args); starts != nil {
+	if starts := attnStarts(n, args, d); starts != nil {
 		o, lse = attention.DenseDocs(q.F, k.F, v.F, d, starts, 0, 0, scale, opts.rounding(n))
 	} else if len(args) == 3 {
 		o, lse = attention.DenseRounded(q.F, k.F, v.F, d, causal, scale, opts.rounding(n))
 	} else {
-		m := newMask(args[3], d, causal)
+		m := newMask(args[3], d, causal, ir.Window(n))
 		// Every block writes a disjoint part of o and lse; together they cover both.
 		o, lse = make([]float64, len(q.F)), make([]float64, d.B*d.Hq*d.T)
 		m.each(d, func(sub attention.Dims, b, h int, mask []float64) {
@@ -74,14 +74,14 @@ func kernelAttentionGrad(n *ir.Node, args []*tensor.Tensor, opts Options) ([]*te
 	var dq, dk, dv []float64
 	// The backward recomputes the probabilities from lse (FlashAttention-2's
 	// backward), so it takes the forward's outputs, not its softmax.
-	if starts := docStarts(n, args); starts != nil {
+	if starts := attnStarts(n, args, d); starts != nil {
 		dq, dk, dv = attention.DenseDocsBackward(q.F, k.F, v.F, o.F, lse.F, do.F, d, starts, 0, 0, scale,
 			opts.rounding(n))
 	} else if len(args) == 6 {
 		dq, dk, dv = attention.DenseBackwardRounded(q.F, k.F, v.F, o.F, lse.F, do.F, d, causal, scale,
 			opts.rounding(n))
 	} else {
-		m := newMask(args[6], d, causal)
+		m := newMask(args[6], d, causal, ir.Window(n))
 		// dk and dv start at zero: the blocks of a kv head's query heads add into them.
 		dq, dk, dv = make([]float64, len(q.F)), make([]float64, len(k.F)), make([]float64, len(v.F))
 		m.each(d, func(sub attention.Dims, b, h int, mask []float64) {
@@ -163,18 +163,41 @@ type attnMask struct {
 	t       *tensor.Tensor
 	st      []int // strides of the mask over [B,H,T,S], 0 where broadcast
 	causal  bool
+	window  int  // a sliding window (ir/window.go), 0 for none
 	perB    bool // the mask varies over batch
 	perH    bool // the mask varies over heads
 	isFloat bool
 }
 
+// attnStarts is the first visible key of each query of dense attention n when
+// it is a document mask, a sliding window (ir/window.go), or both (the later
+// start), [B·T]; nil when n has neither. Both are "causal and j ≥ start[t]",
+// which is the form package attention's DenseDocs takes.
+func attnStarts(n *ir.Node, args []*tensor.Tensor, d attention.Dims) []int64 {
+	docs, w := docStarts(n, args), ir.Window(n)
+	if w <= 0 || int64(len(args)) != 3+b2i(docs != nil)+3*b2i(n.Op == ir.OpAttentionGrad) {
+		return docs // no window, or a window with an explicit mask (attnMask takes it)
+	}
+	starts := make([]int64, d.B*d.T)
+	for b := range d.B {
+		for t := range d.T {
+			s := ir.WindowStart(int64(t), w)
+			if docs != nil {
+				s = max(s, docs[b*d.T+t])
+			}
+			starts[b*d.T+t] = s
+		}
+	}
+	return starts
+}
+
 // newMask reads an explicit mask broadcast to [B, Hq, T, S] through strides, so
 // a [1,1,T,S] mask is never expanded per head; perB and perH record which axes
 // it really varies over, since each sub-call below costs a separate attention.
-func newMask(t *tensor.Tensor, d attention.Dims, causal bool) *attnMask {
+func newMask(t *tensor.Tensor, d attention.Dims, causal bool, window int64) *attnMask {
 	full := []int64{int64(d.B), int64(d.Hq), int64(d.T), int64(d.S)}
 	st := bcastStrides(t.Shape, full)
-	return &attnMask{t: t, st: st, causal: causal, perB: st[0] != 0 && d.B > 1,
+	return &attnMask{t: t, st: st, causal: causal, window: int(window), perB: st[0] != 0 && d.B > 1,
 		perH: st[1] != 0 && d.Hq > 1, isFloat: t.DType.IsFloat()}
 }
 
@@ -189,7 +212,7 @@ func (m *attnMask) block(d attention.Dims, b, h int) []float64 {
 			switch {
 			// Causality wins over the mask: a float mask of 0 above the diagonal still
 			// hides the key.
-			case m.causal && j > t:
+			case m.causal && j > t, m.window > 0 && j <= t-m.window:
 				v = negInf
 			case m.isFloat:
 				v = m.t.F[off]

@@ -90,7 +90,15 @@ func matmulFLOPs(n *Node) int64 {
 func attentionFLOPs(n *Node) int64 {
 	q, k := n.Args[0].Type, n.Args[1].Type
 	f := 4 * q.Shape[0] * q.Shape[2] * q.Shape[1] * k.Shape[1] * q.Shape[3]
-	if n.AttrBool("causal") {
+	if w := Window(n); w > 0 && w < k.Shape[1] {
+		// Query t sees min(t+1, w) keys: Σ_t = T·w − w(w−1)/2 for T ≥ w.
+		t := q.Shape[1]
+		pairs := t*w - w*(w-1)/2
+		if t < w {
+			pairs = t * (t + 1) / 2
+		}
+		f = 4 * q.Shape[0] * q.Shape[2] * pairs * q.Shape[3]
+	} else if n.AttrBool("causal") {
 		f /= 2
 	}
 	if n.Op == OpAttentionGrad {

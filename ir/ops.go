@@ -233,7 +233,7 @@ var (
 	reduceAt  = []AttrSpec{{"axes", AttrInts}, {"keepdims", AttrBool}}
 	lossAt    = []AttrSpec{{"ignore_index", AttrInt}, {"reduction", AttrString}}
 	normAt    = []AttrSpec{{"axis", AttrInt}, {"eps", AttrFloat}}
-	attnAt    = []AttrSpec{{"causal", AttrBool}, {"scale", AttrFloat}, {"docs", AttrBool}}
+	attnAt    = []AttrSpec{{"causal", AttrBool}, {"scale", AttrFloat}, {"docs", AttrBool}, {"window", AttrInt}}
 	dilatedAt = []AttrSpec{{"segments", AttrInts}, {"dilations", AttrInts},
 		{"offsets", AttrString}, {"causal", AttrBool}, {"scale", AttrFloat}, {"docs", AttrBool}}
 
@@ -864,6 +864,9 @@ func inferAttention(n *Node) ([]Type, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := checkWindow(n); err != nil {
+		return nil, err
+	}
 	if HasDocs(n) {
 		return ts, checkDocs(n, 4)
 	}
@@ -938,6 +941,9 @@ func inferAttentionGrad(n *Node) ([]Type, error) {
 		return nil, fmt.Errorf("o %v, lse %v, do %v do not fit q %v", o, lse, do, n.Args[0].Type)
 	}
 	if err := checkDocs(n, 7); err != nil {
+		return nil, err
+	}
+	if err := checkWindow(n); err != nil {
 		return nil, err
 	}
 	a := n.Args
