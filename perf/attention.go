@@ -20,14 +20,22 @@ type AttentionShape struct {
 	// Docs packs that many documents of (nearly) equal length into each
 	// sequence, causal within each (0 or 1: one document, no mask).
 	Docs int
+	// Window, when positive, is a sliding window of that many keys (causal):
+	// query t sees keys t−Window < j ≤ t.
+	Window int64
 }
 
 // FwdFLOPs counts the forward's useful FLOPs as the anchors do: 4·B·H·T²·D,
 // halved when causal, and summed over the documents' own lengths when packed.
-// Forward+backward is 3.5 times that.
+// A window W < l counts l·W − W²/2 query-key pairs of a document of l tokens
+// instead of l²/2. Forward+backward is 3.5 times that.
 func (s AttentionShape) FwdFLOPs() float64 {
 	var sq float64
 	for _, l := range s.docLens() {
+		if w := s.Window; w > 0 && w < l {
+			sq += 2*float64(l)*float64(w) - float64(w)*float64(w)
+			continue
+		}
 		sq += float64(l) * float64(l)
 	}
 	f := 4 * float64(s.B) * float64(s.H) * sq * float64(s.D)
@@ -125,7 +133,7 @@ func (t Tiles) String() string {
 // Desc is the kernel descriptor of shape s with tiles t.
 func (s AttentionShape) Desc(t Tiles) fk.Desc {
 	return fk.Desc{B: s.B, T: s.T, S: s.T, Hq: s.H, Hkv: s.Hkv, D: s.D, Causal: s.Causal, Docs: s.Docs > 1,
-		Br: t.Br, Bc: t.Bc, BwdBr: t.BwdBr, BwdBc: t.BwdBc, DQBr: t.DQBr, DQBc: t.DQBc, Stages: t.Stages,
+		Window: s.Window, Br: t.Br, Bc: t.Bc, BwdBr: t.BwdBr, BwdBc: t.BwdBc, DQBr: t.DQBr, DQBc: t.DQBc, Stages: t.Stages,
 		WM: t.WM, DQWM: t.DQWM, DQ: fk.DQMode(t.DQ), Tier: t.Tier}.Defaults()
 }
 

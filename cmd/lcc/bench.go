@@ -142,6 +142,9 @@ func benchAttentionCmd(bf *benchFlags) *cobra.Command {
 			if s.Docs < 0 || int64(s.Docs) > s.T {
 				return fmt.Errorf("--docs %d: want 0 to --T documents", s.Docs)
 			}
+			if s.Window < 0 || s.Window > 0 && !s.Causal {
+				return fmt.Errorf("--window %d: want a positive number of keys, with causal attention", s.Window)
+			}
 			// One zero configuration: every field 0 takes the kernel's own default tiles.
 			ts := []perf.Tiles{{}}
 			if tiles != "" {
@@ -167,8 +170,8 @@ func benchAttentionCmd(bf *benchFlags) *cobra.Command {
 			}
 			// The shape and the GPU head the output: figures from different devices must not
 			// be read as one another's.
-			fmt.Fprintf(w, "lcc bench attention: B=%d T=%d H=%d Hkv=%d D=%d causal=%v docs=%d on %s\n",
-				s.B, s.T, s.H, s.Hkv, s.D, s.Causal, max(s.Docs, 1), b.Dev.Name())
+			fmt.Fprintf(w, "lcc bench attention: B=%d T=%d H=%d Hkv=%d D=%d causal=%v docs=%d window=%d on %s\n",
+				s.B, s.T, s.H, s.Hkv, s.D, s.Causal, max(s.Docs, 1), s.Window, b.Dev.Name())
 			// Print the rows that ran before looking at err: a sweep that fails on one
 			// configuration still reports the others.
 			rows, err := b.Attention(s, ts)
@@ -188,21 +191,29 @@ func benchAttentionCmd(bf *benchFlags) *cobra.Command {
 					best = r
 				}
 			}
-			if s.Docs > 1 {
-				// The packed run's yardstick is the same tokens as one causal
-				// sequence, timed here with the same tiles: what the mask saves.
+			if s.Docs > 1 || s.Window > 0 {
+				// The yardstick of packed documents or a window is the same tokens
+				// as one dense causal sequence, timed here with the same tiles: what
+				// the mask saves, which it does only if its masked tiles are skipped.
 				one := s
-				one.Docs = 0
+				one.Docs, one.Window = 0, 0
 				plain, err := b.Attention(one, []perf.Tiles{best.Tiles})
 				if err != nil {
 					return err
 				}
 				p := plain[0]
+				what := fmt.Sprintf("packed %d documents", s.Docs)
+				if s.Window > 0 {
+					what = fmt.Sprintf("a sliding window of %d keys", s.Window)
+					if s.Docs > 1 {
+						what += fmt.Sprintf(" over %d packed documents", s.Docs)
+					}
+				}
 				fmt.Fprintf(w, "  one causal sequence of %d tokens: fwd %.3f ms | fwd+bwd %.3f ms\n", s.T, p.Fwd.Ms(), p.FwdBwd.Ms())
-				fmt.Fprintf(w, "packed %d documents vs one causal sequence: fwd %.2fx, fwd+bwd %.2fx faster\n",
-					s.Docs, p.Fwd.Ms()/best.Fwd.Ms(), p.FwdBwd.Ms()/best.FwdBwd.Ms())
+				fmt.Fprintf(w, "%s vs one causal sequence: fwd %.2fx, fwd+bwd %.2fx faster\n",
+					what, p.Fwd.Ms()/best.Fwd.Ms(), p.FwdBwd.Ms()/best.FwdBwd.Ms())
 				if bf.anchors != "" {
-					fmt.Fprintln(w, "anchor skipped: attention.py dense has no document mask")
+					fmt.Fprintln(w, "anchor skipped: attention.py dense has no document mask or sliding window")
 				}
 				return nil
 			}
@@ -235,6 +246,8 @@ func benchAttentionCmd(bf *benchFlags) *cobra.Command {
 	f.BoolVar(&noCausal, "no-causal", false, "attend to every key (bidirectional, as encoders do)")
 	f.IntVar(&s.Docs, "docs", 0, "pack this many equal documents into each sequence (a document mask), "+
 		"and time one causal sequence of the same tokens beside it")
+	f.Int64Var(&s.Window, "window", 0, "a sliding window of this many keys (Mistral-style local attention), "+
+		"and time one dense causal sequence of the same tokens beside it")
 	f.StringVar(&tiles, "tiles", "", "tile configurations to sweep: Br,Bc,BwdBr,BwdBc,DQBr,DQBc,Stages[,WM,DQWM[,DQ[,Tier]]];... (0: default; DQ 1 fused, 2 split; Tier 0: --tier)")
 	return cmd
 }

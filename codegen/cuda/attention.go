@@ -33,6 +33,7 @@ const attnCommon = `#define AT_B %[1]dLL
 #define AT_HAS_MASK %[12]d
 #define AT_MASK_FLOAT %[13]d
 #define AT_MASK_DOCS %[22]d
+#define AT_WIN %[23]dLL
 #define AT_MS0 %[14]dLL
 #define AT_MS1 %[15]dLL
 #define AT_MS2 %[16]dLL
@@ -77,7 +78,8 @@ __device__ __forceinline__ bool key_range(long long t, int h, int br, long long*
   *lo = start + off;
   *step = r;
 #else
-  *lo = 0;
+  // A sliding window of AT_WIN keys (ir/window.go) starts the range at t − W + 1.
+  *lo = AT_WIN > 0 && t >= AT_WIN ? t - AT_WIN + 1 : 0;
   *step = 1;
   *hi = AT_CAUSAL ? (t + 1 < AT_S ? t + 1 : AT_S) : AT_S;
 #endif
@@ -96,7 +98,7 @@ __device__ __forceinline__ bool query_range(long long j, int h, int br, long lon
 #else
   *lo = AT_CAUSAL ? j : 0;
   *step = 1;
-  *hi = AT_T;
+  *hi = AT_WIN > 0 && j + AT_WIN < AT_T ? j + AT_WIN : AT_T;  // the last query whose window holds j
 #endif
   return true;
 }
@@ -335,7 +337,7 @@ func (g *gen) attnHeader(n *ir.Node) (string, error) {
 	qt := storageC[g.storageOf(n.Args[0])]
 	hdr := fmt.Sprintf(attnCommon, b, t, s, hq, hkv, d, clit.Float(scale), causal, dilated, len(brW),
 		offBlock, hasMask, maskFloat, ms[0], ms[1], ms[2], ms[3], qt, mt,
-		strings.Join(brW, ", "), strings.Join(brR, ", "), maskDocs)
+		strings.Join(brW, ", "), strings.Join(brR, ", "), maskDocs, ir.Window(n))
 	// Without a mask the kernel passes a null pointer that mask_bias never reads,
 	// so one template serves both signatures.
 	if hasMask == 1 {

@@ -107,8 +107,9 @@ func (g *gen) flashDesc(n *ir.Node) (flash.Desc, error) {
 func FlashDescOf(n *ir.Node, tier int) flash.Desc {
 	q, k := n.Args[0].Type, n.Args[1].Type
 	d := flash.Desc{B: q.Shape[0], T: q.Shape[1], S: k.Shape[1], Hq: int(q.Shape[2]), Hkv: int(k.Shape[2]),
-		D: int(q.Shape[3]), Causal: n.AttrBool("causal"), Docs: ir.HasDocs(n), Scale: ir.AttentionScale(n),
-		Tier: tier}
+		D: int(q.Shape[3]), Causal: n.AttrBool("causal"), Docs: ir.HasDocs(n), Window: ir.Window(n),
+		Scale: ir.AttentionScale(n),
+		Tier:  tier}
 	if n.Op == ir.OpDilatedAttention || n.Op == ir.OpDilatedAttentionGrad {
 		d.Offsets = n.AttrString("offsets")
 	}

@@ -62,6 +62,11 @@ func Zoo(t testing.TB, seed uint64) (*ir.Func, map[string]*tensor.Tensor) {
 		{"attn_docs", ir.OpAttention, ir.OpAttentionGrad, ir.A("causal", true, "scale", 0.25, "docs", true), false},
 		{"attn_causal", ir.OpAttention, ir.OpAttentionGrad, ir.A("causal", true, "scale", 0.25), false},
 		{"attn_mask", ir.OpAttention, ir.OpAttentionGrad, ir.A("scale", 0.25), true},
+		// Sliding windows (ir/window.go): alone, over the documents, and with the mask.
+		{"attn_window", ir.OpAttention, ir.OpAttentionGrad, ir.A("causal", true, "scale", 0.25, "window", int64(3)), false},
+		{"attn_window_docs", ir.OpAttention, ir.OpAttentionGrad, ir.A("causal", true, "scale", 0.25, "window", int64(4),
+			"docs", true), false},
+		{"attn_window_mask", ir.OpAttention, ir.OpAttentionGrad, ir.A("causal", true, "scale", 0.25, "window", int64(2)), true},
 		{"dilated", ir.OpDilatedAttention, ir.OpDilatedAttentionGrad, ir.A("causal", true, "scale", 0.25,
 			"segments", []int64{4, 9}, "dilations", []int64{1, 2}, "offsets", "paper"), false},
 		{"dilated_block", ir.OpDilatedAttention, ir.OpDilatedAttentionGrad, ir.A("scale", 0.3,

@@ -78,12 +78,28 @@ __device__ __forceinline__ void fa_geom(long long sg, int h, long long len, long
 #else
 #define FA_DOCS_ARG
 #endif
-// fa_doc_end is the first t in [lo, hi) with s[t] > key (hi when there is none),
-// for s non-decreasing.
-__device__ __forceinline__ long long fa_doc_end(const long long* s, long long lo, long long hi, long long key) {
+// FA_LEFT: a query's first visible key need not be 0, because of documents, a
+// sliding window of FA_WIN keys (ir/window.go), or both.
+#define FA_LEFT (FA_DOCS || FA_WIN > 0)
+// fa_start is query t's first visible key: its document's start (ds, this
+// batch row's starts, read only with FA_DOCS), or t − FA_WIN + 1, whichever is
+// later. It never decreases with t.
+__device__ __forceinline__ long long fa_start(const long long* ds, long long t) {
+  long long s = 0;
+#if FA_DOCS
+  s = ds[t];
+#endif
+#if FA_WIN > 0
+  if (t - FA_WIN + 1 > s) s = t - FA_WIN + 1;
+#endif
+  return s;
+}
+// fa_doc_end is the first t in [lo, hi) with fa_start(ds, t) > key (hi when
+// there is none).
+__device__ __forceinline__ long long fa_doc_end(const long long* ds, long long lo, long long hi, long long key) {
   while (lo < hi) {
     const long long mid = (lo + hi) >> 1;
-    if (s[mid] > key) hi = mid; else lo = mid + 1;
+    if (fa_start(ds, mid) > key) hi = mid; else lo = mid + 1;
   }
   return lo;
 }

@@ -52,8 +52,15 @@ type Desc struct {
 	// whose start lies past the tile, so the tiles between documents are skipped,
 	// not masked. Dense causal attention with the fused backward only: not a
 	// dilated branch, a ring block nor the split dQ.
-	Docs  bool
-	Scale float64 // 0 means 1/sqrt(D)
+	Docs bool
+	// Window, when positive, is a sliding window (ir/window.go): query t sees
+	// keys t−Window < j ≤ t. It is a first visible key per query like a
+	// document start, computed instead of read, and combines with Docs (the
+	// later start): the forward's key loop starts at its first row's start and
+	// the backward's query walk ends where the window has passed the key tile,
+	// so the tiles outside the window are skipped. The same cases as Docs.
+	Window int64
+	Scale  float64 // 0 means 1/sqrt(D)
 	// Br and Bc are the forward's query and key tile rows; Stages the number of
 	// K/V tiles in flight (2: double buffering). Each forward warp owns WM m-tiles
 	// of 16 query rows (1 or 2: two halve the shared-memory reads of K and V per
@@ -324,6 +331,13 @@ func (d Desc) Check() error {
 	}
 	if d.Docs && (!d.Causal || d.Dilated() || d.Accumulate || d.QPos != 0 || d.KPos != 0 || !d.Fused()) {
 		return fmt.Errorf("document mask: dense causal attention with the fused backward only " +
+			"(not a dilated branch, a ring block or the split dQ)")
+	}
+	if d.Window < 0 {
+		return fmt.Errorf("window %d: want a positive number of keys, or 0 for none", d.Window)
+	}
+	if d.Window > 0 && (!d.Causal || d.Dilated() || d.Accumulate || d.QPos != 0 || d.KPos != 0 || !d.Fused()) {
+		return fmt.Errorf("sliding window: dense causal attention with the fused backward only " +
 			"(not a dilated branch, a ring block or the split dQ)")
 	}
 	if d.Offsets != "paper" && d.Offsets != "block" {

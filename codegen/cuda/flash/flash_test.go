@@ -30,7 +30,11 @@ func variants() []Desc {
 		Desc{B: 1, T: 512, S: 512, Hq: 4, Hkv: 4, D: 64, Causal: true, QPos: 512, KPos: 0, Accumulate: true},
 		// Packed documents: dense causal with the fused backward, GQA and a ragged tail.
 		Desc{B: 2, T: 1000, S: 1000, Hq: 4, Hkv: 2, D: 128, Causal: true, Docs: true},
-		Desc{B: 1, T: 777, S: 777, Hq: 8, Hkv: 1, D: 64, Causal: true, Docs: true})
+		Desc{B: 1, T: 777, S: 777, Hq: 8, Hkv: 1, D: 64, Causal: true, Docs: true},
+		// Sliding windows: alone (GQA, a window not a multiple of any tile, a
+		// ragged tail), and with packed documents.
+		Desc{B: 2, T: 1000, S: 1000, Hq: 4, Hkv: 2, D: 128, Causal: true, Window: 300},
+		Desc{B: 1, T: 777, S: 777, Hq: 8, Hkv: 1, D: 64, Causal: true, Window: 129, Docs: true})
 	return ds
 }
 
@@ -38,7 +42,7 @@ func kernels(t *testing.T, d Desc) []Kernel {
 	t.Helper()
 	var ks []Kernel
 	gens := []func(Desc) (Kernel, error){Forward, Delta, DKDV}
-	if !d.Docs { // a document mask has only the fused backward, whose dK/dV kernel computes dQ
+	if !d.Docs && d.Window == 0 { // documents and windows have only the fused backward, whose dK/dV kernel computes dQ
 		gens = append(gens, DQ)
 	}
 	if d.Defaults().Fused() {

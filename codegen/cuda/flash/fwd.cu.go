@@ -28,12 +28,15 @@ const fwdSrc = `extern "C" __global__ void __launch_bounds__(FA_NT) @KERNEL@(FA_
     if (lim < kend) kend = lim;
   }
   const int nkt = kend > 0 ? (int)((kend + FA_BC - 1) / FA_BC) : 0;
-  // j0 is the first key tile a row of the tile sees: the first row's document
-  // start (starts never decrease), 0 without documents.
+  // j0 is the first key tile a row of the tile sees: the first row's start
+  // (fa_start: documents, window; starts never decrease), 0 without either.
   int j0 = 0;
+  const long long* dsr = 0;
 #if FA_DOCS
-  const long long* dsr = ds + b * FA_T;
-  j0 = (int)(dsr[q0] / FA_BC);
+  dsr = ds + b * FA_T;
+#endif
+#if FA_LEFT
+  j0 = (int)(fa_start(dsr, q0) / FA_BC);
 #endif
   const long long qrs = (long long)FA_HQ * FA_D * FA_R, krs = (long long)FA_HKV * FA_D * FA_R;
   const fa_bf16* qg = q + ((b * FA_T + qp0) * FA_HQ + h) * FA_D;
@@ -54,18 +57,19 @@ const fwdSrc = `extern "C" __global__ void __launch_bounds__(FA_NT) @KERNEL@(FA_
   // Warp w owns FA_WM m-tiles of 16 query rows: rows q0 + w·16·FA_WM + mi·16 + g (+8).
   const int wr = warp * 16 * FA_WM;
   const long long r0 = q0 + wr + g;
-  // ds0[mi][r] is the document start of this thread's row r0 + mi·16 + 8r, and
-  // dmax the largest: key tiles at or past it need no document mask.
+  // ds0[mi][r] is the first visible key of this thread's row r0 + mi·16 + 8r,
+  // and dmax the largest: key tiles at or past it need no document or window
+  // mask.
   long long ds0[FA_WM][2], dmax = 0;
 #pragma unroll
   for (int mi = 0; mi < FA_WM; ++mi) ds0[mi][0] = ds0[mi][1] = 0;
-#if FA_DOCS
+#if FA_LEFT
 #pragma unroll
   for (int mi = 0; mi < FA_WM; ++mi)
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       const long long row = r0 + mi * 16 + r * 8;
-      ds0[mi][r] = row < qn ? dsr[row] : 0;
+      ds0[mi][r] = row < qn ? fa_start(dsr, row) : 0;
       dmax = ds0[mi][r] > dmax ? ds0[mi][r] : dmax;
     }
 #endif
@@ -133,7 +137,7 @@ const fwdSrc = `extern "C" __global__ void __launch_bounds__(FA_NT) @KERNEL@(FA_
       }
     }
     const long long k0 = (long long)j * FA_BC;
-    if (k0 + FA_BC > kn || (FA_CAUSAL && FA_KPOS + k0 + FA_BC - 1 > FA_QPOS + q0 + wr) || (FA_DOCS && k0 < dmax)) {
+    if (k0 + FA_BC > kn || (FA_CAUSAL && FA_KPOS + k0 + FA_BC - 1 > FA_QPOS + q0 + wr) || (FA_LEFT && k0 < dmax)) {
 #pragma unroll
       for (int mi = 0; mi < FA_WM; ++mi)
 #pragma unroll
@@ -141,7 +145,7 @@ const fwdSrc = `extern "C" __global__ void __launch_bounds__(FA_NT) @KERNEL@(FA_
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
             const long long col = k0 + nt * 8 + c2 + (e & 1), row = r0 + mi * 16 + (e >> 1) * 8;
-            if (col >= kn || (FA_CAUSAL && FA_KPOS + col > FA_QPOS + row) || (FA_DOCS && col < ds0[mi][e >> 1]))
+            if (col >= kn || (FA_CAUSAL && FA_KPOS + col > FA_QPOS + row) || (FA_LEFT && col < ds0[mi][e >> 1]))
               s[mi][nt][e] = -FA_INF;
           }
     }

@@ -31,12 +31,15 @@ const fwd90Src = `extern "C" __global__ void __launch_bounds__(FA_NT, 1) @KERNEL
     if (lim < kend) kend = lim;
   }
   const int nkt = kend > 0 ? (int)((kend + FA_BC - 1) / FA_BC) : 0;
-  // j0 is the first key tile a row of the tile sees: the first row's document
-  // start (starts never decrease), 0 without documents.
+  // j0 is the first key tile a row of the tile sees: the first row's start
+  // (fa_start: documents, window; starts never decrease), 0 without either.
   int j0 = 0;
+  const long long* dsr = 0;
 #if FA_DOCS
-  const long long* dsr = ds + b * FA_T;
-  j0 = (int)(dsr[q0] / FA_BC);
+  dsr = ds + b * FA_T;
+#endif
+#if FA_LEFT
+  j0 = (int)(fa_start(dsr, q0) / FA_BC);
 #endif
   const long long qrs = (long long)FA_HQ * FA_D * FA_R, krs = (long long)FA_HKV * FA_D * FA_R;
   const fa_bf16* qg = q + ((b * FA_T + qp0) * FA_HQ + h) * FA_D;
@@ -60,12 +63,12 @@ const fwd90Src = `extern "C" __global__ void __launch_bounds__(FA_NT, 1) @KERNEL
   // Warp w of warpgroup wg owns rows q0 + wg·64 + (w mod 4)·16 + g (+8).
   const int wr = wg * 64 + (warp & 3) * 16;
   const long long r0 = q0 + wr + g;
-  // ds0[r] is the document start of this thread's row r0 + 8r, and dmax the
-  // larger: key tiles at or past it need no document mask.
+  // ds0[r] is the first visible key of this thread's row r0 + 8r, and dmax the
+  // larger: key tiles at or past it need no document or window mask.
   long long ds0[2] = {0, 0}, dmax = 0;
-#if FA_DOCS
+#if FA_LEFT
 #pragma unroll
-  for (int r = 0; r < 2; ++r) ds0[r] = r0 + r * 8 < qn ? dsr[r0 + r * 8] : 0;
+  for (int r = 0; r < 2; ++r) ds0[r] = r0 + r * 8 < qn ? fa_start(dsr, r0 + r * 8) : 0;
   dmax = ds0[0] > ds0[1] ? ds0[0] : ds0[1];
 #endif
   const unsigned qa = fa_smem(sQ) + wg * 64 * 128;
@@ -97,13 +100,13 @@ const fwd90Src = `extern "C" __global__ void __launch_bounds__(FA_NT, 1) @KERNEL
     fa_wg_commit();
     fa_wg_wait<0>();  // S, and the previous tile's P·V (acc is rescaled next)
     const long long k0 = (long long)j * FA_BC;
-    if (k0 + FA_BC > kn || (FA_CAUSAL && FA_KPOS + k0 + FA_BC - 1 > FA_QPOS + q0 + wr) || (FA_DOCS && k0 < dmax)) {
+    if (k0 + FA_BC > kn || (FA_CAUSAL && FA_KPOS + k0 + FA_BC - 1 > FA_QPOS + q0 + wr) || (FA_LEFT && k0 < dmax)) {
 #pragma unroll
       for (int nt = 0; nt < FA_BC / 8; ++nt)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const long long col = k0 + nt * 8 + c2 + (e & 1), row = r0 + (e >> 1) * 8;
-          if (col >= kn || (FA_CAUSAL && FA_KPOS + col > FA_QPOS + row) || (FA_DOCS && col < ds0[e >> 1]))
+          if (col >= kn || (FA_CAUSAL && FA_KPOS + col > FA_QPOS + row) || (FA_LEFT && col < ds0[e >> 1]))
             s[nt * 4 + e] = -FA_INF;
         }
     }

@@ -10,6 +10,7 @@
 #define FA_D 128
 #define FA_CAUSAL 1
 #define FA_DOCS 0
+#define FA_WIN 0LL
 #define FA_SCALE 0.088388346f
 #define FA_SL2 0.12751743f
 #define FA_W 1000LL
@@ -110,12 +111,28 @@ __device__ __forceinline__ void fa_geom(long long sg, int h, long long len, long
 #else
 #define FA_DOCS_ARG
 #endif
-// fa_doc_end is the first t in [lo, hi) with s[t] > key (hi when there is none),
-// for s non-decreasing.
-__device__ __forceinline__ long long fa_doc_end(const long long* s, long long lo, long long hi, long long key) {
+// FA_LEFT: a query's first visible key need not be 0, because of documents, a
+// sliding window of FA_WIN keys (ir/window.go), or both.
+#define FA_LEFT (FA_DOCS || FA_WIN > 0)
+// fa_start is query t's first visible key: its document's start (ds, this
+// batch row's starts, read only with FA_DOCS), or t − FA_WIN + 1, whichever is
+// later. It never decreases with t.
+__device__ __forceinline__ long long fa_start(const long long* ds, long long t) {
+  long long s = 0;
+#if FA_DOCS
+  s = ds[t];
+#endif
+#if FA_WIN > 0
+  if (t - FA_WIN + 1 > s) s = t - FA_WIN + 1;
+#endif
+  return s;
+}
+// fa_doc_end is the first t in [lo, hi) with fa_start(ds, t) > key (hi when
+// there is none).
+__device__ __forceinline__ long long fa_doc_end(const long long* ds, long long lo, long long hi, long long key) {
   while (lo < hi) {
     const long long mid = (lo + hi) >> 1;
-    if (s[mid] > key) hi = mid; else lo = mid + 1;
+    if (fa_start(ds, mid) > key) hi = mid; else lo = mid + 1;
   }
   return lo;
 }
@@ -134,7 +151,7 @@ __device__ __forceinline__ void fa_load_tile(fa_bf16* s, const fa_bf16* g, long 
     fa_cp16(fa_smem(s + fa_swz(r, ch * 8)), src, ok);
   }
 }
-extern "C" __global__ void __launch_bounds__(FA_NT) attention_flash_dkdv_2f22b598beeb5bd8(FA_OT* __restrict__ dk, FA_OT* __restrict__ dv,
+extern "C" __global__ void __launch_bounds__(FA_NT) attention_flash_dkdv_7551834bb09260b5(FA_OT* __restrict__ dk, FA_OT* __restrict__ dv,
     const fa_bf16* __restrict__ q, const fa_bf16* __restrict__ k, const fa_bf16* __restrict__ v,
     const fa_bf16* __restrict__ dout, const float* __restrict__ lse, const float* __restrict__ delta
     ) {

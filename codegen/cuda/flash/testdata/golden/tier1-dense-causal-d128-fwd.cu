@@ -10,6 +10,7 @@
 #define FA_D 128
 #define FA_CAUSAL 1
 #define FA_DOCS 0
+#define FA_WIN 0LL
 #define FA_SCALE 0.088388346f
 #define FA_SL2 0.12751743f
 #define FA_W 1000LL
@@ -110,12 +111,28 @@ __device__ __forceinline__ void fa_geom(long long sg, int h, long long len, long
 #else
 #define FA_DOCS_ARG
 #endif
-// fa_doc_end is the first t in [lo, hi) with s[t] > key (hi when there is none),
-// for s non-decreasing.
-__device__ __forceinline__ long long fa_doc_end(const long long* s, long long lo, long long hi, long long key) {
+// FA_LEFT: a query's first visible key need not be 0, because of documents, a
+// sliding window of FA_WIN keys (ir/window.go), or both.
+#define FA_LEFT (FA_DOCS || FA_WIN > 0)
+// fa_start is query t's first visible key: its document's start (ds, this
+// batch row's starts, read only with FA_DOCS), or t − FA_WIN + 1, whichever is
+// later. It never decreases with t.
+__device__ __forceinline__ long long fa_start(const long long* ds, long long t) {
+  long long s = 0;
+#if FA_DOCS
+  s = ds[t];
+#endif
+#if FA_WIN > 0
+  if (t - FA_WIN + 1 > s) s = t - FA_WIN + 1;
+#endif
+  return s;
+}
+// fa_doc_end is the first t in [lo, hi) with fa_start(ds, t) > key (hi when
+// there is none).
+__device__ __forceinline__ long long fa_doc_end(const long long* ds, long long lo, long long hi, long long key) {
   while (lo < hi) {
     const long long mid = (lo + hi) >> 1;
-    if (s[mid] > key) hi = mid; else lo = mid + 1;
+    if (fa_start(ds, mid) > key) hi = mid; else lo = mid + 1;
   }
   return lo;
 }
@@ -134,7 +151,7 @@ __device__ __forceinline__ void fa_load_tile(fa_bf16* s, const fa_bf16* g, long 
     fa_cp16(fa_smem(s + fa_swz(r, ch * 8)), src, ok);
   }
 }
-extern "C" __global__ void __launch_bounds__(FA_NT) attention_flash_fwd_d35ed1527793ca14(FA_OT* __restrict__ o, float* __restrict__ lse,
+extern "C" __global__ void __launch_bounds__(FA_NT) attention_flash_fwd_904d4926f393fe69(FA_OT* __restrict__ o, float* __restrict__ lse,
     const fa_bf16* __restrict__ q, const fa_bf16* __restrict__ k, const fa_bf16* __restrict__ v FA_DOCS_ARG) {
   extern __shared__ __align__(128) unsigned char fa_sh[];
   fa_bf16* sQ = (fa_bf16*)fa_sh;
@@ -155,12 +172,15 @@ extern "C" __global__ void __launch_bounds__(FA_NT) attention_flash_fwd_d35ed152
     if (lim < kend) kend = lim;
   }
   const int nkt = kend > 0 ? (int)((kend + FA_BC - 1) / FA_BC) : 0;
-  // j0 is the first key tile a row of the tile sees: the first row's document
-  // start (starts never decrease), 0 without documents.
+  // j0 is the first key tile a row of the tile sees: the first row's start
+  // (fa_start: documents, window; starts never decrease), 0 without either.
   int j0 = 0;
+  const long long* dsr = 0;
 #if FA_DOCS
-  const long long* dsr = ds + b * FA_T;
-  j0 = (int)(dsr[q0] / FA_BC);
+  dsr = ds + b * FA_T;
+#endif
+#if FA_LEFT
+  j0 = (int)(fa_start(dsr, q0) / FA_BC);
 #endif
   const long long qrs = (long long)FA_HQ * FA_D * FA_R, krs = (long long)FA_HKV * FA_D * FA_R;
   const fa_bf16* qg = q + ((b * FA_T + qp0) * FA_HQ + h) * FA_D;
@@ -181,18 +201,19 @@ extern "C" __global__ void __launch_bounds__(FA_NT) attention_flash_fwd_d35ed152
   // Warp w owns FA_WM m-tiles of 16 query rows: rows q0 + w·16·FA_WM + mi·16 + g (+8).
   const int wr = warp * 16 * FA_WM;
   const long long r0 = q0 + wr + g;
-  // ds0[mi][r] is the document start of this thread's row r0 + mi·16 + 8r, and
-  // dmax the largest: key tiles at or past it need no document mask.
+  // ds0[mi][r] is the first visible key of this thread's row r0 + mi·16 + 8r,
+  // and dmax the largest: key tiles at or past it need no document or window
+  // mask.
   long long ds0[FA_WM][2], dmax = 0;
 #pragma unroll
   for (int mi = 0; mi < FA_WM; ++mi) ds0[mi][0] = ds0[mi][1] = 0;
-#if FA_DOCS
+#if FA_LEFT
 #pragma unroll
   for (int mi = 0; mi < FA_WM; ++mi)
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       const long long row = r0 + mi * 16 + r * 8;
-      ds0[mi][r] = row < qn ? dsr[row] : 0;
+      ds0[mi][r] = row < qn ? fa_start(dsr, row) : 0;
       dmax = ds0[mi][r] > dmax ? ds0[mi][r] : dmax;
     }
 #endif
@@ -260,7 +281,7 @@ extern "C" __global__ void __launch_bounds__(FA_NT) attention_flash_fwd_d35ed152
       }
     }
     const long long k0 = (long long)j * FA_BC;
-    if (k0 + FA_BC > kn || (FA_CAUSAL && FA_KPOS + k0 + FA_BC - 1 > FA_QPOS + q0 + wr) || (FA_DOCS && k0 < dmax)) {
+    if (k0 + FA_BC > kn || (FA_CAUSAL && FA_KPOS + k0 + FA_BC - 1 > FA_QPOS + q0 + wr) || (FA_LEFT && k0 < dmax)) {
 #pragma unroll
       for (int mi = 0; mi < FA_WM; ++mi)
 #pragma unroll
@@ -268,7 +289,7 @@ extern "C" __global__ void __launch_bounds__(FA_NT) attention_flash_fwd_d35ed152
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
             const long long col = k0 + nt * 8 + c2 + (e & 1), row = r0 + mi * 16 + (e >> 1) * 8;
-            if (col >= kn || (FA_CAUSAL && FA_KPOS + col > FA_QPOS + row) || (FA_DOCS && col < ds0[mi][e >> 1]))
+            if (col >= kn || (FA_CAUSAL && FA_KPOS + col > FA_QPOS + row) || (FA_LEFT && col < ds0[mi][e >> 1]))
               s[mi][nt][e] = -FA_INF;
           }
     }

@@ -10,6 +10,7 @@
 #define FA_D 128
 #define FA_CAUSAL 1
 #define FA_DOCS 0
+#define FA_WIN 0LL
 #define FA_SCALE 0.088388346f
 #define FA_SL2 0.12751743f
 #define FA_W 1000LL
@@ -110,12 +111,28 @@ __device__ __forceinline__ void fa_geom(long long sg, int h, long long len, long
 #else
 #define FA_DOCS_ARG
 #endif
-// fa_doc_end is the first t in [lo, hi) with s[t] > key (hi when there is none),
-// for s non-decreasing.
-__device__ __forceinline__ long long fa_doc_end(const long long* s, long long lo, long long hi, long long key) {
+// FA_LEFT: a query's first visible key need not be 0, because of documents, a
+// sliding window of FA_WIN keys (ir/window.go), or both.
+#define FA_LEFT (FA_DOCS || FA_WIN > 0)
+// fa_start is query t's first visible key: its document's start (ds, this
+// batch row's starts, read only with FA_DOCS), or t − FA_WIN + 1, whichever is
+// later. It never decreases with t.
+__device__ __forceinline__ long long fa_start(const long long* ds, long long t) {
+  long long s = 0;
+#if FA_DOCS
+  s = ds[t];
+#endif
+#if FA_WIN > 0
+  if (t - FA_WIN + 1 > s) s = t - FA_WIN + 1;
+#endif
+  return s;
+}
+// fa_doc_end is the first t in [lo, hi) with fa_start(ds, t) > key (hi when
+// there is none).
+__device__ __forceinline__ long long fa_doc_end(const long long* ds, long long lo, long long hi, long long key) {
   while (lo < hi) {
     const long long mid = (lo + hi) >> 1;
-    if (s[mid] > key) hi = mid; else lo = mid + 1;
+    if (fa_start(ds, mid) > key) hi = mid; else lo = mid + 1;
   }
   return lo;
 }
@@ -227,7 +244,7 @@ __device__ __forceinline__ void fa_wg_dq(float* d, unsigned long long da, unsign
     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
     : "l"(da), "l"(db), "r"(acc) : "memory");
 }
-extern "C" __global__ void __launch_bounds__(256, 1) attention_flash_dkdvdq_76a0a2e289869a31(FA_OT* __restrict__ dk, FA_OT* __restrict__ dv,
+extern "C" __global__ void __launch_bounds__(256, 1) attention_flash_dkdvdq_6df0732a85775dce(FA_OT* __restrict__ dk, FA_OT* __restrict__ dv,
     const fa_bf16* __restrict__ q, const fa_bf16* __restrict__ k, const fa_bf16* __restrict__ v,
     const fa_bf16* __restrict__ dout, const float* __restrict__ lse, const float* __restrict__ delta,
     unsigned* __restrict__ ws FA_DOCS_ARG) {
@@ -254,14 +271,16 @@ extern "C" __global__ void __launch_bounds__(256, 1) attention_flash_dkdvdq_76a0
     if (first < 0) first = 0;
   }
   const long long it0 = first / FA_BR;
-  // qend: with documents, the queries from the first whose document starts past
-  // the tile's last key see none of the tile (starts never decrease).
-  // qk0: the queries from the first whose document starts past k0 miss some of
-  // the tile's keys, so the items that reach it need the mask.
+  // qend: with documents or a window, the queries from the first whose start
+  // (fa_start) lies past the tile's last key see none of the tile (starts never
+  // decrease). qk0: the queries from the first whose start lies past k0 miss
+  // some of the tile's keys, so the items that reach it need the mask.
   long long qend = qn, qk0 = qn;
   const long long* dsr = 0;
 #if FA_DOCS
   dsr = ds + b * FA_T;
+#endif
+#if FA_LEFT
   qend = fa_doc_end(dsr, first, qn, (k0 + FA_BC < kn ? k0 + FA_BC : kn) - 1);
   qk0 = fa_doc_end(dsr, first, qend, k0);
 #endif
@@ -374,7 +393,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) attention_flash_dkdvdq_76a0
     fa_wg_commit();
     fa_wg_wait<1>();  // Sᵀ; dPᵀ runs on while P is computed
     const bool need = qq0 + FA_BR > qn || k0 + FA_BC > kn || (FA_CAUSAL && FA_QPOS + qq0 < FA_KPOS + k0 + FA_BC - 1) ||
-                      (FA_DOCS && qq0 + FA_BR > qk0);
+                      (FA_LEFT && qq0 + FA_BR > qk0);
     unsigned pa[FA_BR / 16][4], da[FA_BR / 16][4];
     const unsigned swb = sw + (w & 1) * FA_BC * FA_BR * 2;
     if (need) {
@@ -387,7 +406,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) attention_flash_dkdvdq_76a0
           float p = fa_exp2(fmaf(s[nt * 4 + e], FA_SL2, L == -FA_INF ? -FA_INF : -L * FA_LOG2E));
           const long long qrow = qq0 + lq, kcol = k0 + lk;
           if (qrow >= qn || kcol >= kn || (FA_CAUSAL && FA_KPOS + kcol > FA_QPOS + qrow) ||
-              (FA_DOCS && kcol < dsr[qrow])) p = 0.0f;
+              (FA_LEFT && kcol < fa_start(dsr, qrow))) p = 0.0f;
           s[nt * 4 + e] = p;
         }
     } else {

@@ -10,6 +10,7 @@
 #define FA_D 128
 #define FA_CAUSAL 1
 #define FA_DOCS 0
+#define FA_WIN 0LL
 #define FA_SCALE 0.088388346f
 #define FA_SL2 0.12751743f
 #define FA_W 1000LL
@@ -110,12 +111,28 @@ __device__ __forceinline__ void fa_geom(long long sg, int h, long long len, long
 #else
 #define FA_DOCS_ARG
 #endif
-// fa_doc_end is the first t in [lo, hi) with s[t] > key (hi when there is none),
-// for s non-decreasing.
-__device__ __forceinline__ long long fa_doc_end(const long long* s, long long lo, long long hi, long long key) {
+// FA_LEFT: a query's first visible key need not be 0, because of documents, a
+// sliding window of FA_WIN keys (ir/window.go), or both.
+#define FA_LEFT (FA_DOCS || FA_WIN > 0)
+// fa_start is query t's first visible key: its document's start (ds, this
+// batch row's starts, read only with FA_DOCS), or t − FA_WIN + 1, whichever is
+// later. It never decreases with t.
+__device__ __forceinline__ long long fa_start(const long long* ds, long long t) {
+  long long s = 0;
+#if FA_DOCS
+  s = ds[t];
+#endif
+#if FA_WIN > 0
+  if (t - FA_WIN + 1 > s) s = t - FA_WIN + 1;
+#endif
+  return s;
+}
+// fa_doc_end is the first t in [lo, hi) with fa_start(ds, t) > key (hi when
+// there is none).
+__device__ __forceinline__ long long fa_doc_end(const long long* ds, long long lo, long long hi, long long key) {
   while (lo < hi) {
     const long long mid = (lo + hi) >> 1;
-    if (s[mid] > key) hi = mid; else lo = mid + 1;
+    if (fa_start(ds, mid) > key) hi = mid; else lo = mid + 1;
   }
   return lo;
 }
@@ -193,7 +210,7 @@ __device__ __forceinline__ void fa_wg_o(float* d, const unsigned* a, unsigned lo
     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(acc) : "memory");
 }
-extern "C" __global__ void __launch_bounds__(FA_NT, 1) attention_flash_fwd_38b2864c13fb0ca6(FA_OT* __restrict__ o, float* __restrict__ lse,
+extern "C" __global__ void __launch_bounds__(FA_NT, 1) attention_flash_fwd_f67f4da2d8985a41(FA_OT* __restrict__ o, float* __restrict__ lse,
     const fa_bf16* __restrict__ q, const fa_bf16* __restrict__ k, const fa_bf16* __restrict__ v FA_DOCS_ARG) {
   extern __shared__ __align__(1024) unsigned char fa_sh[];
   fa_bf16* sQ = (fa_bf16*)fa_sh;
@@ -215,12 +232,15 @@ extern "C" __global__ void __launch_bounds__(FA_NT, 1) attention_flash_fwd_38b28
     if (lim < kend) kend = lim;
   }
   const int nkt = kend > 0 ? (int)((kend + FA_BC - 1) / FA_BC) : 0;
-  // j0 is the first key tile a row of the tile sees: the first row's document
-  // start (starts never decrease), 0 without documents.
+  // j0 is the first key tile a row of the tile sees: the first row's start
+  // (fa_start: documents, window; starts never decrease), 0 without either.
   int j0 = 0;
+  const long long* dsr = 0;
 #if FA_DOCS
-  const long long* dsr = ds + b * FA_T;
-  j0 = (int)(dsr[q0] / FA_BC);
+  dsr = ds + b * FA_T;
+#endif
+#if FA_LEFT
+  j0 = (int)(fa_start(dsr, q0) / FA_BC);
 #endif
   const long long qrs = (long long)FA_HQ * FA_D * FA_R, krs = (long long)FA_HKV * FA_D * FA_R;
   const fa_bf16* qg = q + ((b * FA_T + qp0) * FA_HQ + h) * FA_D;
@@ -244,12 +264,12 @@ extern "C" __global__ void __launch_bounds__(FA_NT, 1) attention_flash_fwd_38b28
   // Warp w of warpgroup wg owns rows q0 + wg·64 + (w mod 4)·16 + g (+8).
   const int wr = wg * 64 + (warp & 3) * 16;
   const long long r0 = q0 + wr + g;
-  // ds0[r] is the document start of this thread's row r0 + 8r, and dmax the
-  // larger: key tiles at or past it need no document mask.
+  // ds0[r] is the first visible key of this thread's row r0 + 8r, and dmax the
+  // larger: key tiles at or past it need no document or window mask.
   long long ds0[2] = {0, 0}, dmax = 0;
-#if FA_DOCS
+#if FA_LEFT
 #pragma unroll
-  for (int r = 0; r < 2; ++r) ds0[r] = r0 + r * 8 < qn ? dsr[r0 + r * 8] : 0;
+  for (int r = 0; r < 2; ++r) ds0[r] = r0 + r * 8 < qn ? fa_start(dsr, r0 + r * 8) : 0;
   dmax = ds0[0] > ds0[1] ? ds0[0] : ds0[1];
 #endif
   const unsigned qa = fa_smem(sQ) + wg * 64 * 128;
@@ -281,13 +301,13 @@ extern "C" __global__ void __launch_bounds__(FA_NT, 1) attention_flash_fwd_38b28
     fa_wg_commit();
     fa_wg_wait<0>();  // S, and the previous tile's P·V (acc is rescaled next)
     const long long k0 = (long long)j * FA_BC;
-    if (k0 + FA_BC > kn || (FA_CAUSAL && FA_KPOS + k0 + FA_BC - 1 > FA_QPOS + q0 + wr) || (FA_DOCS && k0 < dmax)) {
+    if (k0 + FA_BC > kn || (FA_CAUSAL && FA_KPOS + k0 + FA_BC - 1 > FA_QPOS + q0 + wr) || (FA_LEFT && k0 < dmax)) {
 #pragma unroll
       for (int nt = 0; nt < FA_BC / 8; ++nt)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const long long col = k0 + nt * 8 + c2 + (e & 1), row = r0 + (e >> 1) * 8;
-          if (col >= kn || (FA_CAUSAL && FA_KPOS + col > FA_QPOS + row) || (FA_DOCS && col < ds0[e >> 1]))
+          if (col >= kn || (FA_CAUSAL && FA_KPOS + col > FA_QPOS + row) || (FA_LEFT && col < ds0[e >> 1]))
             s[nt * 4 + e] = -FA_INF;
         }
     }

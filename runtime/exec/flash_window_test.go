@@ -1,0 +1,106 @@
+package exec
+
+import (
+	"math"
+	"math/rand/v2"
+	"strings"
+	"testing"
+
+	codegen "github.com/lcc-dev/lcc/codegen/cuda"
+	"github.com/lcc-dev/lcc/ir"
+	"github.com/lcc-dev/lcc/runtime/cuda/devicetest"
+	"github.com/lcc-dev/lcc/tensor"
+)
+
+// windowGraph is causal sliding-window attention (window w) and its gradient
+// over T tokens; with lens, also over packed documents of those lengths.
+func windowGraph(t *testing.T, b, tl, h, hkv, d, w int64, lens []int64, seed uint64) (*ir.Func, map[string]*tensor.Tensor) {
+	t.Helper()
+	rng := rand.New(rand.NewPCG(seed, 11))
+	in := map[string]*tensor.Tensor{}
+	bl := ir.NewBuilder("attn_window")
+	fl := normalInputs(bl, rng, in)
+	q, k, v, do := fl("q", b, tl, h, d), fl("k", b, tl, hkv, d), fl("v", b, tl, hkv, d), fl("do", b, tl, h, d)
+	attrs := ir.A("causal", true, "scale", 1/math.Sqrt(float64(d)), "window", w)
+	args := []*ir.Value{q, k, v}
+	if lens != nil {
+		st := tensor.New(tensor.I64, b, tl)
+		for r := range b {
+			pos := int64(0)
+			for _, l := range lens {
+				for j := range l {
+					st.I[r*tl+pos+j] = pos
+				}
+				pos += l
+			}
+		}
+		in["starts"] = st
+		args = append(args, bl.Input("starts", ir.T(tensor.I64, b, tl)))
+		attrs = ir.A("causal", true, "scale", 1/math.Sqrt(float64(d)), "window", w, "docs", true)
+	}
+	r := bl.Apply(ir.OpAttention, attrs, args...)
+	g := bl.Apply(ir.OpAttentionGrad, attrs, append([]*ir.Value{q, k, v, r[0], r[1], do}, args[3:]...)...)
+	for i, n := range []string{"o", "lse"} {
+		bl.Output(n, r[i])
+	}
+	for i, n := range []string{"dq", "dk", "dv"} {
+		bl.Output(n, g[i])
+	}
+	f, err := bl.Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f, in
+}
+
+// TestFlashWindowLowering: a sliding window lowers to the tensor-core kernels
+// at both tiers, its width in their source; with f32 storage or a head dim the
+// tensor cores do not take, the scalar kernels run it, and the program says why.
+func TestFlashWindowLowering(t *testing.T) {
+	f, _ := windowGraph(t, 1, 300, 2, 1, 64, 100, nil, 1)
+	for _, arch := range []string{"sm_90a", "sm_90"} {
+		p, err := codegen.Build(f, codegen.Options{Arch: arch, Storage: tensor.BF16})
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for _, k := range p.Kernels {
+			if k.Op == "attention.flash.fwd" || k.Op == "attention.flash.dkdvdq" {
+				n++
+				if !strings.Contains(k.Source, "window=100") || !strings.Contains(k.Source, "#define FA_WIN 100LL") {
+					t.Errorf("%s %s: the source does not carry the window", arch, k.Op)
+				}
+			}
+		}
+		if n != 2 {
+			t.Errorf("%s: %d windowed flash kernels, want the forward and the fused backward", arch, n)
+		}
+	}
+	p, err := codegen.Build(f, codegen.Options{Arch: "sm_90a", Storage: tensor.F32})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range p.Attention {
+		if c.Kernel != codegen.KernelScalar || c.Why == "" {
+			t.Errorf("f32 storage: choice %+v, want the scalar kernels with a reason", c)
+		}
+	}
+	for _, k := range p.Kernels {
+		if strings.HasPrefix(k.Op, "attention") && !strings.Contains(k.Source, "#define AT_WIN 100LL") {
+			t.Errorf("scalar %s: the source does not carry the window", k.Op)
+		}
+	}
+}
+
+// TestGPUFlashWindow runs sliding-window attention through the executor (bf16
+// on the tensor cores, f32 and head dim 96 on the scalar kernels; outputs
+// poisoned) against the CPU interpreter.
+func TestGPUFlashWindow(t *testing.T) {
+	dev := devicetest.Open(t)
+	f, in := windowGraph(t, 2, 700, 4, 2, 128, 200, nil, 3)
+	compare(t, dev, f, in, Options{Storage: tensor.BF16}, 2e-2)
+	f, in = windowGraph(t, 1, 600, 8, 2, 64, 77, []int64{257, 1, 342}, 4)
+	compare(t, dev, f, in, Options{Storage: tensor.BF16}, 2e-2)
+	f, in = windowGraph(t, 1, 200, 4, 2, 96, 33, nil, 5)
+	compare(t, dev, f, in, Options{}, 1e-4)
+}
