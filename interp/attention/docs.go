@@ -34,6 +34,7 @@ func docKeys(d Dims, starts []int64, qPos, kPos int) func(b, t int) keySet {
 	return func(b, t int) keySet {
 		ks := denseKeys(d, t, qPos, kPos, true)
 		ks.lo = min(max(int(starts[b*d.T+t])-kPos, 0), d.S)
+		ks.aligned = true
 		return ks
 	}
 }

@@ -19,7 +19,12 @@ func (h kvHead) row(x []float64, j int) []float64 {
 
 // keySet is the arithmetic progression of key positions lo, lo+step, ... < hi.
 // Dense rows use step 1; a dilated branch uses step r.
-type keySet struct{ lo, step, hi int }
+type keySet struct {
+	lo, step, hi int
+	// aligned: the kernels' key tiles are multiples of the tile from key 0, not
+	// from lo (a dense row cut below by its document or window starts mid-tile).
+	aligned bool
+}
 
 // count is the number of keys in the set (0 when empty).
 func (ks keySet) count() int {

@@ -19,9 +19,9 @@ import "math"
 //     dQ = dS·K. The fused backward sums dQ in 64-bit fixed point whose unit lies
 //     62 bits below a bound on |dQ|, far below any rounding modelled here.
 //
-// Key tiles count the keys a row may see from the first of its sequence (dense)
-// or of its segment's selected keys (a dilated branch), as the kernels number
-// them. The zero Rounding is exact attention. Additively masked attention never
+// Key tiles count the keys a row may see from the first of its sequence (dense,
+// also when documents or a window start the row inside a tile) or of its
+// segment's selected keys (a dilated branch), as the kernels number them. The zero Rounding is exact attention. Additively masked attention never
 // runs on those kernels, so masks ignore it.
 type Rounding struct {
 	// KeyTile is the forward's key tile (the kernel descriptor's Bc).
@@ -47,9 +47,15 @@ func rowForwardRounded(q []float64, kv kvHead, ks keySet, scale float64, r Round
 	if tile <= 0 {
 		tile = max(n, 1)
 	}
+	// The first tile is shorter when the row's keys start inside one.
+	first := tile
+	if ks.aligned && ks.step == 1 {
+		first = tile - ks.lo%tile
+	}
 	m, sum := negInf, 0.0
-	for t0 := 0; t0 < n; t0 += tile {
-		t1 := min(t0+tile, n)
+	for t0, t1 := 0, 0; t0 < n; t0 = t1 {
+		t1 = min(t0+first, n)
+		first = tile
 		mt := m
 		for c := t0; c < t1; c++ {
 			mt = max(mt, scores[c])
