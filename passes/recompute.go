@@ -3,6 +3,7 @@ package passes
 import (
 	"fmt"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -96,8 +97,10 @@ type RecomputeStats struct {
 	// PeakBefore and PeakAfter are the memory model's peaks without and with it.
 	PeakBefore int64 `json:"peak_before_bytes"`
 	PeakAfter  int64 `json:"peak_after_bytes"`
-	// Tried lists the plans auto evaluated, in order ("policy=peak").
-	Tried []string `json:"tried,omitempty"`
+	// Tried lists the plans auto evaluated, in order ("policy=peak"); attempts
+	// is the same list as values, for a refusal's summary.
+	Tried    []string `json:"tried,omitempty"`
+	attempts []attempt
 	// Offloaded is the number of kept values offloaded to host memory, of
 	// Offloadable (every kept value but the one the backward reads first);
 	// OffloadedBytes their pinned host bytes (the memory model's).
@@ -145,54 +148,60 @@ func (e *RecomputeError) Error() string {
 	return fmt.Sprintf("activations do not fit the memory budget: budget %s per GPU, smallest planned "+
 		"peak %s (policy %s; without checkpointing %s; tried %s)%s; try %s",
 		gib(e.BudgetBytes), gib(e.Smallest.PeakAfter), e.Smallest.Policy, gib(e.NoneBytes),
-		briefTried(e.Smallest.Tried), off, strings.Join(hints, ", "))
+		briefTried(e.Smallest.attempts), off, strings.Join(hints, ", "))
 }
 
-// briefTried is a plan's attempts ("policy=peak") for a message: the named
-// policies each, the partial offloads ("policy(k/n)=...") and the knapsack's
-// plans each as a count and their smallest peak; the report's JSON keeps them
-// all (RecomputeStats.Tried).
-func briefTried(tried []string) string {
+// attempt is one plan auto evaluated: its name as Tried writes it (a partial
+// offload's carries its counts, "layers+offload(6/12)"), what kind of plan it
+// is, and its peak.
+type attempt struct {
+	name string
+	kind attemptKind
+	peak int64
+}
+
+// attemptKind groups attempts for a refusal's summary.
+type attemptKind uint8
+
+const (
+	attemptFixed    attemptKind = iota // a fixed policy, named each
+	attemptPartial                     // a partial offload, counted
+	attemptKnapsack                    // one of the knapsack's plans, counted
+)
+
+func (a attempt) String() string { return a.name + "=" + shortBytes(a.peak) }
+
+// briefTried is a plan's attempts for a message: the fixed policies each
+// ("policy=peak"), the partial offloads and the knapsack's plans each as a
+// count and their smallest peak, in the order their kinds first came; the
+// report's JSON keeps them all (RecomputeStats.Tried).
+func briefTried(tried []attempt) string {
 	type group struct {
 		n    int
-		best float64
+		best int64
 	}
-	var named []string
-	groups := map[string]*group{}
-	var order []string
-	for _, t := range tried {
-		name, peak, _ := strings.Cut(t, "=")
-		kind := ""
-		switch {
-		case name == "knapsack":
-			kind = "knapsack plans"
-		case strings.Contains(name, "("):
-			kind = "partial offloads"
-		default:
-			named = append(named, t)
+	var out []string
+	groups := map[attemptKind]*group{}
+	var order []attemptKind
+	for _, a := range tried {
+		if a.kind == attemptFixed {
+			out = append(out, a.String())
 			continue
 		}
-		var v float64 // bytes, as shortBytes wrote them
-		if gb, ok := strings.CutSuffix(peak, "GiB"); ok {
-			fmt.Sscanf(gb, "%g", &v)
-			v *= 1 << 30
-		} else {
-			fmt.Sscanf(strings.TrimSuffix(peak, "B"), "%g", &v)
-		}
-		g := groups[kind]
+		g := groups[a.kind]
 		if g == nil {
-			g = &group{best: v}
-			groups[kind] = g
-			order = append(order, kind)
+			g = &group{best: a.peak}
+			groups[a.kind] = g
+			order = append(order, a.kind)
 		}
 		g.n++
-		g.best = min(g.best, v)
+		g.best = min(g.best, a.peak)
 	}
-	for _, kind := range order {
-		g := groups[kind]
-		named = append(named, fmt.Sprintf("%d %s (smallest %s)", g.n, kind, shortBytes(int64(g.best))))
+	for _, k := range order {
+		what := map[attemptKind]string{attemptPartial: "partial offloads", attemptKnapsack: "knapsack plans"}[k]
+		out = append(out, fmt.Sprintf("%d %s (smallest %s)", groups[k].n, what, shortBytes(groups[k].best)))
 	}
-	return strings.Join(named, " ")
+	return strings.Join(out, " ")
 }
 
 // shortBytes renders a byte count in GiB, or bytes when small.
@@ -255,7 +264,7 @@ func Recompute(f *ir.Func, cfg RecomputeConfig) (RecomputeStats, error) {
 	start := cost.BackwardStart(f)
 	before, _ := measure(f)
 	st := RecomputeStats{Policy: "none", PeakBefore: before, PeakAfter: before}
-	var tried []string
+	var tried []attempt
 	// try plans policy: recompute what recompute selects, then offload the last
 	// off of the kept values (offloadAll: every one; 0: none).
 	try := func(policy string, recompute func(*ir.Node) bool, off int) (*ir.Func, RecomputeStats) {
@@ -266,11 +275,14 @@ func Recompute(f *ir.Func, cfg RecomputeConfig) (RecomputeStats, error) {
 			done, can = offloadKept(g, start, off)
 		}
 		peak, host := measure(g)
-		name := policy
-		if off > 0 {
-			name = fmt.Sprintf("%s(%d/%d)", policy, done, can)
+		a := attempt{name: policy, peak: peak}
+		switch {
+		case off > 0:
+			a.name, a.kind = fmt.Sprintf("%s(%d/%d)", policy, done, can), attemptPartial
+		case policy == "knapsack":
+			a.kind = attemptKnapsack
 		}
-		tried = append(tried, fmt.Sprintf("%s=%s", name, shortBytes(peak)))
+		tried = append(tried, a)
 		s := RecomputeStats{Policy: policy, RecomputedOps: n, RecomputedFLOPs: flops,
 			SavedBytes: before - peak, PeakBefore: before, PeakAfter: peak, Offloaded: done,
 			Offloadable: can}
@@ -351,8 +363,7 @@ func Recompute(f *ir.Func, cfg RecomputeConfig) (RecomputeStats, error) {
 		}
 	}
 	if best >= 0 {
-		all[best].s.Tried = tried
-		return apply(all[best].g, all[best].s)
+		return apply(all[best].g, withTried(all[best].s, tried))
 	}
 	// Offload, only what the GPU cannot hold: of the kept values of layers,
 	// then sublayers, the fewest (needed last first) that bring the peak within
@@ -390,8 +401,7 @@ func Recompute(f *ir.Func, cfg RecomputeConfig) (RecomputeStats, error) {
 		}
 	}
 	if best >= 0 {
-		off[best].s.Tried = tried
-		return apply(off[best].g, off[best].s)
+		return apply(off[best].g, withTried(off[best].s, tried))
 	}
 	// Knapsack: from the in-device plan with the smallest peak, drop kept
 	// values, largest first, while the peak falls, until it fits.
@@ -412,13 +422,22 @@ func Recompute(f *ir.Func, cfg RecomputeConfig) (RecomputeStats, error) {
 				g, s = c.g, c.s
 			}
 		}
-		s.Tried = tried
+		s = withTried(s, tried)
 		*f = *g // the smallest peak found, so the report shows the closest plan
 		return s, &RecomputeError{BudgetBytes: cfg.BudgetBytes, Smallest: s, NoneBytes: before,
 			Hints: cfg.Hints, Offload: refused, Rejected: why, Plans: whole}
 	}
-	s.Tried = tried
-	return apply(g, s)
+	return apply(g, withTried(s, tried))
+}
+
+// withTried is s with the attempts that led to it.
+func withTried(s RecomputeStats, tried []attempt) RecomputeStats {
+	s.attempts = slices.Clone(tried)
+	s.Tried = make([]string, len(tried))
+	for i, a := range tried {
+		s.Tried[i] = a.String()
+	}
+	return s
 }
 
 // partialOffload plans policy (a "+offload" policy's kept set, recompute) with
