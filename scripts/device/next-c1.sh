@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Planned device call 1 of the next session (scripts/device/pack.sh first, then
+# copy this into .gpu/b): the 3B export starts in the background into .gpu/x3b
+# (it persists while the machine stays warm, for next-c2.sh); the GPU tests of
+# the work no device has run yet (sliding windows on both tiers and the scalar
+# kernels, the zoo with its windowed attention), then every GPU test binary;
+# the window's speed against dense causal at 64K.
+R=$(pwd); T0=$(date +%s)
+cd .gpu && tar xJf a/tests.tar.xz && tar xJf b/lcc.tar.xz && cd "$R"
+L=$R/.gpu/lcc; mkdir -p $OUT/logs .gpu/x3b
+left() { echo $(( 560 - ($(date +%s) - T0) )); }
+( t=$(date +%s); python3 .gpu/b/anchors/hf_llama.py --preset 3b export .gpu/x3b > $OUT/logs/export3b.log 2>&1; echo "export3b rc=$? $(( $(date +%s)-t )) s" >> $OUT/logs/export3b.log ) &
+gt() { # gt BINARY DIR PATTERN LIMIT: one test binary, counted
+  (cd $2 && LCC_REQUIRE_GPU=1 timeout $4 $R/.gpu/$1.test -test.run "$3" -test.v > $OUT/logs/$1.log 2>&1; echo "$1 rc=$? pass=$(grep -c -- '--- PASS' $OUT/logs/$1.log) fail=$(grep -c -- '--- FAIL' $OUT/logs/$1.log) skip=$(grep -c -- '--- SKIP' $OUT/logs/$1.log) at $(( $(date +%s)-T0 )) s")
+  grep -E -- "--- FAIL|panic" $OUT/logs/$1.log | head -8
+}
+gt perf_flash perf/flash 'GPUWindow|GPUDocs' 120
+gt runtime_exec runtime/exec 'GPUFlashWindow|GPUFlashDocs|GPUFamilies' 120
+for T in 65536; do
+  for a in "--H 8 --D 128" "--H 16 --Hkv 4 --D 64"; do
+    timeout 60 $L bench attention --T $T $a --window 4096 > $OUT/logs/win_${T}_${a// /}.log 2>&1; echo "bench window $T $a rc=$?"
+    grep -E "^  |vs one" $OUT/logs/win_${T}_${a// /}.log | cut -c1-200
+  done
+done
+echo "targeted done at $(( $(date +%s)-T0 )) s"
+# Every GPU test, what time is left, the longest binaries last.
+for b in runtime_cuda perf_flash runtime_exec runtime_comm_nccl runtime_comm_devlocal train_runner train_eval train; do
+  d=$(awk -v n=$b '$1==n {print $2}' .gpu/tests.txt); [ -n "$d" ] || continue
+  l=$(left); [ $l -gt 20 ] || { echo "no time left for $b"; continue; }
+  (cd $d && LCC_REQUIRE_GPU=1 timeout $l $R/.gpu/$b.test -test.run GPU > $OUT/logs/all_$b.log 2>&1; echo "all $b rc=$? pass=$(grep -c -- '--- PASS' $OUT/logs/all_$b.log) fail=$(grep -c -- '--- FAIL' $OUT/logs/all_$b.log)")
+  grep -E -- "--- FAIL" $OUT/logs/all_$b.log | head -5
+done
+tail -1 $OUT/logs/export3b.log
+tar -C $OUT -czf $OUT/logs.tgz logs && rm -rf $OUT/logs
