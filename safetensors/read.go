@@ -332,16 +332,37 @@ func decode(file string, data []byte) (*File, error) {
 	if err != nil {
 		return nil, wrap(file, "", err)
 	}
-	h, err := parseHeader(file, data[8:8+n])
+	h, spans, err := layout(file, data[8:8+n], int64(len(data))-8-n)
 	if err != nil {
 		return nil, err
 	}
 	body := data[8+n:]
+	f := &File{Path: file, Tensors: make(map[string]*tensor.Tensor, len(spans)),
+		Metadata: h.metadata}
+	for _, s := range spans {
+		t, err := tensor.Decode(s.dt, s.shape, body[s.begin:s.end])
+		if err != nil { // unreachable after checkEntry; kept so a bug is an error, not a panic
+			return nil, wrap(file, s.name, err)
+		}
+		f.Tensors[s.name] = t
+	}
+	f.Names = h.names
+	return f, nil
+}
+
+// layout parses the header js of file, whose data section holds size bytes,
+// and validates every entry against it: the header and its tensors' spans in
+// data order, no two overlapping.
+func layout(file string, js []byte, size int64) (*header, []span, error) {
+	h, err := parseHeader(file, js)
+	if err != nil {
+		return nil, nil, err
+	}
 	spans := make([]span, 0, len(h.names))
 	for i, name := range h.names {
-		s, err := checkEntry(name, h.entries[i], int64(len(body)))
+		s, err := checkEntry(name, h.entries[i], size)
 		if err != nil {
-			return nil, wrap(file, name, err)
+			return nil, nil, wrap(file, name, err)
 		}
 		spans = append(spans, s)
 	}
@@ -358,21 +379,11 @@ func decode(file string, data []byte) (*File, error) {
 	for i := 1; i < len(spans); i++ {
 		p, s := spans[i-1], spans[i]
 		if s.begin < p.end {
-			return nil, errorf(file, s.name, "data_offsets [%d, %d] overlap tensor %q at [%d, %d]",
+			return nil, nil, errorf(file, s.name, "data_offsets [%d, %d] overlap tensor %q at [%d, %d]",
 				s.begin, s.end, p.name, p.begin, p.end)
 		}
 	}
-	f := &File{Path: file, Tensors: make(map[string]*tensor.Tensor, len(spans)),
-		Metadata: h.metadata}
-	for _, s := range spans {
-		t, err := tensor.Decode(s.dt, s.shape, body[s.begin:s.end])
-		if err != nil { // unreachable after checkEntry; kept so a bug is an error, not a panic
-			return nil, wrap(file, s.name, err)
-		}
-		f.Tensors[s.name] = t
-	}
-	f.Names = h.names
-	return f, nil
+	return h, spans, nil
 }
 
 // checkEntry validates one header record against a data section of size bytes.

@@ -16,6 +16,9 @@
 //     byte count equal to shape × dtype size) before anything is allocated from it,
 //     and every failure is an *Error naming the file and, where there is one, the
 //     tensor. Bad input never panics.
+//   - A large file need not be held whole: ReadHeader validates the header alone,
+//     and Header.ReadTensors then streams the data section through one
+//     ReadChunkBytes buffer into tensors the caller gives (stream.go).
 //   - Writing is deterministic: the same tensors give the same bytes. "__metadata__"
 //     comes first, then the tensors sorted by name, their data laid out back to back
 //     in that order, and the header padded with spaces so the data starts 8-byte
