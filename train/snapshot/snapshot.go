@@ -21,6 +21,11 @@
 //     returns the newest valid one.
 //   - Only regular files are read (internal/userfile): a named pipe where a
 //     checkpoint file should be is refused, not waited on.
+//   - Loading streams the tensors file once, hashing it on the way: it holds
+//     at most safetensors.ReadChunkBytes of the file beside the tensors it
+//     returns, which are only those a Want names (and may be the caller's own,
+//     Want.Into), so that a resume holds the checkpoint's state once, not its
+//     bytes and its tensors together (issue #26).
 //   - Names: step N is ckpt-NNNNNNNN.json and ckpt-NNNNNNNN.safetensors (8 digits,
 //     so names sort by step).
 package snapshot
@@ -105,8 +110,10 @@ type Param struct {
 
 // Checkpoint is a loaded checkpoint.
 type Checkpoint struct {
-	Path    string // the JSON file
-	Meta    Meta
+	Path string // the JSON file
+	Meta Meta
+	// Tensors are the tensors Load read: every one of the file's when its Want
+	// names none (lcc export, eval), else Want's.
 	Tensors map[string]*tensor.Tensor
 }
 
@@ -127,7 +134,15 @@ func (c *Checkpoint) Weights() map[string]*tensor.Tensor {
 type Want struct {
 	ParamsHash string
 	// Tensors maps every required tensor name to its type (dtype and shape).
+	// When it names any, Load holds only those (and the optimizer's step): the
+	// file's other tensors are checked from its header and hashed, not decoded.
 	Tensors map[string]ir.Type
+	// Into holds, for names among Tensors, host tensors Load decodes the
+	// tensor of that name into, in place, when they have its dtype and shape
+	// (a resume's model weights),
+	// so that loading holds nothing beside them. On an error they may hold part
+	// of a file: a caller uses them only once a Load of them succeeded.
+	Into map[string]*tensor.Tensor
 }
 
 // writeHook, when set by a test, runs after each chunk of a file is written; an
@@ -297,28 +312,62 @@ func Load(path string, want Want) (*Checkpoint, error) {
 		return nil, fmt.Errorf("checkpoint %s: %w", path, err)
 	}
 	stPath := filepath.Join(filepath.Dir(path), m.Tensors)
-	raw, err := userfile.ReadFile(stPath)
+	ts, err := readTensors(stPath, m, want)
 	if err != nil {
-		return nil, fmt.Errorf("checkpoint %s: %s: %w", path, stPath, fserr.Cause(err))
+		return nil, fmt.Errorf("checkpoint %s: %w", path, err)
 	}
-	if sum := sha256.Sum256(raw); hex.EncodeToString(sum[:]) != m.TensorsSHA256 {
-		return nil, fmt.Errorf("checkpoint %s: %s is corrupt or truncated (%d bytes; SHA-256 differs "+
-			"from the one recorded)", path, stPath, len(raw))
-	}
-	st, err := safetensors.Decode(raw)
+	return &Checkpoint{Path: path, Meta: m, Tensors: ts}, nil
+}
+
+// readTensors reads the tensors file stPath of a checkpoint whose JSON is m
+// in one pass, a chunk at a time (safetensors.ReadTensors), hashing every byte
+// on the way, and returns the tensors want asks for (all of them when it
+// names none), decoded into want.Into's where it has them. Whatever stops the
+// read, the rest of the file is hashed: a file that is not the one committed
+// is refused as such, not by what its damage looks like.
+func readTensors(stPath string, m Meta, want Want) (map[string]*tensor.Tensor, error) {
+	f, err := userfile.Open(stPath)
 	if err != nil {
-		return nil, fmt.Errorf("checkpoint %s: %s: %w", path, stPath, err)
+		return nil, fmt.Errorf("%s: %w", stPath, fserr.Cause(err))
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", stPath, err)
+	}
+	h := sha256.New()
+	r := &countingReader{r: io.TeeReader(f, h)}
+	ts, readErr := decodeWanted(stPath, r, st.Size(), m, want)
+	if _, err := io.Copy(io.Discard, r); err != nil {
+		return nil, fmt.Errorf("%s: %w", stPath, err)
+	}
+	if hex.EncodeToString(h.Sum(nil)) != m.TensorsSHA256 {
+		return nil, fmt.Errorf("%s is corrupt or truncated (%d bytes; SHA-256 differs from the one recorded)",
+			stPath, r.n)
+	}
+	return ts, readErr
+}
+
+// decodeWanted reads the tensors file stPath from r (size bytes): its header,
+// checked against want and m before any tensor is allocated, then the
+// tensors want asks for (and the optimizer's step, which m is checked
+// against), each into want.Into's tensor of its name when that has its dtype
+// and shape, else into a new one. Other tensors are read past, not held.
+func decodeWanted(stPath string, r io.Reader, size int64, m Meta, want Want) (map[string]*tensor.Tensor, error) {
+	hd, err := safetensors.ReadHeader(stPath, r, size)
+	if err != nil {
+		return nil, err
 	}
 	var missing, wrong []string
 	for _, name := range sortedKeys(want.Tensors) {
-		t, ok := st.Tensors[name]
+		e, ok := hd.Entries[name]
 		if !ok {
 			missing = append(missing, strconv.Quote(name))
 			continue
 		}
-		if wt := want.Tensors[name]; !ir.T(t.DType, t.Shape...).Equal(wt) {
-			wrong = append(wrong, fmt.Sprintf("%q is %v%s, want %v", name, t.DType,
-				tensor.ShapeString(t.Shape), wt))
+		if wt := want.Tensors[name]; !ir.T(e.DType, e.Shape...).Equal(wt) {
+			wrong = append(wrong, fmt.Sprintf("%q is %v%s, want %v", name, e.DType,
+				tensor.ShapeString(e.Shape), wt))
 		}
 	}
 	if len(missing) > 0 || len(wrong) > 0 {
@@ -329,12 +378,48 @@ func Load(path string, want Want) (*Checkpoint, error) {
 		if len(wrong) > 0 {
 			msg = strings.TrimPrefix(msg+"; "+strings.Join(wrong, "; "), "; ")
 		}
-		return nil, fmt.Errorf("checkpoint %s: %s: %s", path, stPath, msg)
+		return nil, fmt.Errorf("%s: %s", stPath, msg)
 	}
-	if err := consistentTensors(m, st); err != nil {
-		return nil, fmt.Errorf("checkpoint %s: %s: %w", path, stPath, err)
+	if err := consistentTensors(m, hd); err != nil {
+		return nil, fmt.Errorf("%s: %w", stPath, err)
 	}
-	return &Checkpoint{Path: path, Meta: m, Tensors: st.Tensors}, nil
+	stepName := OptimPrefix + optim.StepState
+	ts := map[string]*tensor.Tensor{}
+	err = hd.ReadTensors(r, func(name string) *tensor.Tensor {
+		_, wanted := want.Tensors[name]
+		if len(want.Tensors) > 0 && !wanted && name != stepName {
+			return nil
+		}
+		e := hd.Entries[name]
+		var t *tensor.Tensor
+		if wanted {
+			t = want.Into[name]
+		}
+		if t == nil || t.DType != e.DType || !slices.Equal(t.Shape, e.Shape) {
+			t = tensor.New(e.DType, e.Shape...)
+		}
+		ts[name] = t
+		return t
+	})
+	if err != nil {
+		return nil, err
+	}
+	if step := ts[stepName].F[0]; step != float64(m.Step) {
+		return nil, fmt.Errorf("%s: optimizer step %v, the JSON's %d", stPath, step, m.Step)
+	}
+	return ts, nil
+}
+
+// countingReader counts the bytes read through it.
+type countingReader struct {
+	r io.Reader
+	n int64
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += int64(n)
+	return n, err
 }
 
 // consistentMeta checks that the JSON of the checkpoint at path agrees with
@@ -368,23 +453,21 @@ func consistentMeta(path string, m Meta) error {
 	return nil
 }
 
-// consistentTensors checks that a checkpoint's tensors agree with its JSON m
-// and with each other: what a resume checks against the model, in the terms a
-// reader without the model (lcc export) can check.
-func consistentTensors(m Meta, st *safetensors.File) error {
-	if s, ok := st.Metadata["step"]; ok && s != strconv.Itoa(m.Step) {
+// consistentTensors checks that a checkpoint's tensors, as its header hd
+// has them, agree with its JSON m and with each other: what a resume checks
+// against the model, in the terms a reader without the model (lcc export) can
+// check. (The optimizer step's value is checked once it is read.)
+func consistentTensors(m Meta, hd *safetensors.Header) error {
+	if s, ok := hd.Metadata["step"]; ok && s != strconv.Itoa(m.Step) {
 		return fmt.Errorf("metadata step %q, the JSON's %d", s, m.Step)
 	}
-	step, ok := st.Tensors[OptimPrefix+optim.StepState]
+	step, ok := hd.Entries[OptimPrefix+optim.StepState]
 	if !ok || step.DType != tensor.F64 || len(step.Shape) != 0 {
 		return fmt.Errorf("no optimizer step (an f64[] %q)", OptimPrefix+optim.StepState)
 	}
-	if step.F[0] != float64(m.Step) {
-		return fmt.Errorf("optimizer step %v, the JSON's %d", step.F[0], m.Step)
-	}
 	weights := 0
-	for _, name := range st.Names {
-		t := st.Tensors[name]
+	for _, name := range hd.Names {
+		t := hd.Entries[name]
 		if n, _ := tensor.Numel(t.Shape); n == 0 {
 			return fmt.Errorf("tensor %q is %v%s, empty", name, t.DType, tensor.ShapeString(t.Shape))
 		}
@@ -396,7 +479,7 @@ func consistentTensors(m Meta, st *safetensors.File) error {
 			}
 			// A weight with no optimizer state (a constant the exporter stored as an
 			// initializer, a weight no gradient reaches) may be an integer.
-			_, trained := st.Tensors[OptimPrefix+optim.MasterPrefix+name]
+			_, trained := hd.Entries[OptimPrefix+optim.MasterPrefix+name]
 			if !t.DType.IsFloat() && trained {
 				return fmt.Errorf("weight %q is %v, not floating point", name, t.DType)
 			}
@@ -407,7 +490,7 @@ func consistentTensors(m Meta, st *safetensors.File) error {
 			if !ok {
 				continue
 			}
-			wt, has := st.Tensors[w]
+			wt, has := hd.Entries[w]
 			switch {
 			case !has:
 				return fmt.Errorf("optimizer state %q is of weight %q, which the file lacks (renamed?)",
@@ -419,7 +502,7 @@ func consistentTensors(m Meta, st *safetensors.File) error {
 		}
 	}
 	for _, name := range sortedKeys(m.Params) {
-		if _, ok := st.Tensors[name]; !ok {
+		if _, ok := hd.Entries[name]; !ok {
 			return fmt.Errorf("the JSON's params name weight %q, which the file lacks", name)
 		}
 	}

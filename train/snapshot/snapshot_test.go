@@ -85,6 +85,35 @@ func TestRoundTrip(t *testing.T) {
 	}
 }
 
+// TestLoadInto: Load decodes a tensor into Want.Into's tensor of its name, in
+// place, when it has the tensor's dtype and shape, and into a new one when
+// not (leaving that one as it was); with a Want that names tensors it holds
+// only those and the optimizer's step, without one every tensor of the file.
+func TestLoadInto(t *testing.T) {
+	dir := t.TempDir()
+	p := save(t, dir, 10)
+	_, want := state(0)
+	delete(want.Tensors, "optim.adam.v.w")
+	w, other := tensor.New(tensor.F32, 300, 100), tensor.New(tensor.F32, 3)
+	want.Into = map[string]*tensor.Tensor{"w": w, "optim.master.w": other}
+	c, err := Load(p, want)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Tensors["w"] != w || w.F[7] != 10 {
+		t.Errorf("w was not decoded into Want.Into's tensor")
+	}
+	if m := c.Tensors["optim.master.w"]; m == other || m.F[7] != 10 || other.F[0] != 0 {
+		t.Errorf("a tensor unlike Want.Into's was decoded into it")
+	}
+	if _, held := c.Tensors["optim.adam.v.w"]; held || len(c.Tensors) != 4 {
+		t.Errorf("held %d tensors, want the 4 Want names", len(c.Tensors))
+	}
+	if all, err := Load(p, Want{}); err != nil || len(all.Tensors) != 5 {
+		t.Errorf("without a Want: %v, want the file's 5 tensors", err)
+	}
+}
+
 // TestRefused checks every kind of bad checkpoint is refused with an error naming
 // the file and the problem, and that Latest falls back to the newest valid one:
 // with the run's Want (--resume) and, for what a reader without the model can
