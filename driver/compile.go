@@ -32,6 +32,11 @@ type CompileOptions struct {
 	// on the GPU (lcc train --checkpoint-dir, rank 0): the memory model then
 	// holds the checkpoints' pinned buffer and staging copy (WithSnapshots).
 	Snapshots bool
+	// Resume says the trainer resumes the step from a checkpoint (lcc train
+	// --resume with a checkpoint to load): the host plan then holds the
+	// checkpoint's optimizer state beside the model while it loads
+	// (cost.StepMemory.HostResumeBytes).
+	Resume bool
 	// DefaultShard shards the step over the target's GPUs when one GPU cannot
 	// hold it and Ranks is 0 (lcc compile's default on multi-GPU targets).
 	DefaultShard bool
@@ -318,7 +323,7 @@ func (res *Result) attachSharded() {
 
 // compileOne compiles f for one GPU, or for one of opts.Ranks ranks.
 func compileOne(f *ir.Func, opts CompileOptions) (*Result, *pipeline, error) {
-	p, err := newStepPipeline(opts.Target, opts.Options, opts.Snapshots)
+	p, err := newStepPipeline(opts.Target, opts.Options, opts.Snapshots, opts.Resume)
 	if err != nil {
 		return nil, nil, err
 	}

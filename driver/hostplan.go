@@ -31,12 +31,7 @@ import (
 // trained weight and its optimizer state is then released: train's
 // releaseHost).
 func (m memoryModel) hostModel(f *ir.Func) (setup, kept int64) {
-	var elems int64
-	for _, p := range f.Params {
-		if p.Role == ir.RoleWeight {
-			elems += p.Value.Type.Numel()
-		}
-	}
+	elems := weightElems(f)
 	// An inline model's weights are in its file, parsed beside the decoded
 	// weights (frontends/onnx collects the file itself once parsed).
 	setup = cost.HostModelBytes(elems) + f.InlineBytes
@@ -44,6 +39,28 @@ func (m memoryModel) hostModel(f *ir.Func) (setup, kept int64) {
 		return setup, setup
 	}
 	return setup, cost.HostModelBytes(elems - trainable(f))
+}
+
+// hostResume is what a run of f that resumes holds on the host while its
+// checkpoint loads (0 for one that does not): the model's weights, the
+// checkpoint's decoded into them, and the checkpoint's masters and moments
+// beside them. An inline model's file was collected once parsed, before.
+func (m memoryModel) hostResume(f *ir.Func) int64 {
+	if !m.resume || !m.trained {
+		return 0
+	}
+	return cost.HostModelBytes(weightElems(f)) + cost.ResumeStateBytes(trainable(f))
+}
+
+// weightElems is the elements of f's weights.
+func weightElems(f *ir.Func) int64 {
+	var elems int64
+	for _, p := range f.Params {
+		if p.Role == ir.RoleWeight {
+			elems += p.Value.Type.Numel()
+		}
+	}
+	return elems
 }
 
 // hostRuntime is what a run of the step holds on the host besides its model
@@ -68,7 +85,15 @@ func (m memoryModel) hostFixed(f *ir.Func) int64 {
 		hs := cost.StepMemory{}.WithHostState(trainable(f), int64(m.storage.Size()))
 		state = hs.HostStateBytes + hs.HostStagingBytes
 	}
-	return max(setup, kept) + state + m.hostRuntime()
+	return max(setup, m.hostResume(f), kept) + state + m.hostRuntime()
+}
+
+// hostFixedParts names what hostFixed holds, for messages.
+func (m memoryModel) hostFixedParts() string {
+	if m.resume && m.trained {
+		return "model, checkpoint buffer and the checkpoint --resume loads"
+	}
+	return "model and checkpoint buffer"
 }
 
 // offloadBounds are checkpointing's bounds on offload for f under a host budget
@@ -120,9 +145,13 @@ func (m memoryModel) fitHost(f *ir.Func, sm cost.StepMemory, budget int64) error
 
 // hostParts lists a plan's host memory by part.
 func hostParts(sm cost.StepMemory) string {
-	return fmt.Sprintf("the model as lcc holds it %s (%s once on the GPU), pinned offloaded activations %s, "+
+	resume := ""
+	if sm.HostResumeBytes > 0 {
+		resume = fmt.Sprintf("; %s with the checkpoint --resume loads", report.Bytes(sm.HostResumeBytes))
+	}
+	return fmt.Sprintf("the model as lcc holds it %s (%s once on the GPU%s), pinned offloaded activations %s, "+
 		"pinned checkpoint buffer %s, the CUDA runtime %s", report.Bytes(sm.HostModelBytes),
-		report.Bytes(sm.HostKeptBytes), report.Bytes(sm.HostBytes), report.Bytes(sm.SnapshotHostBytes),
+		report.Bytes(sm.HostKeptBytes), resume, report.Bytes(sm.HostBytes), report.Bytes(sm.SnapshotHostBytes),
 		report.Bytes(sm.HostRuntimeBytes))
 }
 
@@ -146,8 +175,8 @@ func (m memoryModel) explain(f *ir.Func, err error, budget, hostBudget int64) er
 	var fit []string
 	if o := re.Offload; o != nil && hostBudget > 0 && strings.Contains(re.Rejected, "host budget") {
 		fit = append(fit, fmt.Sprintf("--checkpoint=auto and --host-memory-budget=%s (%s offloaded beside "+
-			"the host's %s of model and checkpoint buffer)", ceilGiB(m.hostFixed(f)+o.OffloadedBytes),
-			report.Bytes(o.OffloadedBytes), report.Bytes(m.hostFixed(f))))
+			"the host's %s of %s)", ceilGiB(m.hostFixed(f)+o.OffloadedBytes),
+			report.Bytes(o.OffloadedBytes), report.Bytes(m.hostFixed(f)), m.hostFixedParts()))
 	}
 	if n, how, ok := m.seqThatFits(f, re, budget, hostBudget); ok {
 		fit = append(fit, fmt.Sprintf("about --seq-len=%d (%s, activations scaled to the budgets, rounded "+
@@ -155,8 +184,8 @@ func (m memoryModel) explain(f *ir.Func, err error, budget, hostBudget int64) er
 	}
 	host := ""
 	if hostBudget > 0 {
-		host = fmt.Sprintf("; host: the model (and checkpoint buffer) take %s of the %s of --host-memory-budget",
-			report.Bytes(m.hostFixed(f)), report.Bytes(hostBudget))
+		host = fmt.Sprintf("; host: the %s take %s of the %s of --host-memory-budget",
+			m.hostFixedParts(), report.Bytes(m.hostFixed(f)), report.Bytes(hostBudget))
 	}
 	if len(fit) == 0 {
 		return fmt.Errorf("%w%s", err, host)

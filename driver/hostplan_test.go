@@ -8,6 +8,7 @@ import (
 
 	"github.com/lcc-dev/lcc/cost"
 	"github.com/lcc-dev/lcc/internal/llamagen"
+	"github.com/lcc-dev/lcc/report"
 )
 
 // hostPlanned compiles the dilated flagship at 1M tokens in bf16 on one H200
@@ -95,6 +96,62 @@ func TestHostBudgetPlans(t *testing.T) {
 		"--host-memory-budget=", "--checkpoint=auto", "per GPU"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("explicit offload past the host budget: want %q in %v", want, err)
+		}
+	}
+}
+
+// TestResumeHostPlan (issue #26): the host plan of a step its trainer resumes
+// (CompileOptions.Resume) holds the checkpoint's masters and moments beside
+// the model while it loads, so its host peak is the fresh run's plus
+// cost.ResumeStateBytes of the trained parameters (24 bytes each, the
+// optimizer's step and the reader's chunk), with the same program; under a
+// --host-memory-budget the fresh plan fits and the resume's does not, the
+// resume is refused at compile, before anything is loaded, naming both
+// figures and the resume's share.
+func TestResumeHostPlan(t *testing.T) {
+	f, err := llamagen.Build(llamagen.Config{Dim: 64, Layers: 2, Heads: 4, FFN: 192, Vocab: 512, Batch: 1,
+		SeqLen: 128})
+	if err != nil {
+		t.Fatal(err)
+	}
+	compile := func(resume bool, budget int64) (*Result, error) {
+		return Compile(f.Clone(), CompileOptions{Target: h200(t), Resume: resume, Options: Options{
+			Loss: "cross-entropy", Precision: "bf16", HostMemoryBudget: budget}})
+	}
+	fresh, err := compile(false, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resumed, err := compile(true, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fm, rm, n := fresh.Report.Memory, resumed.Report.Memory, fresh.Report.Params.Count
+	want := cost.ResumeStateBytes(n)
+	if want != 24*n+8+4<<20 || rm.HostPeakBytes-fm.HostPeakBytes != want ||
+		rm.HostResumeBytes != fm.HostModelBytes+want || fm.HostResumeBytes != 0 {
+		t.Errorf("resume: host peak %d (resume phase %d), fresh %d (model %d): want %d more for %d parameters",
+			rm.HostPeakBytes, rm.HostResumeBytes, fm.HostPeakBytes, fm.HostModelBytes, want, n)
+	}
+	if resumed.Hash != fresh.Hash {
+		t.Errorf("resuming changed the program: %s, fresh %s", resumed.Hash, fresh.Hash)
+	}
+	var text bytes.Buffer
+	resumed.Report.WriteText(&text)
+	if s := report.Bytes(rm.HostResumeBytes) + " with the checkpoint a resume loads"; !strings.Contains(text.String(), s) {
+		t.Errorf("text report lacks %q:\n%s", s, text.String())
+	}
+
+	budget := fm.HostPeakBytes
+	if _, err := compile(false, budget); err != nil {
+		t.Errorf("fresh under --host-memory-budget=%d: %v", budget, err)
+	}
+	_, err = compile(true, budget)
+	for _, s := range []string{"does not fit the host", "its plan holds " + report.Bytes(rm.HostPeakBytes),
+		report.Bytes(rm.HostResumeBytes) + " with the checkpoint --resume loads",
+		"more than the " + report.Bytes(budget) + " of --host-memory-budget"} {
+		if err == nil || !strings.Contains(err.Error(), s) {
+			t.Errorf("resume under --host-memory-budget=%d: want %q in %v", budget, s, err)
 		}
 	}
 }

@@ -23,6 +23,9 @@ type memoryModel struct {
 	// snapshots: the trainer checkpoints it with its state on the GPU, into a
 	// pinned host buffer (cost.StepMemory.WithSnapshots).
 	snapshots bool
+	// resume: the trainer resumes it from a checkpoint, whose optimizer state
+	// it holds on the host beside the model while it loads (hostResume).
+	resume bool
 	// hostState: the trainer keeps the optimizer state in pinned host memory
 	// (cost.StepMemory.WithHostState).
 	hostState bool
@@ -58,13 +61,14 @@ func (m memoryModel) of(f *ir.Func, prog *cudagen.Program) cost.StepMemory {
 			_, arena := cudagen.PlanArena(prog.Plan)
 			sm := cost.NewStepMemory("arena", arena, opt, cost.FixedBytes, cudagen.HostBytes(prog.Plan))
 			sm.HostModelBytes, sm.HostKeptBytes = m.hostModel(f)
-			sm.HostRuntimeBytes = m.hostRuntime()
+			sm.HostResumeBytes, sm.HostRuntimeBytes = m.hostResume(f), m.hostRuntime()
 			return m.placeState(f, sm)
 		}
 	}
 	sim := cost.Simulate(f)
 	sm := cost.NewStepMemory("simulated", sim.PeakBytes, opt, 0, sim.HostBytes)
 	sm.HostModelBytes, sm.HostKeptBytes = m.hostModel(f)
+	sm.HostResumeBytes = m.hostResume(f)
 	return m.placeState(f, sm)
 }
 

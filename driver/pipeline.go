@@ -479,18 +479,21 @@ func Pipeline(t targets.Target, o Options) ([]passes.Pass, error) {
 	return p.passes, nil
 }
 
-func newPipeline(t targets.Target, o Options) (*pipeline, error) { return newStepPipeline(t, o, false) }
+func newPipeline(t targets.Target, o Options) (*pipeline, error) {
+	return newStepPipeline(t, o, false, false)
+}
 
 // newStepPipeline is newPipeline for a step whose trainer takes checkpoints
-// with its optimizer state on the GPU (CompileOptions.Snapshots): their pinned
-// buffer is then part of the host plan checkpointing is bounded by.
-func newStepPipeline(t targets.Target, o Options, snapshots bool) (*pipeline, error) {
+// with its optimizer state on the GPU (CompileOptions.Snapshots), or resumes
+// from one (CompileOptions.Resume): their pinned buffer, or the state a resume
+// loads, is then part of the host plan checkpointing is bounded by.
+func newStepPipeline(t targets.Target, o Options, snapshots, resume bool) (*pipeline, error) {
 	if err := o.validate(); err != nil {
 		return nil, err
 	}
 	storage, _ := o.Storage()
 	p := &pipeline{opts: o, target: t, mem: memoryModel{target: t, storage: storage, rank: o.Rank,
-		snapshots: snapshots}}
+		snapshots: snapshots, resume: resume}}
 	if !p.hasCodegen() {
 		p.mem.target.Arch = targets.ArchCPU // no GPU program: the simulated model
 	}

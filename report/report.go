@@ -195,6 +195,10 @@ type Memory struct {
 	HostModelBytes int64 `json:"host_model_bytes,omitempty"`
 	HostKeptBytes  int64 `json:"host_kept_bytes,omitempty"`
 	PinnedBytes    int64 `json:"pinned_bytes,omitempty"`
+	// HostResumeBytes is what the host holds while lcc train --resume loads
+	// its checkpoint (the model and the checkpoint's optimizer state, in
+	// HostPeakBytes); 0 for a compile of a run that does not resume.
+	HostResumeBytes int64 `json:"host_resume_bytes,omitempty"`
 	// HostRuntimeBytes is the CUDA runtime's host memory beside the model, in
 	// HostPeakBytes (cost.HostRuntimeBytes).
 	HostRuntimeBytes int64 `json:"host_runtime_bytes,omitempty"`
@@ -399,6 +403,7 @@ func Build(f *ir.Func, in Input) *Report {
 		r.Memory.SnapshotHostBytes, r.Memory.SnapshotStagingBytes = m.SnapshotHostBytes, m.SnapshotStagingBytes
 		r.Memory.HostPeakBytes, r.Memory.HostModelBytes = m.HostPeakBytes(), m.HostModelBytes
 		r.Memory.HostKeptBytes, r.Memory.HostRuntimeBytes = m.HostKeptBytes, m.HostRuntimeBytes
+		r.Memory.HostResumeBytes = m.HostResumeBytes
 		if m.HostStateBytes > 0 {
 			r.Memory.OptimizerState = "host"
 			r.Memory.HostStateBytes, r.Memory.HostStagingBytes = m.HostStateBytes, m.HostStagingBytes
@@ -543,9 +548,14 @@ func (r *Report) WriteText(w io.Writer) {
 			Bytes(r.Memory.HostBytes))
 	}
 	if m := r.Memory; m.HostPeakBytes > 0 && m.Model == "arena" {
-		fmt.Fprintf(w, "memory     host peak %s beside the GPU's %s (model as lcc holds it %s, %s once "+
+		resume := ""
+		if m.HostResumeBytes > 0 {
+			resume = fmt.Sprintf(", %s with the checkpoint a resume loads", Bytes(m.HostResumeBytes))
+		}
+		fmt.Fprintf(w, "memory     host peak %s beside the GPU's %s (model as lcc holds it %s%s, %s once "+
 			"on the GPU; pinned %s; CUDA runtime %s)\n", Bytes(m.HostPeakBytes), Bytes(m.PerGPUPeakBytes),
-			Bytes(m.HostModelBytes), Bytes(m.HostKeptBytes), Bytes(m.PinnedBytes), Bytes(m.HostRuntimeBytes))
+			Bytes(m.HostModelBytes), resume, Bytes(m.HostKeptBytes), Bytes(m.PinnedBytes),
+			Bytes(m.HostRuntimeBytes))
 	}
 	if m := r.Memory; m.OptimizerState == "host" {
 		fmt.Fprintf(w, "memory     optimizer state: host (pinned) %s of fp32 masters and AdamW moments, %s of "+

@@ -10,6 +10,7 @@ import (
 	cudagen "github.com/lcc-dev/lcc/codegen/cuda"
 	"github.com/lcc-dev/lcc/collective"
 	"github.com/lcc-dev/lcc/train/optim"
+	"github.com/lcc-dev/lcc/train/snapshot"
 
 	"github.com/lcc-dev/lcc/driver"
 	"github.com/lcc-dev/lcc/ir"
@@ -341,7 +342,25 @@ func (c *Config) compileOptions() driver.CompileOptions {
 	// A resident run's checkpoints take a pinned buffer and maybe a staging
 	// copy: the plan's memory holds them.
 	o.Snapshots = c.CheckpointDir != "" && c.Session != nil && o.Rank == 0
+	// A resume holds its checkpoint's optimizer state beside the model while
+	// it loads: the host plan holds it too.
+	o.Resume = c.resumes()
 	return o
+}
+
+// resumes says whether the run loads a checkpoint: --resume with one in
+// --checkpoint-dir (an empty folder starts from step 0, loading nothing), or
+// a stage resuming where the previous one ended. A folder that cannot be
+// listed counts as holding one: the resume then says what is wrong with it.
+func (c *Config) resumes() bool {
+	if !c.Resume {
+		return false
+	}
+	if c.resumeStep > 0 {
+		return true
+	}
+	paths, err := snapshot.List(c.CheckpointDir)
+	return err != nil || len(paths) > 0
 }
 
 // attentionSetting describes the attention flags for checkpoints.

@@ -87,11 +87,15 @@ func checkHost(m report.Memory, loaded int64, lim hostmem.Limits) error {
 	if need <= lim.Available {
 		return nil
 	}
+	resume := ""
+	if m.HostResumeBytes > 0 {
+		resume = fmt.Sprintf(", %s with the checkpoint --resume loads", report.Bytes(m.HostResumeBytes))
+	}
 	return fmt.Errorf("the plan needs %s more host memory than the %s already loaded (host peak %s: the "+
-		"model as lcc holds it %s, pinned %s), but the host has %s available (%s); it would fit with "+
+		"model as lcc holds it %s%s, pinned %s), but the host has %s available (%s); it would fit with "+
 		"--host-memory-budget=%dMiB, under which the plan offloads less (or refuses, saying what fits)",
 		report.Bytes(need), report.Bytes(loaded), report.Bytes(m.HostPeakBytes), report.Bytes(m.HostModelBytes),
-		report.Bytes(m.PinnedBytes), report.Bytes(lim.Available), lim.Source, (lim.Available+loaded)>>20)
+		resume, report.Bytes(m.PinnedBytes), report.Bytes(lim.Available), lim.Source, (lim.Available+loaded)>>20)
 }
 
 // loadedBytes is what f's weights take on the host now (every host tensor

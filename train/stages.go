@@ -194,9 +194,16 @@ func (res *Result) merge(r *Result, first bool) {
 // resumeFrom is the checkpoint a resume loads: that of step resumeStep when a
 // stage set it, else the newest valid one in dir.
 func (t *trainer) resumeFrom(dir string) (*snapshot.Checkpoint, []snapshot.Skipped, error) {
+	want := t.wantCheckpoint()
+	// The checkpoint's weights are decoded into the model's, in place: a
+	// resume holds only the masters and moments beside them (cost's
+	// ResumeStateBytes). A refused checkpoint may leave some written; the
+	// run uses them only once one loads (its every weight), and stops if
+	// none does.
+	want.Into = t.weights
 	if t.cfg.resumeStep > 0 {
-		c, err := snapshot.Load(snapshot.Base(dir, t.cfg.resumeStep)+".json", t.wantCheckpoint())
+		c, err := snapshot.Load(snapshot.Base(dir, t.cfg.resumeStep)+".json", want)
 		return c, nil, err
 	}
-	return snapshot.Latest(dir, t.wantCheckpoint())
+	return snapshot.Latest(dir, want)
 }
