@@ -37,7 +37,7 @@ func TestFlashRoundings(t *testing.T) {
 	}{
 		{"compute_80", 64, 64, "1 attention nodes on the tensor-core kernels (tier 1, key tiles 64)", tensor.BF16},
 		{"sm_90a", 64, 128, "1 attention nodes on the tensor-core kernels (tier 2, key tiles 128)", tensor.BF16},
-		{"sm_90a", 8, 0, "", tensor.BF16},
+		{"sm_90a", 12, 0, "", tensor.BF16},
 		{"sm_90a", 64, 0, "", tensor.F32},
 	} {
 		f := build(c.d)

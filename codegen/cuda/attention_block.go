@@ -16,7 +16,7 @@ import (
 // element offset, so a block reads a chunk of a larger buffer in place.
 //
 // Two tiers, as for single-GPU attention: the tensor-core kernels (package
-// flash, bf16 storage, head dim 64 or 128) with Accumulate, which merge and add
+// flash, bf16 storage, head dim a multiple of 8 up to 128) with Accumulate, which merge and add
 // into the fp32 sums themselves; otherwise the scalar kernels of attention.go,
 // which write a block result that ring.merge or ring.add folds in.
 

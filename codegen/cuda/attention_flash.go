@@ -52,7 +52,7 @@ func (g *gen) chooseAttention(n *ir.Node) (flash.Desc, error) {
 // flashDesc returns the tensor-core kernel descriptor of attention node n, or
 // why the tensor-core tier does not take it. It takes dense or dilated attention
 // without an explicit mask, causal or not, with q, k, v and o stored in bf16 and
-// head dim 64 or 128. Everything else (f32 storage, other head dims, masks) keeps
+// a head dim that is a multiple of 8 up to 128 (flash.Desc.KD). Everything else (f32 storage, other head dims, masks) keeps
 // the scalar kernels of attention.go; the plan's step op says which one ran
 // ("attention.flash.*" or "attention").
 func (g *gen) flashDesc(n *ir.Node) (flash.Desc, error) {

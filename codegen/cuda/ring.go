@@ -21,7 +21,7 @@ import (
 // ks is the diagonal (ks = qs: causal attention over c rows), wholly visible
 // (ks + c ≤ qs: non-causal attention) or wholly hidden (skipped). So every block
 // is one of two kernels of the single-GPU tiers, whatever the rank and the step:
-// the tensor-core kernels (codegen/cuda/flash, bf16, head dim 64 or 128) with
+// the tensor-core kernels (codegen/cuda/flash, bf16, head dim a multiple of 8 up to 128) with
 // Accumulate, which merge (o, lse) and add dq, dk, dv in fp32 themselves, or the
 // scalar kernels of attention.go, whose block results an fp32 merge
 // ("ring.merge", the overflow-free rule o ← o − σ(lse_b − lse)·(o − o_b),

@@ -178,6 +178,11 @@ func TestGPUDense(t *testing.T) {
 		{"full-d64-long", 1, 700, 1100, 2, 2, 64, false, [4]int{}},
 		// The forward tiles of long dense D=128 sequences.
 		{"causal-d128-long-tiles", 1, 700, 700, 2, 2, 128, true, [4]int{256, 32, 2, 3}},
+		// Head dims padded to the kernels' 128 or 64 (flash.Desc.KD).
+		{"causal-d96-gqa", 1, 333, 333, 4, 2, 96, true, [4]int{}},
+		{"full-d80-ragged", 2, 150, 271, 2, 1, 80, false, [4]int{}},
+		{"causal-d32", 1, 300, 300, 2, 2, 32, true, [4]int{}},
+		{"causal-d112-long", 1, 1100, 1100, 2, 2, 112, true, [4]int{}},
 	}
 	for i, cm := range cases {
 		for _, vr := range tierVariants(d, fk.DQFused, fk.DQSplit) {

@@ -1,6 +1,7 @@
 package exec
 
 import (
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"strings"
@@ -103,4 +104,40 @@ func TestGPUFlashWindow(t *testing.T) {
 	compare(t, dev, f, in, Options{Storage: tensor.BF16}, 2e-2)
 	f, in = windowGraph(t, 1, 200, 4, 2, 96, 33, nil, 5)
 	compare(t, dev, f, in, Options{}, 1e-4)
+	// Head dim 96 in bf16: the 128 kernels, padded (flash.Desc.KD).
+	f, in = windowGraph(t, 1, 300, 4, 2, 96, 50, nil, 6)
+	compare(t, dev, f, in, Options{Storage: tensor.BF16}, 2e-2)
+}
+
+// TestFlashPaddedHeadDim: head dims that are multiples of 8 up to 128 lower to
+// the tensor-core kernels of 64 or 128 columns, reading and writing their own;
+// 256 stays on the scalar kernels and the program says why.
+func TestFlashPaddedHeadDim(t *testing.T) {
+	for _, c := range []struct {
+		d, kd int64
+	}{{96, 128}, {80, 128}, {32, 64}, {256, 0}} {
+		f, _ := attentionGraph(t, 1, 256, 256, 2, 2, c.d, true, 1)
+		p, err := codegen.Build(f, codegen.Options{Arch: "sm_90a", Storage: tensor.BF16})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, ch := range p.Attention {
+			if c.kd == 0 {
+				if ch.Kernel != codegen.KernelScalar || !strings.Contains(ch.Why, "head dim 256") {
+					t.Errorf("D=%d: %+v, want the scalar kernels naming the head dim", c.d, ch)
+				}
+			} else if ch.Kernel != codegen.KernelFlash {
+				t.Errorf("D=%d: %+v, want the tensor-core kernels", c.d, ch)
+			}
+		}
+		if c.kd == 0 {
+			continue
+		}
+		for _, k := range p.Kernels {
+			if k.Op == "attention.flash.fwd" && (!strings.Contains(k.Source, fmt.Sprintf("#define FA_D %d\n", c.kd)) ||
+				!strings.Contains(k.Source, fmt.Sprintf("#define FA_DG %d\n", c.d))) {
+				t.Errorf("D=%d: the forward does not compute at %d over rows of %d", c.d, c.kd, c.d)
+			}
+		}
+	}
 }

@@ -40,9 +40,9 @@ const dkdvSrc = `extern "C" __global__ void __launch_bounds__(FA_NT) @KERNEL@(FA
   const int nit = qtiles > it0 ? (int)(qtiles - it0) : 0;
   const int nitems = nh * nit;
 #define qtile(w) (it0 + (w) % nit)
-  const long long qrs = (long long)FA_HQ * FA_D * FA_R, krs = (long long)FA_HKV * FA_D * FA_R;
-  const fa_bf16* kg = k + ((b * FA_S + kp0) * FA_HKV + hk) * FA_D;
-  const fa_bf16* vg = v + ((b * FA_S + kp0) * FA_HKV + hk) * FA_D;
+  const long long qrs = (long long)FA_HQ * FA_DG * FA_R, krs = (long long)FA_HKV * FA_DG * FA_R;
+  const fa_bf16* kg = k + ((b * FA_S + kp0) * FA_HKV + hk) * FA_DG;
+  const fa_bf16* vg = v + ((b * FA_S + kp0) * FA_HKV + hk) * FA_DG;
   fa_load_tile<FA_BC, FA_NT>(sK, kg, krs, k0, kn, tid);
   fa_load_tile<FA_BC, FA_NT>(sV, vg, krs, k0, kn, tid);
 #pragma unroll
@@ -50,7 +50,7 @@ const dkdvSrc = `extern "C" __global__ void __launch_bounds__(FA_NT) @KERNEL@(FA
     if (s < nitems) {
       const int h = h0 + s / nit;
       const long long qq0 = qtile(s) * FA_BR;
-      const long long qo = ((b * FA_T + qp0) * FA_HQ + h) * FA_D;
+      const long long qo = ((b * FA_T + qp0) * FA_HQ + h) * FA_DG;
       fa_load_tile<FA_BR, FA_NT>(sQ + s * FA_BR * FA_D, q + qo, qrs, qq0, qn, tid);
       fa_load_tile<FA_BR, FA_NT>(sO + s * FA_BR * FA_D, dout + qo, qrs, qq0, qn, tid);
       const long long lo = (b * FA_HQ + h) * FA_T + qp0;
@@ -82,7 +82,7 @@ const dkdvSrc = `extern "C" __global__ void __launch_bounds__(FA_NT) @KERNEL@(FA
         const int st = wn % FA_STAGES;
         const int h = h0 + wn / nit;
         const long long qq0 = qtile(wn) * FA_BR;
-        const long long qo = ((b * FA_T + qp0) * FA_HQ + h) * FA_D;
+        const long long qo = ((b * FA_T + qp0) * FA_HQ + h) * FA_DG;
         fa_load_tile<FA_BR, FA_NT>(sQ + st * FA_BR * FA_D, q + qo, qrs, qq0, qn, tid);
         fa_load_tile<FA_BR, FA_NT>(sO + st * FA_BR * FA_D, dout + qo, qrs, qq0, qn, tid);
         const long long lo = (b * FA_HQ + h) * FA_T + qp0;
@@ -189,9 +189,10 @@ const dkdvSrc = `extern "C" __global__ void __launch_bounds__(FA_NT) @KERNEL@(FA
   for (int r = 0; r < 2; ++r) {
     const long long row = kr0 + r * 8;
     if (row >= kn) continue;
-    const long long off = ((b * FA_S + kp0 + row * FA_R) * FA_HKV + hk) * FA_D;
+    const long long off = ((b * FA_S + kp0 + row * FA_R) * FA_HKV + hk) * FA_DG;
 #pragma unroll
     for (int dt = 0; dt < FA_D / 8; ++dt) {
+      if (dt * 8 >= FA_DG) break;  // a padded head dim's zero columns
 #if FA_ACC
       float2* pk = (float2*)(dk + off + dt * 8 + c2);
       float2* pv = (float2*)(dv + off + dt * 8 + c2);
@@ -238,10 +239,10 @@ const dqSrc = `extern "C" __global__ void __launch_bounds__(FA_NT) @KERNEL@(FA_O
     if (lim < kend) kend = lim;
   }
   const int nkt = kend > 0 ? (int)((kend + FA_BC - 1) / FA_BC) : 0;
-  const long long qrs = (long long)FA_HQ * FA_D * FA_R, krs = (long long)FA_HKV * FA_D * FA_R;
-  const long long qo = ((b * FA_T + qp0) * FA_HQ + h) * FA_D;
-  const fa_bf16* kg = k + ((b * FA_S + kp0) * FA_HKV + hk) * FA_D;
-  const fa_bf16* vg = v + ((b * FA_S + kp0) * FA_HKV + hk) * FA_D;
+  const long long qrs = (long long)FA_HQ * FA_DG * FA_R, krs = (long long)FA_HKV * FA_DG * FA_R;
+  const long long qo = ((b * FA_T + qp0) * FA_HQ + h) * FA_DG;
+  const fa_bf16* kg = k + ((b * FA_S + kp0) * FA_HKV + hk) * FA_DG;
+  const fa_bf16* vg = v + ((b * FA_S + kp0) * FA_HKV + hk) * FA_DG;
   fa_load_tile<FA_BR, FA_NT>(sQ, q + qo, qrs, q0, qn, tid);
   fa_load_tile<FA_BR, FA_NT>(sO, dout + qo, qrs, q0, qn, tid);
 #pragma unroll
@@ -364,9 +365,10 @@ const dqSrc = `extern "C" __global__ void __launch_bounds__(FA_NT) @KERNEL@(FA_O
   for (int r = 0; r < 2; ++r) {
     const long long row = r0 + mi * 16 + r * 8;
     if (row >= qn) continue;
-    FA_OT* p = dq + ((b * FA_T + qp0 + row * FA_R) * FA_HQ + h) * FA_D;
+    FA_OT* p = dq + ((b * FA_T + qp0 + row * FA_R) * FA_HQ + h) * FA_DG;
 #pragma unroll
     for (int dt = 0; dt < FA_D / 8; ++dt) {
+      if (dt * 8 >= FA_DG) break;  // a padded head dim's zero columns
 #if FA_ACC
       float2* x = (float2*)(p + dt * 8 + c2);
       float2 y = *x;

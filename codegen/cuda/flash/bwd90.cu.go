@@ -58,7 +58,7 @@ const dkdvq90Src = `extern "C" __global__ void __launch_bounds__(256, 1) @KERNEL
   const long long qtiles = (qend + FA_BR - 1) / FA_BR;
   const int nit = qtiles > it0 ? (int)(qtiles - it0) : 0;
   const int nitems = FA_G * nit;
-  const long long qrs = (long long)FA_HQ * FA_D * FA_R, krs = (long long)FA_HKV * FA_D * FA_R;
+  const long long qrs = (long long)FA_HQ * FA_DG * FA_R, krs = (long long)FA_HKV * FA_DG * FA_R;
   // The items: query tiles it0..qtiles − 1 of each head of the group. With one
   // head the walk goes forward from the diagonal. With a group it goes
   // query-major from the last tile down, so that the CTAs of a wave read the
@@ -76,7 +76,7 @@ const dkdvq90Src = `extern "C" __global__ void __launch_bounds__(256, 1) @KERNEL
 #define loadq(hh, ii, st) do { \
     const int h_ = (hh); \
     const long long qq_ = (ii) * FA_BR; \
-    const long long qo_ = ((b * FA_T + qp0) * FA_HQ + h_) * FA_D, lo_ = (b * FA_HQ + h_) * FA_LT + qp0; \
+    const long long qo_ = ((b * FA_T + qp0) * FA_HQ + h_) * FA_DG, lo_ = (b * FA_HQ + h_) * FA_LT + qp0; \
     fa_load_tile90<FA_BR, 256>(sQ + (st) * FA_BR * FA_D, q + qo_, qrs, qq_, qn, tid); \
     fa_load_tile90<FA_BR, 256>(sO + (st) * FA_BR * FA_D, dout + qo_, qrs, qq_, qn, tid); \
     if (tid < FA_BR) { \
@@ -88,8 +88,8 @@ const dkdvq90Src = `extern "C" __global__ void __launch_bounds__(256, 1) @KERNEL
       fa_cp4(fa_smem(sDl + (st) * FA_BR + t_), delta + lo_ + (ok_ ? (qq_ + t_) * FA_R : 0), ok_); \
     } \
   } while (0)
-  fa_load_tile90<FA_BC, 256>(sK, k + ((b * FA_S + kp0) * FA_HKV + hk) * FA_D, krs, k0, kn, tid);
-  fa_load_tile90<FA_BC, 256>(sV, v + ((b * FA_S + kp0) * FA_HKV + hk) * FA_D, krs, k0, kn, tid);
+  fa_load_tile90<FA_BC, 256>(sK, k + ((b * FA_S + kp0) * FA_HKV + hk) * FA_DG, krs, k0, kn, tid);
+  fa_load_tile90<FA_BC, 256>(sV, v + ((b * FA_S + kp0) * FA_HKV + hk) * FA_DG, krs, k0, kn, tid);
   int lh = h0;  // the next load's head and query tile
   long long li = ifirst;
 #pragma unroll
@@ -127,7 +127,7 @@ const dkdvq90Src = `extern "C" __global__ void __launch_bounds__(256, 1) @KERNEL
   float dq[FA_D / 4];
   const int qd = lane & 3;
   auto reds = [&](int hh, long long q00) {
-    unsigned long long* dg = dqa + ((b * FA_T + qp0) * FA_HQ + hh) * FA_D + wg * (FA_D / 2);
+    unsigned long long* dg = dqa + ((b * FA_T + qp0) * FA_HQ + hh) * FA_DG + wg * (FA_D / 2);
 #pragma unroll
     for (int i = 0; i < FA_D / 8; ++i)  // i = nt·2 + r
       fa_quad_spread(dq[i * 2], dq[i * 2 + 1], qd, &dq[i * 2], &dq[i * 2 + 1]);
@@ -138,6 +138,7 @@ const dkdvq90Src = `extern "C" __global__ void __launch_bounds__(256, 1) @KERNEL
       unsigned long long* p = dg + row * qrs + qd;
 #pragma unroll
       for (int nt = 0; nt < FA_D / 16; ++nt) {
+        if (wg * (FA_D / 2) + nt * 8 >= FA_DG) break;  // a padded head dim's zero columns
         fa_red64(p + nt * 8, dq[nt * 4 + 2 * r], dqmul);
         fa_red64(p + nt * 8 + 4, dq[nt * 4 + 2 * r + 1], dqmul);
       }
@@ -246,9 +247,10 @@ const dkdvq90Src = `extern "C" __global__ void __launch_bounds__(256, 1) @KERNEL
   for (int r = 0; r < 2; ++r) {
     const long long row = k0 + kr + r * 8;
     if (row >= kn) continue;
-    const long long off = ((b * FA_S + kp0 + row * FA_R) * FA_HKV + hk) * FA_D + c2;
+    const long long off = ((b * FA_S + kp0 + row * FA_R) * FA_HKV + hk) * FA_DG + c2;
 #pragma unroll
     for (int nt = 0; nt < FA_D / 8; ++nt) {
+      if (nt * 8 >= FA_DG) break;  // a padded head dim's zero columns
 #if FA_ACC
       float2* pk = (float2*)(dk + off + nt * 8);
       float2* pv = (float2*)(dv + off + nt * 8);

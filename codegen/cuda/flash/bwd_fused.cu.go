@@ -63,13 +63,13 @@ extern "C" __global__ void __launch_bounds__(256, 1) @KERNEL@(FA_OT* __restrict_
   const long long qtiles = (qend + FA_BR - 1) / FA_BR;
   const int nit = qtiles > it0 ? (int)(qtiles - it0) : 0;
   const int nitems = FA_G * nit;
-  const long long qrs = (long long)FA_HQ * FA_D * FA_R, krs = (long long)FA_HKV * FA_D * FA_R;
+  const long long qrs = (long long)FA_HQ * FA_DG * FA_R, krs = (long long)FA_HKV * FA_DG * FA_R;
   // loadq queues work item w (query head h0 + w / nit, query tile it0 + w % nit)
   // into stage st.
 #define loadq(w, st) do { \
     const int h_ = h0 + (w) / nit; \
     const long long qq_ = (it0 + (w) % nit) * FA_BR; \
-    const long long qo_ = ((b * FA_T + qp0) * FA_HQ + h_) * FA_D, lo_ = (b * FA_HQ + h_) * FA_LT + qp0; \
+    const long long qo_ = ((b * FA_T + qp0) * FA_HQ + h_) * FA_DG, lo_ = (b * FA_HQ + h_) * FA_LT + qp0; \
     fa_load_tile<FA_BR, 256>(sQ + (st) * FA_BR * FA_D, q + qo_, qrs, qq_, qn, tid); \
     fa_load_tile<FA_BR, 256>(sO + (st) * FA_BR * FA_D, dout + qo_, qrs, qq_, qn, tid); \
     if (tid < FA_BR) { \
@@ -81,8 +81,8 @@ extern "C" __global__ void __launch_bounds__(256, 1) @KERNEL@(FA_OT* __restrict_
       fa_cp4(fa_smem(sDl + (st) * FA_BR + t_), delta + lo_ + (ok_ ? (qq_ + t_) * FA_R : 0), ok_); \
     } \
   } while (0)
-  fa_load_tile<FA_BC, 256>(sK, k + ((b * FA_S + kp0) * FA_HKV + hk) * FA_D, krs, k0, kn, tid);
-  fa_load_tile<FA_BC, 256>(sV, v + ((b * FA_S + kp0) * FA_HKV + hk) * FA_D, krs, k0, kn, tid);
+  fa_load_tile<FA_BC, 256>(sK, k + ((b * FA_S + kp0) * FA_HKV + hk) * FA_DG, krs, k0, kn, tid);
+  fa_load_tile<FA_BC, 256>(sV, v + ((b * FA_S + kp0) * FA_HKV + hk) * FA_DG, krs, k0, kn, tid);
 #pragma unroll
   for (int s = 0; s < FA_STAGES - 1; ++s) {
     if (s < nitems) loadq(s, s);
@@ -225,7 +225,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) @KERNEL@(FA_OT* __restrict_
       }
     }
     // dQ's reds, spread over the quad (fa_quad_spread) to cover whole sectors.
-    unsigned long long* dg = dqa + ((b * FA_T + qp0) * FA_HQ + h) * FA_D;
+    unsigned long long* dg = dqa + ((b * FA_T + qp0) * FA_HQ + h) * FA_DG;
     const int qd = lane & 3;
 #pragma unroll
     for (int mi = 0; mi < FA_MT; ++mi)
@@ -234,6 +234,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) @KERNEL@(FA_OT* __restrict_
         const long long row = qq0 + wm * (FA_BR / 2) + mi * 16 + g + r * 8;
 #pragma unroll
         for (int nt = 0; nt < FA_QN; ++nt) {
+          if (wc * (FA_D / 4) + nt * 8 >= FA_DG) break;  // a padded head dim's zero columns (warp-uniform)
           float lo, hi;
           fa_quad_spread(dq[mi][nt][2 * r], dq[mi][nt][2 * r + 1], qd, &lo, &hi);
           if (row >= qn) continue;
@@ -250,9 +251,10 @@ extern "C" __global__ void __launch_bounds__(256, 1) @KERNEL@(FA_OT* __restrict_
     for (int r = 0; r < 2; ++r) {
       const long long row = k0 + wk * (FA_BC / 4) + mi * 16 + g + r * 8;
       if (row >= kn) continue;
-      const long long off = ((b * FA_S + kp0 + row * FA_R) * FA_HKV + hk) * FA_D + wd * (FA_D / 2) + c2;
+      const long long off = ((b * FA_S + kp0 + row * FA_R) * FA_HKV + hk) * FA_DG + wd * (FA_D / 2) + c2;
 #pragma unroll
       for (int nt = 0; nt < FA_DN; ++nt) {
+        if (wd * (FA_D / 2) + nt * 8 >= FA_DG) break;  // a padded head dim's zero columns
 #if FA_ACC
         float2* pk = (float2*)(dk + off + nt * 8);
         float2* pv = (float2*)(dv + off + nt * 8);
@@ -289,7 +291,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) @KERNEL@(FA_OT* __restrict_
 const dqFixedSrc = `__device__ __forceinline__ float fa_dq_mul(const unsigned* mx) {
   const double mo = __uint_as_float(mx[0]), mk = __uint_as_float(mx[1]), mv = __uint_as_float(mx[2]);
   const double md = __uint_as_float(mx[3]);
-  const double bnd = 2.0 * (double)FA_SCALE * mk * ((double)FA_D * mo * mv + md);
+  const double bnd = 2.0 * (double)FA_SCALE * mk * ((double)FA_DG * mo * mv + md);
   if (!(bnd <= 1e300)) return 0.0f;
   int e = -64;
   if (bnd != 0.0) frexp(bnd, &e);
@@ -332,7 +334,7 @@ extern "C" __global__ void __launch_bounds__(256) @KERNEL@(unsigned* __restrict_
     for (long long i = i0; i < FA_B * FA_HQ * FA_LT; i += stride) m = max(m, __float_as_uint(delta[i]) & 0x7fffffffu);
   } else {
     const uint4* x = (const uint4*)(which == 0 ? dout : which == 1 ? k : v);
-    const long long n = (which == 0 ? FA_NQ : FA_B * FA_S * FA_HKV * FA_D) / 8;
+    const long long n = (which == 0 ? FA_NQ : FA_B * FA_S * FA_HKV * FA_DG) / 8;
     for (long long i = i0; i < n; i += stride) {
       const uint4 w = x[i];
       m = fa_hmax(w.x, fa_hmax(w.y, fa_hmax(w.z, fa_hmax(w.w, m))));

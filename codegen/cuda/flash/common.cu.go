@@ -104,7 +104,8 @@ __device__ __forceinline__ long long fa_doc_end(const long long* ds, long long l
   return lo;
 }
 // fa_load_tile queues rows [r0, r0+ROWS) of a row-strided bf16 matrix (rows >= n
-// read as zeros) into a swizzled shared tile.
+// read as zeros, and so do the columns from FA_DG on: a head dim padded to FA_D)
+// into a swizzled shared tile.
 template <int ROWS, int NT>
 __device__ __forceinline__ void fa_load_tile(fa_bf16* s, const fa_bf16* g, long long rs, long long r0, long long n, int tid) {
   const int CH = FA_D / 8;
@@ -113,7 +114,7 @@ __device__ __forceinline__ void fa_load_tile(fa_bf16* s, const fa_bf16* g, long 
     const int c = tid + it * NT;
     if (c >= ROWS * CH) break;
     const int r = c / CH, ch = c % CH;
-    const bool ok = r0 + r < n;
+    const bool ok = r0 + r < n && ch < FA_DG / 8;  // a padded head dim's columns read as zeros
     const fa_bf16* src = ok ? g + (r0 + r) * rs + ch * 8 : g;
     fa_cp16(fa_smem(s + fa_swz(r, ch * 8)), src, ok);
   }

@@ -40,7 +40,7 @@ type Desc struct {
 	LT int64
 	// B, T, S are the batch, the query length and the key length; Hq and Hkv the
 	// query and key/value heads (Hq = G·Hkv, grouped-query attention reads kv head
-	// h/G without repeating it); D the head dim (64 or 128).
+	// h/G without repeating it); D the head dim (a multiple of 8 up to 128: see KD).
 	B, T, S int64
 	Hq, Hkv int
 	D       int
@@ -251,13 +251,27 @@ func (d Desc) Members() []Desc {
 	return out
 }
 
+// KD is the head dim the kernels compute with: 64 or 128. Another head dim,
+// a multiple of 8 (80, 96, 112; 32 or 48 of small models), runs on the kernels
+// of the next of those, FA_D in their source, over the model's own rows of D
+// (FA_DG): the loads fill the columns from D on with zeros in shared memory,
+// which leaves every score and every product of the first D columns as they
+// are (a zero column adds nothing to a dot product), and the stores write the
+// first D columns only. It costs KD/D of the work and no memory.
+func (d Desc) KD() int {
+	if d.D <= 64 {
+		return 64
+	}
+	return 128
+}
+
 // Segments is the number of segments per sequence.
 func (d Desc) Segments() int64 { return (d.T + d.W - 1) / d.W }
 
 // Supported reports whether the tensor-core tier takes d, and why not.
 func Supported(d Desc) error {
-	if d.D != 64 && d.D != 128 {
-		return fmt.Errorf("head dim %d: the tensor-core kernels take 64 or 128", d.D)
+	if d.D <= 0 || d.D > 128 || d.D%8 != 0 {
+		return fmt.Errorf("head dim %d: the tensor-core kernels take a multiple of 8 up to 128", d.D)
 	}
 	if d.Hkv <= 0 || d.Hq%d.Hkv != 0 {
 		return fmt.Errorf("%d query heads over %d kv heads: want a whole group", d.Hq, d.Hkv)

@@ -34,7 +34,13 @@ func variants() []Desc {
 		// Sliding windows: alone (GQA, a window not a multiple of any tile, a
 		// ragged tail), and with packed documents.
 		Desc{B: 2, T: 1000, S: 1000, Hq: 4, Hkv: 2, D: 128, Causal: true, Window: 300},
-		Desc{B: 1, T: 777, S: 777, Hq: 8, Hkv: 1, D: 64, Causal: true, Window: 129, Docs: true})
+		Desc{B: 1, T: 777, S: 777, Hq: 8, Hkv: 1, D: 64, Causal: true, Window: 129, Docs: true},
+		// Head dims padded to the kernels' 64 or 128: 96 dense causal and GQA, 80
+		// bidirectional with a batch, 32 with a window, 112 on a dilated branch.
+		Desc{B: 1, T: 1000, S: 1000, Hq: 4, Hkv: 2, D: 96, Causal: true},
+		Desc{B: 2, T: 300, S: 517, Hq: 4, Hkv: 2, D: 80},
+		Desc{B: 1, T: 777, S: 777, Hq: 4, Hkv: 4, D: 32, Causal: true, Window: 100},
+		Desc{B: 1, T: 4096, S: 4096, Hq: 8, Hkv: 8, D: 112, Causal: true, W: 1024, R: 4, Accumulate: true})
 	return ds
 }
 
@@ -94,7 +100,10 @@ func TestRejects(t *testing.T) {
 		d    Desc
 		want string
 	}{
-		{Desc{B: 1, T: 8, S: 8, Hq: 1, Hkv: 1, D: 96}, "head dim 96"},
+		{Desc{B: 1, T: 8, S: 8, Hq: 1, Hkv: 1, D: 100}, "head dim 100"},
+		{Desc{B: 1, T: 8, S: 8, Hq: 1, Hkv: 1, D: 256}, "head dim 256"},
+		{Desc{B: 1, T: 8, S: 8, Hq: 1, Hkv: 1, D: 64, Causal: true, Window: 4, W: 4, R: 2}, "sliding window"},
+		{Desc{B: 1, T: 8, S: 8, Hq: 1, Hkv: 1, D: 64, Window: 4}, "sliding window"},
 		{Desc{B: 1, T: 8, S: 8, Hq: 3, Hkv: 2, D: 64}, "whole group"},
 		{Desc{B: 1, T: 8, S: 8, Hq: 1, Hkv: 1, D: 64, Br: 40}, "Br=40"},
 		{Desc{B: 1, T: 8, S: 9, Hq: 1, Hkv: 1, D: 64, W: 4, R: 2}, "as many keys"},

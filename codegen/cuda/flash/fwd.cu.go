@@ -38,10 +38,10 @@ const fwdSrc = `extern "C" __global__ void __launch_bounds__(FA_NT) @KERNEL@(FA_
 #if FA_LEFT
   j0 = (int)(fa_start(dsr, q0) / FA_BC);
 #endif
-  const long long qrs = (long long)FA_HQ * FA_D * FA_R, krs = (long long)FA_HKV * FA_D * FA_R;
-  const fa_bf16* qg = q + ((b * FA_T + qp0) * FA_HQ + h) * FA_D;
-  const fa_bf16* kg = k + ((b * FA_S + kp0) * FA_HKV + hk) * FA_D;
-  const fa_bf16* vg = v + ((b * FA_S + kp0) * FA_HKV + hk) * FA_D;
+  const long long qrs = (long long)FA_HQ * FA_DG * FA_R, krs = (long long)FA_HKV * FA_DG * FA_R;
+  const fa_bf16* qg = q + ((b * FA_T + qp0) * FA_HQ + h) * FA_DG;
+  const fa_bf16* kg = k + ((b * FA_S + kp0) * FA_HKV + hk) * FA_DG;
+  const fa_bf16* vg = v + ((b * FA_S + kp0) * FA_HKV + hk) * FA_DG;
   fa_load_tile<FA_BR, FA_NT>(sQ, qg, qrs, q0, qn, tid);
 #pragma unroll
   for (int s = 0; s < FA_STAGES - 1; ++s) {
@@ -225,7 +225,7 @@ const fwdSrc = `extern "C" __global__ void __launch_bounds__(FA_NT) @KERNEL@(FA_
     const long long row = r0 + mi * 16 + r * 8;
     if (row >= qn) continue;
     const long long pos = qp0 + row * FA_R;
-    FA_OT* orow = o + ((b * FA_T + pos) * FA_HQ + h) * FA_D;
+    FA_OT* orow = o + ((b * FA_T + pos) * FA_HQ + h) * FA_DG;
     const float inv = l[mi][r] > 0.0f ? 1.0f / l[mi][r] : 0.0f;
 #if FA_ACC
     if (lb[mi][r] == -FA_INF) continue;
@@ -236,6 +236,7 @@ const fwdSrc = `extern "C" __global__ void __launch_bounds__(FA_NT) @KERNEL@(FA_
     wb = wb / sum * inv;
 #pragma unroll
     for (int dt = 0; dt < FA_D / 8; ++dt) {
+      if (dt * 8 >= FA_DG) break;  // a padded head dim's zero columns
       float2* p = (float2*)(orow + dt * 8 + c2);
       float2 x = *p;
       x.x = wa * x.x + wb * acc[mi][dt][2 * r];
@@ -246,7 +247,7 @@ const fwdSrc = `extern "C" __global__ void __launch_bounds__(FA_NT) @KERNEL@(FA_
 #else
 #pragma unroll
     for (int dt = 0; dt < FA_D / 8; ++dt)
-      *(unsigned*)(orow + dt * 8 + c2) = fa_pack(acc[mi][dt][2 * r] * inv, acc[mi][dt][2 * r + 1] * inv);
+      if (dt * 8 < FA_DG) *(unsigned*)(orow + dt * 8 + c2) = fa_pack(acc[mi][dt][2 * r] * inv, acc[mi][dt][2 * r + 1] * inv);
     if ((lane & 3) == 0) lse[(b * FA_HQ + h) * FA_T + pos] = l[mi][r] > 0.0f ? m[mi][r] * FA_SCALE + logf(l[mi][r]) : -FA_INF;
 #endif
   }
@@ -262,15 +263,28 @@ const deltaSrc = `extern "C" __global__ void __launch_bounds__(256) @KERNEL@(flo
   const int h = blockIdx.y;
   const long long b = blockIdx.z;
   if (t >= FA_T) return;
-  const long long off = ((b * FA_T + t) * FA_HQ + h) * FA_D + lane * (FA_D / 32);
+  float s = 0.0f;
+#if FA_DG % 64 == 0
+  // Each lane sums FA_DG/32 neighbours, pairs at a time.
+  const long long off = ((b * FA_T + t) * FA_HQ + h) * FA_DG + lane * (FA_DG / 32);
   const unsigned* op = (const unsigned*)(o + off);
   const unsigned* dp = (const unsigned*)(dout + off);
-  float s = 0.0f;
 #pragma unroll
-  for (int i = 0; i < FA_D / 64; ++i) {
+  for (int i = 0; i < FA_DG / 64; ++i) {
     const unsigned a = op[i], c = dp[i];
     s += __uint_as_float(a << 16) * __uint_as_float(c << 16) + __uint_as_float(a & 0xffff0000u) * __uint_as_float(c & 0xffff0000u);
   }
+#else
+  // Another even head dim: lane l sums the pairs at 2l, 2l + 64, ...
+  const long long off = ((b * FA_T + t) * FA_HQ + h) * FA_DG;
+  const unsigned* op = (const unsigned*)(o + off);
+  const unsigned* dp = (const unsigned*)(dout + off);
+#pragma unroll
+  for (int i = lane; i < FA_DG / 2; i += 32) {
+    const unsigned a = op[i], c = dp[i];
+    s += __uint_as_float(a << 16) * __uint_as_float(c << 16) + __uint_as_float(a & 0xffff0000u) * __uint_as_float(c & 0xffff0000u);
+  }
+#endif
 #pragma unroll
   for (int x = 16; x > 0; x >>= 1) s += __shfl_xor_sync(0xffffffffu, s, x);
   if (lane == 0) delta[(b * FA_HQ + h) * FA_T + t] = s;

@@ -41,10 +41,10 @@ const fwd90Src = `extern "C" __global__ void __launch_bounds__(FA_NT, 1) @KERNEL
 #if FA_LEFT
   j0 = (int)(fa_start(dsr, q0) / FA_BC);
 #endif
-  const long long qrs = (long long)FA_HQ * FA_D * FA_R, krs = (long long)FA_HKV * FA_D * FA_R;
-  const fa_bf16* qg = q + ((b * FA_T + qp0) * FA_HQ + h) * FA_D;
-  const fa_bf16* kg = k + ((b * FA_S + kp0) * FA_HKV + hk) * FA_D;
-  const fa_bf16* vg = v + ((b * FA_S + kp0) * FA_HKV + hk) * FA_D;
+  const long long qrs = (long long)FA_HQ * FA_DG * FA_R, krs = (long long)FA_HKV * FA_DG * FA_R;
+  const fa_bf16* qg = q + ((b * FA_T + qp0) * FA_HQ + h) * FA_DG;
+  const fa_bf16* kg = k + ((b * FA_S + kp0) * FA_HKV + hk) * FA_DG;
+  const fa_bf16* vg = v + ((b * FA_S + kp0) * FA_HKV + hk) * FA_DG;
   fa_load_tile90<FA_BR, FA_NT>(sQ, qg, qrs, q0, qn, tid);
   // Tiles run FA_STAGES − 2 ahead: P·V of tile j is still reading its stage
   // while tile j + 1's S is computed, so the loads issued then must not land in
@@ -171,7 +171,7 @@ const fwd90Src = `extern "C" __global__ void __launch_bounds__(FA_NT, 1) @KERNEL
     const long long row = r0 + r * 8;
     if (row >= qn) continue;
     const long long pos = qp0 + row * FA_R;
-    FA_OT* orow = o + ((b * FA_T + pos) * FA_HQ + h) * FA_D;
+    FA_OT* orow = o + ((b * FA_T + pos) * FA_HQ + h) * FA_DG;
     const float inv = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;
 #if FA_ACC
     if (lb[r] == -FA_INF) continue;
@@ -182,6 +182,7 @@ const fwd90Src = `extern "C" __global__ void __launch_bounds__(FA_NT, 1) @KERNEL
     wb = wb / sum * inv;
 #pragma unroll
     for (int dt = 0; dt < FA_D / 8; ++dt) {
+      if (dt * 8 >= FA_DG) break;  // a padded head dim's zero columns
       float2* pp = (float2*)(orow + dt * 8 + c2);
       float2 x = *pp;
       x.x = wa * x.x + wb * acc[dt * 4 + 2 * r];
@@ -192,7 +193,7 @@ const fwd90Src = `extern "C" __global__ void __launch_bounds__(FA_NT, 1) @KERNEL
 #else
 #pragma unroll
     for (int dt = 0; dt < FA_D / 8; ++dt)
-      *(unsigned*)(orow + dt * 8 + c2) = fa_pack(acc[dt * 4 + 2 * r] * inv, acc[dt * 4 + 2 * r + 1] * inv);
+      if (dt * 8 < FA_DG) *(unsigned*)(orow + dt * 8 + c2) = fa_pack(acc[dt * 4 + 2 * r] * inv, acc[dt * 4 + 2 * r + 1] * inv);
     if ((lane & 3) == 0) lse[(b * FA_HQ + h) * FA_T + pos] = l[r] > 0.0f ? m[r] * FA_SCALE + logf(l[r]) : -FA_INF;
 #endif
   }

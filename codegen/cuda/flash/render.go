@@ -93,7 +93,8 @@ var header = template.Must(template.New("header").Funcs(funcs).Parse(
 #define FA_HQ {{.Hq}}
 #define FA_HKV {{.Hkv}}
 #define FA_G (FA_HQ / FA_HKV)
-#define FA_D {{.D}}
+#define FA_D {{.KD}}
+#define FA_DG {{.D}}
 #define FA_CAUSAL {{b .Causal}}
 #define FA_DOCS {{b .Docs}}
 #define FA_WIN {{.Window}}LL
@@ -147,7 +148,7 @@ func Forward(d Desc) (Kernel, error) {
 	body, arch := fwdSrc, ""
 	if d.Tier == 2 {
 		nt = d.Br / 64 * 128
-		body, arch = common90Src+wgmmaFunc("fa_wg_s", d.Bc, true, 0, 0)+wgmmaFunc("fa_wg_o", d.D, false, 0, 1)+fwd90Src, ArchSM90a
+		body, arch = common90Src+wgmmaFunc("fa_wg_s", d.Bc, true, 0, 0)+wgmmaFunc("fa_wg_o", d.KD(), false, 0, 1)+fwd90Src, ArchSM90a
 	}
 	v := view{Desc: d, Kind: "forward", BR: d.Br, BC: d.Bc, NT: nt, Acc: d.Accumulate}
 	rows := d.T
@@ -157,7 +158,7 @@ func Forward(d Desc) (Kernel, error) {
 	return Kernel{Op: "attention.flash.fwd", Body: render(v, body), Arch: arch,
 		Grid:   [3]uint32{uint32((rows + int64(d.Br) - 1) / int64(d.Br)), uint32(d.Hq), uint32(d.B * nsegOf(d))},
 		Block:  [3]uint32{uint32(nt), 1, 1},
-		Shared: uint32(2 * d.D * (d.Br + 2*d.Stages*d.Bc)),
+		Shared: uint32(2 * d.KD() * (d.Br + 2*d.Stages*d.Bc)),
 		Params: docsParam(d, []Param{{"o", outType(d.Accumulate), true}, {"lse", "float", true},
 			{"q", "lcc_bf16", false}, {"k", "lcc_bf16", false}, {"v", "lcc_bf16", false}}),
 	}, nil
@@ -223,7 +224,7 @@ func DKDV(d Desc) (Kernel, error) {
 	return Kernel{Op: "attention.flash.dkdv", Body: render(v, dkdvSrc),
 		Grid:   [3]uint32{uint32((rows + int64(d.BwdBc) - 1) / int64(d.BwdBc)), uint32(d.Hkv), uint32(d.B * nsegOf(d))},
 		Block:  [3]uint32{uint32(nt), 1, 1},
-		Shared: uint32(2*d.D*(2*d.BwdBc+2*d.Stages*d.BwdBr) + 8*d.Stages*d.BwdBr),
+		Shared: uint32(2*d.KD()*(2*d.BwdBc+2*d.Stages*d.BwdBr) + 8*d.Stages*d.BwdBr),
 		Params: []Param{{"dk", outType(d.Accumulate), true}, {"dv", outType(d.Accumulate), true},
 			{"q", "lcc_bf16", false}, {"k", "lcc_bf16", false}, {"v", "lcc_bf16", false},
 			{"dout", "lcc_bf16", false}, {"lse", "float", false}, {"delta", "float", false}},
@@ -243,13 +244,13 @@ func dkdvq(d Desc) Kernel {
 		rows = (min(d.W, d.T) + int64(d.R) - 1) / int64(d.R)
 	}
 	body, arch := dqFixedSrc+dkdvqSrc, ""
-	shared := 2*d.D*(2*d.BwdBc+2*d.Stages*d.BwdBr) + 8*d.Stages*d.BwdBr + 2*2*d.BwdBr*pad
+	shared := 2*d.KD()*(2*d.BwdBc+2*d.Stages*d.BwdBr) + 8*d.Stages*d.BwdBr + 2*2*d.BwdBr*pad
 	if d.Tier == 2 {
 		body, arch = common90Src+dqFixedSrc+
 			wgmmaFunc("fa_wg_st", d.BwdBr, true, 0, 0)+
-			wgmmaFunc("fa_wg_dv", d.D, false, 0, 1)+
-			wgmmaFunc("fa_wg_dq", d.D/2, true, 1, 1)+dkdvq90Src, ArchSM90a
-		shared = 2*d.D*(2*d.BwdBc+2*d.Stages*d.BwdBr) + 2*2*d.BwdBc*d.BwdBr + 8*d.Stages*d.BwdBr
+			wgmmaFunc("fa_wg_dv", d.KD(), false, 0, 1)+
+			wgmmaFunc("fa_wg_dq", d.KD()/2, true, 1, 1)+dkdvq90Src, ArchSM90a
+		shared = 2*d.KD()*(2*d.BwdBc+2*d.Stages*d.BwdBr) + 2*2*d.BwdBc*d.BwdBr + 8*d.Stages*d.BwdBr
 	}
 	return Kernel{Op: "attention.flash.dkdvdq", Body: render(v, body), Arch: arch,
 		Grid:   [3]uint32{uint32((rows + int64(d.BwdBc) - 1) / int64(d.BwdBc)), uint32(d.Hkv), uint32(d.B * nsegOf(d))},
@@ -318,7 +319,7 @@ func DQ(d Desc) (Kernel, error) {
 	return Kernel{Op: "attention.flash.dq", Body: render(v, dqSrc),
 		Grid:   [3]uint32{uint32((rows + int64(d.DQBr) - 1) / int64(d.DQBr)), uint32(d.Hq), uint32(d.B * nsegOf(d))},
 		Block:  [3]uint32{uint32(nt), 1, 1},
-		Shared: uint32(2 * d.D * (2*d.DQBr + 2*d.Stages*d.DQBc)),
+		Shared: uint32(2 * d.KD() * (2*d.DQBr + 2*d.Stages*d.DQBc)),
 		Params: []Param{{"dq", outType(d.Accumulate), true}, {"q", "lcc_bf16", false},
 			{"k", "lcc_bf16", false}, {"v", "lcc_bf16", false}, {"dout", "lcc_bf16", false},
 			{"lse", "float", false}, {"delta", "float", false}},

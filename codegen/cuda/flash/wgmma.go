@@ -23,7 +23,8 @@ __device__ __forceinline__ int fa_swz90(int rows, int row, int col) {
   return (col >> 6) * rows * 64 + row * 64 + ((((col >> 3) & 7) ^ (row & 7)) << 3) + (col & 7);
 }
 // fa_load_tile90 queues rows [r0, r0+ROWS) of a row-strided bf16 matrix (rows
-// >= n read as zeros) into a swizzled shared tile. NT is a multiple of 8·FA_D/8
+// >= n read as zeros, and so do the columns from FA_DG on: a head dim padded to
+// FA_D) into a swizzled shared tile. NT is a multiple of 8·FA_D/8
 // threads, so each thread keeps its 16-byte column and its rows' swizzle phase
 // at every step: a tile with all its rows in range is a base address plus
 // constants (no bounds check, no per-chunk 64-bit multiply).
@@ -32,13 +33,14 @@ __device__ __forceinline__ void fa_load_tile90(fa_bf16* s, const fa_bf16* g, lon
   const int CH = FA_D / 8, STEP = NT / CH;
   static_assert(STEP % 8 == 0, "fa_load_tile90: NT must be a multiple of 8 rows of chunks");
   const int rt = tid / CH, ch = tid % CH;
+  const bool col = ch < FA_DG / 8;
   const unsigned sa = fa_smem(s + fa_swz90(ROWS, rt, ch * 8));
   if (r0 + ROWS <= n) {
     const fa_bf16* gt = g + (r0 + rt) * rs + ch * 8;
 #pragma unroll
     for (int it = 0; it < (ROWS * CH + NT - 1) / NT; ++it) {
       if ((ROWS * CH) % NT != 0 && tid + it * NT >= ROWS * CH) break;
-      fa_cp16(sa + it * STEP * 128, gt + it * STEP * rs, true);
+      fa_cp16(sa + it * STEP * 128, col ? gt + it * STEP * rs : g, col);
     }
     return;
   }
@@ -46,7 +48,7 @@ __device__ __forceinline__ void fa_load_tile90(fa_bf16* s, const fa_bf16* g, lon
   for (int it = 0; it < (ROWS * CH + NT - 1) / NT; ++it) {
     if ((ROWS * CH) % NT != 0 && tid + it * NT >= ROWS * CH) break;
     const long long r = r0 + rt + it * STEP;
-    const bool ok = r < n;
+    const bool ok = r < n && col;
     fa_cp16(sa + it * STEP * 128, ok ? g + r * rs + ch * 8 : g, ok);
   }
 }

@@ -8,6 +8,7 @@
 #define FA_HKV 4
 #define FA_G (FA_HQ / FA_HKV)
 #define FA_D 128
+#define FA_DG 128
 #define FA_CAUSAL 1
 #define FA_DOCS 0
 #define FA_WIN 0LL
@@ -137,7 +138,8 @@ __device__ __forceinline__ long long fa_doc_end(const long long* ds, long long l
   return lo;
 }
 // fa_load_tile queues rows [r0, r0+ROWS) of a row-strided bf16 matrix (rows >= n
-// read as zeros) into a swizzled shared tile.
+// read as zeros, and so do the columns from FA_DG on: a head dim padded to FA_D)
+// into a swizzled shared tile.
 template <int ROWS, int NT>
 __device__ __forceinline__ void fa_load_tile(fa_bf16* s, const fa_bf16* g, long long rs, long long r0, long long n, int tid) {
   const int CH = FA_D / 8;
@@ -146,12 +148,12 @@ __device__ __forceinline__ void fa_load_tile(fa_bf16* s, const fa_bf16* g, long 
     const int c = tid + it * NT;
     if (c >= ROWS * CH) break;
     const int r = c / CH, ch = c % CH;
-    const bool ok = r0 + r < n;
+    const bool ok = r0 + r < n && ch < FA_DG / 8;  // a padded head dim's columns read as zeros
     const fa_bf16* src = ok ? g + (r0 + r) * rs + ch * 8 : g;
     fa_cp16(fa_smem(s + fa_swz(r, ch * 8)), src, ok);
   }
 }
-extern "C" __global__ void __launch_bounds__(FA_NT) attention_flash_dkdv_7551834bb09260b5(FA_OT* __restrict__ dk, FA_OT* __restrict__ dv,
+extern "C" __global__ void __launch_bounds__(FA_NT) attention_flash_dkdv_aa002af4a24433f4(FA_OT* __restrict__ dk, FA_OT* __restrict__ dv,
     const fa_bf16* __restrict__ q, const fa_bf16* __restrict__ k, const fa_bf16* __restrict__ v,
     const fa_bf16* __restrict__ dout, const float* __restrict__ lse, const float* __restrict__ delta
     ) {
@@ -183,9 +185,9 @@ extern "C" __global__ void __launch_bounds__(FA_NT) attention_flash_dkdv_7551834
   const int nit = qtiles > it0 ? (int)(qtiles - it0) : 0;
   const int nitems = nh * nit;
 #define qtile(w) (it0 + (w) % nit)
-  const long long qrs = (long long)FA_HQ * FA_D * FA_R, krs = (long long)FA_HKV * FA_D * FA_R;
-  const fa_bf16* kg = k + ((b * FA_S + kp0) * FA_HKV + hk) * FA_D;
-  const fa_bf16* vg = v + ((b * FA_S + kp0) * FA_HKV + hk) * FA_D;
+  const long long qrs = (long long)FA_HQ * FA_DG * FA_R, krs = (long long)FA_HKV * FA_DG * FA_R;
+  const fa_bf16* kg = k + ((b * FA_S + kp0) * FA_HKV + hk) * FA_DG;
+  const fa_bf16* vg = v + ((b * FA_S + kp0) * FA_HKV + hk) * FA_DG;
   fa_load_tile<FA_BC, FA_NT>(sK, kg, krs, k0, kn, tid);
   fa_load_tile<FA_BC, FA_NT>(sV, vg, krs, k0, kn, tid);
 #pragma unroll
@@ -193,7 +195,7 @@ extern "C" __global__ void __launch_bounds__(FA_NT) attention_flash_dkdv_7551834
     if (s < nitems) {
       const int h = h0 + s / nit;
       const long long qq0 = qtile(s) * FA_BR;
-      const long long qo = ((b * FA_T + qp0) * FA_HQ + h) * FA_D;
+      const long long qo = ((b * FA_T + qp0) * FA_HQ + h) * FA_DG;
       fa_load_tile<FA_BR, FA_NT>(sQ + s * FA_BR * FA_D, q + qo, qrs, qq0, qn, tid);
       fa_load_tile<FA_BR, FA_NT>(sO + s * FA_BR * FA_D, dout + qo, qrs, qq0, qn, tid);
       const long long lo = (b * FA_HQ + h) * FA_T + qp0;
@@ -225,7 +227,7 @@ extern "C" __global__ void __launch_bounds__(FA_NT) attention_flash_dkdv_7551834
         const int st = wn % FA_STAGES;
         const int h = h0 + wn / nit;
         const long long qq0 = qtile(wn) * FA_BR;
-        const long long qo = ((b * FA_T + qp0) * FA_HQ + h) * FA_D;
+        const long long qo = ((b * FA_T + qp0) * FA_HQ + h) * FA_DG;
         fa_load_tile<FA_BR, FA_NT>(sQ + st * FA_BR * FA_D, q + qo, qrs, qq0, qn, tid);
         fa_load_tile<FA_BR, FA_NT>(sO + st * FA_BR * FA_D, dout + qo, qrs, qq0, qn, tid);
         const long long lo = (b * FA_HQ + h) * FA_T + qp0;
@@ -332,9 +334,10 @@ extern "C" __global__ void __launch_bounds__(FA_NT) attention_flash_dkdv_7551834
   for (int r = 0; r < 2; ++r) {
     const long long row = kr0 + r * 8;
     if (row >= kn) continue;
-    const long long off = ((b * FA_S + kp0 + row * FA_R) * FA_HKV + hk) * FA_D;
+    const long long off = ((b * FA_S + kp0 + row * FA_R) * FA_HKV + hk) * FA_DG;
 #pragma unroll
     for (int dt = 0; dt < FA_D / 8; ++dt) {
+      if (dt * 8 >= FA_DG) break;  // a padded head dim's zero columns
 #if FA_ACC
       float2* pk = (float2*)(dk + off + dt * 8 + c2);
       float2* pv = (float2*)(dv + off + dt * 8 + c2);

@@ -8,6 +8,7 @@
 #define FA_HKV 4
 #define FA_G (FA_HQ / FA_HKV)
 #define FA_D 128
+#define FA_DG 128
 #define FA_CAUSAL 1
 #define FA_DOCS 0
 #define FA_WIN 0LL
@@ -137,7 +138,8 @@ __device__ __forceinline__ long long fa_doc_end(const long long* ds, long long l
   return lo;
 }
 // fa_load_tile queues rows [r0, r0+ROWS) of a row-strided bf16 matrix (rows >= n
-// read as zeros) into a swizzled shared tile.
+// read as zeros, and so do the columns from FA_DG on: a head dim padded to FA_D)
+// into a swizzled shared tile.
 template <int ROWS, int NT>
 __device__ __forceinline__ void fa_load_tile(fa_bf16* s, const fa_bf16* g, long long rs, long long r0, long long n, int tid) {
   const int CH = FA_D / 8;
@@ -146,7 +148,7 @@ __device__ __forceinline__ void fa_load_tile(fa_bf16* s, const fa_bf16* g, long 
     const int c = tid + it * NT;
     if (c >= ROWS * CH) break;
     const int r = c / CH, ch = c % CH;
-    const bool ok = r0 + r < n;
+    const bool ok = r0 + r < n && ch < FA_DG / 8;  // a padded head dim's columns read as zeros
     const fa_bf16* src = ok ? g + (r0 + r) * rs + ch * 8 : g;
     fa_cp16(fa_smem(s + fa_swz(r, ch * 8)), src, ok);
   }
@@ -154,7 +156,7 @@ __device__ __forceinline__ void fa_load_tile(fa_bf16* s, const fa_bf16* g, long 
 __device__ __forceinline__ float fa_dq_mul(const unsigned* mx) {
   const double mo = __uint_as_float(mx[0]), mk = __uint_as_float(mx[1]), mv = __uint_as_float(mx[2]);
   const double md = __uint_as_float(mx[3]);
-  const double bnd = 2.0 * (double)FA_SCALE * mk * ((double)FA_D * mo * mv + md);
+  const double bnd = 2.0 * (double)FA_SCALE * mk * ((double)FA_DG * mo * mv + md);
   if (!(bnd <= 1e300)) return 0.0f;
   int e = -64;
   if (bnd != 0.0) frexp(bnd, &e);
@@ -185,7 +187,7 @@ __device__ __forceinline__ void fa_red64(unsigned long long* p, float x, float m
 #define FA_KM (FA_BC / 64)
 #define FA_DN (FA_D / 16)
 #define FA_QN (FA_D / 32)
-extern "C" __global__ void __launch_bounds__(256, 1) attention_flash_dkdvdq_1d8f7c6258f1e25c(FA_OT* __restrict__ dk, FA_OT* __restrict__ dv,
+extern "C" __global__ void __launch_bounds__(256, 1) attention_flash_dkdvdq_2bccec372e9ac202(FA_OT* __restrict__ dk, FA_OT* __restrict__ dv,
     const fa_bf16* __restrict__ q, const fa_bf16* __restrict__ k, const fa_bf16* __restrict__ v,
     const fa_bf16* __restrict__ dout, const float* __restrict__ lse, const float* __restrict__ delta,
     unsigned* __restrict__ ws FA_DOCS_ARG) {
@@ -228,13 +230,13 @@ extern "C" __global__ void __launch_bounds__(256, 1) attention_flash_dkdvdq_1d8f
   const long long qtiles = (qend + FA_BR - 1) / FA_BR;
   const int nit = qtiles > it0 ? (int)(qtiles - it0) : 0;
   const int nitems = FA_G * nit;
-  const long long qrs = (long long)FA_HQ * FA_D * FA_R, krs = (long long)FA_HKV * FA_D * FA_R;
+  const long long qrs = (long long)FA_HQ * FA_DG * FA_R, krs = (long long)FA_HKV * FA_DG * FA_R;
   // loadq queues work item w (query head h0 + w / nit, query tile it0 + w % nit)
   // into stage st.
 #define loadq(w, st) do { \
     const int h_ = h0 + (w) / nit; \
     const long long qq_ = (it0 + (w) % nit) * FA_BR; \
-    const long long qo_ = ((b * FA_T + qp0) * FA_HQ + h_) * FA_D, lo_ = (b * FA_HQ + h_) * FA_LT + qp0; \
+    const long long qo_ = ((b * FA_T + qp0) * FA_HQ + h_) * FA_DG, lo_ = (b * FA_HQ + h_) * FA_LT + qp0; \
     fa_load_tile<FA_BR, 256>(sQ + (st) * FA_BR * FA_D, q + qo_, qrs, qq_, qn, tid); \
     fa_load_tile<FA_BR, 256>(sO + (st) * FA_BR * FA_D, dout + qo_, qrs, qq_, qn, tid); \
     if (tid < FA_BR) { \
@@ -246,8 +248,8 @@ extern "C" __global__ void __launch_bounds__(256, 1) attention_flash_dkdvdq_1d8f
       fa_cp4(fa_smem(sDl + (st) * FA_BR + t_), delta + lo_ + (ok_ ? (qq_ + t_) * FA_R : 0), ok_); \
     } \
   } while (0)
-  fa_load_tile<FA_BC, 256>(sK, k + ((b * FA_S + kp0) * FA_HKV + hk) * FA_D, krs, k0, kn, tid);
-  fa_load_tile<FA_BC, 256>(sV, v + ((b * FA_S + kp0) * FA_HKV + hk) * FA_D, krs, k0, kn, tid);
+  fa_load_tile<FA_BC, 256>(sK, k + ((b * FA_S + kp0) * FA_HKV + hk) * FA_DG, krs, k0, kn, tid);
+  fa_load_tile<FA_BC, 256>(sV, v + ((b * FA_S + kp0) * FA_HKV + hk) * FA_DG, krs, k0, kn, tid);
 #pragma unroll
   for (int s = 0; s < FA_STAGES - 1; ++s) {
     if (s < nitems) loadq(s, s);
@@ -390,7 +392,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) attention_flash_dkdvdq_1d8f
       }
     }
     // dQ's reds, spread over the quad (fa_quad_spread) to cover whole sectors.
-    unsigned long long* dg = dqa + ((b * FA_T + qp0) * FA_HQ + h) * FA_D;
+    unsigned long long* dg = dqa + ((b * FA_T + qp0) * FA_HQ + h) * FA_DG;
     const int qd = lane & 3;
 #pragma unroll
     for (int mi = 0; mi < FA_MT; ++mi)
@@ -399,6 +401,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) attention_flash_dkdvdq_1d8f
         const long long row = qq0 + wm * (FA_BR / 2) + mi * 16 + g + r * 8;
 #pragma unroll
         for (int nt = 0; nt < FA_QN; ++nt) {
+          if (wc * (FA_D / 4) + nt * 8 >= FA_DG) break;  // a padded head dim's zero columns (warp-uniform)
           float lo, hi;
           fa_quad_spread(dq[mi][nt][2 * r], dq[mi][nt][2 * r + 1], qd, &lo, &hi);
           if (row >= qn) continue;
@@ -415,9 +418,10 @@ extern "C" __global__ void __launch_bounds__(256, 1) attention_flash_dkdvdq_1d8f
     for (int r = 0; r < 2; ++r) {
       const long long row = k0 + wk * (FA_BC / 4) + mi * 16 + g + r * 8;
       if (row >= kn) continue;
-      const long long off = ((b * FA_S + kp0 + row * FA_R) * FA_HKV + hk) * FA_D + wd * (FA_D / 2) + c2;
+      const long long off = ((b * FA_S + kp0 + row * FA_R) * FA_HKV + hk) * FA_DG + wd * (FA_D / 2) + c2;
 #pragma unroll
       for (int nt = 0; nt < FA_DN; ++nt) {
+        if (wd * (FA_D / 2) + nt * 8 >= FA_DG) break;  // a padded head dim's zero columns
 #if FA_ACC
         float2* pk = (float2*)(dk + off + nt * 8);
         float2* pv = (float2*)(dv + off + nt * 8);

@@ -8,6 +8,7 @@
 #define FA_HKV 4
 #define FA_G (FA_HQ / FA_HKV)
 #define FA_D 128
+#define FA_DG 128
 #define FA_CAUSAL 1
 #define FA_DOCS 0
 #define FA_WIN 0LL
@@ -137,7 +138,8 @@ __device__ __forceinline__ long long fa_doc_end(const long long* ds, long long l
   return lo;
 }
 // fa_load_tile queues rows [r0, r0+ROWS) of a row-strided bf16 matrix (rows >= n
-// read as zeros) into a swizzled shared tile.
+// read as zeros, and so do the columns from FA_DG on: a head dim padded to FA_D)
+// into a swizzled shared tile.
 template <int ROWS, int NT>
 __device__ __forceinline__ void fa_load_tile(fa_bf16* s, const fa_bf16* g, long long rs, long long r0, long long n, int tid) {
   const int CH = FA_D / 8;
@@ -146,12 +148,12 @@ __device__ __forceinline__ void fa_load_tile(fa_bf16* s, const fa_bf16* g, long 
     const int c = tid + it * NT;
     if (c >= ROWS * CH) break;
     const int r = c / CH, ch = c % CH;
-    const bool ok = r0 + r < n;
+    const bool ok = r0 + r < n && ch < FA_DG / 8;  // a padded head dim's columns read as zeros
     const fa_bf16* src = ok ? g + (r0 + r) * rs + ch * 8 : g;
     fa_cp16(fa_smem(s + fa_swz(r, ch * 8)), src, ok);
   }
 }
-extern "C" __global__ void __launch_bounds__(FA_NT) attention_flash_dq_6e510c08f55fc480(FA_OT* __restrict__ dq,
+extern "C" __global__ void __launch_bounds__(FA_NT) attention_flash_dq_808005b0cbec91e1(FA_OT* __restrict__ dq,
     const fa_bf16* __restrict__ q, const fa_bf16* __restrict__ k, const fa_bf16* __restrict__ v,
     const fa_bf16* __restrict__ dout, const float* __restrict__ lse, const float* __restrict__ delta) {
   extern __shared__ __align__(128) unsigned char fa_sh[];
@@ -174,10 +176,10 @@ extern "C" __global__ void __launch_bounds__(FA_NT) attention_flash_dq_6e510c08f
     if (lim < kend) kend = lim;
   }
   const int nkt = kend > 0 ? (int)((kend + FA_BC - 1) / FA_BC) : 0;
-  const long long qrs = (long long)FA_HQ * FA_D * FA_R, krs = (long long)FA_HKV * FA_D * FA_R;
-  const long long qo = ((b * FA_T + qp0) * FA_HQ + h) * FA_D;
-  const fa_bf16* kg = k + ((b * FA_S + kp0) * FA_HKV + hk) * FA_D;
-  const fa_bf16* vg = v + ((b * FA_S + kp0) * FA_HKV + hk) * FA_D;
+  const long long qrs = (long long)FA_HQ * FA_DG * FA_R, krs = (long long)FA_HKV * FA_DG * FA_R;
+  const long long qo = ((b * FA_T + qp0) * FA_HQ + h) * FA_DG;
+  const fa_bf16* kg = k + ((b * FA_S + kp0) * FA_HKV + hk) * FA_DG;
+  const fa_bf16* vg = v + ((b * FA_S + kp0) * FA_HKV + hk) * FA_DG;
   fa_load_tile<FA_BR, FA_NT>(sQ, q + qo, qrs, q0, qn, tid);
   fa_load_tile<FA_BR, FA_NT>(sO, dout + qo, qrs, q0, qn, tid);
 #pragma unroll
@@ -300,9 +302,10 @@ extern "C" __global__ void __launch_bounds__(FA_NT) attention_flash_dq_6e510c08f
   for (int r = 0; r < 2; ++r) {
     const long long row = r0 + mi * 16 + r * 8;
     if (row >= qn) continue;
-    FA_OT* p = dq + ((b * FA_T + qp0 + row * FA_R) * FA_HQ + h) * FA_D;
+    FA_OT* p = dq + ((b * FA_T + qp0 + row * FA_R) * FA_HQ + h) * FA_DG;
 #pragma unroll
     for (int dt = 0; dt < FA_D / 8; ++dt) {
+      if (dt * 8 >= FA_DG) break;  // a padded head dim's zero columns
 #if FA_ACC
       float2* x = (float2*)(p + dt * 8 + c2);
       float2 y = *x;

@@ -8,6 +8,7 @@
 #define FA_HKV 4
 #define FA_G (FA_HQ / FA_HKV)
 #define FA_D 128
+#define FA_DG 128
 #define FA_CAUSAL 1
 #define FA_DOCS 0
 #define FA_WIN 0LL
@@ -137,7 +138,8 @@ __device__ __forceinline__ long long fa_doc_end(const long long* ds, long long l
   return lo;
 }
 // fa_load_tile queues rows [r0, r0+ROWS) of a row-strided bf16 matrix (rows >= n
-// read as zeros) into a swizzled shared tile.
+// read as zeros, and so do the columns from FA_DG on: a head dim padded to FA_D)
+// into a swizzled shared tile.
 template <int ROWS, int NT>
 __device__ __forceinline__ void fa_load_tile(fa_bf16* s, const fa_bf16* g, long long rs, long long r0, long long n, int tid) {
   const int CH = FA_D / 8;
@@ -146,12 +148,12 @@ __device__ __forceinline__ void fa_load_tile(fa_bf16* s, const fa_bf16* g, long 
     const int c = tid + it * NT;
     if (c >= ROWS * CH) break;
     const int r = c / CH, ch = c % CH;
-    const bool ok = r0 + r < n;
+    const bool ok = r0 + r < n && ch < FA_DG / 8;  // a padded head dim's columns read as zeros
     const fa_bf16* src = ok ? g + (r0 + r) * rs + ch * 8 : g;
     fa_cp16(fa_smem(s + fa_swz(r, ch * 8)), src, ok);
   }
 }
-extern "C" __global__ void __launch_bounds__(FA_NT) attention_flash_fwd_904d4926f393fe69(FA_OT* __restrict__ o, float* __restrict__ lse,
+extern "C" __global__ void __launch_bounds__(FA_NT) attention_flash_fwd_c536ccbb8405751c(FA_OT* __restrict__ o, float* __restrict__ lse,
     const fa_bf16* __restrict__ q, const fa_bf16* __restrict__ k, const fa_bf16* __restrict__ v FA_DOCS_ARG) {
   extern __shared__ __align__(128) unsigned char fa_sh[];
   fa_bf16* sQ = (fa_bf16*)fa_sh;
@@ -182,10 +184,10 @@ extern "C" __global__ void __launch_bounds__(FA_NT) attention_flash_fwd_904d4926
 #if FA_LEFT
   j0 = (int)(fa_start(dsr, q0) / FA_BC);
 #endif
-  const long long qrs = (long long)FA_HQ * FA_D * FA_R, krs = (long long)FA_HKV * FA_D * FA_R;
-  const fa_bf16* qg = q + ((b * FA_T + qp0) * FA_HQ + h) * FA_D;
-  const fa_bf16* kg = k + ((b * FA_S + kp0) * FA_HKV + hk) * FA_D;
-  const fa_bf16* vg = v + ((b * FA_S + kp0) * FA_HKV + hk) * FA_D;
+  const long long qrs = (long long)FA_HQ * FA_DG * FA_R, krs = (long long)FA_HKV * FA_DG * FA_R;
+  const fa_bf16* qg = q + ((b * FA_T + qp0) * FA_HQ + h) * FA_DG;
+  const fa_bf16* kg = k + ((b * FA_S + kp0) * FA_HKV + hk) * FA_DG;
+  const fa_bf16* vg = v + ((b * FA_S + kp0) * FA_HKV + hk) * FA_DG;
   fa_load_tile<FA_BR, FA_NT>(sQ, qg, qrs, q0, qn, tid);
 #pragma unroll
   for (int s = 0; s < FA_STAGES - 1; ++s) {
@@ -369,7 +371,7 @@ extern "C" __global__ void __launch_bounds__(FA_NT) attention_flash_fwd_904d4926
     const long long row = r0 + mi * 16 + r * 8;
     if (row >= qn) continue;
     const long long pos = qp0 + row * FA_R;
-    FA_OT* orow = o + ((b * FA_T + pos) * FA_HQ + h) * FA_D;
+    FA_OT* orow = o + ((b * FA_T + pos) * FA_HQ + h) * FA_DG;
     const float inv = l[mi][r] > 0.0f ? 1.0f / l[mi][r] : 0.0f;
 #if FA_ACC
     if (lb[mi][r] == -FA_INF) continue;
@@ -380,6 +382,7 @@ extern "C" __global__ void __launch_bounds__(FA_NT) attention_flash_fwd_904d4926
     wb = wb / sum * inv;
 #pragma unroll
     for (int dt = 0; dt < FA_D / 8; ++dt) {
+      if (dt * 8 >= FA_DG) break;  // a padded head dim's zero columns
       float2* p = (float2*)(orow + dt * 8 + c2);
       float2 x = *p;
       x.x = wa * x.x + wb * acc[mi][dt][2 * r];
@@ -390,7 +393,7 @@ extern "C" __global__ void __launch_bounds__(FA_NT) attention_flash_fwd_904d4926
 #else
 #pragma unroll
     for (int dt = 0; dt < FA_D / 8; ++dt)
-      *(unsigned*)(orow + dt * 8 + c2) = fa_pack(acc[mi][dt][2 * r] * inv, acc[mi][dt][2 * r + 1] * inv);
+      if (dt * 8 < FA_DG) *(unsigned*)(orow + dt * 8 + c2) = fa_pack(acc[mi][dt][2 * r] * inv, acc[mi][dt][2 * r + 1] * inv);
     if ((lane & 3) == 0) lse[(b * FA_HQ + h) * FA_T + pos] = l[mi][r] > 0.0f ? m[mi][r] * FA_SCALE + logf(l[mi][r]) : -FA_INF;
 #endif
   }

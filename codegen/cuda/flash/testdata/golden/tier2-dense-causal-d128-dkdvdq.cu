@@ -8,6 +8,7 @@
 #define FA_HKV 4
 #define FA_G (FA_HQ / FA_HKV)
 #define FA_D 128
+#define FA_DG 128
 #define FA_CAUSAL 1
 #define FA_DOCS 0
 #define FA_WIN 0LL
@@ -137,7 +138,8 @@ __device__ __forceinline__ long long fa_doc_end(const long long* ds, long long l
   return lo;
 }
 // fa_load_tile queues rows [r0, r0+ROWS) of a row-strided bf16 matrix (rows >= n
-// read as zeros) into a swizzled shared tile.
+// read as zeros, and so do the columns from FA_DG on: a head dim padded to FA_D)
+// into a swizzled shared tile.
 template <int ROWS, int NT>
 __device__ __forceinline__ void fa_load_tile(fa_bf16* s, const fa_bf16* g, long long rs, long long r0, long long n, int tid) {
   const int CH = FA_D / 8;
@@ -146,7 +148,7 @@ __device__ __forceinline__ void fa_load_tile(fa_bf16* s, const fa_bf16* g, long 
     const int c = tid + it * NT;
     if (c >= ROWS * CH) break;
     const int r = c / CH, ch = c % CH;
-    const bool ok = r0 + r < n;
+    const bool ok = r0 + r < n && ch < FA_DG / 8;  // a padded head dim's columns read as zeros
     const fa_bf16* src = ok ? g + (r0 + r) * rs + ch * 8 : g;
     fa_cp16(fa_smem(s + fa_swz(r, ch * 8)), src, ok);
   }
@@ -156,7 +158,8 @@ __device__ __forceinline__ int fa_swz90(int rows, int row, int col) {
   return (col >> 6) * rows * 64 + row * 64 + ((((col >> 3) & 7) ^ (row & 7)) << 3) + (col & 7);
 }
 // fa_load_tile90 queues rows [r0, r0+ROWS) of a row-strided bf16 matrix (rows
-// >= n read as zeros) into a swizzled shared tile. NT is a multiple of 8·FA_D/8
+// >= n read as zeros, and so do the columns from FA_DG on: a head dim padded to
+// FA_D) into a swizzled shared tile. NT is a multiple of 8·FA_D/8
 // threads, so each thread keeps its 16-byte column and its rows' swizzle phase
 // at every step: a tile with all its rows in range is a base address plus
 // constants (no bounds check, no per-chunk 64-bit multiply).
@@ -165,13 +168,14 @@ __device__ __forceinline__ void fa_load_tile90(fa_bf16* s, const fa_bf16* g, lon
   const int CH = FA_D / 8, STEP = NT / CH;
   static_assert(STEP % 8 == 0, "fa_load_tile90: NT must be a multiple of 8 rows of chunks");
   const int rt = tid / CH, ch = tid % CH;
+  const bool col = ch < FA_DG / 8;
   const unsigned sa = fa_smem(s + fa_swz90(ROWS, rt, ch * 8));
   if (r0 + ROWS <= n) {
     const fa_bf16* gt = g + (r0 + rt) * rs + ch * 8;
 #pragma unroll
     for (int it = 0; it < (ROWS * CH + NT - 1) / NT; ++it) {
       if ((ROWS * CH) % NT != 0 && tid + it * NT >= ROWS * CH) break;
-      fa_cp16(sa + it * STEP * 128, gt + it * STEP * rs, true);
+      fa_cp16(sa + it * STEP * 128, col ? gt + it * STEP * rs : g, col);
     }
     return;
   }
@@ -179,7 +183,7 @@ __device__ __forceinline__ void fa_load_tile90(fa_bf16* s, const fa_bf16* g, lon
   for (int it = 0; it < (ROWS * CH + NT - 1) / NT; ++it) {
     if ((ROWS * CH) % NT != 0 && tid + it * NT >= ROWS * CH) break;
     const long long r = r0 + rt + it * STEP;
-    const bool ok = r < n;
+    const bool ok = r < n && col;
     fa_cp16(sa + it * STEP * 128, ok ? g + r * rs + ch * 8 : g, ok);
   }
 }
@@ -201,7 +205,7 @@ template <int N> __device__ __forceinline__ void fa_wg_wait() { asm volatile("wg
 __device__ __forceinline__ float fa_dq_mul(const unsigned* mx) {
   const double mo = __uint_as_float(mx[0]), mk = __uint_as_float(mx[1]), mv = __uint_as_float(mx[2]);
   const double md = __uint_as_float(mx[3]);
-  const double bnd = 2.0 * (double)FA_SCALE * mk * ((double)FA_D * mo * mv + md);
+  const double bnd = 2.0 * (double)FA_SCALE * mk * ((double)FA_DG * mo * mv + md);
   if (!(bnd <= 1e300)) return 0.0f;
   int e = -64;
   if (bnd != 0.0) frexp(bnd, &e);
@@ -244,7 +248,7 @@ __device__ __forceinline__ void fa_wg_dq(float* d, unsigned long long da, unsign
     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
     : "l"(da), "l"(db), "r"(acc) : "memory");
 }
-extern "C" __global__ void __launch_bounds__(256, 1) attention_flash_dkdvdq_6df0732a85775dce(FA_OT* __restrict__ dk, FA_OT* __restrict__ dv,
+extern "C" __global__ void __launch_bounds__(256, 1) attention_flash_dkdvdq_29ad960edbc96196(FA_OT* __restrict__ dk, FA_OT* __restrict__ dv,
     const fa_bf16* __restrict__ q, const fa_bf16* __restrict__ k, const fa_bf16* __restrict__ v,
     const fa_bf16* __restrict__ dout, const float* __restrict__ lse, const float* __restrict__ delta,
     unsigned* __restrict__ ws FA_DOCS_ARG) {
@@ -287,7 +291,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) attention_flash_dkdvdq_6df0
   const long long qtiles = (qend + FA_BR - 1) / FA_BR;
   const int nit = qtiles > it0 ? (int)(qtiles - it0) : 0;
   const int nitems = FA_G * nit;
-  const long long qrs = (long long)FA_HQ * FA_D * FA_R, krs = (long long)FA_HKV * FA_D * FA_R;
+  const long long qrs = (long long)FA_HQ * FA_DG * FA_R, krs = (long long)FA_HKV * FA_DG * FA_R;
   // The items: query tiles it0..qtiles − 1 of each head of the group. With one
   // head the walk goes forward from the diagonal. With a group it goes
   // query-major from the last tile down, so that the CTAs of a wave read the
@@ -305,7 +309,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) attention_flash_dkdvdq_6df0
 #define loadq(hh, ii, st) do { \
     const int h_ = (hh); \
     const long long qq_ = (ii) * FA_BR; \
-    const long long qo_ = ((b * FA_T + qp0) * FA_HQ + h_) * FA_D, lo_ = (b * FA_HQ + h_) * FA_LT + qp0; \
+    const long long qo_ = ((b * FA_T + qp0) * FA_HQ + h_) * FA_DG, lo_ = (b * FA_HQ + h_) * FA_LT + qp0; \
     fa_load_tile90<FA_BR, 256>(sQ + (st) * FA_BR * FA_D, q + qo_, qrs, qq_, qn, tid); \
     fa_load_tile90<FA_BR, 256>(sO + (st) * FA_BR * FA_D, dout + qo_, qrs, qq_, qn, tid); \
     if (tid < FA_BR) { \
@@ -317,8 +321,8 @@ extern "C" __global__ void __launch_bounds__(256, 1) attention_flash_dkdvdq_6df0
       fa_cp4(fa_smem(sDl + (st) * FA_BR + t_), delta + lo_ + (ok_ ? (qq_ + t_) * FA_R : 0), ok_); \
     } \
   } while (0)
-  fa_load_tile90<FA_BC, 256>(sK, k + ((b * FA_S + kp0) * FA_HKV + hk) * FA_D, krs, k0, kn, tid);
-  fa_load_tile90<FA_BC, 256>(sV, v + ((b * FA_S + kp0) * FA_HKV + hk) * FA_D, krs, k0, kn, tid);
+  fa_load_tile90<FA_BC, 256>(sK, k + ((b * FA_S + kp0) * FA_HKV + hk) * FA_DG, krs, k0, kn, tid);
+  fa_load_tile90<FA_BC, 256>(sV, v + ((b * FA_S + kp0) * FA_HKV + hk) * FA_DG, krs, k0, kn, tid);
   int lh = h0;  // the next load's head and query tile
   long long li = ifirst;
 #pragma unroll
@@ -356,7 +360,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) attention_flash_dkdvdq_6df0
   float dq[FA_D / 4];
   const int qd = lane & 3;
   auto reds = [&](int hh, long long q00) {
-    unsigned long long* dg = dqa + ((b * FA_T + qp0) * FA_HQ + hh) * FA_D + wg * (FA_D / 2);
+    unsigned long long* dg = dqa + ((b * FA_T + qp0) * FA_HQ + hh) * FA_DG + wg * (FA_D / 2);
 #pragma unroll
     for (int i = 0; i < FA_D / 8; ++i)  // i = nt·2 + r
       fa_quad_spread(dq[i * 2], dq[i * 2 + 1], qd, &dq[i * 2], &dq[i * 2 + 1]);
@@ -367,6 +371,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) attention_flash_dkdvdq_6df0
       unsigned long long* p = dg + row * qrs + qd;
 #pragma unroll
       for (int nt = 0; nt < FA_D / 16; ++nt) {
+        if (wg * (FA_D / 2) + nt * 8 >= FA_DG) break;  // a padded head dim's zero columns
         fa_red64(p + nt * 8, dq[nt * 4 + 2 * r], dqmul);
         fa_red64(p + nt * 8 + 4, dq[nt * 4 + 2 * r + 1], dqmul);
       }
@@ -475,9 +480,10 @@ extern "C" __global__ void __launch_bounds__(256, 1) attention_flash_dkdvdq_6df0
   for (int r = 0; r < 2; ++r) {
     const long long row = k0 + kr + r * 8;
     if (row >= kn) continue;
-    const long long off = ((b * FA_S + kp0 + row * FA_R) * FA_HKV + hk) * FA_D + c2;
+    const long long off = ((b * FA_S + kp0 + row * FA_R) * FA_HKV + hk) * FA_DG + c2;
 #pragma unroll
     for (int nt = 0; nt < FA_D / 8; ++nt) {
+      if (nt * 8 >= FA_DG) break;  // a padded head dim's zero columns
 #if FA_ACC
       float2* pk = (float2*)(dk + off + nt * 8);
       float2* pv = (float2*)(dv + off + nt * 8);

@@ -8,6 +8,7 @@
 #define FA_HKV 4
 #define FA_G (FA_HQ / FA_HKV)
 #define FA_D 128
+#define FA_DG 128
 #define FA_CAUSAL 1
 #define FA_DOCS 0
 #define FA_WIN 0LL
@@ -137,7 +138,8 @@ __device__ __forceinline__ long long fa_doc_end(const long long* ds, long long l
   return lo;
 }
 // fa_load_tile queues rows [r0, r0+ROWS) of a row-strided bf16 matrix (rows >= n
-// read as zeros) into a swizzled shared tile.
+// read as zeros, and so do the columns from FA_DG on: a head dim padded to FA_D)
+// into a swizzled shared tile.
 template <int ROWS, int NT>
 __device__ __forceinline__ void fa_load_tile(fa_bf16* s, const fa_bf16* g, long long rs, long long r0, long long n, int tid) {
   const int CH = FA_D / 8;
@@ -146,7 +148,7 @@ __device__ __forceinline__ void fa_load_tile(fa_bf16* s, const fa_bf16* g, long 
     const int c = tid + it * NT;
     if (c >= ROWS * CH) break;
     const int r = c / CH, ch = c % CH;
-    const bool ok = r0 + r < n;
+    const bool ok = r0 + r < n && ch < FA_DG / 8;  // a padded head dim's columns read as zeros
     const fa_bf16* src = ok ? g + (r0 + r) * rs + ch * 8 : g;
     fa_cp16(fa_smem(s + fa_swz(r, ch * 8)), src, ok);
   }
@@ -156,7 +158,8 @@ __device__ __forceinline__ int fa_swz90(int rows, int row, int col) {
   return (col >> 6) * rows * 64 + row * 64 + ((((col >> 3) & 7) ^ (row & 7)) << 3) + (col & 7);
 }
 // fa_load_tile90 queues rows [r0, r0+ROWS) of a row-strided bf16 matrix (rows
-// >= n read as zeros) into a swizzled shared tile. NT is a multiple of 8·FA_D/8
+// >= n read as zeros, and so do the columns from FA_DG on: a head dim padded to
+// FA_D) into a swizzled shared tile. NT is a multiple of 8·FA_D/8
 // threads, so each thread keeps its 16-byte column and its rows' swizzle phase
 // at every step: a tile with all its rows in range is a base address plus
 // constants (no bounds check, no per-chunk 64-bit multiply).
@@ -165,13 +168,14 @@ __device__ __forceinline__ void fa_load_tile90(fa_bf16* s, const fa_bf16* g, lon
   const int CH = FA_D / 8, STEP = NT / CH;
   static_assert(STEP % 8 == 0, "fa_load_tile90: NT must be a multiple of 8 rows of chunks");
   const int rt = tid / CH, ch = tid % CH;
+  const bool col = ch < FA_DG / 8;
   const unsigned sa = fa_smem(s + fa_swz90(ROWS, rt, ch * 8));
   if (r0 + ROWS <= n) {
     const fa_bf16* gt = g + (r0 + rt) * rs + ch * 8;
 #pragma unroll
     for (int it = 0; it < (ROWS * CH + NT - 1) / NT; ++it) {
       if ((ROWS * CH) % NT != 0 && tid + it * NT >= ROWS * CH) break;
-      fa_cp16(sa + it * STEP * 128, gt + it * STEP * rs, true);
+      fa_cp16(sa + it * STEP * 128, col ? gt + it * STEP * rs : g, col);
     }
     return;
   }
@@ -179,7 +183,7 @@ __device__ __forceinline__ void fa_load_tile90(fa_bf16* s, const fa_bf16* g, lon
   for (int it = 0; it < (ROWS * CH + NT - 1) / NT; ++it) {
     if ((ROWS * CH) % NT != 0 && tid + it * NT >= ROWS * CH) break;
     const long long r = r0 + rt + it * STEP;
-    const bool ok = r < n;
+    const bool ok = r < n && col;
     fa_cp16(sa + it * STEP * 128, ok ? g + r * rs + ch * 8 : g, ok);
   }
 }
@@ -210,7 +214,7 @@ __device__ __forceinline__ void fa_wg_o(float* d, const unsigned* a, unsigned lo
     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(acc) : "memory");
 }
-extern "C" __global__ void __launch_bounds__(FA_NT, 1) attention_flash_fwd_f67f4da2d8985a41(FA_OT* __restrict__ o, float* __restrict__ lse,
+extern "C" __global__ void __launch_bounds__(FA_NT, 1) attention_flash_fwd_769e6cef82393f25(FA_OT* __restrict__ o, float* __restrict__ lse,
     const fa_bf16* __restrict__ q, const fa_bf16* __restrict__ k, const fa_bf16* __restrict__ v FA_DOCS_ARG) {
   extern __shared__ __align__(1024) unsigned char fa_sh[];
   fa_bf16* sQ = (fa_bf16*)fa_sh;
@@ -242,10 +246,10 @@ extern "C" __global__ void __launch_bounds__(FA_NT, 1) attention_flash_fwd_f67f4
 #if FA_LEFT
   j0 = (int)(fa_start(dsr, q0) / FA_BC);
 #endif
-  const long long qrs = (long long)FA_HQ * FA_D * FA_R, krs = (long long)FA_HKV * FA_D * FA_R;
-  const fa_bf16* qg = q + ((b * FA_T + qp0) * FA_HQ + h) * FA_D;
-  const fa_bf16* kg = k + ((b * FA_S + kp0) * FA_HKV + hk) * FA_D;
-  const fa_bf16* vg = v + ((b * FA_S + kp0) * FA_HKV + hk) * FA_D;
+  const long long qrs = (long long)FA_HQ * FA_DG * FA_R, krs = (long long)FA_HKV * FA_DG * FA_R;
+  const fa_bf16* qg = q + ((b * FA_T + qp0) * FA_HQ + h) * FA_DG;
+  const fa_bf16* kg = k + ((b * FA_S + kp0) * FA_HKV + hk) * FA_DG;
+  const fa_bf16* vg = v + ((b * FA_S + kp0) * FA_HKV + hk) * FA_DG;
   fa_load_tile90<FA_BR, FA_NT>(sQ, qg, qrs, q0, qn, tid);
   // Tiles run FA_STAGES − 2 ahead: P·V of tile j is still reading its stage
   // while tile j + 1's S is computed, so the loads issued then must not land in
@@ -372,7 +376,7 @@ extern "C" __global__ void __launch_bounds__(FA_NT, 1) attention_flash_fwd_f67f4
     const long long row = r0 + r * 8;
     if (row >= qn) continue;
     const long long pos = qp0 + row * FA_R;
-    FA_OT* orow = o + ((b * FA_T + pos) * FA_HQ + h) * FA_D;
+    FA_OT* orow = o + ((b * FA_T + pos) * FA_HQ + h) * FA_DG;
     const float inv = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;
 #if FA_ACC
     if (lb[r] == -FA_INF) continue;
@@ -383,6 +387,7 @@ extern "C" __global__ void __launch_bounds__(FA_NT, 1) attention_flash_fwd_f67f4
     wb = wb / sum * inv;
 #pragma unroll
     for (int dt = 0; dt < FA_D / 8; ++dt) {
+      if (dt * 8 >= FA_DG) break;  // a padded head dim's zero columns
       float2* pp = (float2*)(orow + dt * 8 + c2);
       float2 x = *pp;
       x.x = wa * x.x + wb * acc[dt * 4 + 2 * r];
@@ -393,7 +398,7 @@ extern "C" __global__ void __launch_bounds__(FA_NT, 1) attention_flash_fwd_f67f4
 #else
 #pragma unroll
     for (int dt = 0; dt < FA_D / 8; ++dt)
-      *(unsigned*)(orow + dt * 8 + c2) = fa_pack(acc[dt * 4 + 2 * r] * inv, acc[dt * 4 + 2 * r + 1] * inv);
+      if (dt * 8 < FA_DG) *(unsigned*)(orow + dt * 8 + c2) = fa_pack(acc[dt * 4 + 2 * r] * inv, acc[dt * 4 + 2 * r + 1] * inv);
     if ((lane & 3) == 0) lse[(b * FA_HQ + h) * FA_T + pos] = l[r] > 0.0f ? m[r] * FA_SCALE + logf(l[r]) : -FA_INF;
 #endif
   }
