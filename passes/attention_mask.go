@@ -1,6 +1,7 @@
 package passes
 
 import (
+	"fmt"
 	"math"
 
 	"github.com/lcc-dev/lcc/interp"
@@ -15,7 +16,9 @@ import (
 // look at each mask: a symbolic proof from the structure of its subgraph, which
 // holds at any length (attention_mask_prove.go), and, where the mask is small
 // enough, evaluation on the CPU interpreter, whose visible set is compared with
-// the causal pattern (docs/design.md §4). Where both apply they must agree.
+// the causal and sliding-window patterns (docs/design.md §4). Where both apply
+// they must agree. A sliding-window mask (Mistral's, Qwen2's and Gemma2's local
+// layers: the causal band cut W keys back) becomes the op's window attribute.
 
 // maskKind is what a mask hides.
 type maskKind uint8
@@ -23,11 +26,43 @@ type maskKind uint8
 const (
 	maskNone     maskKind = iota // every key visible to every query
 	maskCausal                   // key j visible to query t iff j ≤ t (needs T = S)
+	maskWindow                   // ... iff t − W < j ≤ t, 1 ≤ W < T (ir/window.go; needs T = S)
 	maskExplicit                 // anything else, or not known until run time
 )
 
 func (k maskKind) String() string {
-	return [...]string{maskNone: "none", maskCausal: "causal", maskExplicit: "explicit"}[k]
+	return [...]string{maskNone: "none", maskCausal: "causal", maskWindow: "window",
+		maskExplicit: "explicit"}[k]
+}
+
+// maskClass is what a mask hides: its kind and, for maskWindow, the window W. A
+// window as wide as the sequence cuts no key and is maskCausal, so that the two
+// classifiers agree on one spelling of each visible set.
+type maskClass struct {
+	kind   maskKind
+	window int64
+}
+
+var (
+	classNone     = maskClass{kind: maskNone}
+	classCausal   = maskClass{kind: maskCausal}
+	classExplicit = maskClass{kind: maskExplicit}
+)
+
+// windowClass is the class of "key j visible to query t iff t − w < j ≤ t" over t
+// queries: a window, or causal when w ≥ t.
+func windowClass(w, t int64) maskClass {
+	if w >= t {
+		return classCausal
+	}
+	return maskClass{kind: maskWindow, window: w}
+}
+
+func (c maskClass) String() string {
+	if c.kind == maskWindow {
+		return fmt.Sprintf("window=%d", c.window)
+	}
+	return c.kind.String()
 }
 
 // maskedScore is the threshold below which an additive mask entry (or a where
@@ -170,9 +205,9 @@ func unitReshape(a, b []int64) bool {
 // shows its key, and pure is false when some element is neither a plain show nor
 // a plain hide (an additive bias such as ALiBi). t and s are the sizes of the
 // query and key axes the mask's last two dims broadcast to.
-func classify(m *tensor.Tensor, visible func(i int) (vis, pure bool), t, s int64) maskKind {
+func classify(m *tensor.Tensor, visible func(i int) (vis, pure bool), t, s int64) maskClass {
 	if m == nil {
-		return maskExplicit
+		return classExplicit
 	}
 	r := len(m.Shape)
 	rows, cols := int64(1), int64(1)
@@ -183,22 +218,36 @@ func classify(m *tensor.Tensor, visible func(i int) (vis, pure bool), t, s int64
 		rows = m.Shape[r-2]
 	}
 	all, causal := true, t == s && (rows == t || t == 1) && (cols == s || s == 1)
+	// lo is the least δ = col − row of a visible element: a window's visible set
+	// is exactly lo ≤ δ ≤ 0, W = 1 − lo, which the second walk below checks.
+	lo := int64(1)
 	for i := 0; i < m.Numel(); i++ {
 		vis, pure := visible(i)
 		if !pure {
-			return maskExplicit
+			return classExplicit
 		}
 		all = all && vis
 		row, col := int64(i)/cols%rows, int64(i)%cols
 		causal = causal && vis == (col <= row)
+		if vis {
+			lo = min(lo, col-row)
+		}
 	}
 	switch {
 	case all:
-		return maskNone
+		return classNone
 	case causal:
-		return maskCausal
+		return classCausal
+	case t != s || rows != t || cols != s || lo > 0:
+		return classExplicit
 	}
-	return maskExplicit
+	for i := 0; i < m.Numel(); i++ {
+		vis, _ := visible(i)
+		if d := int64(i)%cols - int64(i)/cols%rows; vis != (lo <= d && d <= 0) {
+			return classExplicit
+		}
+	}
+	return windowClass(1-lo, t)
 }
 
 // additiveVisible reads an additive mask entry: 0 shows a key, maskedScore or

@@ -23,9 +23,11 @@ import (
 //     elementwise built from bands and constants).
 //
 // Every rule below is exact or gives up (nil); nothing is sampled, so a proof
-// holds for the bound shape whatever its size. Evaluation on the CPU interpreter
-// remains the cross-check wherever the mask is small enough to evaluate
-// (attention_match.go compares both and treats a disagreement as a bug).
+// holds for the bound shape whatever its size. A mask is causal when its visible
+// set is the band δ ≤ 0, and a sliding window of W keys when it is −W < δ ≤ 0.
+// Evaluation on the CPU interpreter remains the cross-check wherever the mask is
+// small enough to evaluate (attention_match.go compares both and treats a
+// disagreement as a bug).
 
 // affine is c + Σ coef[k]·i_k over a value's index box; coef[k] is 0 on unit axes.
 type affine struct {
@@ -826,25 +828,30 @@ func combine(op ir.Op, attrs ir.Attrs, dt tensor.DType, shape []int64, args []*s
 // ok is false when m has no form (the mask is then classified by evaluation or
 // left explicit). visible maps an element's value to whether it shows its key.
 func (p *maskProver) proveMask(m *ir.Value, visible func(x float64) (vis, pure bool),
-	t, s int64) (kind maskKind, ok bool) {
+	t, s int64) (class maskClass, ok bool) {
 	f := p.of(m)
 	if f == nil {
-		return maskExplicit, false
+		return classExplicit, false
 	}
 	if c, isConst := f.constant(); isConst {
 		vis, pure := visible(c)
 		if pure && vis {
-			return maskNone, true
+			return classNone, true
 		}
-		return maskExplicit, true
+		return classExplicit, true
 	}
 	if f.band == nil {
-		return maskExplicit, false
+		return classExplicit, false
 	}
 	r := len(f.shape)
 	if t != s || f.shape[r-2] != t || f.shape[r-1] != s {
-		return maskExplicit, false
+		return classExplicit, false
 	}
+	// The visible δ within the matrix must be one run [start, 0]: start = −(t−1)
+	// is causal, a later start a window of 1 − start keys. Pieces come in δ order,
+	// and a visible piece that does not begin where the run ended starts a new run.
+	var start, end int64
+	runs := 0
 	for i, v := range f.band.vals {
 		lo, hi := -(t - 1), t-1 // the piece's δ range within the matrix
 		if i > 0 {
@@ -857,9 +864,19 @@ func (p *maskProver) proveMask(m *ir.Value, visible func(x float64) (vis, pure b
 			continue
 		}
 		vis, pure := visible(v)
-		if !pure || (lo <= 0 && !vis) || (hi >= 1 && vis) {
-			return maskExplicit, true
+		switch {
+		case !pure:
+			return classExplicit, true
+		case !vis:
+			continue
+		case runs == 0 || lo != end+1:
+			runs++
+			start = lo
 		}
+		end = hi
 	}
-	return maskCausal, true
+	if runs != 1 || end != 0 {
+		return classExplicit, true
+	}
+	return windowClass(1-start, t), true
 }

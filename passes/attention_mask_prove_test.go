@@ -111,6 +111,142 @@ var maskCases = []struct {
   %0 = full() {dtype=f32, shape=[1,1,N,N], value=0.0} : f32[1,1,N,N]
   return %0 "m"`, "none", "none"},
 
+	// Sliding windows: visible iff −W < col − row ≤ 0 is window=W; a window as
+	// wide as the sequence is causal.
+	{"sliding_window", "show", `
+  %0 = range() {count=N, delta=1.0, dtype=i64, start=0.0} : i64[N]
+  %1 = reshape(%0) {shape=[N,1]} : i64[N,1]
+  %2 = reshape(%0) {shape=[1,N]} : i64[1,N]
+  %3 = le(%2, %1) : bool[N,N]
+  %4 = full() {dtype=i64, shape=[], value=4.0} : i64[]
+  %5 = sub(%1, %4) : i64[N,1]
+  %6 = gt(%2, %5) : bool[N,N]
+  %7 = and(%3, %6) : bool[N,N]
+  return %7 "m"`, "window=4", "window=4"},
+	{"window_ge_edge", "show", `
+  %0 = range() {count=N, delta=1.0, dtype=i64, start=0.0} : i64[N]
+  %1 = reshape(%0) {shape=[N,1]} : i64[N,1]
+  %2 = reshape(%0) {shape=[1,N]} : i64[1,N]
+  %3 = le(%2, %1) : bool[N,N]
+  %4 = full() {dtype=i64, shape=[], value=4.0} : i64[]
+  %5 = sub(%1, %4) : i64[N,1]
+  %6 = ge(%2, %5) : bool[N,N]
+  %7 = and(%3, %6) : bool[N,N]
+  return %7 "m"`, "window=5", "window=5"},
+	{"diagonal_only", "show", `
+  %0 = range() {count=N, delta=1.0, dtype=i64, start=0.0} : i64[N]
+  %1 = reshape(%0) {shape=[N,1]} : i64[N,1]
+  %2 = reshape(%0) {shape=[1,N]} : i64[1,N]
+  %3 = eq(%2, %1) : bool[N,N]
+  return %3 "m"`, "window=1", "window=1"},
+	{"mistral_min_times_hidden", "add", `
+  %0 = range() {count=N, delta=1.0, dtype=i64, start=0.0} : i64[N]
+  %1 = reshape(%0) {shape=[N,1]} : i64[N,1]
+  %2 = reshape(%0) {shape=[1,N]} : i64[1,N]
+  %3 = gt(%2, %1) : bool[N,N]
+  %4 = full() {dtype=i64, shape=[], value=3.0} : i64[]
+  %5 = sub(%1, %4) : i64[N,1]
+  %6 = le(%2, %5) : bool[N,N]
+  %7 = or(%3, %6) : bool[N,N]
+  %8 = cast(%7) {to=f32} : f32[N,N]
+  %9 = full() {dtype=f32, shape=[N,N], value=-3.4028234663852886e+38} : f32[N,N]
+  %10 = mul(%9, %8) : f32[N,N]
+  %11 = reshape(%10) {shape=[1,1,N,N]} : f32[1,1,N,N]
+  return %11 "m"`, "window=3", "window=3"},
+	{"gemma2_tril_overlay", "add", `
+  %0 = range() {count=N, delta=1.0, dtype=i64, start=0.0} : i64[N]
+  %1 = reshape(%0) {shape=[1,1,N,1]} : i64[1,1,N,1]
+  %2 = reshape(%0) {shape=[1,1,1,N]} : i64[1,1,1,N]
+  %3 = le(%2, %1) : bool[1,1,N,N]
+  %4 = full() {dtype=f32, shape=[], value=0.0} : f32[]
+  %5 = full() {dtype=f32, shape=[], value=-3.4028234663852886e+38} : f32[]
+  %6 = where(%3, %4, %5) : f32[1,1,N,N]
+  %7 = full() {dtype=bool, shape=[1,1,N,N], value=1.0} : bool[1,1,N,N]
+  %8 = trilu(%7) {k=-3} : bool[1,1,N,N]
+  %9 = where(%8, %5, %6) : f32[1,1,N,N]
+  return %9 "m"`, "window=3", "window=3"},
+	{"window_and_all_ones_padding", "hide", `
+  %0 = range() {count=N, delta=1.0, dtype=i64, start=0.0} : i64[N]
+  %1 = reshape(%0) {shape=[1,1,N,1]} : i64[1,1,N,1]
+  %2 = reshape(%0) {shape=[1,1,1,N]} : i64[1,1,1,N]
+  %3 = le(%2, %1) : bool[1,1,N,N]
+  %4 = full() {dtype=i64, shape=[], value=2.0} : i64[]
+  %5 = sub(%1, %4) : i64[1,1,N,1]
+  %6 = gt(%2, %5) : bool[1,1,N,N]
+  %7 = and(%3, %6) : bool[1,1,N,N]
+  %8 = full() {dtype=bool, shape=[2,1,1,N], value=1.0} : bool[2,1,1,N]
+  %9 = and(%7, %8) : bool[2,1,N,N]
+  %10 = not(%9) : bool[2,1,N,N]
+  %11 = expand(%10) {shape=[2,4,N,N]} : bool[2,4,N,N]
+  return %11 "m"`, "window=2", "window=2"},
+	{"window_wider_than_seq", "show", `
+  %0 = range() {count=N, delta=1.0, dtype=i64, start=0.0} : i64[N]
+  %1 = reshape(%0) {shape=[N,1]} : i64[N,1]
+  %2 = reshape(%0) {shape=[1,N]} : i64[1,N]
+  %3 = le(%2, %1) : bool[N,N]
+  %4 = full() {dtype=i64, shape=[], value=N.0} : i64[]
+  %5 = sub(%1, %4) : i64[N,1]
+  %6 = gt(%2, %5) : bool[N,N]
+  %7 = and(%3, %6) : bool[N,N]
+  return %7 "m"`, "causal", "causal"},
+	{"window_one_short_of_seq", "show", `
+  %0 = range() {count=N, delta=1.0, dtype=i64, start=0.0} : i64[N]
+  %1 = reshape(%0) {shape=[N,1]} : i64[N,1]
+  %2 = reshape(%0) {shape=[1,N]} : i64[1,N]
+  %3 = le(%2, %1) : bool[N,N]
+  %4 = full() {dtype=i64, shape=[], value=N1.0} : i64[]
+  %5 = sub(%1, %4) : i64[N,1]
+  %6 = gt(%2, %5) : bool[N,N]
+  %7 = and(%3, %6) : bool[N,N]
+  return %7 "m"`, "window=7", "window=1048575"},
+
+	// Near windows: none may be accepted as one.
+	{"window_sees_next_token", "show", `
+  %0 = range() {count=N, delta=1.0, dtype=i64, start=0.0} : i64[N]
+  %1 = reshape(%0) {shape=[N,1]} : i64[N,1]
+  %2 = reshape(%0) {shape=[1,N]} : i64[1,N]
+  %3 = full() {dtype=i64, shape=[], value=1.0} : i64[]
+  %4 = add(%1, %3) : i64[N,1]
+  %5 = le(%2, %4) : bool[N,N]
+  %6 = full() {dtype=i64, shape=[], value=4.0} : i64[]
+  %7 = sub(%1, %6) : i64[N,1]
+  %8 = gt(%2, %7) : bool[N,N]
+  %9 = and(%5, %8) : bool[N,N]
+  return %9 "m"`, "explicit", "explicit"},
+	{"window_hides_diagonal", "show", `
+  %0 = range() {count=N, delta=1.0, dtype=i64, start=0.0} : i64[N]
+  %1 = reshape(%0) {shape=[N,1]} : i64[N,1]
+  %2 = reshape(%0) {shape=[1,N]} : i64[1,N]
+  %3 = lt(%2, %1) : bool[N,N]
+  %4 = full() {dtype=i64, shape=[], value=4.0} : i64[]
+  %5 = sub(%1, %4) : i64[N,1]
+  %6 = gt(%2, %5) : bool[N,N]
+  %7 = and(%3, %6) : bool[N,N]
+  return %7 "m"`, "explicit", "explicit"},
+	{"two_diagonals", "show", `
+  %0 = range() {count=N, delta=1.0, dtype=i64, start=0.0} : i64[N]
+  %1 = reshape(%0) {shape=[N,1]} : i64[N,1]
+  %2 = reshape(%0) {shape=[1,N]} : i64[1,N]
+  %3 = eq(%2, %1) : bool[N,N]
+  %4 = full() {dtype=i64, shape=[], value=3.0} : i64[]
+  %5 = sub(%1, %4) : i64[N,1]
+  %6 = eq(%2, %5) : bool[N,N]
+  %7 = or(%3, %6) : bool[N,N]
+  return %7 "m"`, "explicit", "explicit"},
+	{"window_rows_below_100", "show", `
+  %0 = range() {count=N, delta=1.0, dtype=i64, start=0.0} : i64[N]
+  %1 = reshape(%0) {shape=[N,1]} : i64[N,1]
+  %2 = reshape(%0) {shape=[1,N]} : i64[1,N]
+  %3 = le(%2, %1) : bool[N,N]
+  %4 = full() {dtype=i64, shape=[], value=4.0} : i64[]
+  %5 = sub(%1, %4) : i64[N,1]
+  %6 = gt(%2, %5) : bool[N,N]
+  %7 = and(%3, %6) : bool[N,N]
+  %8 = full() {dtype=i64, shape=[], value=100.0} : i64[]
+  %9 = lt(%1, %8) : bool[N,1]
+  %10 = and(%7, %9) : bool[N,N]
+  return %10 "m"`, "window=4", "unproved"},
+
 	// Masks that are not causal: none may be accepted as causal.
 	{"one_future_token", "show", `
   %0 = range() {count=N, delta=1.0, dtype=i64, start=0.0} : i64[N]
@@ -132,12 +268,6 @@ var maskCases = []struct {
   %2 = reshape(%0) {shape=[1,N]} : i64[1,N]
   %3 = ge(%2, %1) : bool[N,N]
   return %3 "m"`, "explicit", "explicit"},
-	{"diagonal_only", "show", `
-  %0 = range() {count=N, delta=1.0, dtype=i64, start=0.0} : i64[N]
-  %1 = reshape(%0) {shape=[N,1]} : i64[N,1]
-  %2 = reshape(%0) {shape=[1,N]} : i64[1,N]
-  %3 = eq(%2, %1) : bool[N,N]
-  return %3 "m"`, "explicit", "explicit"},
 	{"trilu_minus_one", "show", `
   %0 = full() {dtype=bool, shape=[N,N], value=1.0} : bool[N,N]
   %1 = trilu(%0) {k=-1} : bool[N,N]
@@ -146,16 +276,6 @@ var maskCases = []struct {
   %0 = full() {dtype=f32, shape=[N,N], value=-Inf} : f32[N,N]
   %1 = trilu(%0) {k=0, upper} : f32[N,N]
   return %1 "m"`, "explicit", "explicit"},
-	{"sliding_window", "show", `
-  %0 = range() {count=N, delta=1.0, dtype=i64, start=0.0} : i64[N]
-  %1 = reshape(%0) {shape=[N,1]} : i64[N,1]
-  %2 = reshape(%0) {shape=[1,N]} : i64[1,N]
-  %3 = le(%2, %1) : bool[N,N]
-  %4 = full() {dtype=i64, shape=[], value=4.0} : i64[]
-  %5 = sub(%1, %4) : i64[N,1]
-  %6 = gt(%2, %5) : bool[N,N]
-  %7 = and(%3, %6) : bool[N,N]
-  return %7 "m"`, "explicit", "explicit"},
 	{"shifted_slice", "show", `
   %0 = full() {dtype=bool, shape=[M,M], value=1.0} : bool[M,M]
   %1 = trilu(%0) {k=0} : bool[M,M]
@@ -216,7 +336,7 @@ func TestProveMaskExactness(t *testing.T) {
 		{"i64", 1 << 27, true}} {
 		f := maskFunc(t, strings.ReplaceAll(body, "DT", tc.dt), tc.n)
 		kind, ok := newMaskProver().proveMask(f.Outputs[0].Value, maskVisibility("show"), tc.n, tc.n)
-		if ok != tc.proved || (ok && kind != maskCausal) {
+		if ok != tc.proved || (ok && kind != classCausal) {
 			t.Errorf("%s positions, N=%d: %v (proved %v), want proved=%v", tc.dt, tc.n, kind, ok, tc.proved)
 		}
 	}
@@ -331,8 +451,9 @@ func TestProveHFMasks(t *testing.T) {
 }
 
 // randomMask builds a random mask of [n, n] from positions (ranges with random
-// starts and steps, sums, differences, scalings), comparisons, Trilu of ones,
-// logic, casts and slices of a larger mask, read in a random way.
+// starts and steps, sums, differences, scalings), comparisons, bands between two
+// edges (sliding windows and near misses), Trilu of ones, logic, casts and slices
+// of a larger mask, read in a random way.
 func randomMask(r *rand.Rand, n int64) (*ir.Func, string) {
 	b := ir.NewBuilder("m")
 	pos := func(row bool) *ir.Value {
@@ -361,7 +482,7 @@ func randomMask(r *rand.Rand, n int64) (*ir.Func, string) {
 	}
 	var cond func(depth int) *ir.Value
 	cond = func(depth int) *ir.Value {
-		switch k := r.IntN(7); {
+		switch k := r.IntN(8); {
 		case depth > 2 || k < 2:
 			ops := []ir.Op{ir.OpEq, ir.OpLt, ir.OpLe, ir.OpGt, ir.OpGe}
 			c := b.Apply1(ops[r.IntN(len(ops))], nil, aff(0), aff(0))
@@ -382,6 +503,17 @@ func randomMask(r *rand.Rand, n int64) (*ir.Func, string) {
 			s0, s1 := int64(r.IntN(5)), int64(r.IntN(5))
 			return b.Apply1(ir.OpSlice, ir.A("axes", []int64{0, 1}, "starts", []int64{s0, s1},
 				"ends", []int64{s0 + n, s1 + n}, "steps", []int64{1, 1}), big)
+		case k == 6:
+			// Two comparisons of a column with the row shifted: a band such as
+			// Mistral's sliding window (row − W < col ≤ row), or something near it.
+			p := b.Apply1(ir.OpRange, ir.A("start", 0.0, "delta", 1.0, "count", n, "dtype", tensor.I64))
+			row, col := b.Reshape(p, n, 1), b.Reshape(p, 1, n)
+			edge := func(ops []ir.Op, lo, hi int) *ir.Value { // col op row + c, lo ≤ c ≤ hi
+				c := b.Scalar(tensor.I64, float64(lo+r.IntN(hi-lo+1)))
+				return b.Apply1(ops[r.IntN(len(ops))], nil, col, b.Apply1(ir.OpAdd, nil, row, c))
+			}
+			upper := edge([]ir.Op{ir.OpLt, ir.OpLe}, -1, 1)
+			return b.Apply1(ir.OpAnd, nil, upper, edge([]ir.Op{ir.OpGt, ir.OpGe}, -5, 0))
 		default:
 			i := b.Apply1(ir.OpCast, ir.A("to", tensor.I64), cond(depth+1))
 			return b.Apply1(ir.OpCast, ir.A("to", tensor.Bool), i)
@@ -400,10 +532,10 @@ func randomMask(r *rand.Rand, n int64) (*ir.Func, string) {
 }
 
 // On random masks the proof, wherever it answers, agrees with evaluation: it
-// never calls a mask causal (or all-visible) that is not.
+// never calls a mask causal, a window of W (of W exactly) or all-visible that is not.
 func TestProveMaskRandom(t *testing.T) {
 	r := rand.New(rand.NewPCG(7, 13))
-	proved, causal := 0, 0
+	proved, causal, window := 0, 0, 0
 	for i := 0; i < 3000; i++ {
 		n := int64(2 + r.IntN(7))
 		f, how := randomMask(r, n)
@@ -418,12 +550,15 @@ func TestProveMaskRandom(t *testing.T) {
 				t.Fatalf("mask %d (%s): proof says %v, evaluation %v:\n%s", i, how, kind, ev, ir.Print(f))
 			}
 		}
-		if ev == maskCausal {
+		switch ev.kind {
+		case maskCausal:
 			causal++
+		case maskWindow:
+			window++
 		}
 	}
-	t.Logf("%d of 3000 random masks proved; %d causal", proved, causal)
-	if proved < 1500 || causal < 100 {
-		t.Errorf("the generator is too weak: %d proved, %d causal", proved, causal)
+	t.Logf("%d of 3000 random masks proved; %d causal, %d sliding windows", proved, causal, window)
+	if proved < 1500 || causal < 100 || window < 20 {
+		t.Errorf("the generator is too weak: %d proved, %d causal, %d windows", proved, causal, window)
 	}
 }

@@ -20,8 +20,10 @@ import (
 // where α is any product of positive scalar constants applied to the scores, to q
 // or to kᵀ (PyTorch's SDPA decomposition multiplies q and kᵀ by √α each), and each
 // mask is Where(cond, −inf, s), Where(cond, s, −inf) or s + m. Masks are proved
-// from their structure and, when small, evaluated (attention_mask*.go): a causal one sets the op's causal flag, an all-visible one
-// disappears, any other stays as the op's explicit mask argument. kᵀ may be a
+// from their structure and, when small, evaluated (attention_mask*.go): a causal one
+// sets the op's causal flag, a sliding-window one (−W < col − row ≤ 0, Mistral's and
+// Gemma2's local layers) also its window W, an all-visible one disappears, and any
+// other stays as the op's explicit mask argument. kᵀ may be a
 // transpose of k in either layout or PyTorch's Reshape/Transpose/Reshape of it;
 // k and v may repeat their heads for grouped-query attention (HF's repeat_kv:
 // Unsqueeze, Expand, Reshape; or Tile), which is removed, since the attention op
@@ -73,6 +75,9 @@ type FoundAttention struct {
 	Form string
 	// Causal is the op's causal flag.
 	Causal bool
+	// Window is the op's sliding window W (query t sees keys t−W < j ≤ t; ir.Window),
+	// 0 without one.
+	Window int64
 	// Mask is "" without an explicit mask, else "bool" or "additive".
 	Mask string
 	// Scale multiplies q·kᵀ.
@@ -348,6 +353,7 @@ type sdpaMatch struct {
 	group   int64
 	scale   float64
 	causal  bool
+	window  int64     // the sliding window W, 0 for none (needs causal)
 	mask    *ir.Value // explicit mask in [B,H,T,S] broadcast form, or nil
 	maskNot bool      // the mask is a where condition that hides where true
 	maskNeg bool      // the mask is subtracted from the scores
@@ -492,13 +498,19 @@ func (m *attnMatcher) analyze(e *Editor, pv *ir.Node) (
 			a.scale *= l.factor
 			continue
 		}
-		kind := m.classifyMask(l.mask, l.where, l.hide, l.negated, t, s)
-		switch kind {
+		class := m.classifyMask(l.mask, l.where, l.hide, l.negated, t, s)
+		switch class.kind {
 		case maskCausal:
 			a.causal = true
+		case maskWindow:
+			// Two windows (or a window and causal) intersect: the narrower one.
+			a.causal = true
+			if a.window == 0 || class.window < a.window {
+				a.window = class.window
+			}
 		case maskExplicit:
 			if a.mask != nil {
-				return nil, fmt.Sprintf("%s is a second mask that is neither causal nor all-visible",
+				return nil, fmt.Sprintf("%s is a second mask that is not causal, a sliding window or all-visible",
 					l.node.Where())
 			}
 			if l.mask.Type.Rank() > 4 {
@@ -566,7 +578,7 @@ func (m *attnMatcher) analyze(e *Editor, pv *ir.Node) (
 // it is true when hide), or an additive mask (subtracted when negated). The
 // symbolic proof (attention_mask_prove.go) decides at any length; a mask small
 // enough to evaluate is also evaluated, and the two must agree.
-func (m *attnMatcher) classifyMask(mask *ir.Value, where, hide, negated bool, t, s int64) maskKind {
+func (m *attnMatcher) classifyMask(mask *ir.Value, where, hide, negated bool, t, s int64) maskClass {
 	var vis func(x float64) (bool, bool)
 	switch {
 	case where:
@@ -578,7 +590,7 @@ func (m *attnMatcher) classifyMask(mask *ir.Value, where, hide, negated bool, t,
 		}
 		vis = func(x float64) (bool, bool) { return additiveVisible(x * coef) }
 	default:
-		return maskExplicit
+		return classExplicit
 	}
 	proved, ok := m.prover.proveMask(mask, vis, t, s)
 	mt := m.masks.value(mask)
@@ -586,7 +598,7 @@ func (m *attnMatcher) classifyMask(mask *ir.Value, where, hide, negated bool, t,
 		if ok {
 			return proved
 		}
-		return maskExplicit
+		return classExplicit
 	}
 	evaluated := classify(mt, func(i int) (bool, bool) { return vis(mt.Float(i)) }, t, s)
 	if ok && evaluated != proved {
@@ -689,7 +701,11 @@ func (m *attnMatcher) emit(e *Editor, b *ir.Builder, a *sdpaMatch) {
 		}
 		args = append(args, mask)
 	}
-	outs := b.Apply(ir.OpAttention, ir.A("causal", a.causal, "scale", a.scale), args...)
+	attrs := ir.A("causal", a.causal, "scale", a.scale)
+	if a.window > 0 {
+		attrs = attrs.With("window", a.window)
+	}
+	outs := b.Apply(ir.OpAttention, attrs, args...)
 	o := outs[0]
 	if permute {
 		o = b.Reshape(o, qs[0], qs[1], hkv, a.group, qs[3])
@@ -704,8 +720,8 @@ func (m *attnMatcher) emit(e *Editor, b *ir.Builder, a *sdpaMatch) {
 	}
 	e.Replace(old, b.Transpose(o, swapHT...))
 
-	rec := FoundAttention{Node: a.pv.Name, Form: "decomposed", Causal: a.causal, Scale: a.scale,
-		QHeads: qs[2], KVHeads: hkv}
+	rec := FoundAttention{Node: a.pv.Name, Form: "decomposed", Causal: a.causal, Window: a.window,
+		Scale: a.scale, QHeads: qs[2], KVHeads: hkv}
 	if a.mask != nil {
 		rec.Mask = "additive"
 		if !a.mask.Type.DType.IsFloat() {
@@ -731,7 +747,7 @@ func (m *attnMatcher) report(f *ir.Func) *AttentionMatches {
 			if !ok {
 				q, k := n.Args[0].Type.Shape, n.Args[1].Type.Shape
 				rec = FoundAttention{Node: n.Name, Form: n.Op.String(), Causal: n.AttrBool("causal"),
-					Scale: ir.AttentionScale(n), QHeads: q[2], KVHeads: k[2]}
+					Window: ir.Window(n), Scale: ir.AttentionScale(n), QHeads: q[2], KVHeads: k[2]}
 				if len(n.Args) == 4 {
 					rec.Mask = "additive"
 					if !n.Args[3].Type.DType.IsFloat() {

@@ -291,8 +291,12 @@ func checkProperties(t *testing.T, f *ir.Func, res *AttentionMatches, want strin
 		case "layer":
 			var got []string
 			for _, a := range res.Found {
-				got = append(got, fmt.Sprintf("layer %s causal=%t mask=%s scale=%.8g heads=%d/%d",
-					a.Node, a.Causal, a.Mask, a.Scale, a.QHeads, a.KVHeads))
+				l := fmt.Sprintf("layer %s causal=%t mask=%s scale=%.8g heads=%d/%d",
+					a.Node, a.Causal, a.Mask, a.Scale, a.QHeads, a.KVHeads)
+				if a.Window > 0 {
+					l += fmt.Sprintf(" window=%d", a.Window)
+				}
+				got = append(got, l)
 			}
 			if !strings.Contains(strings.Join(got, "\n"), line) {
 				t.Errorf("no %q among\n%s", line, strings.Join(got, "\n"))
