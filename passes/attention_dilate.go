@@ -18,6 +18,9 @@ type DilateConfig struct {
 	Offsets string
 	// Layers, when not nil, receives the names of the layers each run rewrote.
 	Layers *[]string
+	// Skipped, when not nil, receives one line per layer each run left as it was,
+	// naming it and saying why (a sliding window: already local).
+	Skipped *[]string
 }
 
 // DefaultDilateConfig is LongNet's configuration for million-token sequences:
@@ -41,6 +44,8 @@ var _ = RegisterConfigurable(DilateAttention(DefaultDilateConfig), func(a *Args)
 // arXiv 2307.02486). A segment longer than the sequence is one segment. The
 // configuration is checked first, then every layer, and nothing is rewritten
 // unless all of them can be; errors name the flag or the layer (the node name).
+// A sliding-window layer (ir.Window; Mistral's, Gemma2's local layers) is skipped:
+// it already attends to W keys, and dilating it would change what it computes.
 // Run match-attention first, so that exported attention is an `attention` op.
 func DilateAttention(cfg DilateConfig) Pass {
 	return Pass{Name: "dilate-attention",
@@ -86,6 +91,8 @@ func dilate(f *ir.Func, cfg DilateConfig) error {
 	}
 	const need = "--attention=dilated needs causal attention without a mask"
 	var errs []error
+	var skipped []string
+	local := map[*ir.Node]bool{} // sliding-window layers, left as they are
 	for _, n := range f.Body {
 		if n.Op != ir.OpAttention {
 			continue
@@ -95,7 +102,10 @@ func dilate(f *ir.Func, cfg DilateConfig) error {
 			layer = n.Op.String()
 		}
 		t, s := n.Args[0].Type.Shape[1], n.Args[1].Type.Shape[1]
-		switch {
+		switch w := ir.Window(n); {
+		case w > 0:
+			local[n] = true
+			skipped = append(skipped, fmt.Sprintf("layer %s: sliding window %d: already local", layer, w))
 		case len(n.Args) == 4:
 			errs = append(errs, fmt.Errorf("layer %s: attention has a mask; %s", layer, need))
 		case !n.AttrBool("causal"):
@@ -104,6 +114,9 @@ func dilate(f *ir.Func, cfg DilateConfig) error {
 			errs = append(errs, fmt.Errorf("layer %s: attention has %d keys for %d queries; %s",
 				layer, s, t, need))
 		}
+	}
+	if cfg.Skipped != nil {
+		*cfg.Skipped = skipped
 	}
 	if err := errors.Join(errs...); err != nil {
 		return err
@@ -117,6 +130,9 @@ func dilate(f *ir.Func, cfg DilateConfig) error {
 		// attention(q, k, v) {causal, scale}
 		//   -> dilated_attention(q, k, v) {segments, dilations, offsets, causal, scale}
 		{Name: "dilate", Root: ir.OpAttention, Rewrite: func(e *Editor, n *ir.Node, b *ir.Builder) bool {
+			if local[n] {
+				return false
+			}
 			attrs := ir.A("segments", slices.Clone(cfg.Segments),
 				"dilations", slices.Clone(cfg.Dilations), "offsets", offsets,
 				"causal", true, "scale", ir.AttentionScale(n))

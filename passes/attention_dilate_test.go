@@ -148,3 +148,32 @@ func TestDilateAttentionErrors(t *testing.T) {
 		})
 	}
 }
+
+// A sliding-window layer is left as it is and recorded as skipped, with its
+// window; the other layers are still rewritten.
+func TestDilateAttentionSkipsWindows(t *testing.T) {
+	f, err := ir.Parse(`func @f(
+    %0: f32[1,8,2,4] input "q",
+) {
+  %1, %2 = attention(%0, %0, %0) {causal, scale=0.5, window=3} : f32[1,8,2,4], f32[1,2,8] loc("local")
+  %3, %4 = attention(%1, %0, %0) {causal, scale=0.5} : f32[1,8,2,4], f32[1,2,8] loc("global")
+  return %3 "y"
+}
+`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var layers, skipped []string
+	cfg := longnetSmall
+	cfg.Layers, cfg.Skipped = &layers, &skipped
+	runPasses(t, f, DilateAttention(cfg))
+	if strings.Join(layers, ",") != "global" {
+		t.Errorf("rewrote %v, want [global]", layers)
+	}
+	if want := "layer local: sliding window 3: already local"; strings.Join(skipped, ";") != want {
+		t.Errorf("skipped %q, want %q", skipped, want)
+	}
+	if n := f.Body[0]; n.Op != ir.OpAttention || ir.Window(n) != 3 {
+		t.Errorf("the local layer is now %s:\n%s", n.Op, ir.Print(f))
+	}
+}
