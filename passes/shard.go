@@ -825,8 +825,17 @@ var seqOut = []state{{SeqAxis: SeqAxis{Axis: 1, Outer: 1, Inner: 1}},
 
 // attention → ring_attention, or Ulysses: all-to-all to whole sequences with H/N
 // heads, local attention, all-to-all back. A non-causal attention to replicated
-// keys stays local.
+// keys stays local. A sliding window (ir.Window) shards with Ulysses only, which
+// keeps the op and its attributes on whole sequences: ring attention has no window.
 func (s *sharder) attention(n *ir.Node) error {
+	switch w := ir.Window(n); {
+	case w > 0 && ir.HasDocs(n):
+		return fmt.Errorf("sliding-window attention (window=%d) over packed documents does not shard "+
+			"yet: ring attention has no window and Ulysses no documents; use --ranks=1", w)
+	case w > 0 && s.cfg.Mode != ShardUlysses:
+		return fmt.Errorf("sliding-window attention (window=%d) does not shard with --attention=%s: "+
+			"ring attention has no window; use --attention=ulysses", w, s.cfg.Mode)
+	}
 	if docs := ir.DocStarts(n); docs != nil {
 		return s.docsAttention(n, docs)
 	}

@@ -1,10 +1,14 @@
 package passes
 
 import (
+	"math/rand/v2"
 	"strings"
 	"testing"
 
+	"github.com/lcc-dev/lcc/interp"
 	"github.com/lcc-dev/lcc/ir"
+	"github.com/lcc-dev/lcc/runtime/comm"
+	"github.com/lcc-dev/lcc/tensor"
 )
 
 // A Llama-like block: RoPE table from constant positions, causal attention.
@@ -101,5 +105,72 @@ func TestShardSequenceErrors(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s N=%d: error %v, want %q", c.mode, c.ranks, err, c.want)
 		}
+	}
+}
+
+// A sliding-window layer over 16 tokens, 2 heads of 4.
+const windowSrc = `func @w(%0: f32[batch=1,seq=16,8] input "x", %1: f32[8,8] weight "w") {
+  %2 = matmul(%0, %1) : f32[1,16,8]
+  %3 = reshape(%2) {shape=[1,16,2,4]} : f32[1,16,2,4]
+  %4, %5 = attention(%3, %3, %3) {causal, scale=0.5, window=3} : f32[1,16,2,4], f32[1,2,16]
+  return %4 "o"
+}
+`
+
+// Ulysses runs the windowed op on whole sequences, window included, and the two
+// ranks' outputs are the whole function's halves; ring attention, which has no
+// window, is refused with the window named.
+func TestShardSequenceWindow(t *testing.T) {
+	whole, err := ir.Parse(windowSrc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := whole.Clone()
+	if _, err := Shard(f, ShardConfig{Ranks: 2, Mode: ShardUlysses}); err != nil {
+		t.Fatal(err)
+	}
+	if got := ir.Print(f); !strings.Contains(got, "window=3}") {
+		t.Fatalf("the window is lost:\n%s", got)
+	}
+	rng := rand.New(rand.NewPCG(3, 1))
+	x, w := tensor.New(tensor.F32, 1, 16, 8), tensor.New(tensor.F32, 8, 8)
+	for _, t := range []*tensor.Tensor{x, w} {
+		for i := range t.F {
+			t.F[i] = rng.NormFloat64()
+		}
+	}
+	opts := interp.Options{Precision: tensor.F64}
+	want, err := interp.Run(whole, map[string]*tensor.Tensor{"x": x, "w": w}, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The contiguous layout: rank r holds tokens 8r .. 8r+7, rows of 8 (x) or 2·4 (o).
+	got := make([]*tensor.Tensor, 2)
+	err = comm.NewWorld(2, 0).Run(func(e *comm.Endpoint) error {
+		r := e.Rank()
+		xr := tensor.FromFloats(tensor.F32, []int64{1, 8, 8}, x.F[64*r:64*(r+1)])
+		o := opts
+		o.Comm = e
+		out, err := interp.Run(f, map[string]*tensor.Tensor{"x": xr, "w": w}, o)
+		got[r] = out["o"]
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for r, g := range got {
+		part := tensor.FromFloats(tensor.F32, []int64{1, 8, 2, 4}, want["o"].F[64*r:64*(r+1)])
+		if e := relErr(g, part); !(e <= 1e-6) { // the collectives carry f32
+			t.Errorf("rank %d: relative error %.3g against the whole function", r, e)
+		}
+	}
+
+	ring, err := ir.Parse(windowSrc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = Shard(ring, ShardConfig{Ranks: 2, Mode: ShardRing})
+	if err == nil || !strings.Contains(err.Error(), "window=3") || !strings.Contains(err.Error(), "ulysses") {
+		t.Errorf("ring: error %v, want one naming the window and Ulysses", err)
 	}
 }
