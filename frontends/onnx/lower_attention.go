@@ -12,12 +12,11 @@ import (
 // attention op does not express: a KV cache (past_key/past_value, and the
 // present_key/present_value outputs), a softcap, the qk_matmul_output output, or a
 // value head size other than the query's, and (opsets 24, 25) nonpad_kv_seqlen or a
-// sliding window. Such nodes lower to the computation
+// sliding window other than fusedWindow's. Such nodes lower to the computation
 // itself (matmul, softmax, matmul), which autodiff and the CPU run like any other;
 // the passes then see no attention op to fuse or shard.
 func explicitAttention(c *nodeCtx) bool {
-	if c.has(4) || c.has(5) || c.has(6) || c.aFloat("softcap", 0) != 0 ||
-		c.aInt("left_window_size", -1) >= 0 || c.aInt("right_window_size", -1) >= 0 {
+	if _, ok := fusedWindow(c); !ok || c.has(4) || c.has(5) || c.has(6) || c.aFloat("softcap", 0) != 0 {
 		return true
 	}
 	for i := 1; i < 4; i++ {
@@ -34,6 +33,37 @@ func explicitAttention(c *nodeCtx) bool {
 		return qh > 0 && kvh > 0 && q.Type.Shape[2]*kvh != v.Type.Shape[2]*qh
 	}
 	return false
+}
+
+// fusedWindow reads the window attributes of an Attention node as the fused op's
+// sliding window (ir/window.go). Query i sees key j when i − left ≤ j ≤ i + right
+// (the explicit lowering's rule without a cache), so under is_causal, which already
+// hides j > i, any right bound changes nothing and left is a window of W = left + 1
+// keys. W is 0 without a left bound or when no key falls outside it (W ≥ T). ok is
+// false when the node has window attributes the op does not take that way: not
+// causal, with attn_mask (kept as the reference computes it), or with more keys
+// than queries (a cache).
+func fusedWindow(c *nodeCtx) (w int64, ok bool) {
+	left, right := c.aInt("left_window_size", -1), c.aInt("right_window_size", -1)
+	if left < 0 && right < 0 {
+		return 0, true
+	}
+	q, k := c.in(0).Type, c.in(1).Type
+	if c.aInt("is_causal", 0) == 0 || c.has(3) || q.Rank() != k.Rank() || (q.Rank() != 3 && q.Rank() != 4) {
+		return 0, false
+	}
+	seq := q.Rank() - 2 // T is axis 2 of [B,H,T,D] and axis 1 of [B,T,H·D]
+	if q.Rank() == 3 {
+		seq = 1
+	}
+	t := q.Shape[seq]
+	if k.Shape[seq] != t {
+		return 0, false
+	}
+	if left < 0 || left+1 >= t {
+		return 0, true
+	}
+	return left + 1, true
 }
 
 // lowerAttentionExplicit lowers opset-23 Attention as ONNX's reference computes it:

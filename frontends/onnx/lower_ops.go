@@ -1277,8 +1277,6 @@ func lowerRMSNorm(c *nodeCtx) ([]*ir.Value, error) {
 		"eps", float64(float32(c.aFloat("epsilon", 1e-5)))), args...))
 }
 
-// lowerAttention lowers the opset-23 Attention op: Q, K, V as [B,H,T,D] (or
-// [B,T,H·D] with q_num_heads/kv_num_heads) to lcc's [B,T,H,D] attention.
 // lowerDropout: Dropout is the identity in the exported (eval-mode) graph, and its
 // mask output all true. In training mode (a true training_mode input) with a
 // nonzero ratio it draws a random mask, which lcc does not model.
@@ -1309,6 +1307,10 @@ func lowerDropout(c *nodeCtx) ([]*ir.Value, error) {
 	return []*ir.Value{x, c.b.Full(ir.T(tensor.Bool, x.Type.Shape...), 1)}, nil
 }
 
+// lowerAttention lowers the opset-23 Attention op: Q, K, V as [B,H,T,D] (or
+// [B,T,H·D] with q_num_heads/kv_num_heads) to lcc's [B,T,H,D] attention, a causal
+// sliding window (left_window_size) included; what the op does not express
+// lowers explicitly (explicitAttention).
 func lowerAttention(c *nodeCtx) ([]*ir.Value, error) {
 	if explicitAttention(c) {
 		return lowerAttentionExplicit(c)
@@ -1347,7 +1349,11 @@ func lowerAttention(c *nodeCtx) ([]*ir.Value, error) {
 	if c.has(3) {
 		args = append(args, c.in(3))
 	}
-	o := c.b.Apply(ir.OpAttention, ir.A("causal", c.aInt("is_causal", 0) != 0, "scale", scale), args...)[0]
+	attrs := ir.A("causal", c.aInt("is_causal", 0) != 0, "scale", scale)
+	if w, _ := fusedWindow(c); w > 0 {
+		attrs = attrs.With("window", w)
+	}
+	o := c.b.Apply(ir.OpAttention, attrs, args...)[0]
 	if three {
 		s := o.Type.Shape
 		return one(c.b.Reshape(o, s[0], s[1], s[2]*s[3]))
