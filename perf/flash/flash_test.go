@@ -183,12 +183,19 @@ func TestGPUDense(t *testing.T) {
 		{"full-d80-ragged", 2, 150, 271, 2, 1, 80, false, [4]int{}},
 		{"causal-d32", 1, 300, 300, 2, 2, 32, true, [4]int{}},
 		{"causal-d112-long", 1, 1100, 1100, 2, 2, 112, true, [4]int{}},
+		// Head dim 256 (tier 1 only), and 192 padded to it.
+		{"causal-d256-gqa", 1, 600, 600, 4, 2, 256, true, [4]int{}},
+		{"full-d256-ragged", 1, 150, 271, 2, 2, 256, false, [4]int{}},
+		{"causal-d192", 1, 300, 300, 2, 1, 192, true, [4]int{}},
 	}
 	for i, cm := range cases {
 		for _, vr := range tierVariants(d, fk.DQFused, fk.DQSplit) {
 			c, mode := cm, vr.mode
 			if vr.tier == 2 && c.tiles != [4]int{} {
 				continue // tier 1's forward tiles
+			}
+			if c.dim > 128 && (vr.tier == 2 || mode == fk.DQSplit) {
+				continue // above 128: tier 1 with the fused backward only
 			}
 			t.Run(fmt.Sprintf("%s/tier%d/dq%d", c.name, vr.tier, mode), func(t *testing.T) {
 				rng := rand.New(rand.NewPCG(uint64(i), 11))

@@ -109,13 +109,15 @@ func TestGPUFlashWindow(t *testing.T) {
 	compare(t, dev, f, in, Options{Storage: tensor.BF16}, 2e-2)
 }
 
-// TestFlashPaddedHeadDim: head dims that are multiples of 8 up to 128 lower to
-// the tensor-core kernels of 64 or 128 columns, reading and writing their own;
-// 256 stays on the scalar kernels and the program says why.
+// TestFlashPaddedHeadDim: head dims that are multiples of 8 up to 256 lower to
+// the tensor-core kernels of 64, 128 or 256 columns, reading and writing their
+// own; above 128 at tier 1 even for sm_90a; 100 stays on the scalar kernels and
+// the program says why.
 func TestFlashPaddedHeadDim(t *testing.T) {
 	for _, c := range []struct {
 		d, kd int64
-	}{{96, 128}, {80, 128}, {32, 64}, {256, 0}} {
+		tier  int
+	}{{96, 128, 2}, {80, 128, 2}, {32, 64, 2}, {256, 256, 1}, {192, 256, 1}, {100, 0, 0}} {
 		f, _ := attentionGraph(t, 1, 256, 256, 2, 2, c.d, true, 1)
 		p, err := codegen.Build(f, codegen.Options{Arch: "sm_90a", Storage: tensor.BF16})
 		if err != nil {
@@ -123,11 +125,11 @@ func TestFlashPaddedHeadDim(t *testing.T) {
 		}
 		for _, ch := range p.Attention {
 			if c.kd == 0 {
-				if ch.Kernel != codegen.KernelScalar || !strings.Contains(ch.Why, "head dim 256") {
+				if ch.Kernel != codegen.KernelScalar || !strings.Contains(ch.Why, "head dim 100") {
 					t.Errorf("D=%d: %+v, want the scalar kernels naming the head dim", c.d, ch)
 				}
-			} else if ch.Kernel != codegen.KernelFlash {
-				t.Errorf("D=%d: %+v, want the tensor-core kernels", c.d, ch)
+			} else if ch.Kernel != codegen.KernelFlash || ch.Tier != c.tier {
+				t.Errorf("D=%d: %+v, want the tensor-core kernels of tier %d", c.d, ch, c.tier)
 			}
 		}
 		if c.kd == 0 {

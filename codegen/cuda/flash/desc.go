@@ -169,6 +169,19 @@ func (d Desc) Defaults() Desc {
 	// × 128), dQ 128×32 with two m-tiles per warp; D=64 forward 256×64, dK/dV
 	// 64×128, dQ 128×64, two m-tiles per warp.
 	wide := d.D > 64
+	if d.KD() > 128 && d.Br == 0 && d.Bc == 0 && d.WM == 0 {
+		// Head dim 256 (Gemma's): a forward warp keeps one m-tile's 16 rows ×
+		// 256 fp32 accumulators (128 registers) and reads Q from shared memory
+		// (FA_QREG), over 32-key tiles; the fused backward takes 32 queries × 64
+		// keys, so that each warp's dK and dV sums (16 keys × 128 columns) fit.
+		d.Br, d.Bc, d.WM = 64, 32, 1
+		if d.Stages == 0 {
+			d.Stages = 2
+		}
+		if d.BwdBr == 0 && d.BwdBc == 0 {
+			d.BwdBr, d.BwdBc = 32, 64
+		}
+	}
 	if d.Tier == 2 && d.Br == 0 && d.Bc == 0 {
 		// Three warpgroups of 64 query rows over 64-key tiles (D=128) or
 		// 128-key tiles (D=64), measured best on an H200 (BENCHMARKS.md: 32K
@@ -208,6 +221,12 @@ func (d Desc) Defaults() Desc {
 	pick(&d.Bc, 32, 64)
 	pick(&d.WM, 2, 2)
 	pick(&d.Stages, 2, 2)
+	if d.Fused() && d.Tier == 1 && wide && (d.Docs || d.Window > 0) {
+		// A document mask's or a window's per-element starts take the 64-query
+		// fused backward past 255 registers at D=128 (spills, TestNoSpills);
+		// 32 queries keep it in registers.
+		pick(&d.BwdBr, 32, 32)
+	}
 	if d.Fused() {
 		pick(&d.BwdBr, 64, 64)
 	}
@@ -251,18 +270,21 @@ func (d Desc) Members() []Desc {
 	return out
 }
 
-// KD is the head dim the kernels compute with: 64 or 128. Another head dim,
-// a multiple of 8 (80, 96, 112; 32 or 48 of small models), runs on the kernels
-// of the next of those, FA_D in their source, over the model's own rows of D
-// (FA_DG): the loads fill the columns from D on with zeros in shared memory,
-// which leaves every score and every product of the first D columns as they
-// are (a zero column adds nothing to a dot product), and the stores write the
-// first D columns only. It costs KD/D of the work and no memory.
+// KD is the head dim the kernels compute with: 64, 128 or 256. Another head
+// dim, a multiple of 8 (80, 96, 112; 32 or 48 of small models), runs on the
+// kernels of the next of those, FA_D in their source, over the model's own rows
+// of D (FA_DG): the loads fill the columns from D on with zeros in shared
+// memory, which leaves every score and every product of the first D columns as
+// they are (a zero column adds nothing to a dot product), and the stores write
+// the first D columns only. It costs KD/D of the work and no memory.
 func (d Desc) KD() int {
-	if d.D <= 64 {
+	switch {
+	case d.D <= 64:
 		return 64
+	case d.D <= 128:
+		return 128
 	}
-	return 128
+	return 256
 }
 
 // Segments is the number of segments per sequence.
@@ -270,8 +292,8 @@ func (d Desc) Segments() int64 { return (d.T + d.W - 1) / d.W }
 
 // Supported reports whether the tensor-core tier takes d, and why not.
 func Supported(d Desc) error {
-	if d.D <= 0 || d.D > 128 || d.D%8 != 0 {
-		return fmt.Errorf("head dim %d: the tensor-core kernels take a multiple of 8 up to 128", d.D)
+	if d.D <= 0 || d.D > 256 || d.D%8 != 0 {
+		return fmt.Errorf("head dim %d: the tensor-core kernels take a multiple of 8 up to 256", d.D)
 	}
 	if d.Hkv <= 0 || d.Hq%d.Hkv != 0 {
 		return fmt.Errorf("%d query heads over %d kv heads: want a whole group", d.Hq, d.Hkv)
@@ -289,6 +311,10 @@ func (d Desc) Check() error {
 	}
 	if d.Tier != 1 && d.Tier != 2 {
 		return fmt.Errorf("tier %d: want 1 (mma.sync) or 2 (wgmma, sm_90a)", d.Tier)
+	}
+	if d.KD() > 128 && (d.Tier != 1 || !d.Fused() || d.Accumulate || d.Dilated() || d.QPos != 0 || d.KPos != 0) {
+		return fmt.Errorf("head dim %d: above 128 the tensor-core kernels run dense attention on tier 1 "+
+			"with the fused backward only (not tier 2, a dilated branch, a ring block or the split dQ)", d.D)
 	}
 	if d.Tier == 2 && d.Stages < 3 {
 		return fmt.Errorf("tier 2: %d stages: the forward needs at least 3", d.Stages)

@@ -40,7 +40,13 @@ func variants() []Desc {
 		Desc{B: 1, T: 1000, S: 1000, Hq: 4, Hkv: 2, D: 96, Causal: true},
 		Desc{B: 2, T: 300, S: 517, Hq: 4, Hkv: 2, D: 80},
 		Desc{B: 1, T: 777, S: 777, Hq: 4, Hkv: 4, D: 32, Causal: true, Window: 100},
-		Desc{B: 1, T: 4096, S: 4096, Hq: 8, Hkv: 8, D: 112, Causal: true, W: 1024, R: 4, Accumulate: true})
+		Desc{B: 1, T: 4096, S: 4096, Hq: 8, Hkv: 8, D: 112, Causal: true, W: 1024, R: 4, Accumulate: true},
+		// Head dim 256 (tier 1 only): dense causal with GQA, bidirectional with a
+		// batch, a window, and 192 padded to 256.
+		Desc{B: 1, T: 1000, S: 1000, Hq: 8, Hkv: 2, D: 256, Causal: true},
+		Desc{B: 2, T: 300, S: 517, Hq: 2, Hkv: 2, D: 256},
+		Desc{B: 1, T: 777, S: 777, Hq: 4, Hkv: 4, D: 256, Causal: true, Window: 200},
+		Desc{B: 1, T: 500, S: 500, Hq: 2, Hkv: 1, D: 192, Causal: true})
 	return ds
 }
 
@@ -48,7 +54,7 @@ func kernels(t *testing.T, d Desc) []Kernel {
 	t.Helper()
 	var ks []Kernel
 	gens := []func(Desc) (Kernel, error){Forward, Delta, DKDV}
-	if !d.Docs && d.Window == 0 { // documents and windows have only the fused backward, whose dK/dV kernel computes dQ
+	if !d.Docs && d.Window == 0 && d.KD() <= 128 { // these have only the fused backward, whose dK/dV kernel computes dQ
 		gens = append(gens, DQ)
 	}
 	if d.Defaults().Fused() {
@@ -101,7 +107,9 @@ func TestRejects(t *testing.T) {
 		want string
 	}{
 		{Desc{B: 1, T: 8, S: 8, Hq: 1, Hkv: 1, D: 100}, "head dim 100"},
-		{Desc{B: 1, T: 8, S: 8, Hq: 1, Hkv: 1, D: 256}, "head dim 256"},
+		{Desc{B: 1, T: 8, S: 8, Hq: 1, Hkv: 1, D: 264}, "head dim 264"},
+		{Desc{B: 1, T: 8, S: 8, Hq: 1, Hkv: 1, D: 256, Tier: 2}, "above 128"},
+		{Desc{B: 1, T: 64, S: 64, Hq: 1, Hkv: 1, D: 256, Causal: true, W: 16, R: 2, Accumulate: true}, "above 128"},
 		{Desc{B: 1, T: 8, S: 8, Hq: 1, Hkv: 1, D: 64, Causal: true, Window: 4, W: 4, R: 2}, "sliding window"},
 		{Desc{B: 1, T: 8, S: 8, Hq: 1, Hkv: 1, D: 64, Window: 4}, "sliding window"},
 		{Desc{B: 1, T: 8, S: 8, Hq: 3, Hkv: 2, D: 64}, "whole group"},

@@ -31,11 +31,11 @@ const fwdSrc = `extern "C" __global__ void __launch_bounds__(FA_NT) @KERNEL@(FA_
   // j0 is the first key tile a row of the tile sees: the first row's start
   // (fa_start: documents, window; starts never decrease), 0 without either.
   int j0 = 0;
+#if FA_LEFT
   const long long* dsr = 0;
 #if FA_DOCS
   dsr = ds + b * FA_T;
 #endif
-#if FA_LEFT
   j0 = (int)(fa_start(dsr, q0) / FA_BC);
 #endif
   const long long qrs = (long long)FA_HQ * FA_DG * FA_R, krs = (long long)FA_HKV * FA_DG * FA_R;
@@ -73,7 +73,7 @@ const fwdSrc = `extern "C" __global__ void __launch_bounds__(FA_NT) @KERNEL@(FA_
       dmax = ds0[mi][r] > dmax ? ds0[mi][r] : dmax;
     }
 #endif
-#if FA_WM == 1
+#if FA_QREG
   unsigned qf[FA_D / 16][4];
 #endif
   float acc[FA_WM][FA_D / 8][4];
@@ -87,7 +87,7 @@ const fwdSrc = `extern "C" __global__ void __launch_bounds__(FA_NT) @KERNEL@(FA_
   for (int j = j0; j < nkt; ++j) {
     fa_wait<FA_STAGES - 2>();
     __syncthreads();
-#if FA_WM == 1
+#if FA_QREG
     if (j == j0) {
 #pragma unroll
       for (int kk = 0; kk < FA_D / 16; ++kk)
@@ -112,7 +112,7 @@ const fwdSrc = `extern "C" __global__ void __launch_bounds__(FA_NT) @KERNEL@(FA_
       for (int i = 0; i < FA_BC / 8; ++i) s[mi][i][0] = s[mi][i][1] = s[mi][i][2] = s[mi][i][3] = 0.0f;
 #pragma unroll
     for (int kk = 0; kk < FA_D / 16; ++kk) {
-#if FA_WM == 1
+#if FA_QREG
       const unsigned* a0 = qf[kk];
 #else
       unsigned qa[FA_WM][4];
@@ -126,7 +126,7 @@ const fwdSrc = `extern "C" __global__ void __launch_bounds__(FA_NT) @KERNEL@(FA_
         fa_ldm4(bb, fa_smem(cK + fa_swz(np * 16 + (lane & 7) + ((lane >> 4) << 3), kk * 16 + ((lane >> 3) & 1) * 8)));
 #pragma unroll
         for (int mi = 0; mi < FA_WM; ++mi) {
-#if FA_WM == 1
+#if FA_QREG
           const unsigned* a = a0;
 #else
           const unsigned* a = qa[mi];

@@ -34,11 +34,11 @@ const fwd90Src = `extern "C" __global__ void __launch_bounds__(FA_NT, 1) @KERNEL
   // j0 is the first key tile a row of the tile sees: the first row's start
   // (fa_start: documents, window; starts never decrease), 0 without either.
   int j0 = 0;
+#if FA_LEFT
   const long long* dsr = 0;
 #if FA_DOCS
   dsr = ds + b * FA_T;
 #endif
-#if FA_LEFT
   j0 = (int)(fa_start(dsr, q0) / FA_BC);
 #endif
   const long long qrs = (long long)FA_HQ * FA_DG * FA_R, krs = (long long)FA_HKV * FA_DG * FA_R;

@@ -111,6 +111,7 @@ var header = template.Must(template.New("header").Funcs(funcs).Parse(
 #define FA_BC {{.BC}}
 #define FA_NT {{.NT}}
 #define FA_WM {{.WM}}
+#define FA_QREG {{b (and (eq .WM 1) (le .KD 128))}}
 #define FA_STAGES {{.Stages}}
 #define FA_ACC {{b .Acc}}
 #define FA_FIRST {{b .First}}
@@ -306,8 +307,8 @@ func DQ(d Desc) (Kernel, error) {
 	if err := d.Check(); err != nil {
 		return Kernel{}, err
 	}
-	if d.Docs || d.Window > 0 {
-		return Kernel{}, fmt.Errorf("document mask or sliding window: the fused backward computes dQ")
+	if d.Docs || d.Window > 0 || d.KD() > 128 {
+		return Kernel{}, fmt.Errorf("document mask, sliding window or head dim %d: the fused backward computes dQ", d.D)
 	}
 	nt := d.DQBr / (16 * d.DQWM) * 32
 	v := view{Desc: d, Kind: "dq", BR: d.DQBr, BC: d.DQBc, NT: nt, Acc: d.Accumulate}

@@ -25,6 +25,7 @@
 #define FA_BC 128
 #define FA_NT 256
 #define FA_WM 1
+#define FA_QREG 1
 #define FA_STAGES 2
 #define FA_ACC 0
 #define FA_FIRST 0
@@ -153,7 +154,7 @@ __device__ __forceinline__ void fa_load_tile(fa_bf16* s, const fa_bf16* g, long 
     fa_cp16(fa_smem(s + fa_swz(r, ch * 8)), src, ok);
   }
 }
-extern "C" __global__ void __launch_bounds__(FA_NT) attention_flash_dkdv_aa002af4a24433f4(FA_OT* __restrict__ dk, FA_OT* __restrict__ dv,
+extern "C" __global__ void __launch_bounds__(FA_NT) attention_flash_dkdv_e1b945a296d13e60(FA_OT* __restrict__ dk, FA_OT* __restrict__ dv,
     const fa_bf16* __restrict__ q, const fa_bf16* __restrict__ k, const fa_bf16* __restrict__ v,
     const fa_bf16* __restrict__ dout, const float* __restrict__ lse, const float* __restrict__ delta
     ) {

@@ -25,6 +25,7 @@
 #define FA_BC 128
 #define FA_NT 256
 #define FA_WM 1
+#define FA_QREG 1
 #define FA_STAGES 2
 #define FA_ACC 0
 #define FA_FIRST 0
@@ -187,7 +188,7 @@ __device__ __forceinline__ void fa_red64(unsigned long long* p, float x, float m
 #define FA_KM (FA_BC / 64)
 #define FA_DN (FA_D / 16)
 #define FA_QN (FA_D / 32)
-extern "C" __global__ void __launch_bounds__(256, 1) attention_flash_dkdvdq_2bccec372e9ac202(FA_OT* __restrict__ dk, FA_OT* __restrict__ dv,
+extern "C" __global__ void __launch_bounds__(256, 1) attention_flash_dkdvdq_bb19ca6344476e6e(FA_OT* __restrict__ dk, FA_OT* __restrict__ dv,
     const fa_bf16* __restrict__ q, const fa_bf16* __restrict__ k, const fa_bf16* __restrict__ v,
     const fa_bf16* __restrict__ dout, const float* __restrict__ lse, const float* __restrict__ delta,
     unsigned* __restrict__ ws FA_DOCS_ARG) {

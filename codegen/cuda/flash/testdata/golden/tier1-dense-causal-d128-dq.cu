@@ -25,6 +25,7 @@
 #define FA_BC 32
 #define FA_NT 128
 #define FA_WM 2
+#define FA_QREG 0
 #define FA_STAGES 2
 #define FA_ACC 0
 #define FA_FIRST 0
@@ -153,7 +154,7 @@ __device__ __forceinline__ void fa_load_tile(fa_bf16* s, const fa_bf16* g, long 
     fa_cp16(fa_smem(s + fa_swz(r, ch * 8)), src, ok);
   }
 }
-extern "C" __global__ void __launch_bounds__(FA_NT) attention_flash_dq_808005b0cbec91e1(FA_OT* __restrict__ dq,
+extern "C" __global__ void __launch_bounds__(FA_NT) attention_flash_dq_11e3150d37cf6ba7(FA_OT* __restrict__ dq,
     const fa_bf16* __restrict__ q, const fa_bf16* __restrict__ k, const fa_bf16* __restrict__ v,
     const fa_bf16* __restrict__ dout, const float* __restrict__ lse, const float* __restrict__ delta) {
   extern __shared__ __align__(128) unsigned char fa_sh[];

@@ -25,6 +25,7 @@
 #define FA_BC 64
 #define FA_NT 256
 #define FA_WM 1
+#define FA_QREG 1
 #define FA_STAGES 2
 #define FA_ACC 0
 #define FA_FIRST 0
@@ -153,7 +154,7 @@ __device__ __forceinline__ void fa_load_tile(fa_bf16* s, const fa_bf16* g, long 
     fa_cp16(fa_smem(s + fa_swz(r, ch * 8)), src, ok);
   }
 }
-extern "C" __global__ void __launch_bounds__(FA_NT) attention_flash_fwd_c536ccbb8405751c(FA_OT* __restrict__ o, float* __restrict__ lse,
+extern "C" __global__ void __launch_bounds__(FA_NT) attention_flash_fwd_5c5409f4ba47a614(FA_OT* __restrict__ o, float* __restrict__ lse,
     const fa_bf16* __restrict__ q, const fa_bf16* __restrict__ k, const fa_bf16* __restrict__ v FA_DOCS_ARG) {
   extern __shared__ __align__(128) unsigned char fa_sh[];
   fa_bf16* sQ = (fa_bf16*)fa_sh;
@@ -177,11 +178,11 @@ extern "C" __global__ void __launch_bounds__(FA_NT) attention_flash_fwd_c536ccbb
   // j0 is the first key tile a row of the tile sees: the first row's start
   // (fa_start: documents, window; starts never decrease), 0 without either.
   int j0 = 0;
+#if FA_LEFT
   const long long* dsr = 0;
 #if FA_DOCS
   dsr = ds + b * FA_T;
 #endif
-#if FA_LEFT
   j0 = (int)(fa_start(dsr, q0) / FA_BC);
 #endif
   const long long qrs = (long long)FA_HQ * FA_DG * FA_R, krs = (long long)FA_HKV * FA_DG * FA_R;
@@ -219,7 +220,7 @@ extern "C" __global__ void __launch_bounds__(FA_NT) attention_flash_fwd_c536ccbb
       dmax = ds0[mi][r] > dmax ? ds0[mi][r] : dmax;
     }
 #endif
-#if FA_WM == 1
+#if FA_QREG
   unsigned qf[FA_D / 16][4];
 #endif
   float acc[FA_WM][FA_D / 8][4];
@@ -233,7 +234,7 @@ extern "C" __global__ void __launch_bounds__(FA_NT) attention_flash_fwd_c536ccbb
   for (int j = j0; j < nkt; ++j) {
     fa_wait<FA_STAGES - 2>();
     __syncthreads();
-#if FA_WM == 1
+#if FA_QREG
     if (j == j0) {
 #pragma unroll
       for (int kk = 0; kk < FA_D / 16; ++kk)
@@ -258,7 +259,7 @@ extern "C" __global__ void __launch_bounds__(FA_NT) attention_flash_fwd_c536ccbb
       for (int i = 0; i < FA_BC / 8; ++i) s[mi][i][0] = s[mi][i][1] = s[mi][i][2] = s[mi][i][3] = 0.0f;
 #pragma unroll
     for (int kk = 0; kk < FA_D / 16; ++kk) {
-#if FA_WM == 1
+#if FA_QREG
       const unsigned* a0 = qf[kk];
 #else
       unsigned qa[FA_WM][4];
@@ -272,7 +273,7 @@ extern "C" __global__ void __launch_bounds__(FA_NT) attention_flash_fwd_c536ccbb
         fa_ldm4(bb, fa_smem(cK + fa_swz(np * 16 + (lane & 7) + ((lane >> 4) << 3), kk * 16 + ((lane >> 3) & 1) * 8)));
 #pragma unroll
         for (int mi = 0; mi < FA_WM; ++mi) {
-#if FA_WM == 1
+#if FA_QREG
           const unsigned* a = a0;
 #else
           const unsigned* a = qa[mi];
