@@ -170,13 +170,21 @@ func (p *pipeline) attention() (report.Attention, error) {
 		a := p.opts.Attention
 		cfg := a.dilate()
 		att.Dilated = &report.Dilated{Segments: cfg.Segments, Dilations: cfg.Dilations,
-			Offsets: cfg.Offsets, Defaulted: len(a.Segments) == 0 && len(a.Dilations) == 0}
+			Offsets: cfg.Offsets, Defaulted: len(a.Segments) == 0 && len(a.Dilations) == 0, Skipped: p.found.skipped}
 		att.Rewritten["dilated"] = len(p.found.layers)
 		if d := len(am.Found) - len(p.found.layers); d > 0 {
 			att.Rewritten["dense"] = d
 		}
 	} else if len(am.Found) > 0 {
 		att.Rewritten["dense"] = len(am.Found)
+	}
+	for _, f := range am.Found {
+		if f.Window > 0 {
+			if att.Windows == nil {
+				att.Windows = map[string]int{}
+			}
+			att.Windows[fmt.Sprint(f.Window)]++
+		}
 	}
 	return att, nil
 }

@@ -246,6 +246,7 @@ type stage struct {
 type findings struct {
 	matches  passes.AttentionMatches
 	layers   []string // attention layers dilate-attention rewrote
+	skipped  []string // the layers it left dense, and why
 	loss     loss.Choice
 	fused    int // fused_linear_cross_entropy ops fuse-cross-entropy made
 	shard    passes.ShardResult
@@ -537,6 +538,7 @@ func (p *pipeline) table() []stage {
 			run: func(f *ir.Func, fd *findings) error {
 				cfg := dc.DilateConfig
 				cfg.Layers = &fd.layers
+				cfg.Skipped = &fd.skipped
 				return passes.DilateAttention(cfg).Run(f)
 			}})
 	}

@@ -137,6 +137,9 @@ type Attention struct {
 	Unmatched []string       `json:"unmatched"`
 	// Dilated is the configuration of dilated attention (nil when not used).
 	Dilated *Dilated `json:"dilated,omitempty"`
+	// Windows counts the sliding-window layers by their window (ir/window.go):
+	// {"4096": 16} for 16 layers that each see the last 4096 keys.
+	Windows map[string]int `json:"windows,omitempty"`
 }
 
 // Dilated is the LongNet configuration the dilated layers use: branch i has
@@ -149,6 +152,9 @@ type Dilated struct {
 	// Defaulted is true when --segments and --dilations were not given and
 	// LongNet's million-token configuration was used.
 	Defaulted bool `json:"defaulted"`
+	// Skipped names each layer dilate-attention left dense, and why (a
+	// sliding window: already local).
+	Skipped []string `json:"skipped,omitempty"`
 }
 
 // Memory is the per-GPU memory of one step. For a GPU target (Model "arena")
@@ -481,6 +487,9 @@ func (r *Report) WriteText(w io.Writer) {
 	for _, u := range r.Attention.Unmatched {
 		fmt.Fprintf(w, "           unmatched: %s\n", u)
 	}
+	if len(r.Attention.Windows) > 0 {
+		fmt.Fprintf(w, "           sliding windows (keys=layers): %s\n", sortedKV(r.Attention.Windows))
+	}
 	if d := r.Attention.Dilated; d != nil {
 		how := "from --segments and --dilations"
 		if d.Defaulted {
@@ -488,6 +497,9 @@ func (r *Report) WriteText(w io.Writer) {
 		}
 		fmt.Fprintf(w, "dilated    segments %s, dilations %s, %s offsets (%s)\n", joinInts(d.Segments),
 			joinInts(d.Dilations), d.Offsets, how)
+		for _, s := range d.Skipped {
+			fmt.Fprintf(w, "           kept dense: %s\n", s)
+		}
 	}
 	if r.RoPE != nil {
 		for i, l := range RoPELines(*r.RoPE) {

@@ -107,6 +107,9 @@ func TestGPUFlashWindow(t *testing.T) {
 	// Head dim 96 in bf16: the 128 kernels, padded (flash.Desc.KD).
 	f, in = windowGraph(t, 1, 300, 4, 2, 96, 50, nil, 6)
 	compare(t, dev, f, in, Options{Storage: tensor.BF16}, 2e-2)
+	// Head dim 256: tier 1's kernels.
+	f, in = windowGraph(t, 1, 300, 2, 1, 256, 70, nil, 7)
+	compare(t, dev, f, in, Options{Storage: tensor.BF16}, 2e-2)
 }
 
 // TestFlashPaddedHeadDim: head dims that are multiples of 8 up to 256 lower to
