@@ -3,8 +3,9 @@
 # copy this into .gpu/b): the 3B export starts in the background into .gpu/x3b
 # (it persists while the machine stays warm, for next-c2.sh); the GPU tests of
 # the work no device has run yet (sliding windows on both tiers and the scalar
-# kernels, the zoo with its windowed attention), then every GPU test binary;
-# the window's speed against dense causal at 64K.
+# kernels, the zoo with its windowed attention; head dims padded to 64 or 128,
+# and 256 on tier 1), then every GPU test binary; the window's speed against
+# dense causal at 64K, head dims 96 and 256 beside sdpa_flash.
 R=$(pwd); T0=$(date +%s)
 cd .gpu && tar xJf a/tests.tar.xz && tar xJf b/lcc.tar.xz && cd "$R"
 L=$R/.gpu/lcc; mkdir -p $OUT/logs .gpu/x3b
@@ -14,13 +15,17 @@ gt() { # gt BINARY DIR PATTERN LIMIT: one test binary, counted
   (cd $2 && LCC_REQUIRE_GPU=1 timeout $4 $R/.gpu/$1.test -test.run "$3" -test.v > $OUT/logs/$1.log 2>&1; echo "$1 rc=$? pass=$(grep -c -- '--- PASS' $OUT/logs/$1.log) fail=$(grep -c -- '--- FAIL' $OUT/logs/$1.log) skip=$(grep -c -- '--- SKIP' $OUT/logs/$1.log) at $(( $(date +%s)-T0 )) s")
   grep -E -- "--- FAIL|panic" $OUT/logs/$1.log | head -8
 }
-gt perf_flash perf/flash 'GPUWindow|GPUDocs' 120
-gt runtime_exec runtime/exec 'GPUFlashWindow|GPUFlashDocs|GPUFamilies' 120
-for T in 65536; do
-  for a in "--H 8 --D 128" "--H 16 --Hkv 4 --D 64"; do
-    timeout 60 $L bench attention --T $T $a --window 4096 > $OUT/logs/win_${T}_${a// /}.log 2>&1; echo "bench window $T $a rc=$?"
-    grep -E "^  |vs one" $OUT/logs/win_${T}_${a// /}.log | cut -c1-200
-  done
+gt perf_flash perf/flash 'GPUWindow|GPUDocs|GPUDense' 150
+gt runtime_exec runtime/exec 'GPUFlashWindow|GPUFlashDocs|GPUFamilies|GPUFlashAttention' 150
+# The window against lcc's own dense causal (issue #24: at least 6x at 64K, W=4096).
+for a in "--H 8 --D 128" "--H 16 --Hkv 4 --D 64"; do
+  timeout 60 $L bench attention --T 65536 $a --window 4096 > $OUT/logs/win_${a// /}.log 2>&1; echo "bench window 64K $a rc=$?"
+  grep -E "^  |vs one" $OUT/logs/win_${a// /}.log | cut -c1-200
+done
+# Head dims 96 and 256 beside sdpa_flash at 16K (issue #24), and the bidirectional shape.
+for a in "--T 16384 --H 8 --D 96" "--T 16384 --H 8 --D 256" "--T 4096 --H 16 --D 64 --B 4 --no-causal"; do
+  timeout 90 $L bench attention $a --anchors .gpu/b/anchors > $OUT/logs/hd_${a// /}.log 2>&1; echo "bench $a rc=$?"
+  grep -vE "^anchor:" $OUT/logs/hd_${a// /}.log | tail -8 | cut -c1-220
 done
 echo "targeted done at $(( $(date +%s)-T0 )) s"
 # Every GPU test, what time is left, the longest binaries last.
