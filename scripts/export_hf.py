@@ -169,8 +169,39 @@ def llama_d128(attn):
         attn_implementation=attn)), B=2, T=D128_T, V=D128_V, logits_copy=False)
 
 
+# Sliding windows and head dims off 64 and 128, the attention lcc's kernels took last:
+# Mistral with a window of 8 over 16 tokens (eager and SDPA masks, built from positions),
+# Qwen2 with its first layer full and its second windowed (max_window_layers=1), Gemma
+# with head dim 256 (tied embeddings, GeGLU) and Phi-3 with head dim 96. At 320 tokens
+# (batch 2), the window (100) crosses the flash kernels' tiles and the head dims run on
+# their padded kernels; init std 0.2 keeps the attention scores of order one.
+WIN_T, WIN_V = 320, 64
+
+
+def mistral_window(attn):
+    return lambda: ref_lm(f"mistral_window_{attn}", tf.MistralForCausalLM(tf.MistralConfig(
+        vocab_size=WIN_V, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, head_dim=128, sliding_window=100, max_position_embeddings=1024,
+        initializer_range=0.2, attn_implementation=attn)), B=2, T=WIN_T, V=WIN_V, logits_copy=False)
+
+
 named_jobs = {"llama_gqa_eager_long": llama_long("eager"), "llama_gqa_sdpa_long": llama_long("sdpa"),
-              "llama_gqa_d128_sdpa": llama_d128("sdpa"), "llama_gqa_d128_eager": llama_d128("eager")}
+              "llama_gqa_d128_sdpa": llama_d128("sdpa"), "llama_gqa_d128_eager": llama_d128("eager"),
+              "mistral_window_sdpa": mistral_window("sdpa"), "mistral_window_eager": mistral_window("eager"),
+              "qwen2_window": lambda: ref_lm("qwen2_window", tf.Qwen2ForCausalLM(tf.Qwen2Config(
+                  vocab_size=WIN_V, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                  num_attention_heads=4, num_key_value_heads=2, use_sliding_window=True, sliding_window=100,
+                  max_window_layers=1, max_position_embeddings=1024, initializer_range=0.2,
+                  attn_implementation="sdpa")), B=2, T=WIN_T, V=WIN_V, logits_copy=False),
+              "gemma_d256": lambda: ref_lm("gemma_d256", tf.GemmaForCausalLM(tf.GemmaConfig(
+                  vocab_size=WIN_V, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                  num_attention_heads=2, num_key_value_heads=1, head_dim=256, max_position_embeddings=1024,
+                  initializer_range=0.2, attn_implementation="sdpa")), B=2, T=WIN_T, V=WIN_V, logits_copy=False),
+              "phi3_d96": lambda: ref_lm("phi3_d96", tf.Phi3ForCausalLM(tf.Phi3Config(
+                  vocab_size=WIN_V, hidden_size=192, intermediate_size=128, num_hidden_layers=2,
+                  num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=1024,
+                  initializer_range=0.2, attn_implementation="sdpa", pad_token_id=0)),
+                  B=2, T=WIN_T, V=WIN_V, logits_copy=False)}
 
 
 def testdata(folder, names):

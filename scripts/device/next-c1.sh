@@ -27,6 +27,16 @@ for a in "--T 16384 --H 8 --D 96" "--T 16384 --H 8 --D 256" "--T 4096 --H 16 --D
   timeout 90 $L bench attention $a --anchors .gpu/b/anchors > $OUT/logs/hd_${a// /}.log 2>&1; echo "bench $a rc=$?"
   grep -vE "^anchor:" $OUT/logs/hd_${a// /}.log | tail -8 | cut -c1-220
 done
+# Test models with sliding windows and head dims 96 and 256 (scripts/export_hf.py; copy
+# $OUT/hf/* into testdata/hf and test them on the CPU), and lcc check on the GPU on them.
+mkdir -p $OUT/hf
+timeout 120 python3 scripts/export_hf.py --testdata $OUT/hf mistral_window_sdpa mistral_window_eager qwen2_window gemma_d256 phi3_d96 > $OUT/logs/export_hf.log 2>&1; echo "export_hf rc=$?"; grep -E "^(ok|FAILED)" $OUT/logs/export_hf.log
+for m in $OUT/hf/*.onnx; do
+  for p in fp32 bf16; do
+    timeout 60 $L check $m --device=cuda --precision=$p --grads --batch 2 --seq-len 320 --require-attention --ref ${m%.onnx}.ref.safetensors > $OUT/logs/check_$(basename $m .onnx)_$p.log 2>&1; echo "check $(basename $m) $p rc=$?"
+    grep -iE "attn kern|window|worst|pass|fail" $OUT/logs/check_$(basename $m .onnx)_$p.log | head -6 | cut -c1-200
+  done
+done
 echo "targeted done at $(( $(date +%s)-T0 )) s"
 # Every GPU test, what time is left, the longest binaries last.
 for b in runtime_cuda perf_flash runtime_exec runtime_comm_nccl runtime_comm_devlocal train_runner train_eval train; do
