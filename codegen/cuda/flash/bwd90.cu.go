@@ -36,25 +36,10 @@ const dkdvq90Src = `extern "C" __global__ void __launch_bounds__(256, 1) @KERNEL
   fa_geom(sg, h0, FA_S, &kp0, &kn);
   fa_geom(sg, h0, FA_T, &qp0, &qn);
   if (k0 >= kn) return;
-  long long first = 0;
-  if (FA_CAUSAL) {
-    first = FA_KPOS + k0 - FA_QPOS;
-    if (first < 0) first = 0;
-  }
+  const long long* dsr = FA_DSR(b);
+  long long first, qend, qk0;
+  fa_queries(k0, kn, qn, dsr, &first, &qend, &qk0);
   const long long it0 = first / FA_BR;
-  // qend: with documents or a window, the queries from the first whose start
-  // (fa_start) lies past the tile's last key see none of the tile (starts never
-  // decrease). qk0: the queries from the first whose start lies past k0 miss
-  // some of the tile's keys, so the items that reach it need the mask.
-  long long qend = qn, qk0 = qn;
-  const long long* dsr = 0;
-#if FA_DOCS
-  dsr = ds + b * FA_T;
-#endif
-#if FA_LEFT
-  qend = fa_doc_end(dsr, first, qn, (k0 + FA_BC < kn ? k0 + FA_BC : kn) - 1);
-  qk0 = fa_doc_end(dsr, first, qend, k0);
-#endif
   const long long qtiles = (qend + FA_BR - 1) / FA_BR;
   const int nit = qtiles > it0 ? (int)(qtiles - it0) : 0;
   const int nitems = FA_G * nit;
@@ -164,8 +149,7 @@ const dkdvq90Src = `extern "C" __global__ void __launch_bounds__(256, 1) @KERNEL
                fa_dadd(od0, so + (kk >> 2) * FA_BR * 128 + (kk & 3) * 32), kk > 0);
     fa_wg_commit();
     fa_wg_wait<1>();  // Sᵀ; dPᵀ runs on while P is computed
-    const bool need = qq0 + FA_BR > qn || k0 + FA_BC > kn || (FA_CAUSAL && FA_QPOS + qq0 < FA_KPOS + k0 + FA_BC - 1) ||
-                      (FA_LEFT && qq0 + FA_BR > qk0);
+    const bool need = fa_item_masked(qq0, qn, k0, kn, qk0);
     unsigned pa[FA_BR / 16][4], da[FA_BR / 16][4];
     const unsigned swb = sw + (w & 1) * FA_BC * FA_BR * 2;
     if (need) {
@@ -177,8 +161,7 @@ const dkdvq90Src = `extern "C" __global__ void __launch_bounds__(256, 1) @KERNEL
           const float L = cL[lq];
           float p = fa_exp2(fmaf(s[nt * 4 + e], FA_SL2, L == -FA_INF ? -FA_INF : -L * FA_LOG2E));
           const long long qrow = qq0 + lq, kcol = k0 + lk;
-          if (qrow >= qn || kcol >= kn || (FA_CAUSAL && FA_KPOS + kcol > FA_QPOS + qrow) ||
-              (FA_LEFT && kcol < fa_start(dsr, qrow))) p = 0.0f;
+          if (FA_HIDDEN_AT(dsr, qrow, qn, kcol, kn)) p = 0.0f;
           s[nt * 4 + e] = p;
         }
     } else {

@@ -41,25 +41,10 @@ extern "C" __global__ void __launch_bounds__(256, 1) @KERNEL@(FA_OT* __restrict_
   fa_geom(sg, h0, FA_S, &kp0, &kn);
   fa_geom(sg, h0, FA_T, &qp0, &qn);
   if (k0 >= kn) return;
-  long long first = 0;
-  if (FA_CAUSAL) {
-    first = FA_KPOS + k0 - FA_QPOS;
-    if (first < 0) first = 0;
-  }
+  const long long* dsr = FA_DSR(b);
+  long long first, qend, qk0;
+  fa_queries(k0, kn, qn, dsr, &first, &qend, &qk0);
   const long long it0 = first / FA_BR;
-  // qend: with documents or a window, the queries from the first whose start
-  // (fa_start) lies past the tile's last key see none of the tile (starts never
-  // decrease). qk0: the queries from the first whose start lies past k0 miss
-  // some of the tile's keys, so the items that reach it need the mask.
-  long long qend = qn, qk0 = qn;
-  const long long* dsr = 0;
-#if FA_DOCS
-  dsr = ds + b * FA_T;
-#endif
-#if FA_LEFT
-  qend = fa_doc_end(dsr, first, qn, (k0 + FA_BC < kn ? k0 + FA_BC : kn) - 1);
-  qk0 = fa_doc_end(dsr, first, qend, k0);
-#endif
   const long long qtiles = (qend + FA_BR - 1) / FA_BR;
   const int nit = qtiles > it0 ? (int)(qtiles - it0) : 0;
   const int nitems = FA_G * nit;
@@ -145,8 +130,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) @KERNEL@(FA_OT* __restrict_
         }
       }
     }
-    const bool need = qq0 + FA_BR > qn || k0 + FA_BC > kn || (FA_CAUSAL && FA_QPOS + qq0 < FA_KPOS + k0 + FA_BC - 1) ||
-                      (FA_LEFT && qq0 + FA_BR > qk0);
+    const bool need = fa_item_masked(qq0, qn, k0, kn, qk0);
 #pragma unroll
     for (int mi = 0; mi < FA_MT; ++mi)
 #pragma unroll
@@ -163,8 +147,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) @KERNEL@(FA_OT* __restrict_
             p[e] = fa_exp2(fmaf(s[mi][nt][2 * r + e], FA_SL2, -l2));
             if (need) {
               const long long qrow = qq0 + lr, kcol = k0 + lc + e;
-              if (qrow >= qn || kcol >= kn || (FA_CAUSAL && FA_KPOS + kcol > FA_QPOS + qrow) ||
-              (FA_LEFT && kcol < fa_start(dsr, qrow))) p[e] = 0.0f;
+              if (FA_HIDDEN_AT(dsr, qrow, qn, kcol, kn)) p[e] = 0.0f;
             }
           }
           *(unsigned*)(sP + lr * FA_PS + lc) = fa_pack(p[0], p[1]);

@@ -22,22 +22,9 @@ const fwdSrc = `extern "C" __global__ void __launch_bounds__(FA_NT) @KERNEL@(FA_
   const long long tile = FA_CAUSAL ? (long long)(gridDim.x - 1 - blockIdx.x) : (long long)blockIdx.x;
   const long long q0 = tile * FA_BR;
   if (q0 >= qn) return;
-  long long kend = kn;
-  if (FA_CAUSAL) {
-    const long long lim = FA_QPOS + q0 + FA_BR - FA_KPOS;
-    if (lim < kend) kend = lim;
-  }
-  const int nkt = kend > 0 ? (int)((kend + FA_BC - 1) / FA_BC) : 0;
-  // j0 is the first key tile a row of the tile sees: the first row's start
-  // (fa_start: documents, window; starts never decrease), 0 without either.
-  int j0 = 0;
-#if FA_LEFT
-  const long long* dsr = 0;
-#if FA_DOCS
-  dsr = ds + b * FA_T;
-#endif
-  j0 = (int)(fa_start(dsr, q0) / FA_BC);
-#endif
+  const long long* dsr = FA_DSR(b);
+  int j0, nkt;
+  fa_keys(q0, kn, dsr, &j0, &nkt);
   const long long qrs = (long long)FA_HQ * FA_DG * FA_R, krs = (long long)FA_HKV * FA_DG * FA_R;
   const fa_bf16* qg = q + ((b * FA_T + qp0) * FA_HQ + h) * FA_DG;
   const fa_bf16* kg = k + ((b * FA_S + kp0) * FA_HKV + hk) * FA_DG;
@@ -137,7 +124,7 @@ const fwdSrc = `extern "C" __global__ void __launch_bounds__(FA_NT) @KERNEL@(FA_
       }
     }
     const long long k0 = (long long)j * FA_BC;
-    if (k0 + FA_BC > kn || (FA_CAUSAL && FA_KPOS + k0 + FA_BC - 1 > FA_QPOS + q0 + wr) || (FA_LEFT && k0 < dmax)) {
+    if (fa_keys_masked(k0, kn, q0 + wr, dmax)) {
 #pragma unroll
       for (int mi = 0; mi < FA_WM; ++mi)
 #pragma unroll
@@ -145,7 +132,7 @@ const fwdSrc = `extern "C" __global__ void __launch_bounds__(FA_NT) @KERNEL@(FA_
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
             const long long col = k0 + nt * 8 + c2 + (e & 1), row = r0 + mi * 16 + (e >> 1) * 8;
-            if (col >= kn || (FA_CAUSAL && FA_KPOS + col > FA_QPOS + row) || (FA_LEFT && col < ds0[mi][e >> 1]))
+            if (fa_hidden(row, col, kn, ds0[mi][e >> 1]))
               s[mi][nt][e] = -FA_INF;
           }
     }

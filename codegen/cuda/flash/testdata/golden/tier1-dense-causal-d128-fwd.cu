@@ -138,6 +138,74 @@ __device__ __forceinline__ long long fa_doc_end(const long long* ds, long long l
   }
   return lo;
 }
+// FA_DSR(b) is batch row b's doc starts, what fa_start reads (null without
+// documents).
+#if FA_DOCS
+#define FA_DSR(b) (ds + (b) * FA_T)
+#else
+#define FA_DSR(b) ((const long long*)0)
+#endif
+// The work of a CTA, which every kernel of the family shares.
+//
+// fa_keys gives the key tiles [*j0, *nkt) that a forward CTA's query tile
+// (FA_BR rows from q0) sees: up to its last row's causal diagonal, from its first
+// row's start (fa_start; starts never decrease).
+__device__ __forceinline__ void fa_keys(long long q0, long long kn, const long long* dsr, int* j0, int* nkt) {
+  long long kend = kn;
+  if (FA_CAUSAL) {
+    const long long lim = FA_QPOS + q0 + FA_BR - FA_KPOS;
+    if (lim < kend) kend = lim;
+  }
+  *nkt = kend > 0 ? (int)((kend + FA_BC - 1) / FA_BC) : 0;
+  *j0 = 0;
+#if FA_LEFT
+  *j0 = (int)(fa_start(dsr, q0) / FA_BC);
+#endif
+}
+// fa_queries gives the query rows that see a backward CTA's key tile (FA_BC
+// keys from k0): from *first, its causal diagonal, to *qend, the first query
+// whose start (fa_start) lies past the tile's last key; the rows from *qk0 on,
+// whose starts lie past k0, miss some of its keys and need the mask.
+__device__ __forceinline__ void fa_queries(long long k0, long long kn, long long qn, const long long* dsr,
+    long long* first, long long* qend, long long* qk0) {
+  long long f = 0;
+  if (FA_CAUSAL) {
+    f = FA_KPOS + k0 - FA_QPOS;
+    if (f < 0) f = 0;
+  }
+  *first = f;
+  *qend = qn;
+  *qk0 = qn;
+#if FA_LEFT
+  *qend = fa_doc_end(dsr, f, qn, (k0 + FA_BC < kn ? k0 + FA_BC : kn) - 1);
+  *qk0 = fa_doc_end(dsr, f, *qend, k0);
+#endif
+}
+// fa_hidden says whether key col is hidden from query row, whose first visible
+// key is st (fa_start's, read only with FA_LEFT): past the keys, after the
+// causal diagonal, or before the start.
+__device__ __forceinline__ bool fa_hidden(long long row, long long col, long long kn, long long st) {
+  return col >= kn || (FA_CAUSAL && FA_KPOS + col > FA_QPOS + row) || (FA_LEFT && col < st);
+}
+// FA_HIDDEN_AT is fa_hidden for a row past the queries too (qn), reading the
+// row's start only when the other tests pass. A macro: as a function, ptxas
+// spills the tier-2 backward at head dim 96 with documents (TestNoSpills).
+#define FA_HIDDEN_AT(dsr, row, qn, col, kn) \
+  ((row) >= (qn) || (col) >= (kn) || (FA_CAUSAL && FA_KPOS + (col) > FA_QPOS + (row)) || \
+   (FA_LEFT && (col) < fa_start((dsr), (row))))
+// fa_keys_masked says whether the forward's key tile from k0 needs the mask for
+// a warp's rows from r (whose largest start is smax): a ragged last tile, the
+// causal diagonal, or a start inside it.
+__device__ __forceinline__ bool fa_keys_masked(long long k0, long long kn, long long r, long long smax) {
+  return k0 + FA_BC > kn || (FA_CAUSAL && FA_KPOS + k0 + FA_BC - 1 > FA_QPOS + r) || (FA_LEFT && k0 < smax);
+}
+// fa_item_masked says whether the backward's item (FA_BR queries from qq0
+// against the CTA's FA_BC keys from k0) needs the mask: ragged rows or keys, the
+// causal diagonal, or queries from qk0 on (fa_queries).
+__device__ __forceinline__ bool fa_item_masked(long long qq0, long long qn, long long k0, long long kn, long long qk0) {
+  return qq0 + FA_BR > qn || k0 + FA_BC > kn || (FA_CAUSAL && FA_QPOS + qq0 < FA_KPOS + k0 + FA_BC - 1) ||
+         (FA_LEFT && qq0 + FA_BR > qk0);
+}
 // fa_load_tile queues rows [r0, r0+ROWS) of a row-strided bf16 matrix (rows >= n
 // read as zeros, and so do the columns from FA_DG on: a head dim padded to FA_D)
 // into a swizzled shared tile.
@@ -154,7 +222,7 @@ __device__ __forceinline__ void fa_load_tile(fa_bf16* s, const fa_bf16* g, long 
     fa_cp16(fa_smem(s + fa_swz(r, ch * 8)), src, ok);
   }
 }
-extern "C" __global__ void __launch_bounds__(FA_NT) attention_flash_fwd_5c5409f4ba47a614(FA_OT* __restrict__ o, float* __restrict__ lse,
+extern "C" __global__ void __launch_bounds__(FA_NT) attention_flash_fwd_649048ad0784e0db(FA_OT* __restrict__ o, float* __restrict__ lse,
     const fa_bf16* __restrict__ q, const fa_bf16* __restrict__ k, const fa_bf16* __restrict__ v FA_DOCS_ARG) {
   extern __shared__ __align__(128) unsigned char fa_sh[];
   fa_bf16* sQ = (fa_bf16*)fa_sh;
@@ -169,22 +237,9 @@ extern "C" __global__ void __launch_bounds__(FA_NT) attention_flash_fwd_5c5409f4
   const long long tile = FA_CAUSAL ? (long long)(gridDim.x - 1 - blockIdx.x) : (long long)blockIdx.x;
   const long long q0 = tile * FA_BR;
   if (q0 >= qn) return;
-  long long kend = kn;
-  if (FA_CAUSAL) {
-    const long long lim = FA_QPOS + q0 + FA_BR - FA_KPOS;
-    if (lim < kend) kend = lim;
-  }
-  const int nkt = kend > 0 ? (int)((kend + FA_BC - 1) / FA_BC) : 0;
-  // j0 is the first key tile a row of the tile sees: the first row's start
-  // (fa_start: documents, window; starts never decrease), 0 without either.
-  int j0 = 0;
-#if FA_LEFT
-  const long long* dsr = 0;
-#if FA_DOCS
-  dsr = ds + b * FA_T;
-#endif
-  j0 = (int)(fa_start(dsr, q0) / FA_BC);
-#endif
+  const long long* dsr = FA_DSR(b);
+  int j0, nkt;
+  fa_keys(q0, kn, dsr, &j0, &nkt);
   const long long qrs = (long long)FA_HQ * FA_DG * FA_R, krs = (long long)FA_HKV * FA_DG * FA_R;
   const fa_bf16* qg = q + ((b * FA_T + qp0) * FA_HQ + h) * FA_DG;
   const fa_bf16* kg = k + ((b * FA_S + kp0) * FA_HKV + hk) * FA_DG;
@@ -284,7 +339,7 @@ extern "C" __global__ void __launch_bounds__(FA_NT) attention_flash_fwd_5c5409f4
       }
     }
     const long long k0 = (long long)j * FA_BC;
-    if (k0 + FA_BC > kn || (FA_CAUSAL && FA_KPOS + k0 + FA_BC - 1 > FA_QPOS + q0 + wr) || (FA_LEFT && k0 < dmax)) {
+    if (fa_keys_masked(k0, kn, q0 + wr, dmax)) {
 #pragma unroll
       for (int mi = 0; mi < FA_WM; ++mi)
 #pragma unroll
@@ -292,7 +347,7 @@ extern "C" __global__ void __launch_bounds__(FA_NT) attention_flash_fwd_5c5409f4
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
             const long long col = k0 + nt * 8 + c2 + (e & 1), row = r0 + mi * 16 + (e >> 1) * 8;
-            if (col >= kn || (FA_CAUSAL && FA_KPOS + col > FA_QPOS + row) || (FA_LEFT && col < ds0[mi][e >> 1]))
+            if (fa_hidden(row, col, kn, ds0[mi][e >> 1]))
               s[mi][nt][e] = -FA_INF;
           }
     }

@@ -138,6 +138,74 @@ __device__ __forceinline__ long long fa_doc_end(const long long* ds, long long l
   }
   return lo;
 }
+// FA_DSR(b) is batch row b's doc starts, what fa_start reads (null without
+// documents).
+#if FA_DOCS
+#define FA_DSR(b) (ds + (b) * FA_T)
+#else
+#define FA_DSR(b) ((const long long*)0)
+#endif
+// The work of a CTA, which every kernel of the family shares.
+//
+// fa_keys gives the key tiles [*j0, *nkt) that a forward CTA's query tile
+// (FA_BR rows from q0) sees: up to its last row's causal diagonal, from its first
+// row's start (fa_start; starts never decrease).
+__device__ __forceinline__ void fa_keys(long long q0, long long kn, const long long* dsr, int* j0, int* nkt) {
+  long long kend = kn;
+  if (FA_CAUSAL) {
+    const long long lim = FA_QPOS + q0 + FA_BR - FA_KPOS;
+    if (lim < kend) kend = lim;
+  }
+  *nkt = kend > 0 ? (int)((kend + FA_BC - 1) / FA_BC) : 0;
+  *j0 = 0;
+#if FA_LEFT
+  *j0 = (int)(fa_start(dsr, q0) / FA_BC);
+#endif
+}
+// fa_queries gives the query rows that see a backward CTA's key tile (FA_BC
+// keys from k0): from *first, its causal diagonal, to *qend, the first query
+// whose start (fa_start) lies past the tile's last key; the rows from *qk0 on,
+// whose starts lie past k0, miss some of its keys and need the mask.
+__device__ __forceinline__ void fa_queries(long long k0, long long kn, long long qn, const long long* dsr,
+    long long* first, long long* qend, long long* qk0) {
+  long long f = 0;
+  if (FA_CAUSAL) {
+    f = FA_KPOS + k0 - FA_QPOS;
+    if (f < 0) f = 0;
+  }
+  *first = f;
+  *qend = qn;
+  *qk0 = qn;
+#if FA_LEFT
+  *qend = fa_doc_end(dsr, f, qn, (k0 + FA_BC < kn ? k0 + FA_BC : kn) - 1);
+  *qk0 = fa_doc_end(dsr, f, *qend, k0);
+#endif
+}
+// fa_hidden says whether key col is hidden from query row, whose first visible
+// key is st (fa_start's, read only with FA_LEFT): past the keys, after the
+// causal diagonal, or before the start.
+__device__ __forceinline__ bool fa_hidden(long long row, long long col, long long kn, long long st) {
+  return col >= kn || (FA_CAUSAL && FA_KPOS + col > FA_QPOS + row) || (FA_LEFT && col < st);
+}
+// FA_HIDDEN_AT is fa_hidden for a row past the queries too (qn), reading the
+// row's start only when the other tests pass. A macro: as a function, ptxas
+// spills the tier-2 backward at head dim 96 with documents (TestNoSpills).
+#define FA_HIDDEN_AT(dsr, row, qn, col, kn) \
+  ((row) >= (qn) || (col) >= (kn) || (FA_CAUSAL && FA_KPOS + (col) > FA_QPOS + (row)) || \
+   (FA_LEFT && (col) < fa_start((dsr), (row))))
+// fa_keys_masked says whether the forward's key tile from k0 needs the mask for
+// a warp's rows from r (whose largest start is smax): a ragged last tile, the
+// causal diagonal, or a start inside it.
+__device__ __forceinline__ bool fa_keys_masked(long long k0, long long kn, long long r, long long smax) {
+  return k0 + FA_BC > kn || (FA_CAUSAL && FA_KPOS + k0 + FA_BC - 1 > FA_QPOS + r) || (FA_LEFT && k0 < smax);
+}
+// fa_item_masked says whether the backward's item (FA_BR queries from qq0
+// against the CTA's FA_BC keys from k0) needs the mask: ragged rows or keys, the
+// causal diagonal, or queries from qk0 on (fa_queries).
+__device__ __forceinline__ bool fa_item_masked(long long qq0, long long qn, long long k0, long long kn, long long qk0) {
+  return qq0 + FA_BR > qn || k0 + FA_BC > kn || (FA_CAUSAL && FA_QPOS + qq0 < FA_KPOS + k0 + FA_BC - 1) ||
+         (FA_LEFT && qq0 + FA_BR > qk0);
+}
 // fa_load_tile queues rows [r0, r0+ROWS) of a row-strided bf16 matrix (rows >= n
 // read as zeros, and so do the columns from FA_DG on: a head dim padded to FA_D)
 // into a swizzled shared tile.
@@ -249,7 +317,7 @@ __device__ __forceinline__ void fa_wg_dq(float* d, unsigned long long da, unsign
     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
     : "l"(da), "l"(db), "r"(acc) : "memory");
 }
-extern "C" __global__ void __launch_bounds__(256, 1) attention_flash_dkdvdq_73ac1726cbe2e7be(FA_OT* __restrict__ dk, FA_OT* __restrict__ dv,
+extern "C" __global__ void __launch_bounds__(256, 1) attention_flash_dkdvdq_d20152f182ad1cdd(FA_OT* __restrict__ dk, FA_OT* __restrict__ dv,
     const fa_bf16* __restrict__ q, const fa_bf16* __restrict__ k, const fa_bf16* __restrict__ v,
     const fa_bf16* __restrict__ dout, const float* __restrict__ lse, const float* __restrict__ delta,
     unsigned* __restrict__ ws FA_DOCS_ARG) {
@@ -270,25 +338,10 @@ extern "C" __global__ void __launch_bounds__(256, 1) attention_flash_dkdvdq_73ac
   fa_geom(sg, h0, FA_S, &kp0, &kn);
   fa_geom(sg, h0, FA_T, &qp0, &qn);
   if (k0 >= kn) return;
-  long long first = 0;
-  if (FA_CAUSAL) {
-    first = FA_KPOS + k0 - FA_QPOS;
-    if (first < 0) first = 0;
-  }
+  const long long* dsr = FA_DSR(b);
+  long long first, qend, qk0;
+  fa_queries(k0, kn, qn, dsr, &first, &qend, &qk0);
   const long long it0 = first / FA_BR;
-  // qend: with documents or a window, the queries from the first whose start
-  // (fa_start) lies past the tile's last key see none of the tile (starts never
-  // decrease). qk0: the queries from the first whose start lies past k0 miss
-  // some of the tile's keys, so the items that reach it need the mask.
-  long long qend = qn, qk0 = qn;
-  const long long* dsr = 0;
-#if FA_DOCS
-  dsr = ds + b * FA_T;
-#endif
-#if FA_LEFT
-  qend = fa_doc_end(dsr, first, qn, (k0 + FA_BC < kn ? k0 + FA_BC : kn) - 1);
-  qk0 = fa_doc_end(dsr, first, qend, k0);
-#endif
   const long long qtiles = (qend + FA_BR - 1) / FA_BR;
   const int nit = qtiles > it0 ? (int)(qtiles - it0) : 0;
   const int nitems = FA_G * nit;
@@ -398,8 +451,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) attention_flash_dkdvdq_73ac
                fa_dadd(od0, so + (kk >> 2) * FA_BR * 128 + (kk & 3) * 32), kk > 0);
     fa_wg_commit();
     fa_wg_wait<1>();  // Sᵀ; dPᵀ runs on while P is computed
-    const bool need = qq0 + FA_BR > qn || k0 + FA_BC > kn || (FA_CAUSAL && FA_QPOS + qq0 < FA_KPOS + k0 + FA_BC - 1) ||
-                      (FA_LEFT && qq0 + FA_BR > qk0);
+    const bool need = fa_item_masked(qq0, qn, k0, kn, qk0);
     unsigned pa[FA_BR / 16][4], da[FA_BR / 16][4];
     const unsigned swb = sw + (w & 1) * FA_BC * FA_BR * 2;
     if (need) {
@@ -411,8 +463,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) attention_flash_dkdvdq_73ac
           const float L = cL[lq];
           float p = fa_exp2(fmaf(s[nt * 4 + e], FA_SL2, L == -FA_INF ? -FA_INF : -L * FA_LOG2E));
           const long long qrow = qq0 + lq, kcol = k0 + lk;
-          if (qrow >= qn || kcol >= kn || (FA_CAUSAL && FA_KPOS + kcol > FA_QPOS + qrow) ||
-              (FA_LEFT && kcol < fa_start(dsr, qrow))) p = 0.0f;
+          if (FA_HIDDEN_AT(dsr, qrow, qn, kcol, kn)) p = 0.0f;
           s[nt * 4 + e] = p;
         }
     } else {

@@ -138,6 +138,74 @@ __device__ __forceinline__ long long fa_doc_end(const long long* ds, long long l
   }
   return lo;
 }
+// FA_DSR(b) is batch row b's doc starts, what fa_start reads (null without
+// documents).
+#if FA_DOCS
+#define FA_DSR(b) (ds + (b) * FA_T)
+#else
+#define FA_DSR(b) ((const long long*)0)
+#endif
+// The work of a CTA, which every kernel of the family shares.
+//
+// fa_keys gives the key tiles [*j0, *nkt) that a forward CTA's query tile
+// (FA_BR rows from q0) sees: up to its last row's causal diagonal, from its first
+// row's start (fa_start; starts never decrease).
+__device__ __forceinline__ void fa_keys(long long q0, long long kn, const long long* dsr, int* j0, int* nkt) {
+  long long kend = kn;
+  if (FA_CAUSAL) {
+    const long long lim = FA_QPOS + q0 + FA_BR - FA_KPOS;
+    if (lim < kend) kend = lim;
+  }
+  *nkt = kend > 0 ? (int)((kend + FA_BC - 1) / FA_BC) : 0;
+  *j0 = 0;
+#if FA_LEFT
+  *j0 = (int)(fa_start(dsr, q0) / FA_BC);
+#endif
+}
+// fa_queries gives the query rows that see a backward CTA's key tile (FA_BC
+// keys from k0): from *first, its causal diagonal, to *qend, the first query
+// whose start (fa_start) lies past the tile's last key; the rows from *qk0 on,
+// whose starts lie past k0, miss some of its keys and need the mask.
+__device__ __forceinline__ void fa_queries(long long k0, long long kn, long long qn, const long long* dsr,
+    long long* first, long long* qend, long long* qk0) {
+  long long f = 0;
+  if (FA_CAUSAL) {
+    f = FA_KPOS + k0 - FA_QPOS;
+    if (f < 0) f = 0;
+  }
+  *first = f;
+  *qend = qn;
+  *qk0 = qn;
+#if FA_LEFT
+  *qend = fa_doc_end(dsr, f, qn, (k0 + FA_BC < kn ? k0 + FA_BC : kn) - 1);
+  *qk0 = fa_doc_end(dsr, f, *qend, k0);
+#endif
+}
+// fa_hidden says whether key col is hidden from query row, whose first visible
+// key is st (fa_start's, read only with FA_LEFT): past the keys, after the
+// causal diagonal, or before the start.
+__device__ __forceinline__ bool fa_hidden(long long row, long long col, long long kn, long long st) {
+  return col >= kn || (FA_CAUSAL && FA_KPOS + col > FA_QPOS + row) || (FA_LEFT && col < st);
+}
+// FA_HIDDEN_AT is fa_hidden for a row past the queries too (qn), reading the
+// row's start only when the other tests pass. A macro: as a function, ptxas
+// spills the tier-2 backward at head dim 96 with documents (TestNoSpills).
+#define FA_HIDDEN_AT(dsr, row, qn, col, kn) \
+  ((row) >= (qn) || (col) >= (kn) || (FA_CAUSAL && FA_KPOS + (col) > FA_QPOS + (row)) || \
+   (FA_LEFT && (col) < fa_start((dsr), (row))))
+// fa_keys_masked says whether the forward's key tile from k0 needs the mask for
+// a warp's rows from r (whose largest start is smax): a ragged last tile, the
+// causal diagonal, or a start inside it.
+__device__ __forceinline__ bool fa_keys_masked(long long k0, long long kn, long long r, long long smax) {
+  return k0 + FA_BC > kn || (FA_CAUSAL && FA_KPOS + k0 + FA_BC - 1 > FA_QPOS + r) || (FA_LEFT && k0 < smax);
+}
+// fa_item_masked says whether the backward's item (FA_BR queries from qq0
+// against the CTA's FA_BC keys from k0) needs the mask: ragged rows or keys, the
+// causal diagonal, or queries from qk0 on (fa_queries).
+__device__ __forceinline__ bool fa_item_masked(long long qq0, long long qn, long long k0, long long kn, long long qk0) {
+  return qq0 + FA_BR > qn || k0 + FA_BC > kn || (FA_CAUSAL && FA_QPOS + qq0 < FA_KPOS + k0 + FA_BC - 1) ||
+         (FA_LEFT && qq0 + FA_BR > qk0);
+}
 // fa_load_tile queues rows [r0, r0+ROWS) of a row-strided bf16 matrix (rows >= n
 // read as zeros, and so do the columns from FA_DG on: a head dim padded to FA_D)
 // into a swizzled shared tile.
@@ -215,7 +283,7 @@ __device__ __forceinline__ void fa_wg_o(float* d, const unsigned* a, unsigned lo
     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(acc) : "memory");
 }
-extern "C" __global__ void __launch_bounds__(FA_NT, 1) attention_flash_fwd_8fc3b546f8f1dd41(FA_OT* __restrict__ o, float* __restrict__ lse,
+extern "C" __global__ void __launch_bounds__(FA_NT, 1) attention_flash_fwd_7497566f14254de0(FA_OT* __restrict__ o, float* __restrict__ lse,
     const fa_bf16* __restrict__ q, const fa_bf16* __restrict__ k, const fa_bf16* __restrict__ v FA_DOCS_ARG) {
   extern __shared__ __align__(1024) unsigned char fa_sh[];
   fa_bf16* sQ = (fa_bf16*)fa_sh;
@@ -231,22 +299,9 @@ extern "C" __global__ void __launch_bounds__(FA_NT, 1) attention_flash_fwd_8fc3b
   const long long tile = FA_CAUSAL ? (long long)(gridDim.x - 1 - blockIdx.x) : (long long)blockIdx.x;
   const long long q0 = tile * FA_BR;
   if (q0 >= qn) return;
-  long long kend = kn;
-  if (FA_CAUSAL) {
-    const long long lim = FA_QPOS + q0 + FA_BR - FA_KPOS;
-    if (lim < kend) kend = lim;
-  }
-  const int nkt = kend > 0 ? (int)((kend + FA_BC - 1) / FA_BC) : 0;
-  // j0 is the first key tile a row of the tile sees: the first row's start
-  // (fa_start: documents, window; starts never decrease), 0 without either.
-  int j0 = 0;
-#if FA_LEFT
-  const long long* dsr = 0;
-#if FA_DOCS
-  dsr = ds + b * FA_T;
-#endif
-  j0 = (int)(fa_start(dsr, q0) / FA_BC);
-#endif
+  const long long* dsr = FA_DSR(b);
+  int j0, nkt;
+  fa_keys(q0, kn, dsr, &j0, &nkt);
   const long long qrs = (long long)FA_HQ * FA_DG * FA_R, krs = (long long)FA_HKV * FA_DG * FA_R;
   const fa_bf16* qg = q + ((b * FA_T + qp0) * FA_HQ + h) * FA_DG;
   const fa_bf16* kg = k + ((b * FA_S + kp0) * FA_HKV + hk) * FA_DG;
@@ -306,13 +361,13 @@ extern "C" __global__ void __launch_bounds__(FA_NT, 1) attention_flash_fwd_8fc3b
     fa_wg_commit();
     fa_wg_wait<0>();  // S, and the previous tile's P·V (acc is rescaled next)
     const long long k0 = (long long)j * FA_BC;
-    if (k0 + FA_BC > kn || (FA_CAUSAL && FA_KPOS + k0 + FA_BC - 1 > FA_QPOS + q0 + wr) || (FA_LEFT && k0 < dmax)) {
+    if (fa_keys_masked(k0, kn, q0 + wr, dmax)) {
 #pragma unroll
       for (int nt = 0; nt < FA_BC / 8; ++nt)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const long long col = k0 + nt * 8 + c2 + (e & 1), row = r0 + (e >> 1) * 8;
-          if (col >= kn || (FA_CAUSAL && FA_KPOS + col > FA_QPOS + row) || (FA_LEFT && col < ds0[e >> 1]))
+          if (fa_hidden(row, col, kn, ds0[e >> 1]))
             s[nt * 4 + e] = -FA_INF;
         }
     }
