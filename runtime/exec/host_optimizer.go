@@ -71,6 +71,9 @@ type HostOptimizer struct {
 	landed          []*cuda.Event
 	// last is the split of the last Step (LastSplit).
 	last HostSplit
+	// st is the update on the GPU (HostOptimizerSpec.OnDevice; host_stream.go),
+	// nil for the CPU's.
+	st *hostStream
 }
 
 // HostUpdate is the CPU update of one chunk: train/optim's StepScalars.Apply
@@ -80,8 +83,15 @@ type HostUpdate func(h AdamWStep, g, master, m, v []float32, coef float32, clip 
 // HostOptimizerSpec says what a HostOptimizer trains, and how.
 type HostOptimizerSpec struct {
 	OptimizerSpec
-	// Update is the chunk update (required).
+	// Update is the chunk update (required unless OnDevice).
 	Update HostUpdate
+	// OnDevice runs the update on the GPU instead, the state streaming up and
+	// back down through two device windows (host_stream.go); the CPU holds no
+	// gradient or weight staging then.
+	OnDevice bool
+	// Window is the most elements of one window of the update on the GPU (0:
+	// HostStreamWindow); tests make it small, to stream through many.
+	Window int64
 	// Threads is the number of update goroutines (0: GOMAXPROCS).
 	Threads int
 }
@@ -113,7 +123,7 @@ func (b *Bound) NewHostOptimizer(spec HostOptimizerSpec) (*HostOptimizer, error)
 		return nil, fmt.Errorf("exec: the host optimizer does not accumulate gradients (%d micro-steps): "+
 			"keep the optimizer state on the device, or use one micro-step", spec.Micro)
 	}
-	if spec.Update == nil {
+	if spec.Update == nil && !spec.OnDevice {
 		return nil, errors.New("exec: host optimizer without an update function")
 	}
 	tb, err := b.trainedBuffers(spec.OptimizerSpec)
@@ -130,15 +140,16 @@ func (b *Bound) NewHostOptimizer(spec HostOptimizerSpec) (*HostOptimizer, error)
 		threads = runtime.GOMAXPROCS(0)
 	}
 	o := &HostOptimizer{b: b, dev: b.s.dev, tb: tb, maxNorm: spec.MaxNorm, threads: threads, update: spec.Update}
-	if err := o.setup(); err != nil {
+	if err := o.setup(spec.OnDevice, spec.Window); err != nil {
 		o.Close()
 		return nil, err
 	}
 	return o, nil
 }
 
-// setup loads the kernels and allocates the device tables and pinned buffers.
-func (o *HostOptimizer) setup() error {
+// setup loads the kernels and allocates the device tables and pinned buffers;
+// onDevice also the streamed update's (setupStream).
+func (o *HostOptimizer) setup(onDevice bool, window int64) error {
 	k, err := codegen.OptimKernel(o.tb.gdt, o.tb.wdt)
 	if err != nil {
 		return fmt.Errorf("exec: %w", err)
@@ -181,13 +192,27 @@ func (o *HostOptimizer) setup() error {
 		}
 	}
 	n := int(o.tb.total)
-	for _, h := range []struct {
+	pinned := []struct {
 		dst   **cuda.HostBuffer
 		bytes int
-	}{{&o.master, 4 * n}, {&o.m, 4 * n}, {&o.v, 4 * n}, {&o.grads, n * int(dtypeSize(o.tb.gdt))},
-		{&o.weights, n * int(dtypeSize(o.tb.wdt))}, {&o.coef, 16}} {
+	}{{&o.master, 4 * n}, {&o.m, 4 * n}, {&o.v, 4 * n}, {&o.coef, 16}}
+	if !onDevice { // the CPU update's staging of the gradients and the weights
+		pinned = append(pinned, []struct {
+			dst   **cuda.HostBuffer
+			bytes int
+		}{{&o.grads, n * int(dtypeSize(o.tb.gdt))}, {&o.weights, n * int(dtypeSize(o.tb.wdt))}}...)
+	}
+	for _, h := range pinned {
 		if *h.dst, err = o.dev.AllocHost(max(h.bytes, 16)); err != nil {
 			return fmt.Errorf("exec: host optimizer state: %w", err)
+		}
+	}
+	if onDevice {
+		if window <= 0 {
+			window = HostStreamWindow
+		}
+		if err := o.setupStream(mod, cl, window); err != nil {
+			return err
 		}
 	}
 	if o.copy, err = o.dev.NewStream(); err != nil {
@@ -256,6 +281,12 @@ func (o *HostOptimizer) Load(master, m, v []*tensor.Tensor) error {
 	s := o.b.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if o.st != nil {
+		if err := o.castOnDevice(); err != nil {
+			return fmt.Errorf("exec: optimizer load: %w", err)
+		}
+		return nil
+	}
 	w := o.weights.Bytes()
 	p := f32s(o.master, o.tb.total)
 	roundInto(o.tb.wdt, w, p, 0)
@@ -321,6 +352,9 @@ func (o *HostOptimizer) Accumulate(bool) error {
 // returns the gradient norm before clipping. The next Bound.Step runs after
 // the upload (stream order).
 func (o *HostOptimizer) Step(h AdamWStep) (float64, error) {
+	if o.st != nil {
+		return o.stepOnDevice(h)
+	}
 	unlock, err := o.b.s.lockOpen()
 	if err != nil {
 		return 0, err
@@ -544,8 +578,15 @@ func decodeInto(dt string, g []float32, raw []byte, off int64) {
 
 // CUDAGraph says how the update runs, for the train report's graph line.
 func (o *HostOptimizer) CUDAGraph() string {
+	if o.st != nil {
+		return fmt.Sprintf("on the GPU, the host's state streamed through %d windows of up to %d elements",
+			len(o.st.windows), HostStreamWindow)
+	}
 	return fmt.Sprintf("on the host (CPU AdamW, %d threads)", o.threads)
 }
+
+// OnDevice says whether the update runs on the GPU (HostOptimizerSpec.OnDevice).
+func (o *HostOptimizer) OnDevice() bool { return o.st != nil }
 
 // Save returns master weights and moments, one fp32 tensor per trained weight
 // in spec order (what a checkpoint holds), as the resident Optimizer's Save.
@@ -612,7 +653,7 @@ func (o *HostOptimizer) Snapshot(host *cuda.HostBuffer, _ bool) (*Snapshot, erro
 // Close waits for the copies in flight, then frees the optimizer's memory and
 // unloads its kernels.
 func (o *HostOptimizer) Close() error {
-	var errs []error
+	errs := []error{o.closeStream()}
 	if o.copy != nil {
 		errs = append(errs, o.copy.Synchronize(), o.copy.Destroy())
 		o.copy = nil

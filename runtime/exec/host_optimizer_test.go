@@ -6,6 +6,7 @@ import (
 	"slices"
 	"testing"
 
+	codegen "github.com/lcc-dev/lcc/codegen/cuda"
 	"github.com/lcc-dev/lcc/runtime/cuda"
 	"github.com/lcc-dev/lcc/runtime/cuda/devicetest"
 	"github.com/lcc-dev/lcc/tensor"
@@ -22,12 +23,20 @@ func TestGPUHostOptimizerMatchesResident(t *testing.T) {
 	cache := t.TempDir()
 	for _, st := range []tensor.DType{tensor.F32, tensor.BF16} {
 		for _, clip := range []float64{0, 0.5} {
-			t.Run(fmt.Sprintf("%v/clip%v", st, clip), func(t *testing.T) { hostOptimCase(t, dev, st, clip, cache) })
+			for _, onDevice := range []bool{false, true} {
+				t.Run(fmt.Sprintf("%v/clip%v/gpu-update=%v", st, clip, onDevice), func(t *testing.T) {
+					hostOptimCase(t, dev, st, clip, onDevice, cache)
+				})
+			}
 		}
 	}
 }
 
-func hostOptimCase(t *testing.T, dev *cuda.Device, st tensor.DType, clip float64, cache string) {
+// hostOptimCase: the host optimizer (its update on the CPU, or on the GPU
+// through windows of one chunk, four of them: slots reused, a window across
+// two tensors) gives the resident one's norms, state and working weights bit
+// for bit.
+func hostOptimCase(t *testing.T, dev *cuda.Device, st tensor.DType, clip float64, onDevice bool, cache string) {
 	ws := []string{"w0", "w1", "w2"}
 	spec := OptimizerSpec{Weights: ws, Grads: []string{"grad.w0", "grad.w1", "grad.w2"}, Micro: 1, MaxNorm: clip}
 	bind := func() *Bound {
@@ -46,10 +55,14 @@ func hostOptimCase(t *testing.T, dev *cuda.Device, st tensor.DType, clip float64
 		t.Fatal(err)
 	}
 	defer res.Close()
-	host, err := hb.NewHostOptimizer(HostOptimizerSpec{OptimizerSpec: spec, Threads: 3,
+	hs := HostOptimizerSpec{OptimizerSpec: spec, Threads: 3,
 		Update: func(h AdamWStep, g, master, m, v []float32, coef float32, clip bool) {
 			optim.StepScalars(h).Apply(g, master, m, v, coef, clip)
-		}})
+		}}
+	if onDevice {
+		hs.Update, hs.OnDevice, hs.Window = nil, true, codegen.OptimChunk
+	}
+	host, err := hb.NewHostOptimizer(hs)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -146,4 +159,26 @@ func hostOptimCase(t *testing.T, dev *cuda.Device, st tensor.DType, clip float64
 		t.Fatal(err)
 	}
 	t.Logf("last host step: %s", host.LastSplit())
+}
+
+// TestStreamWindows: the streamed update's windows are runs of whole chunks
+// of at most the limit (a chunk longer than it alone), in order, covering
+// every element once.
+func TestStreamWindows(t *testing.T) {
+	_, _, cl := codegen.OptimChunks([]int64{185, 2*8192 + 3, 1})
+	got := streamWindows(cl, codegen.OptimChunk)
+	want := []streamWindow{{0, 1, 0, 185}, {1, 2, 185, 185 + 8192}, {2, 3, 185 + 8192, 185 + 2*8192},
+		{3, 5, 185 + 2*8192, 185 + 2*8192 + 4}}
+	if !slices.Equal(got, want) {
+		t.Errorf("windows %v, want %v", got, want)
+	}
+	if got := streamWindows(cl, 1<<30); len(got) != 1 || got[0] != (streamWindow{0, 5, 0, 185 + 2*8192 + 4}) {
+		t.Errorf("one window: %v", got)
+	}
+	if got := streamWindows(cl, 100); len(got) != 4 || got[3] != (streamWindow{3, 5, 185 + 2*8192, 185 + 2*8192 + 4}) {
+		t.Errorf("a limit below three chunks: %v, want them alone and the last two together", got)
+	}
+	if got := streamWindows(nil, 100); len(got) != 0 {
+		t.Errorf("no chunks: %v", got)
+	}
 }
