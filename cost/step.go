@@ -88,6 +88,8 @@ type StepMemory struct {
 	// HostStagingBytes the pinned staging of the gradients going down and the
 	// working weights coming back (runtime/exec.HostOptimizer): see WithHostState.
 	HostStateBytes, HostStagingBytes int64
+	// HostUpdateGPU says that state is updated on the GPU (WithGPUUpdate).
+	HostUpdateGPU bool
 	// HostModelBytes is what lcc holds of the model on the host while the step
 	// is set up (HostModelBytes below), HostKeptBytes what it keeps once a
 	// resident run has uploaded it (the untrained weights' host tensors, which
@@ -189,6 +191,30 @@ func (m StepMemory) WithHostState(n int64, storage int64) StepMemory {
 	m.OptimizerBytes = 0
 	m.HostStateBytes = OptimizerStateBytes(n)
 	m.HostStagingBytes = 2 * storage * n
+	return m
+}
+
+// HostStreamWindow is the most elements of one window of the optimizer update
+// on the GPU over a state in host memory (runtime/exec.HostOptimizer with
+// OnDevice): 48 MiB of fp32 masters and moments a window.
+const HostStreamWindow = 1 << 22
+
+// HostStreamDeviceBytes is the device memory that update holds beside the
+// arena: two windows' masters and moments.
+const HostStreamDeviceBytes = 2 * 3 * 4 * HostStreamWindow
+
+// WithGPUUpdate is WithHostState's state updated on the GPU instead of the CPU
+// (runtime/exec.HostOptimizer with OnDevice): the state streams through two
+// device windows (HostStreamDeviceBytes, a fixed cost of the device), and the
+// host keeps no staging of gradients or weights.
+func (m StepMemory) WithGPUUpdate() StepMemory {
+	if m.HostStateBytes == 0 {
+		return m
+	}
+	m.HostStagingBytes = 0
+	m.HostUpdateGPU = true
+	m.FixedBytes += HostStreamDeviceBytes
+	m.PeakBytes += HostStreamDeviceBytes
 	return m
 }
 

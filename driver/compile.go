@@ -400,6 +400,7 @@ func compileOne(f *ir.Func, opts CompileOptions) (*Result, *pipeline, error) {
 		if p.sealed != nil && p.sealed.prog == prog {
 			// A compiled folder's program keeps the choice it was compiled with.
 			p.mem.hostState = prog.Plan.OptimizerState == cudagen.OptimizerStateHost
+			p.mem.gpuUpdate = prog.Plan.OptimizerUpdate == cudagen.OptimizerUpdateGPU
 		} else if precompiled {
 			// A compiled step's insert-checkpoints does not run again: its choice
 			// is made here, on the step as it is.
@@ -408,6 +409,9 @@ func compileOne(f *ir.Func, opts CompileOptions) (*Result, *pipeline, error) {
 				opts.OptimizerState == "auto" && !cc.deviceFitsAsIs(f, p.mem)
 			if p.mem.hostState {
 				prog.Plan.OptimizerState = cudagen.OptimizerStateHost
+				if p.mem.gpuUpdate {
+					prog.Plan.OptimizerUpdate = cudagen.OptimizerUpdateGPU
+				}
 			}
 		}
 	}

@@ -83,6 +83,9 @@ func (m memoryModel) hostFixed(f *ir.Func) int64 {
 	var state int64
 	if m.trained && m.hostState {
 		hs := cost.StepMemory{}.WithHostState(trainable(f), int64(m.storage.Size()))
+		if m.gpuUpdate {
+			hs = hs.WithGPUUpdate()
+		}
 		state = hs.HostStateBytes + hs.HostStagingBytes
 	}
 	return max(setup, m.hostResume(f), kept) + state + m.hostRuntime()

@@ -27,8 +27,9 @@ type memoryModel struct {
 	// it holds on the host beside the model while it loads (hostResume).
 	resume bool
 	// hostState: the trainer keeps the optimizer state in pinned host memory
-	// (cost.StepMemory.WithHostState).
-	hostState bool
+	// (cost.StepMemory.WithHostState); gpuUpdate: updated on the GPU
+	// (cost.StepMemory.WithGPUUpdate).
+	hostState, gpuUpdate bool
 }
 
 // placeState moves a trained step's optimizer state to the host when the
@@ -37,7 +38,11 @@ func (m memoryModel) placeState(f *ir.Func, sm cost.StepMemory) cost.StepMemory 
 	if !m.trained || !m.hostState {
 		return sm
 	}
-	return sm.WithHostState(trainable(f), int64(m.storage.Size()))
+	sm = sm.WithHostState(trainable(f), int64(m.storage.Size()))
+	if m.gpuUpdate {
+		sm = sm.WithGPUUpdate()
+	}
+	return sm
 }
 
 // gpu says whether the target runs the step on GPUs (an arena and fixed costs).

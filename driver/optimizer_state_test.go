@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/lcc-dev/lcc/cost"
 	"github.com/lcc-dev/lcc/internal/llamagen"
 )
 
@@ -137,4 +138,51 @@ func recompile(t *testing.T, graph string, opts CompileOptions) *Result {
 		t.Fatal(err)
 	}
 	return again
+}
+
+// TestOptimizerUpdateInThePlan: --optimizer-update=gpu keeps the host state but drops
+// the host's gradient and weight staging, holds the two device windows on the
+// GPU (cost.HostStreamDeviceBytes, a fixed cost), is recorded in the launch
+// plan (another hash) and said in the report; with the state on the device it
+// changes nothing.
+func TestOptimizerUpdateInThePlan(t *testing.T) {
+	compile := func(state, update string) *Result {
+		t.Helper()
+		f, err := Load("../testdata/onnx/gpt_mini.onnx", Bindings{SeqLen: 32, Batch: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := Compile(f, CompileOptions{Target: h200(t), Options: Options{Loss: "cross-entropy",
+			OptimizerState: state, OptimizerUpdate: update}})
+		if err != nil {
+			t.Fatalf("--optimizer-state=%s --optimizer-update=%s: %v", state, update, err)
+		}
+		return res
+	}
+	cpu, gpu := compile("host", "cpu"), compile("host", "gpu")
+	c, g := cpu.Report.Memory, gpu.Report.Memory
+	n := cpu.Report.Params.Trainable
+	if g.OptimizerState != "host" || g.OptimizerUpdate != "gpu" || c.OptimizerUpdate != "" {
+		t.Errorf("reports: cpu %q/%q, gpu %q/%q", c.OptimizerState, c.OptimizerUpdate, g.OptimizerState, g.OptimizerUpdate)
+	}
+	if g.HostStateBytes != 12*n || g.HostStagingBytes != 0 || g.HostPeakBytes != c.HostPeakBytes-c.HostStagingBytes {
+		t.Errorf("gpu update: host state %d, staging %d, host peak %d; want %d, 0, the cpu plan's %d less its staging %d",
+			g.HostStateBytes, g.HostStagingBytes, g.HostPeakBytes, 12*n, c.HostPeakBytes, c.HostStagingBytes)
+	}
+	if g.FixedBytes != c.FixedBytes+cost.HostStreamDeviceBytes || g.PerGPUPeakBytes != c.PerGPUPeakBytes+cost.HostStreamDeviceBytes {
+		t.Errorf("gpu update: fixed %d, peak %d; want the cpu plan's %d, %d and the windows' %d", g.FixedBytes,
+			g.PerGPUPeakBytes, c.FixedBytes, c.PerGPUPeakBytes, cost.HostStreamDeviceBytes)
+	}
+	if gpu.Program.Plan.OptimizerUpdate != "gpu" || cpu.Program.Plan.OptimizerUpdate != "" || gpu.Hash == cpu.Hash {
+		t.Errorf("launch plans %q and %q, hashes %s and %s", cpu.Program.Plan.OptimizerUpdate,
+			gpu.Program.Plan.OptimizerUpdate, cpu.Hash, gpu.Hash)
+	}
+	var text bytes.Buffer
+	gpu.Report.WriteText(&text)
+	if !strings.Contains(text.String(), "the GPU runs AdamW") {
+		t.Errorf("the report does not say where the update runs:\n%s", text.String())
+	}
+	if d, dg := compile("device", "cpu"), compile("device", "gpu"); d.Hash != dg.Hash {
+		t.Errorf("with the state on the device, --optimizer-update changed the program: %s, %s", d.Hash, dg.Hash)
+	}
 }

@@ -77,6 +77,13 @@ type Options struct {
 	// the choice frees), and the launch plan records the choice, so the
 	// program hash covers it.
 	OptimizerState string
+	// OptimizerUpdate is where a host state's AdamW update runs (lcc train
+	// --optimizer-update): "cpu" (also "") as the gradients come down
+	// (HostUpdate), or "gpu", the state streamed up and back through two
+	// device windows (runtime/exec.HostOptimizer's OnDevice). It applies when
+	// the state is on the host; the launch plan records it, so the program
+	// hash covers it.
+	OptimizerUpdate string
 	// Fuse is "off" (the default, also "") or "on": whether the fuse pass
 	// (passes.Fuse) merges groups of elementwise ops into fused_elementwise
 	// nodes, one kernel each, after autodiff and checkpointing (lcc compile and
@@ -123,6 +130,11 @@ func (o Options) validate() error {
 	case "", "device", "host", "auto":
 	default:
 		return fmt.Errorf("--optimizer-state %q: want %s", o.OptimizerState, OptimizerStates)
+	}
+	switch o.OptimizerUpdate {
+	case "", "cpu", "gpu":
+	default:
+		return fmt.Errorf("--optimizer-update %q: want cpu or gpu", o.OptimizerUpdate)
 	}
 	if err := o.RoPE.Validate(); err != nil {
 		return err
@@ -358,6 +370,9 @@ type codegenConfig struct {
 	Storage tensor.DType
 	Rank    int
 	NoGraph bool // the plan runs uncaptured (--cuda-graph=off)
+	// GPUUpdate: a host optimizer state is updated on the GPU
+	// (--optimizer-update=gpu).
+	GPUUpdate bool
 }
 
 func (c codegenConfig) String() string {
@@ -370,6 +385,9 @@ func (c codegenConfig) String() string {
 	}
 	if c.NoGraph {
 		s += " cuda-graph=off"
+	}
+	if c.GPUUpdate {
+		s += " optimizer-update=gpu"
 	}
 	return s
 }
@@ -393,6 +411,9 @@ func codegenStage(c codegenConfig) stage {
 			}
 			if fd.hostState {
 				prog.Plan.OptimizerState = cudagen.OptimizerStateHost
+				if c.GPUUpdate {
+					prog.Plan.OptimizerUpdate = cudagen.OptimizerUpdateGPU
+				}
 			}
 			// A compiled step's IR holds its groups when fuse does not run again.
 			prog.Plan.Fused = fd.fuse != nil || countOp(f, ir.OpFusedElementwise) > 0
@@ -494,7 +515,7 @@ func newStepPipeline(t targets.Target, o Options, snapshots, resume bool) (*pipe
 	}
 	storage, _ := o.Storage()
 	p := &pipeline{opts: o, target: t, mem: memoryModel{target: t, storage: storage, rank: o.Rank,
-		snapshots: snapshots, resume: resume}}
+		snapshots: snapshots, resume: resume, gpuUpdate: o.OptimizerUpdate == "gpu"}}
 	if !p.hasCodegen() {
 		p.mem.target.Arch = targets.ArchCPU // no GPU program: the simulated model
 	}
@@ -697,7 +718,7 @@ func (p *pipeline) codegenRows() []stage {
 	}
 	storage, _ := p.opts.Storage()
 	return append(rows, codegenStage(codegenConfig{Arch: p.target.Arch, Storage: storage, Rank: p.opts.Rank,
-		NoGraph: p.opts.CUDAGraph == "off"}))
+		NoGraph: p.opts.CUDAGraph == "off", GPUUpdate: p.opts.OptimizerUpdate == "gpu"}))
 }
 
 // fuseStage is fuse with c, recording the groups it made.

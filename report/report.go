@@ -212,7 +212,10 @@ type Memory struct {
 	// moments in pinned host memory (HostStateBytes, with HostStagingBytes of
 	// pinned gradient and weight staging; OptimizerBytes is then 0), "" when
 	// they stay on the GPU (cost.StepMemory.WithHostState).
-	OptimizerState   string `json:"optimizer_state,omitempty"`
+	OptimizerState string `json:"optimizer_state,omitempty"`
+	// OptimizerUpdate is "gpu" when that host state is updated on the GPU,
+	// streamed through device windows ("" with the CPU's update).
+	OptimizerUpdate  string `json:"optimizer_update,omitempty"`
 	HostStateBytes   int64  `json:"host_state_bytes,omitempty"`
 	HostStagingBytes int64  `json:"host_staging_bytes,omitempty"`
 }
@@ -413,6 +416,9 @@ func Build(f *ir.Func, in Input) *Report {
 		if m.HostStateBytes > 0 {
 			r.Memory.OptimizerState = "host"
 			r.Memory.HostStateBytes, r.Memory.HostStagingBytes = m.HostStateBytes, m.HostStagingBytes
+			if m.HostUpdateGPU {
+				r.Memory.OptimizerUpdate = "gpu"
+			}
 		}
 		r.Memory.PinnedBytes = m.PinnedBytes()
 		if m.Model == "arena" {
@@ -569,7 +575,11 @@ func (r *Report) WriteText(w io.Writer) {
 			Bytes(m.HostModelBytes), resume, Bytes(m.HostKeptBytes), Bytes(m.PinnedBytes),
 			Bytes(m.HostRuntimeBytes))
 	}
-	if m := r.Memory; m.OptimizerState == "host" {
+	if m := r.Memory; m.OptimizerState == "host" && m.OptimizerUpdate == "gpu" {
+		fmt.Fprintf(w, "memory     optimizer state: host (pinned) %s of fp32 masters and AdamW moments; the GPU "+
+			"runs AdamW as they stream through two device windows (%s, in the fixed costs)\n",
+			Bytes(m.HostStateBytes), Bytes(cost.HostStreamDeviceBytes))
+	} else if m.OptimizerState == "host" {
 		fmt.Fprintf(w, "memory     optimizer state: host (pinned) %s of fp32 masters and AdamW moments, %s of "+
 			"gradient and weight staging; the CPU runs AdamW as the gradients come down\n",
 			Bytes(m.HostStateBytes), Bytes(m.HostStagingBytes))

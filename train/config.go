@@ -129,6 +129,10 @@ type Config struct {
 	// decides). Gradient accumulation keeps them on the device: auto then
 	// plans device, and host is refused.
 	OptimizerState string
+	// OptimizerUpdate is driver.Options.OptimizerUpdate (--optimizer-update):
+	// where a host state's AdamW update runs, cpu (also "") or gpu (the state
+	// streamed through device windows).
+	OptimizerUpdate string
 	// Ranks > 1 shards every step's sequence over that many ranks with ShardMode
 	// (ring, ulysses or dilated: see driver.ShardModes); Comm is this rank's
 	// communicator (with Ranks ≤ 1, a Comm of one rank runs the step sharded for
@@ -332,7 +336,7 @@ func (c *Config) compileOptions() driver.CompileOptions {
 		Loss: c.Loss, Attention: c.Attention, Checkpoint: c.Checkpoint, MemoryBudget: c.MemoryBudget,
 		Precision: c.Precision, Ranks: c.Ranks, ShardMode: c.ShardMode, RoPE: c.RoPE, PackDocs: c.DocSep >= 0,
 		HostMemoryBudget: c.HostMemoryBudget, CUDAGraph: c.CUDAGraph, OptimizerState: c.OptimizerState,
-		Fuse: c.Fuse}}
+		OptimizerUpdate: c.OptimizerUpdate, Fuse: c.Fuse}}
 	if c.Accumulate > 1 && c.OptimizerState == "auto" {
 		o.OptimizerState = "device" // the host optimizer does not accumulate
 	}

@@ -108,6 +108,42 @@ func TestGPUHostOptimizer(t *testing.T) {
 	})
 }
 
+// TestGPUStreamedOptimizer: llama_mini over 20 steps with the host optimizer's
+// update on the GPU (--optimizer-update=gpu) gives the resident optimizer's
+// losses bit for bit (the same AdamW kernel over the same state, streamed), a
+// program of its own, and a resume from its checkpoint continues the same
+// trajectory.
+func TestGPUStreamedOptimizer(t *testing.T) {
+	forStorages(t, 20, func(t *testing.T, dev *cuda.Device, cache string, c Config, st tensor.DType) {
+		c.Clip = 0.5
+		c.OptimizerState = "device"
+		resident := run(t, gpuConfig(t, dev, c, st, cache))
+		c.OptimizerState, c.OptimizerUpdate = "host", "gpu"
+		var out bytes.Buffer
+		c.Progress = &out
+		streamed := run(t, gpuConfig(t, dev, c, st, cache))
+		if !strings.HasPrefix(streamed.OptimizerState, "host (GPU AdamW") {
+			t.Fatalf("optimizer state %q, want the GPU update", streamed.OptimizerState)
+		}
+		if streamed.Program == resident.Program {
+			t.Error("the streamed and resident runs have one program hash")
+		}
+		if !sameBits(streamed.Losses, resident.Losses) {
+			t.Fatalf("streamed optimizer's losses\n%v\nresident's\n%v", streamed.Losses, resident.Losses)
+		}
+		c.Progress = nil
+		c.CheckpointDir, c.StopAt = t.TempDir(), 10
+		first := run(t, gpuConfig(t, dev, c, st, cache))
+		c.StopAt, c.Resume, c.Keep = 0, true, 0
+		second := run(t, gpuConfig(t, dev, c, st, cache))
+		if both := append(append([]float64{}, first.Losses...), second.Losses...); second.FirstStep != 10 ||
+			!sameBits(both, resident.Losses) {
+			t.Errorf("resumed at %d with the streamed optimizer:\n%v\nstraight:\n%v", second.FirstStep, both,
+				resident.Losses)
+		}
+	})
+}
+
 // forStorages runs body as a subtest in fp32 and in bf16 storage on GPU 0, with
 // a kernel cache the subtests share and llama_mini's config for steps steps in
 // that precision.

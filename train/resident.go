@@ -64,7 +64,11 @@ func (t *trainer) setupResident() error {
 	spec := exec.OptimizerSpec{Weights: t.upd.Weights, Grads: grads, Micro: t.cfg.Accumulate, MaxNorm: t.cfg.Clip}
 	var opt stateOptimizer
 	if t.hostState {
-		opt, err = bound.NewHostOptimizer(exec.HostOptimizerSpec{OptimizerSpec: spec, Update: hostUpdate})
+		hs := exec.HostOptimizerSpec{OptimizerSpec: spec, Update: hostUpdate}
+		if t.gpuUpdate {
+			hs.Update, hs.OnDevice = nil, true
+		}
+		opt, err = bound.NewHostOptimizer(hs)
 	} else {
 		opt, err = bound.NewOptimizer(spec)
 	}

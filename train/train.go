@@ -51,9 +51,10 @@ type trainer struct {
 	// stageSnapshots: the plan holds a device staging copy for checkpoints.
 	stageSnapshots bool
 	// hostState: the plan keeps AdamW's state in pinned host memory (a
-	// resident run then updates it with exec.HostOptimizer).
-	hostState bool
-	plan      string
+	// resident run then updates it with exec.HostOptimizer); gpuUpdate: on the
+	// GPU (its OnDevice).
+	hostState, gpuUpdate bool
+	plan                 string
 	// shard is the sharded step of a multi-rank run (nil with one rank), rank
 	// this process's rank in it.
 	shard *driver.ShardedProgram
@@ -144,6 +145,7 @@ func newTrainer(cfg Config) (*trainer, error) {
 		plannedHost:    step.Report.Memory.HostPeakBytes,
 		stageSnapshots: step.Report.Memory.SnapshotStagingBytes > 0, rope: step.Report.RoPE,
 		hostState: step.Report.Memory.OptimizerState == "host",
+		gpuUpdate: step.Report.Memory.OptimizerUpdate == "gpu",
 		plan: fmt.Sprintf("checkpoint policy %s, %s pinned host memory", step.Report.Checkpoints.Policy,
 			report.Bytes(step.Report.Memory.HostBytes)),
 		sched:   optim.Schedule{LR: cfg.LR, MinLR: cfg.MinLR, Warmup: cfg.Warmup, Total: cfg.Steps},
@@ -346,7 +348,13 @@ func (t *trainer) run() (*Result, error) {
 		if t.labels != "" {
 			res.BatchBytes *= 2
 		}
-		if ho, ok := t.dev.opt.(*exec.HostOptimizer); ok {
+		if ho, ok := t.dev.opt.(*exec.HostOptimizer); ok && ho.OnDevice() {
+			res.OptimizerState = "host (GPU AdamW, streamed)"
+			fmt.Fprintf(cfg.Progress, "state   optimizer state: %s: %d trained elements, fp32 masters and "+
+				"AdamW moments in pinned host memory; per step they stream up and back through two device "+
+				"windows, the GPU updating each beside the gradients and writing the working weights (%s)\n",
+				res.OptimizerState, ho.Elements(), ho.CUDAGraph())
+		} else if ok {
 			res.OptimizerState = fmt.Sprintf("host (CPU AdamW, %d threads)", ho.Threads())
 			fmt.Fprintf(cfg.Progress, "state   optimizer state: %s: %d trained elements, fp32 masters and "+
 				"AdamW moments in pinned host memory; the working weights and gradients stay on the GPU; per "+

@@ -51,7 +51,7 @@ and prints the ratio of its step time to lcc's (above 1: lcc is faster).`,
 			cfg.Target, cfg.Loss, cfg.Attention, cfg.Checkpoint = t, o.Loss, o.Attention, o.Checkpoint
 			cfg.MemoryBudget, cfg.Precision, cfg.CUDAGraph = o.MemoryBudget, o.Precision, o.CUDAGraph
 			cfg.Fuse = o.Fuse
-			cfg.OptimizerState = o.OptimizerState
+			cfg.OptimizerState, cfg.OptimizerUpdate = o.OptimizerState, o.OptimizerUpdate
 			// No progress lines: printing inside the loop would add host time to the timed steps.
 			cfg.Steps, cfg.ProgressEvery, cfg.Log = bf.warm+bf.iters, 0, cmd.ErrOrStderr()
 			df := deviceFlags{device: "cuda", precision: o.Precision}

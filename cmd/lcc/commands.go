@@ -170,6 +170,8 @@ type compileFlags struct {
 	// optimizerState is --optimizer-state; set before add, it is the flag's
 	// default (lcc train's is auto, the others' device).
 	optimizerState string
+	// optimizerUpdate is --optimizer-update.
+	optimizerUpdate string
 }
 
 // add registers the pipeline flags lcc compile, check and train share (the
@@ -209,6 +211,10 @@ func (c *compileFlags) add(cmd *cobra.Command) {
 		"masters and moments: device; host (pinned host memory, the update on the CPU as the gradients come "+
 		"down, bit for bit the device's; one micro-step); auto (device unless the step does not fit "+
 		"--memory-budget with it). Recorded in the plan")
+	f.StringVar(&c.optimizerUpdate, "optimizer-update", "cpu", "where AdamW updates a state in host memory: cpu "+
+		"(as the gradients come down, 4 bytes a parameter over the host link); gpu (the state streams up and "+
+		"back through two device windows of 48 MiB each, 24 bytes a parameter over the link, no CPU work). "+
+		"Recorded in the plan")
 }
 
 // options validates the flags and returns the target and the pipeline options.
@@ -228,7 +234,7 @@ func (c *compileFlags) options() (targets.Target, driver.Options, error) {
 	}
 	o := driver.Options{Loss: c.loss, Attention: att, Checkpoint: c.checkpoint, MemoryBudget: int64(c.budget),
 		Precision: c.precision, Ranks: c.af.ranks, ShardMode: c.af.shardMode, RoPE: rope,
-		CUDAGraph: c.cudaGraph, OptimizerState: c.optimizerState, Fuse: c.fuse}
+		CUDAGraph: c.cudaGraph, OptimizerState: c.optimizerState, OptimizerUpdate: c.optimizerUpdate, Fuse: c.fuse}
 	// Build the pass list once and drop it: this surfaces flag combinations that no
 	// pipeline supports as flag errors, before a model is loaded.
 	if _, err := driver.Pipeline(t, o); err != nil {

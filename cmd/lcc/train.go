@@ -139,6 +139,7 @@ naming it; --comm-timeout also bounds the rendezvous.`,
 			cfg.MemoryBudget, cfg.Precision, cfg.Ranks, cfg.ShardMode = o.MemoryBudget, o.Precision, o.Ranks, o.ShardMode
 			cfg.RoPE = o.RoPE
 			cfg.CUDAGraph, cfg.OptimizerState, cfg.Fuse = o.CUDAGraph, o.OptimizerState, o.Fuse
+			cfg.OptimizerUpdate = o.OptimizerUpdate
 			precision := o.Precision
 			if cfg.Device == "cuda" {
 				// A GPU step plans its host side under the flag (none: the measured

@@ -147,6 +147,10 @@ type LaunchPlan struct {
 	// "" when on the device: the executor's choice of optimizer, which the
 	// program hash covers.
 	OptimizerState string `json:"optimizer_state,omitempty"`
+	// OptimizerUpdate is OptimizerUpdateGPU when that host state is updated on
+	// the GPU, streamed through device windows (driver.Options.OptimizerUpdate),
+	// "" when on the CPU; the program hash covers it.
+	OptimizerUpdate string `json:"optimizer_update,omitempty"`
 	// Fused says the step was compiled with --fuse=on (driver.Options.Fuse), so
 	// the program hash covers the choice even where fuse found nothing to fuse.
 	Fused bool `json:"fused,omitempty"`
@@ -544,3 +548,7 @@ func (g *gen) param(name string, v *ir.Value, out bool) Param {
 // OptimizerStateHost is LaunchPlan.OptimizerState for AdamW's state in pinned
 // host memory.
 const OptimizerStateHost = "host"
+
+// OptimizerUpdateGPU is Plan.OptimizerUpdate when the host state is updated on
+// the GPU.
+const OptimizerUpdateGPU = "gpu"

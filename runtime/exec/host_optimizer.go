@@ -12,6 +12,7 @@ import (
 	"unsafe"
 
 	codegen "github.com/lcc-dev/lcc/codegen/cuda"
+	"github.com/lcc-dev/lcc/cost"
 	"github.com/lcc-dev/lcc/runtime/cuda"
 	"github.com/lcc-dev/lcc/tensor"
 )
@@ -90,7 +91,7 @@ type HostOptimizerSpec struct {
 	// gradient or weight staging then.
 	OnDevice bool
 	// Window is the most elements of one window of the update on the GPU (0:
-	// HostStreamWindow); tests make it small, to stream through many.
+	// cost.HostStreamWindow); tests make it small, to stream through many.
 	Window int64
 	// Threads is the number of update goroutines (0: GOMAXPROCS).
 	Threads int
@@ -209,7 +210,7 @@ func (o *HostOptimizer) setup(onDevice bool, window int64) error {
 	}
 	if onDevice {
 		if window <= 0 {
-			window = HostStreamWindow
+			window = cost.HostStreamWindow
 		}
 		if err := o.setupStream(mod, cl, window); err != nil {
 			return err
@@ -580,7 +581,7 @@ func decodeInto(dt string, g []float32, raw []byte, off int64) {
 func (o *HostOptimizer) CUDAGraph() string {
 	if o.st != nil {
 		return fmt.Sprintf("on the GPU, the host's state streamed through %d windows of up to %d elements",
-			len(o.st.windows), HostStreamWindow)
+			len(o.st.windows), cost.HostStreamWindow)
 	}
 	return fmt.Sprintf("on the host (CPU AdamW, %d threads)", o.threads)
 }

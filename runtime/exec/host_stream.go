@@ -24,19 +24,12 @@ import (
 // the resident optimizer's.
 //
 // A window is a run of whole chunks of the optimizer's chunk table
-// (codegen.OptimChunks), at most HostStreamWindow elements. Window i uses slot
+// (codegen.OptimChunks), at most cost.HostStreamWindow elements, which the
+// plan counts (cost.HostStreamDeviceBytes). Window i uses slot
 // i mod 2: its copy up waits until the copy down of window i − 2 (the slot's
 // last user) is done, the kernel waits for its copy up, and its copy down for
 // the kernel. The copies up and down run on their own streams, so both
 // directions of the link are busy at once while the session's stream computes.
-
-// HostStreamWindow is the most elements of one window of the streamed update:
-// 48 MiB of fp32 state a slot, 96 MiB of device memory for both.
-const HostStreamWindow = 1 << 22
-
-// HostStreamDeviceBytes is the device memory the streamed update holds beside
-// the arena: two slots of a window's masters and moments.
-const HostStreamDeviceBytes = 2 * 3 * 4 * HostStreamWindow
 
 // hostStream is the device side of a streamed update.
 type hostStream struct {
