@@ -16,7 +16,8 @@ gt() { # gt BINARY DIR PATTERN LIMIT: one test binary, counted
   grep -E -- "--- FAIL|panic" $OUT/logs/$1.log | head -8
 }
 gt perf_flash perf/flash 'GPUWindow|GPUDocs|GPUDense' 150
-gt runtime_exec runtime/exec 'GPUFlashWindow|GPUFlashDocs|GPUFamilies|GPUFlashAttention' 150
+gt runtime_exec runtime/exec 'GPUFlashWindow|GPUFlashDocs|GPUFamilies|GPUFlashAttention|GPUHostOptimizer' 150
+gt train train 'GPUStreamedOptimizer|GPUHostOptimizer' 150
 # The window against lcc's own dense causal (issue #24: at least 6x at 64K, W=4096).
 for a in "--H 8 --D 128" "--H 16 --Hkv 4 --D 64"; do
   timeout 60 $L bench attention --T 65536 $a --window 4096 > $OUT/logs/win_${a// /}.log 2>&1; echo "bench window 64K $a rc=$?"
