@@ -53,15 +53,56 @@ const optimSource = `
 #define OPTIM_CHUNK() \
   const int k = ck[blockIdx.x]; const long long s = cs[blockIdx.x]; const int n = cl[blockIdx.x]
 
+// optim_ld4 and optim_st4 move four consecutive elements in one access (16
+// bytes of fp32, 8 of bf16); the callers check the alignment.
+__device__ __forceinline__ void optim_ld4(const float* p, float* x) {
+  const float4 v = *(const float4*)p;
+  x[0] = v.x, x[1] = v.y, x[2] = v.z, x[3] = v.w;
+}
+__device__ __forceinline__ void optim_ld4(const lcc_bf16* p, float* x) {
+  const uint2 v = *(const uint2*)p;
+  x[0] = __uint_as_float(v.x << 16), x[1] = __uint_as_float(v.x & 0xffff0000u);
+  x[2] = __uint_as_float(v.y << 16), x[3] = __uint_as_float(v.y & 0xffff0000u);
+}
+__device__ __forceinline__ void optim_st4(float* p, const float* x) { *(float4*)p = make_float4(x[0], x[1], x[2], x[3]); }
+__device__ __forceinline__ void optim_st4(lcc_bf16* p, const float* x) {
+  uint2 v;
+  v.x = (unsigned)lcc_bf16_of(x[0]).x | ((unsigned)lcc_bf16_of(x[1]).x << 16);
+  v.y = (unsigned)lcc_bf16_of(x[2]).x | ((unsigned)lcc_bf16_of(x[3]).x << 16);
+  *(uint2*)p = v;
+}
+// optim_aligned4 says whether p may be read four elements at a time.
+template <class T> __device__ __forceinline__ bool optim_aligned4(const T* p) {
+  return ((unsigned long long)p & (4 * sizeof(T) - 1)) == 0;
+}
+
+// The sum of squares reads four gradients an access where they are aligned
+// (the chunk's start and length: every chunk but a tensor's ragged last one),
+// into four fp64 sums a thread, then a fixed tree: deterministic, and the same
+// order in every run.
 extern "C" __global__ void @SUMSQ@(const unsigned long long* gptr, const int* ck,
     const long long* cs, const int* cl, double* partial, float micro) {
   __shared__ double sh[@BLOCK@];
   OPTIM_CHUNK();
   const @GT@* g = (const @GT@*)gptr[k] + s;
   double acc = 0.0;
-  for (int j = threadIdx.x; j < n; j += blockDim.x) {
-    const float x = __fdiv_rn(lcc_tof(g[j]), micro);
-    acc += (double)__fmul_rn(x, x);
+  if ((n & 3) == 0 && optim_aligned4(g)) {
+    double a4[4] = {0.0, 0.0, 0.0, 0.0};
+    for (int j = 4 * threadIdx.x; j < n; j += 4 * blockDim.x) {
+      float x[4];
+      optim_ld4(g + j, x);
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const float y = __fdiv_rn(x[e], micro);
+        a4[e] += (double)__fmul_rn(y, y);
+      }
+    }
+    acc = (a4[0] + a4[1]) + (a4[2] + a4[3]);
+  } else {
+    for (int j = threadIdx.x; j < n; j += blockDim.x) {
+      const float x = __fdiv_rn(lcc_tof(g[j]), micro);
+      acc += (double)__fmul_rn(x, x);
+    }
   }
   acc = lcc_block_reduce(acc, sh, lcc_op_add());
   if (threadIdx.x == 0) partial[blockIdx.x] = acc;
@@ -98,7 +139,36 @@ extern "C" __global__ void @ADAMW@(const unsigned long long* gptr, const unsigne
   @WT@* w = (@WT@*)wptr[k] + s;
   const long long o = base[k] + s;
   const float coef = (float)normcoef[1];
-  for (int j = threadIdx.x; j < n; j += blockDim.x) {
+  // Four elements an access where every operand is aligned (each element's
+  // arithmetic is the same either way, so the bits are too).
+  // The state's pointers are tested, not o: the streamed update's windows
+  // shift them (runtime/exec's host_stream.go).
+  const int vec = (n & 3) == 0 && optim_aligned4(g) && optim_aligned4(w) && optim_aligned4(master + o) &&
+                  optim_aligned4(m + o) && optim_aligned4(v + o) ? n : 0;
+  for (int j = 4 * threadIdx.x; j < vec; j += 4 * blockDim.x) {
+    float gr[4], p[4], mo[4], vo[4];
+    optim_ld4(g + j, gr);
+    optim_ld4(master + o + j, p);
+    optim_ld4(m + o + j, mo);
+    optim_ld4(v + o + j, vo);
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      gr[e] = __fdiv_rn(gr[e], micro);
+      if (clip) gr[e] = __fmul_rn(gr[e], coef);
+      p[e] = __fmul_rn(p[e], decay);
+      const float mn = __fadd_rn(mo[e], __fmul_rn(__fsub_rn(gr[e], mo[e]), one_minus_beta1));
+      const float vn = __fadd_rn(__fmul_rn(vo[e], beta2), __fmul_rn(__fmul_rn(gr[e], gr[e]), one_minus_beta2));
+      const float denom = __fadd_rn(__fdiv_rn(__fsqrt_rn(vn), bc2_sqrt), eps);
+      p[e] = __fadd_rn(p[e], __fmul_rn(__fdiv_rn(mn, denom), step_size));
+      mo[e] = mn;
+      vo[e] = vn;
+    }
+    optim_st4(master + o + j, p);
+    optim_st4(m + o + j, mo);
+    optim_st4(v + o + j, vo);
+    optim_st4(w + j, p);
+  }
+  for (int j = vec + threadIdx.x; j < n; j += blockDim.x) {
     float gr = __fdiv_rn(lcc_tof(g[j]), micro);
     if (clip) gr = __fmul_rn(gr, coef);
     const float mo = m[o + j], vo = v[o + j];

@@ -15,14 +15,22 @@ import (
 	"github.com/lcc-dev/lcc/train/optim"
 )
 
-// optimGraph is a stand-in training step: weights w0 [37,5], w1 [2·8192+3]
-// (three chunks) and w2 [1], gradients grad.wi = 2·gi of inputs gi (exact in
-// any storage), plus an input-independent "loss".
+// optimGraph is a stand-in training step: weights w0 [37,5], w1 [7] (from an
+// element offset that is no multiple of 4: the optimizer kernels go an element
+// at a time), w2 [2·8192] (from one that is: four at a time), w3 [2·8192+3]
+// (three chunks, a ragged last one) and w4 [1], gradients grad.wi = 2·gi of
+// inputs gi (exact in any storage), plus an input-independent "loss".
+// optimWeights and optimGrads are optimGraph's weights and their gradients.
+var (
+	optimWeights = []string{"w0", "w1", "w2", "w3", "w4"}
+	optimGrads   = []string{"grad.w0", "grad.w1", "grad.w2", "grad.w3", "grad.w4"}
+)
+
 func optimGraph(t *testing.T, rng *rand.Rand) *ir.Func {
 	b := ir.NewBuilder("step")
 	f := b.Func()
 	var loss *ir.Value
-	for i, shape := range [][]int64{{37, 5}, {2*8192 + 3}, {1}} {
+	for i, shape := range [][]int64{{37, 5}, {7}, {2 * 8192}, {2*8192 + 3}, {1}} {
 		w := tensor.New(tensor.F32, shape...)
 		for j := range w.F {
 			w.F[j] = float64(float32(rng.NormFloat64()))
@@ -72,14 +80,14 @@ func optimCase(t *testing.T, dev *cuda.Device, st tensor.DType, micro int, clip 
 	if err != nil {
 		t.Fatal(err)
 	}
-	ws := []string{"w0", "w1", "w2"}
+	ws := optimWeights
 	o := optim.DefaultAdamW()
 	o.MaxNorm, o.MicroSteps = clip, micro
 	upd, err := o.Build(f)
 	if err != nil {
 		t.Fatal(err)
 	}
-	opt, err := b.NewOptimizer(OptimizerSpec{Weights: ws, Grads: []string{"grad.w0", "grad.w1", "grad.w2"},
+	opt, err := b.NewOptimizer(OptimizerSpec{Weights: ws, Grads: optimGrads,
 		Micro: micro, MaxNorm: clip})
 	if err != nil {
 		t.Fatal(err)

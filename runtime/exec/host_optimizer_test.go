@@ -33,12 +33,12 @@ func TestGPUHostOptimizerMatchesResident(t *testing.T) {
 }
 
 // hostOptimCase: the host optimizer (its update on the CPU, or on the GPU
-// through windows of one chunk, four of them: slots reused, a window across
-// two tensors) gives the resident one's norms, state and working weights bit
+// through windows of at most one chunk: slots reused, a window across two
+// tensors, windows the kernels read four elements at a time and one at a time) gives the resident one's norms, state and working weights bit
 // for bit.
 func hostOptimCase(t *testing.T, dev *cuda.Device, st tensor.DType, clip float64, onDevice bool, cache string) {
-	ws := []string{"w0", "w1", "w2"}
-	spec := OptimizerSpec{Weights: ws, Grads: []string{"grad.w0", "grad.w1", "grad.w2"}, Micro: 1, MaxNorm: clip}
+	ws := optimWeights
+	spec := OptimizerSpec{Weights: ws, Grads: optimGrads, Micro: 1, MaxNorm: clip}
 	bind := func() *Bound {
 		f := optimGraph(t, rand.New(rand.NewPCG(1, 2)))
 		s := NewSession(dev, Options{Storage: st, CacheDir: cache})
