@@ -19,7 +19,7 @@ LONGFUZZMINTIME ?= 10s
 # list complete). gpu-tests builds each one's test binary into .gpu/, named after its
 # path (runtime/comm/nccl -> .gpu/runtime_comm_nccl.test), lists them in .gpu/tests.txt
 # ("NAME PACKAGE_DIR" per line, which scripts/gpu_check.sh reads), and builds .gpu/lcc.
-GPU_PKGS    ?= ./runtime/cuda ./runtime/exec ./perf/flash ./runtime/comm/nccl ./runtime/comm/devlocal ./train ./train/runner ./train/eval
+GPU_PKGS    ?= ./runtime/cuda ./runtime/exec ./perf/flash ./codegen/cuda/flash ./runtime/comm/nccl ./runtime/comm/devlocal ./train ./train/runner ./train/eval
 
 .PHONY: all build test unit-test fuzz-short fuzz gpu-tests demo vet fmt clean
 
