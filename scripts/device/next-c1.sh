@@ -15,6 +15,7 @@ gt() { # gt BINARY DIR PATTERN LIMIT: one test binary, counted
   (cd $2 && LCC_REQUIRE_GPU=1 timeout $4 $R/.gpu/$1.test -test.run "$3" -test.v > $OUT/logs/$1.log 2>&1; echo "$1 rc=$? pass=$(grep -c -- '--- PASS' $OUT/logs/$1.log) fail=$(grep -c -- '--- FAIL' $OUT/logs/$1.log) skip=$(grep -c -- '--- SKIP' $OUT/logs/$1.log) at $(( $(date +%s)-T0 )) s")
   grep -E -- "--- FAIL|panic" $OUT/logs/$1.log | head -8
 }
+gt codegen_cuda_flash codegen/cuda/flash GPUPrimitives 60
 gt perf_flash perf/flash 'GPUWindow|GPUDocs|GPUDense' 150
 gt runtime_exec runtime/exec 'GPUFlashWindow|GPUFlashDocs|GPUFamilies|GPUFlashAttention|GPUHostOptimizer' 150
 gt train train 'GPUStreamedOptimizer|GPUHostOptimizer' 150
@@ -40,7 +41,7 @@ for m in $OUT/hf/*.onnx; do
 done
 echo "targeted done at $(( $(date +%s)-T0 )) s"
 # Every GPU test, what time is left, the longest binaries last.
-for b in runtime_cuda perf_flash runtime_exec runtime_comm_nccl runtime_comm_devlocal train_runner train_eval train; do
+for b in runtime_cuda codegen_cuda_flash perf_flash runtime_exec runtime_comm_nccl runtime_comm_devlocal train_runner train_eval train; do
   d=$(awk -v n=$b '$1==n {print $2}' .gpu/tests.txt); [ -n "$d" ] || continue
   l=$(left); [ $l -gt 20 ] || { echo "no time left for $b"; continue; }
   (cd $d && LCC_REQUIRE_GPU=1 timeout $l $R/.gpu/$b.test -test.run GPU > $OUT/logs/all_$b.log 2>&1; echo "all $b rc=$? pass=$(grep -c -- '--- PASS' $OUT/logs/all_$b.log) fail=$(grep -c -- '--- FAIL' $OUT/logs/all_$b.log)")
