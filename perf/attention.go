@@ -77,16 +77,18 @@ func (s AttentionShape) DocStarts() []int64 {
 }
 
 // Tiles are the tile sizes of one kernel configuration (zero: the default),
-// and the kernel tier (0: tier 1; see TierFor).
-type Tiles struct{ Br, Bc, BwdBr, BwdBc, DQBr, DQBc, Stages, WM, DQWM, DQ, Tier int }
+// the kernel tier (0: tier 1; see TierFor), and Split 1 for tier 2's backward
+// one CTA per query head (flash.Desc.SplitHeads).
+type Tiles struct{ Br, Bc, BwdBr, BwdBc, DQBr, DQBc, Stages, WM, DQWM, DQ, Tier, Split int }
 
 // TierFor is the flash tier lcc picks for dev, as the executor does.
 func TierFor(dev *cuda.Device) int { return fk.TierFor(dev.CodegenArch()) }
 
-// ParseTiles reads "Br,Bc,BwdBr,BwdBc,DQBr,DQBc,Stages[,WM,DQWM[,DQ[,Tier]]];..."
+// ParseTiles reads "Br,Bc,BwdBr,BwdBc,DQBr,DQBc,Stages[,WM,DQWM[,DQ[,Tier[,Split]]]];..."
 // (a sweep list; WM and DQWM are the m-tiles of 16 rows per forward and dQ
 // warp, DQ the backward's dQ mode: 0 auto, 1 fused into dK/dV, 2 its own
-// kernel; Tier the kernel tier, 0 for the device's).
+// kernel; Tier the kernel tier, 0 for the device's; Split 1 splits tier 2's
+// grouped-query backward by query head).
 func ParseTiles(s string) ([]Tiles, error) {
 	var out []Tiles
 	for _, item := range strings.Split(s, ";") {
@@ -95,10 +97,10 @@ func ParseTiles(s string) ([]Tiles, error) {
 			continue
 		}
 		f := strings.Split(item, ",")
-		if len(f) != 7 && len(f) != 9 && len(f) != 10 && len(f) != 11 {
-			return nil, fmt.Errorf("tiles %q: want Br,Bc,BwdBr,BwdBc,DQBr,DQBc,Stages[,WM,DQWM[,DQ[,Tier]]]", item)
+		if len(f) != 7 && len(f) != 9 && len(f) != 10 && len(f) != 11 && len(f) != 12 {
+			return nil, fmt.Errorf("tiles %q: want Br,Bc,BwdBr,BwdBc,DQBr,DQBc,Stages[,WM,DQWM[,DQ[,Tier[,Split]]]]", item)
 		}
-		var v [11]int
+		var v [12]int
 		for i, x := range f {
 			n, err := strconv.Atoi(strings.TrimSpace(x))
 			if err != nil {
@@ -112,7 +114,10 @@ func ParseTiles(s string) ([]Tiles, error) {
 		if v[10] < 0 || v[10] > 2 {
 			return nil, fmt.Errorf("tiles %q: tier %d: want 0 (the device's), 1 or 2", item, v[10])
 		}
-		out = append(out, Tiles{v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8], v[9], v[10]})
+		if v[11] < 0 || v[11] > 1 {
+			return nil, fmt.Errorf("tiles %q: split %d: want 0 or 1", item, v[11])
+		}
+		out = append(out, Tiles{v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8], v[9], v[10], v[11]})
 	}
 	return out, nil
 }
@@ -127,14 +132,19 @@ func (t Tiles) String() string {
 	case fk.DQSplit:
 		dq += " split"
 	}
-	return fmt.Sprintf("tier %d fwd %dx%d/%d bwd %dx%d %s st %d", max(t.Tier, 1), t.Br, t.Bc, max(t.WM, 1), t.BwdBr, t.BwdBc, dq, t.Stages)
+	split := ""
+	if t.Split == 1 {
+		split = " split heads"
+	}
+	return fmt.Sprintf("tier %d fwd %dx%d/%d bwd %dx%d %s st %d%s", max(t.Tier, 1), t.Br, t.Bc, max(t.WM, 1), t.BwdBr,
+		t.BwdBc, dq, t.Stages, split)
 }
 
 // Desc is the kernel descriptor of shape s with tiles t.
 func (s AttentionShape) Desc(t Tiles) fk.Desc {
 	return fk.Desc{B: s.B, T: s.T, S: s.T, Hq: s.H, Hkv: s.Hkv, D: s.D, Causal: s.Causal, Docs: s.Docs > 1,
 		Window: s.Window, Br: t.Br, Bc: t.Bc, BwdBr: t.BwdBr, BwdBc: t.BwdBc, DQBr: t.DQBr, DQBc: t.DQBc, Stages: t.Stages,
-		WM: t.WM, DQWM: t.DQWM, DQ: fk.DQMode(t.DQ), Tier: t.Tier}.Defaults()
+		WM: t.WM, DQWM: t.DQWM, DQ: fk.DQMode(t.DQ), Tier: t.Tier, SplitHeads: t.Split == 1}.Defaults()
 }
 
 // Bench is the device state shared by the benchmarks of one command.

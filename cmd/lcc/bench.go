@@ -248,7 +248,7 @@ func benchAttentionCmd(bf *benchFlags) *cobra.Command {
 		"and time one causal sequence of the same tokens beside it")
 	f.Int64Var(&s.Window, "window", 0, "a sliding window of this many keys (Mistral-style local attention), "+
 		"and time one dense causal sequence of the same tokens beside it")
-	f.StringVar(&tiles, "tiles", "", "tile configurations to sweep: Br,Bc,BwdBr,BwdBc,DQBr,DQBc,Stages[,WM,DQWM[,DQ[,Tier]]];... (0: default; DQ 1 fused, 2 split; Tier 0: --tier)")
+	f.StringVar(&tiles, "tiles", "", "tile configurations to sweep: Br,Bc,BwdBr,BwdBc,DQBr,DQBc,Stages[,WM,DQWM[,DQ[,Tier[,Split]]]];... (0: default; DQ 1 fused, 2 split; Tier 0: --tier; Split 1: tier 2's grouped-query backward one CTA per query head)")
 	return cmd
 }
 

@@ -80,6 +80,10 @@ type Attention struct {
 	// dQ into its fixed-point sum, and conv rounds the sum to bf16.
 	fill, bound, conv *kernel
 	ws                cuda.DevicePtr
+	// With Desc.SplitHeads the dK/dV kernel writes each query head's parts
+	// into parts (Desc.SplitWorkspace fp32s), and reduce sums them into dk, dv.
+	reduce *kernel
+	parts  cuda.DevicePtr
 	// Starts is the doc starts [B, T] int64 that the forward and the fused
 	// backward read when Desc.Docs (packed documents); the caller owns it.
 	Starts cuda.DevicePtr
@@ -134,6 +138,21 @@ func New(dev *cuda.Device, cache *cuda.Cache, d fk.Desc) (*Attention, error) {
 			return nil, fmt.Errorf("flash: dQ workspace of %d bytes: %w", 4*nw, err)
 		}
 	}
+	if a.Desc.SplitHeads {
+		kr, err := fk.DKVReduce(d)
+		if err == nil {
+			a.reduce, err = a.ld.load(kr)
+		}
+		if err == nil {
+			if a.parts, err = dev.Alloc(int(4 * a.Desc.SplitWorkspace())); err != nil {
+				err = fmt.Errorf("flash: split heads' workspace of %d bytes: %w", 4*a.Desc.SplitWorkspace(), err)
+			}
+		}
+		if err != nil {
+			a.Close()
+			return nil, err
+		}
+	}
 	return a, nil
 }
 
@@ -141,7 +160,7 @@ func New(dev *cuda.Device, cache *cuda.Cache, d fk.Desc) (*Attention, error) {
 // fused backward's fill, bound and conversion).
 func (a *Attention) Kernels() []fk.Kernel {
 	ks := []fk.Kernel{a.fwd.k, a.delta.k, a.dkdv.k}
-	for _, k := range []*kernel{a.dq, a.fill, a.bound, a.conv} {
+	for _, k := range []*kernel{a.dq, a.fill, a.bound, a.conv, a.reduce} {
 		if k != nil {
 			ks = append(ks, k.k)
 		}
@@ -151,9 +170,11 @@ func (a *Attention) Kernels() []fk.Kernel {
 
 // Close unloads the kernels and frees the fused backward's workspace.
 func (a *Attention) Close() error {
-	if a.ws != 0 {
-		a.ld.dev.Free(a.ws)
-		a.ws = 0
+	for _, p := range []*cuda.DevicePtr{&a.ws, &a.parts} {
+		if *p != 0 {
+			a.ld.dev.Free(*p)
+			*p = 0
+		}
 	}
 	return a.ld.close()
 }
@@ -200,7 +221,14 @@ func (a *Attention) DKDV(s *cuda.Stream, dk, dv, q, k, v, lse, delta, do cuda.De
 	if err := a.bound.launch(s, a.ws, do, k, v, delta); err != nil {
 		return err
 	}
-	return a.dkdv.launch(s, a.withDocs(dk, dv, q, k, v, do, lse, delta, a.ws)...)
+	if a.reduce == nil {
+		return a.dkdv.launch(s, a.withDocs(dk, dv, q, k, v, do, lse, delta, a.ws)...)
+	}
+	half := cuda.DevicePtr(2 * a.Desc.SplitWorkspace()) // bytes of dK's parts: dV's follow
+	if err := a.dkdv.launch(s, a.withDocs(a.parts, a.parts+half, q, k, v, do, lse, delta, a.ws)...); err != nil {
+		return err
+	}
+	return a.reduce.launch(s, dk, dv, a.parts)
 }
 
 // DQ queues the dQ kernel alone (part of BackwardWith); when the backward is

@@ -197,43 +197,55 @@ func TestGPUDense(t *testing.T) {
 			if c.dim > 128 && (vr.tier == 2 || mode == fk.DQSplit) {
 				continue // above 128: tier 1 with the fused backward only
 			}
-			t.Run(fmt.Sprintf("%s/tier%d/dq%d", c.name, vr.tier, mode), func(t *testing.T) {
-				rng := rand.New(rand.NewPCG(uint64(i), 11))
-				dims := attention.Dims{B: c.b, T: c.t, S: c.s, Hq: c.hq, Hkv: c.hk, D: c.dim}
-				desc := fk.Desc{B: int64(c.b), T: int64(c.t), S: int64(c.s), Hq: c.hq, Hkv: c.hk, D: c.dim, Causal: c.causal, DQ: mode,
-					Br: c.tiles[0], Bc: c.tiles[1], WM: c.tiles[2], Stages: c.tiles[3], Tier: vr.tier}
-				a, err := New(d, cache, desc)
-				if err != nil {
-					t.Fatal(err)
+			for _, split := range []bool{false, true} {
+				if split && (vr.tier != 2 || c.hq == c.hk) {
+					continue // split heads: tier 2's grouped-query backward
 				}
-				defer a.Close()
-				nq, nk, nl := c.b*c.t*c.hq*c.dim, c.b*c.s*c.hk*c.dim, c.b*c.hq*c.t
-				q, qh := randBF16(t, d, rng, nq, 1)
-				k, kh := randBF16(t, d, rng, nk, 1)
-				v, vh := randBF16(t, d, rng, nk, 1)
-				do, doh := randBF16(t, d, rng, nq, 1)
-				o, lse := alloc(t, d, nq, true), alloc(t, d, nl, false)
-				if err := a.Forward(nil, o.p, lse.p, q.p, k.p, v.p); err != nil {
-					t.Fatal(err)
-				}
-				if err := d.Synchronize(); err != nil {
-					t.Fatal(err)
-				}
-				scale := 1 / math.Sqrt(float64(c.dim))
-				wo, wl := attention.Dense(qh, kh, vh, dims, c.causal, scale)
-				oh, lh := o.get(t, d), lse.get(t, d)
-				if e := relErr(oh, wo); e > tol {
-					t.Errorf("o: relative error %.3g > %g", e, tol)
-				}
-				if e := relErr(lh, wl); e > 1e-3 {
-					t.Errorf("lse: relative error %.3g", e)
-				}
-				// The backward from the GPU's own o and lse (what training does).
-				wdq, wdk, wdv := attention.DenseBackward(qh, kh, vh, oh, lh, doh, dims, c.causal, scale)
-				checkBackward(t, d, a, [3][]float64{wdq, wdk, wdv}, nq, nk, nl, q, k, v, o, lse, do)
-			})
+				denseCaseRun(t, d, cache, i, c, vr, mode, split)
+			}
 		}
 	}
+}
+
+// denseCaseRun is one TestGPUDense subtest: c at tier vr with dQ mode mode,
+// the backward split by query head or not.
+func denseCaseRun(t *testing.T, d *cuda.Device, cache *cuda.Cache, i int, c denseCase, vr tierVariant,
+	mode fk.DQMode, split bool) {
+	t.Run(fmt.Sprintf("%s/tier%d/dq%d/split=%v", c.name, vr.tier, mode, split), func(t *testing.T) {
+		rng := rand.New(rand.NewPCG(uint64(i), 11))
+		dims := attention.Dims{B: c.b, T: c.t, S: c.s, Hq: c.hq, Hkv: c.hk, D: c.dim}
+		desc := fk.Desc{B: int64(c.b), T: int64(c.t), S: int64(c.s), Hq: c.hq, Hkv: c.hk, D: c.dim, Causal: c.causal, DQ: mode,
+			Br: c.tiles[0], Bc: c.tiles[1], WM: c.tiles[2], Stages: c.tiles[3], Tier: vr.tier, SplitHeads: split}
+		a, err := New(d, cache, desc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer a.Close()
+		nq, nk, nl := c.b*c.t*c.hq*c.dim, c.b*c.s*c.hk*c.dim, c.b*c.hq*c.t
+		q, qh := randBF16(t, d, rng, nq, 1)
+		k, kh := randBF16(t, d, rng, nk, 1)
+		v, vh := randBF16(t, d, rng, nk, 1)
+		do, doh := randBF16(t, d, rng, nq, 1)
+		o, lse := alloc(t, d, nq, true), alloc(t, d, nl, false)
+		if err := a.Forward(nil, o.p, lse.p, q.p, k.p, v.p); err != nil {
+			t.Fatal(err)
+		}
+		if err := d.Synchronize(); err != nil {
+			t.Fatal(err)
+		}
+		scale := 1 / math.Sqrt(float64(c.dim))
+		wo, wl := attention.Dense(qh, kh, vh, dims, c.causal, scale)
+		oh, lh := o.get(t, d), lse.get(t, d)
+		if e := relErr(oh, wo); e > tol {
+			t.Errorf("o: relative error %.3g > %g", e, tol)
+		}
+		if e := relErr(lh, wl); e > 1e-3 {
+			t.Errorf("lse: relative error %.3g", e)
+		}
+		// The backward from the GPU's own o and lse (what training does).
+		wdq, wdk, wdv := attention.DenseBackward(qh, kh, vh, oh, lh, doh, dims, c.causal, scale)
+		checkBackward(t, d, a, [3][]float64{wdq, wdk, wdv}, nq, nk, nl, q, k, v, o, lse, do)
+	})
 }
 
 // TestGPURing splits the keys into two ring blocks with position offsets and

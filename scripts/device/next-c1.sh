@@ -24,6 +24,12 @@ for a in "--H 8 --D 128" "--H 16 --Hkv 4 --D 64"; do
   timeout 60 $L bench attention --T 65536 $a --window 4096 > $OUT/logs/win_${a// /}.log 2>&1; echo "bench window 64K $a rc=$?"
   grep -E "^  |vs one" $OUT/logs/win_${a// /}.log | cut -c1-200
 done
+# Tier 2's grouped-query backward split by query head (flash.Desc.SplitHeads), off and
+# on, beside cuDNN: the 1.1B Llama's layer and GQA 8/2 at 32K; the faster becomes the rule.
+for a in "--T 8192 --H 32 --Hkv 4 --D 64" "--T 32768 --H 8 --Hkv 2 --D 128"; do
+  timeout 90 $L bench attention $a --tiles "0,0,0,0,0,0,0,0,0,0,2,0;0,0,0,0,0,0,0,0,0,0,2,1" --anchors .gpu/b/anchors > $OUT/logs/split_${a// /}.log 2>&1; echo "bench split $a rc=$?"
+  grep -vE "^anchor:" $OUT/logs/split_${a// /}.log | tail -8 | cut -c1-220
+done
 # Head dims 96 and 256 beside sdpa_flash at 16K (issue #24), and the bidirectional shape.
 for a in "--T 16384 --H 8 --D 96" "--T 16384 --H 8 --D 256" "--T 4096 --H 16 --D 64 --B 4 --no-causal"; do
   timeout 90 $L bench attention $a --anchors .gpu/b/anchors > $OUT/logs/hd_${a// /}.log 2>&1; echo "bench $a rc=$?"

@@ -30,7 +30,14 @@ const dkdvq90Src = `extern "C" __global__ void __launch_bounds__(256, 1) @KERNEL
   if (fa_smem(fa_sh) & 1023) __trap();  // the swizzle atoms need 1024-byte alignment
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, wg = warp >> 2;
   const int g = lane >> 2, c2 = (lane & 3) * 2;
+#if FA_SPLIT
+  // Split heads (Desc.SplitHeads): this CTA walks query head h0 alone.
+  const int h0 = blockIdx.y, hk = h0 / FA_G;
+#define FA_GW 1
+#else
   const int hk = blockIdx.y, h0 = hk * FA_G;
+#define FA_GW FA_G
+#endif
   const long long b = blockIdx.z / FA_NSEG, sg = blockIdx.z % FA_NSEG, k0 = (long long)blockIdx.x * FA_BC;
   long long kp0, kn, qp0, qn;  // a dilated branch (FA_G = 1): the rows of segment sg, head hk
   fa_geom(sg, h0, FA_S, &kp0, &kn);
@@ -42,7 +49,7 @@ const dkdvq90Src = `extern "C" __global__ void __launch_bounds__(256, 1) @KERNEL
   const long long it0 = first / FA_BR;
   const long long qtiles = (qend + FA_BR - 1) / FA_BR;
   const int nit = qtiles > it0 ? (int)(qtiles - it0) : 0;
-  const int nitems = FA_G * nit;
+  const int nitems = FA_GW * nit;
   const long long qrs = (long long)FA_HQ * FA_DG * FA_R, krs = (long long)FA_HKV * FA_DG * FA_R;
   // The items: query tiles it0..qtiles − 1 of each head of the group. With one
   // head the walk goes forward from the diagonal. With a group it goes
@@ -50,8 +57,8 @@ const dkdvq90Src = `extern "C" __global__ void __launch_bounds__(256, 1) @KERNEL
   // same Q and dO tiles and add to the same dQ rows at about the same time, in
   // L2; walked head-major, the CTAs drift into different heads (their walks
   // differ in length) and the group's Q, dO and fixed-point dQ do not fit L2.
-#if FA_G > 1
-#define fa_next(hh, ii) do { if (++(hh) == h0 + FA_G) (hh) = h0, --(ii); } while (0)
+#if FA_GW > 1
+#define fa_next(hh, ii) do { if (++(hh) == h0 + FA_GW) (hh) = h0, --(ii); } while (0)
   const long long ifirst = qtiles - 1;
 #else
 #define fa_next(hh, ii) (++(ii))
@@ -230,11 +237,19 @@ const dkdvq90Src = `extern "C" __global__ void __launch_bounds__(256, 1) @KERNEL
   for (int r = 0; r < 2; ++r) {
     const long long row = k0 + kr + r * 8;
     if (row >= kn) continue;
+#if FA_SPLIT
+    // This head's parts of dK and dV, [B, S, Hq, D] fp32 each, stored.
+    const long long off = ((b * FA_S + kp0 + row * FA_R) * FA_HQ + h0) * FA_DG + c2;
+#else
     const long long off = ((b * FA_S + kp0 + row * FA_R) * FA_HKV + hk) * FA_DG + c2;
+#endif
 #pragma unroll
     for (int nt = 0; nt < FA_D / 8; ++nt) {
       if (nt * 8 >= FA_DG) break;  // a padded head dim's zero columns
-#if FA_ACC
+#if FA_SPLIT
+      *(float2*)(dk + off + nt * 8) = make_float2(dka[nt * 4 + 2 * r] * FA_SCALE, dka[nt * 4 + 2 * r + 1] * FA_SCALE);
+      *(float2*)(dv + off + nt * 8) = make_float2(dva[nt * 4 + 2 * r], dva[nt * 4 + 2 * r + 1]);
+#elif FA_ACC
       float2* pk = (float2*)(dk + off + nt * 8);
       float2* pv = (float2*)(dv + off + nt * 8);
       float2 x, y;
@@ -259,4 +274,26 @@ const dkdvq90Src = `extern "C" __global__ void __launch_bounds__(256, 1) @KERNEL
 }
 #undef loadq
 #undef fa_next
+#undef FA_GW
+`
+
+// dkvReduceSrc sums split heads' parts (Desc.SplitHeads): dk and dv [B, S, Hkv,
+// D] bf16 from ws, dK's parts [B, S, Hq, D] fp32 then dV's, a group's G heads
+// added in head order in fp32; a thread takes one pair of columns.
+const dkvReduceSrc = `extern "C" __global__ void __launch_bounds__(256) @KERNEL@(fa_bf16* __restrict__ dk,
+    fa_bf16* __restrict__ dv, const float* __restrict__ ws) {
+  const long long i = (long long)blockIdx.x * 256 + threadIdx.x;
+  if (i >= FA_N) return;
+  const long long e = 2 * i, c = e % FA_DG, r = e / FA_DG, hk = r % FA_HKV, bs = r / FA_HKV;
+  const float* pk = ws + (bs * FA_HQ + hk * FA_G) * FA_DG + c;
+  const float* pv = pk + FA_B * FA_S * FA_HQ * FA_DG;
+  float2 sk = make_float2(0.0f, 0.0f), sv = make_float2(0.0f, 0.0f);
+#pragma unroll
+  for (int m = 0; m < FA_G; ++m) {
+    const float2 a = *(const float2*)(pk + m * FA_DG), b = *(const float2*)(pv + m * FA_DG);
+    sk.x += a.x, sk.y += a.y, sv.x += b.x, sv.y += b.y;
+  }
+  *(unsigned*)(dk + e) = fa_pack(sk.x, sk.y);
+  *(unsigned*)(dv + e) = fa_pack(sv.x, sv.y);
+}
 `

@@ -98,6 +98,14 @@ type Desc struct {
 	// their dK/dV run one launch per member, accumulating in a fixed order.
 	PerMember bool
 	Member    int
+	// SplitHeads runs tier 2's fused backward one CTA per (key tile, query head)
+	// instead of per (key tile, kv head): a grouped-query key tile's walk over
+	// its group's G heads becomes G walks side by side, so that the CTAs near the
+	// causal diagonal's start (the longest walks, G·T/BwdBr items) no longer
+	// make the kernel's tail. Each writes its head's part of dK and dV in fp32
+	// (Desc.SplitWorkspace), and DKVReduce sums a group's parts in head order:
+	// the same bits every run.
+	SplitHeads bool
 	// DQ chooses how the backward computes dQ: DQFused fuses it into the dK/dV
 	// kernel (dense or grouped-query attention, or a dilated branch without
 	// grouped-query heads; with Accumulate dK and dV add into fp32 sums and dQ
@@ -145,6 +153,10 @@ func (d Desc) Fused() bool {
 func (d Desc) DQWorkspace() int64 {
 	return 2*d.B*d.T*int64(d.Hq)*int64(d.D) + DQBoundWords
 }
+
+// SplitWorkspace is the fp32 elements of SplitHeads' parts of dK and dV:
+// [B, S, Hq, D] each, dK's then dV's.
+func (d Desc) SplitWorkspace() int64 { return 2 * d.B * d.S * int64(d.Hq) * int64(d.D) }
 
 // DQBoundWords is the size of the maxima at the end of the fused workspace:
 // max |dO|, max |K|, max |V| (bf16 elements) and max |delta|, as float bits.
@@ -379,6 +391,10 @@ func (d Desc) Check() error {
 	if d.Window > 0 && (!d.Causal || d.Dilated() || d.Accumulate || d.QPos != 0 || d.KPos != 0 || !d.Fused()) {
 		return fmt.Errorf("sliding window: dense causal attention with the fused backward only " +
 			"(not a dilated branch, a ring block or the split dQ)")
+	}
+	if d.SplitHeads && (d.Tier != 2 || !d.Fused() || d.Accumulate || d.Dilated() || d.Hq == d.Hkv ||
+		d.QPos != 0 || d.KPos != 0) {
+		return fmt.Errorf("split heads: tier 2's fused backward of dense grouped-query attention only")
 	}
 	if d.Offsets != "paper" && d.Offsets != "block" {
 		return fmt.Errorf("offsets %q: want paper or block", d.Offsets)

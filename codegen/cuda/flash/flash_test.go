@@ -46,7 +46,10 @@ func variants() []Desc {
 		Desc{B: 1, T: 1000, S: 1000, Hq: 8, Hkv: 2, D: 256, Causal: true},
 		Desc{B: 2, T: 300, S: 517, Hq: 2, Hkv: 2, D: 256},
 		Desc{B: 1, T: 777, S: 777, Hq: 4, Hkv: 4, D: 256, Causal: true, Window: 200},
-		Desc{B: 1, T: 500, S: 500, Hq: 2, Hkv: 1, D: 192, Causal: true})
+		Desc{B: 1, T: 500, S: 500, Hq: 2, Hkv: 1, D: 192, Causal: true},
+		// Split heads (tier 2's grouped-query backward, one CTA per query head).
+		Desc{B: 2, T: 1000, S: 1000, Hq: 8, Hkv: 2, D: 128, Causal: true, SplitHeads: true, Tier: 2},
+		Desc{B: 1, T: 777, S: 777, Hq: 4, Hkv: 1, D: 64, Causal: true, SplitHeads: true, Tier: 2, Window: 100})
 	return ds
 }
 
@@ -54,11 +57,14 @@ func kernels(t *testing.T, d Desc) []Kernel {
 	t.Helper()
 	var ks []Kernel
 	gens := []func(Desc) (Kernel, error){Forward, Delta, DKDV}
-	if !d.Docs && d.Window == 0 && d.KD() <= 128 { // these have only the fused backward, whose dK/dV kernel computes dQ
+	if !d.Docs && d.Window == 0 && d.KD() <= 128 && !d.SplitHeads { // these have only the fused backward, whose dK/dV kernel computes dQ
 		gens = append(gens, DQ)
 	}
 	if d.Defaults().Fused() {
 		gens = append(gens, DQBound, ConvertDQ)
+	}
+	if d.SplitHeads {
+		gens = append(gens, DKVReduce)
 	}
 	for _, f := range gens {
 		k, err := f(d)
@@ -108,6 +114,8 @@ func TestRejects(t *testing.T) {
 	}{
 		{Desc{B: 1, T: 8, S: 8, Hq: 1, Hkv: 1, D: 100}, "head dim 100"},
 		{Desc{B: 1, T: 8, S: 8, Hq: 1, Hkv: 1, D: 264}, "head dim 264"},
+		{Desc{B: 1, T: 8, S: 8, Hq: 4, Hkv: 2, D: 64, SplitHeads: true}, "split heads"},
+		{Desc{B: 1, T: 8, S: 8, Hq: 2, Hkv: 2, D: 64, SplitHeads: true, Tier: 2}, "split heads"},
 		{Desc{B: 1, T: 8, S: 8, Hq: 1, Hkv: 1, D: 256, Tier: 2}, "above 128"},
 		{Desc{B: 1, T: 64, S: 64, Hq: 1, Hkv: 1, D: 256, Causal: true, W: 16, R: 2, Accumulate: true}, "above 128"},
 		{Desc{B: 1, T: 8, S: 8, Hq: 1, Hkv: 1, D: 64, Causal: true, Window: 4, W: 4, R: 2}, "sliding window"},
@@ -182,7 +190,7 @@ func TestNVRTCCompile(t *testing.T) {
 	var srcs []Kernel
 	for _, d := range variants() {
 		for _, k := range kernels(t, d) {
-			if !seen[k.Name()] {
+			if !seen[k.Name()] && k.Arch == "" { // sm_90a's are TestNVRTCCompileTier2's
 				seen[k.Name()] = true
 				srcs = append(srcs, k)
 			}

@@ -97,6 +97,7 @@ var header = template.Must(template.New("header").Funcs(funcs).Parse(
 #define FA_DG {{.D}}
 #define FA_CAUSAL {{b .Causal}}
 #define FA_DOCS {{b .Docs}}
+#define FA_SPLIT {{b .SplitHeads}}
 #define FA_WIN {{.Window}}LL
 #define FA_SCALE {{flit .Scale}}
 #define FA_SL2 {{sl2 .Scale}}
@@ -237,7 +238,12 @@ func DKDV(d Desc) (Kernel, error) {
 // dQ into the workspace ws. A dilated branch runs one CTA per (key tile, head,
 // batch × segment) over the branch's rows.
 func dkdvq(d Desc) Kernel {
-	v := view{Desc: d, Kind: "dkdvq", BR: d.BwdBr, BC: d.BwdBc, NT: 256, Acc: d.Accumulate}
+	// Split heads write fp32 parts (FA_OT float), stored, not added.
+	v := view{Desc: d, Kind: "dkdvq", BR: d.BwdBr, BC: d.BwdBc, NT: 256, Acc: d.Accumulate || d.SplitHeads}
+	heads := d.Hkv
+	if d.SplitHeads {
+		heads = d.Hq
+	}
 	v.WM = 1
 	pad := d.BwdBc + 8
 	rows := d.S
@@ -254,11 +260,11 @@ func dkdvq(d Desc) Kernel {
 		shared = 2*d.KD()*(2*d.BwdBc+2*d.Stages*d.BwdBr) + 2*2*d.BwdBc*d.BwdBr + 8*d.Stages*d.BwdBr
 	}
 	return Kernel{Op: "attention.flash.dkdvdq", Body: render(v, body), Arch: arch,
-		Grid:   [3]uint32{uint32((rows + int64(d.BwdBc) - 1) / int64(d.BwdBc)), uint32(d.Hkv), uint32(d.B * nsegOf(d))},
+		Grid:   [3]uint32{uint32((rows + int64(d.BwdBc) - 1) / int64(d.BwdBc)), uint32(heads), uint32(d.B * nsegOf(d))},
 		Block:  [3]uint32{256, 1, 1},
 		Shared: uint32(shared),
 		// ws holds int64 sums and float maxima; "float" is the word type buffers carry.
-		Params: docsParam(d, []Param{{"dk", outType(d.Accumulate), true}, {"dv", outType(d.Accumulate), true},
+		Params: docsParam(d, []Param{{"dk", outType(v.Acc), true}, {"dv", outType(v.Acc), true},
 			{"q", "lcc_bf16", false}, {"k", "lcc_bf16", false}, {"v", "lcc_bf16", false},
 			{"dout", "lcc_bf16", false}, {"lse", "float", false}, {"delta", "float", false},
 			{"ws", "float", true}}),
@@ -324,6 +330,27 @@ func DQ(d Desc) (Kernel, error) {
 		Params: []Param{{"dq", outType(d.Accumulate), true}, {"q", "lcc_bf16", false},
 			{"k", "lcc_bf16", false}, {"v", "lcc_bf16", false}, {"dout", "lcc_bf16", false},
 			{"lse", "float", false}, {"delta", "float", false}},
+	}, nil
+}
+
+// DKVReduce renders SplitHeads' last step: dk and dv [B,S,Hkv,D] bf16, each
+// the sum of its group's G parts in the workspace (Desc.SplitWorkspace), added
+// in head order in fp32.
+func DKVReduce(d Desc) (Kernel, error) {
+	d = d.Defaults()
+	if err := d.Check(); err != nil {
+		return Kernel{}, err
+	}
+	if !d.SplitHeads {
+		return Kernel{}, fmt.Errorf("dK/dV reduction: the backward does not split heads")
+	}
+	n := d.B * d.S * int64(d.Hkv) * int64(d.D) / 2 // pairs
+	v := view{Desc: d, Kind: "dkvreduce", BR: 16, BC: 16, NT: 256, N: n}
+	v.WM = 1
+	return Kernel{Op: "attention.flash.dkvreduce", Body: render(v, dkvReduceSrc),
+		Grid:   [3]uint32{uint32((n + 255) / 256), 1, 1},
+		Block:  [3]uint32{256, 1, 1},
+		Params: []Param{{"dk", "lcc_bf16", true}, {"dv", "lcc_bf16", true}, {"ws", "float", false}},
 	}, nil
 }
 

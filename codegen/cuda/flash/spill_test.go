@@ -31,6 +31,15 @@ func TestNoSpills(t *testing.T) {
 				if d.Defaults().Check() != nil {
 					continue // tier 2 stops at 128
 				}
+				if tier == 2 {
+					sd := d
+					sd.SplitHeads = true
+					k, err := DKDV(sd)
+					if err != nil {
+						t.Fatal(err)
+					}
+					ks = append(ks, k)
+				}
 				for _, f := range []func(Desc) (Kernel, error){Forward, DKDV} {
 					k, err := f(d)
 					if err != nil {

@@ -11,6 +11,7 @@
 #define FA_DG 128
 #define FA_CAUSAL 1
 #define FA_DOCS 0
+#define FA_SPLIT 0
 #define FA_WIN 0LL
 #define FA_SCALE 0.088388346f
 #define FA_SL2 0.12751743f
@@ -222,7 +223,7 @@ __device__ __forceinline__ void fa_load_tile(fa_bf16* s, const fa_bf16* g, long 
     fa_cp16(fa_smem(s + fa_swz(r, ch * 8)), src, ok);
   }
 }
-extern "C" __global__ void __launch_bounds__(FA_NT) attention_flash_dkdv_aa6b700e946a0954(FA_OT* __restrict__ dk, FA_OT* __restrict__ dv,
+extern "C" __global__ void __launch_bounds__(FA_NT) attention_flash_dkdv_de518a48f15c9501(FA_OT* __restrict__ dk, FA_OT* __restrict__ dv,
     const fa_bf16* __restrict__ q, const fa_bf16* __restrict__ k, const fa_bf16* __restrict__ v,
     const fa_bf16* __restrict__ dout, const float* __restrict__ lse, const float* __restrict__ delta
     ) {

@@ -11,6 +11,7 @@
 #define FA_DG 128
 #define FA_CAUSAL 1
 #define FA_DOCS 0
+#define FA_SPLIT 0
 #define FA_WIN 0LL
 #define FA_SCALE 0.088388346f
 #define FA_SL2 0.12751743f
@@ -256,7 +257,7 @@ __device__ __forceinline__ void fa_red64(unsigned long long* p, float x, float m
 #define FA_KM (FA_BC / 64)
 #define FA_DN (FA_D / 16)
 #define FA_QN (FA_D / 32)
-extern "C" __global__ void __launch_bounds__(256, 1) attention_flash_dkdvdq_41bfca8b0a57a085(FA_OT* __restrict__ dk, FA_OT* __restrict__ dv,
+extern "C" __global__ void __launch_bounds__(256, 1) attention_flash_dkdvdq_2f01c4c8553c2c63(FA_OT* __restrict__ dk, FA_OT* __restrict__ dv,
     const fa_bf16* __restrict__ q, const fa_bf16* __restrict__ k, const fa_bf16* __restrict__ v,
     const fa_bf16* __restrict__ dout, const float* __restrict__ lse, const float* __restrict__ delta,
     unsigned* __restrict__ ws FA_DOCS_ARG) {

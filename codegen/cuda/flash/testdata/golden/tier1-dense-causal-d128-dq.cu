@@ -11,6 +11,7 @@
 #define FA_DG 128
 #define FA_CAUSAL 1
 #define FA_DOCS 0
+#define FA_SPLIT 0
 #define FA_WIN 0LL
 #define FA_SCALE 0.088388346f
 #define FA_SL2 0.12751743f
@@ -222,7 +223,7 @@ __device__ __forceinline__ void fa_load_tile(fa_bf16* s, const fa_bf16* g, long 
     fa_cp16(fa_smem(s + fa_swz(r, ch * 8)), src, ok);
   }
 }
-extern "C" __global__ void __launch_bounds__(FA_NT) attention_flash_dq_7d930cc45d4ce211(FA_OT* __restrict__ dq,
+extern "C" __global__ void __launch_bounds__(FA_NT) attention_flash_dq_1cdde760b11c087f(FA_OT* __restrict__ dq,
     const fa_bf16* __restrict__ q, const fa_bf16* __restrict__ k, const fa_bf16* __restrict__ v,
     const fa_bf16* __restrict__ dout, const float* __restrict__ lse, const float* __restrict__ delta) {
   extern __shared__ __align__(128) unsigned char fa_sh[];

@@ -11,6 +11,7 @@
 #define FA_DG 128
 #define FA_CAUSAL 1
 #define FA_DOCS 0
+#define FA_SPLIT 0
 #define FA_WIN 0LL
 #define FA_SCALE 0.088388346f
 #define FA_SL2 0.12751743f
@@ -317,7 +318,7 @@ __device__ __forceinline__ void fa_wg_dq(float* d, unsigned long long da, unsign
     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
     : "l"(da), "l"(db), "r"(acc) : "memory");
 }
-extern "C" __global__ void __launch_bounds__(256, 1) attention_flash_dkdvdq_d20152f182ad1cdd(FA_OT* __restrict__ dk, FA_OT* __restrict__ dv,
+extern "C" __global__ void __launch_bounds__(256, 1) attention_flash_dkdvdq_6696238c9eca1c5f(FA_OT* __restrict__ dk, FA_OT* __restrict__ dv,
     const fa_bf16* __restrict__ q, const fa_bf16* __restrict__ k, const fa_bf16* __restrict__ v,
     const fa_bf16* __restrict__ dout, const float* __restrict__ lse, const float* __restrict__ delta,
     unsigned* __restrict__ ws FA_DOCS_ARG) {
@@ -332,7 +333,14 @@ extern "C" __global__ void __launch_bounds__(256, 1) attention_flash_dkdvdq_d201
   if (fa_smem(fa_sh) & 1023) __trap();  // the swizzle atoms need 1024-byte alignment
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, wg = warp >> 2;
   const int g = lane >> 2, c2 = (lane & 3) * 2;
+#if FA_SPLIT
+  // Split heads (Desc.SplitHeads): this CTA walks query head h0 alone.
+  const int h0 = blockIdx.y, hk = h0 / FA_G;
+#define FA_GW 1
+#else
   const int hk = blockIdx.y, h0 = hk * FA_G;
+#define FA_GW FA_G
+#endif
   const long long b = blockIdx.z / FA_NSEG, sg = blockIdx.z % FA_NSEG, k0 = (long long)blockIdx.x * FA_BC;
   long long kp0, kn, qp0, qn;  // a dilated branch (FA_G = 1): the rows of segment sg, head hk
   fa_geom(sg, h0, FA_S, &kp0, &kn);
@@ -344,7 +352,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) attention_flash_dkdvdq_d201
   const long long it0 = first / FA_BR;
   const long long qtiles = (qend + FA_BR - 1) / FA_BR;
   const int nit = qtiles > it0 ? (int)(qtiles - it0) : 0;
-  const int nitems = FA_G * nit;
+  const int nitems = FA_GW * nit;
   const long long qrs = (long long)FA_HQ * FA_DG * FA_R, krs = (long long)FA_HKV * FA_DG * FA_R;
   // The items: query tiles it0..qtiles − 1 of each head of the group. With one
   // head the walk goes forward from the diagonal. With a group it goes
@@ -352,8 +360,8 @@ extern "C" __global__ void __launch_bounds__(256, 1) attention_flash_dkdvdq_d201
   // same Q and dO tiles and add to the same dQ rows at about the same time, in
   // L2; walked head-major, the CTAs drift into different heads (their walks
   // differ in length) and the group's Q, dO and fixed-point dQ do not fit L2.
-#if FA_G > 1
-#define fa_next(hh, ii) do { if (++(hh) == h0 + FA_G) (hh) = h0, --(ii); } while (0)
+#if FA_GW > 1
+#define fa_next(hh, ii) do { if (++(hh) == h0 + FA_GW) (hh) = h0, --(ii); } while (0)
   const long long ifirst = qtiles - 1;
 #else
 #define fa_next(hh, ii) (++(ii))
@@ -532,11 +540,19 @@ extern "C" __global__ void __launch_bounds__(256, 1) attention_flash_dkdvdq_d201
   for (int r = 0; r < 2; ++r) {
     const long long row = k0 + kr + r * 8;
     if (row >= kn) continue;
+#if FA_SPLIT
+    // This head's parts of dK and dV, [B, S, Hq, D] fp32 each, stored.
+    const long long off = ((b * FA_S + kp0 + row * FA_R) * FA_HQ + h0) * FA_DG + c2;
+#else
     const long long off = ((b * FA_S + kp0 + row * FA_R) * FA_HKV + hk) * FA_DG + c2;
+#endif
 #pragma unroll
     for (int nt = 0; nt < FA_D / 8; ++nt) {
       if (nt * 8 >= FA_DG) break;  // a padded head dim's zero columns
-#if FA_ACC
+#if FA_SPLIT
+      *(float2*)(dk + off + nt * 8) = make_float2(dka[nt * 4 + 2 * r] * FA_SCALE, dka[nt * 4 + 2 * r + 1] * FA_SCALE);
+      *(float2*)(dv + off + nt * 8) = make_float2(dva[nt * 4 + 2 * r], dva[nt * 4 + 2 * r + 1]);
+#elif FA_ACC
       float2* pk = (float2*)(dk + off + nt * 8);
       float2* pv = (float2*)(dv + off + nt * 8);
       float2 x, y;
@@ -561,3 +577,4 @@ extern "C" __global__ void __launch_bounds__(256, 1) attention_flash_dkdvdq_d201
 }
 #undef loadq
 #undef fa_next
+#undef FA_GW
