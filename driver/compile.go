@@ -443,7 +443,7 @@ func compileOne(f *ir.Func, opts CompileOptions) (*Result, *pipeline, error) {
 		}
 		for _, a := range p.found.prog.Attention {
 			rep.AttentionKernels = append(rep.AttentionKernels, report.AttentionKernel{Node: a.Node, Op: a.Op,
-				Name: a.Name, Kernel: a.Kernel, Tier: a.Tier, Why: a.Why})
+				Name: a.Name, Kernel: a.Kernel, Tier: a.Tier, Why: a.Why, Note: a.Note})
 		}
 		rep.Kernels = append(rep.Kernels, libraryKernels(p.found.prog.Plan)...)
 		rep.CUDAGraph = p.found.prog.Plan.Graph.String()

@@ -283,6 +283,9 @@ type AttentionKernel struct {
 	Kernel string `json:"kernel"`
 	Tier   int    `json:"tier,omitempty"`
 	Why    string `json:"why,omitempty"`
+	// Note says what the tensor-core kernels do differently (a padded head
+	// dim, a sliding window, tier 1 on a tier-2 target).
+	Note string `json:"note,omitempty"`
 }
 
 // attentionKernelLines groups ks by op, kernel and reason, in order of first
@@ -292,6 +295,10 @@ func attentionKernelLines(ks []AttentionKernel) []string {
 	count := map[string]int{}
 	for _, k := range ks {
 		how := fmt.Sprintf("%s tier %d (tensor cores, %s)", k.Kernel, k.Tier, map[int]string{1: "mma.sync", 2: "wgmma"}[k.Tier])
+		if k.Note != "" {
+			how = fmt.Sprintf("%s tier %d (tensor cores, %s; %s)", k.Kernel, k.Tier,
+				map[int]string{1: "mma.sync", 2: "wgmma"}[k.Tier], k.Note)
+		}
 		if k.Why != "" {
 			how = fmt.Sprintf("%s (CUDA cores): %s", k.Kernel, k.Why)
 		}

@@ -3,6 +3,7 @@ package cuda
 import (
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/lcc-dev/lcc/codegen/cuda/flash"
 	"github.com/lcc-dev/lcc/ir"
@@ -31,6 +32,10 @@ type AttentionChoice struct {
 	Tier   int    `json:"tier,omitempty"`
 	// Why says why the tensor-core tier did not take the node ("" when it did).
 	Why string `json:"why,omitempty"`
+	// Note says what the tensor-core kernels do differently for the node: a
+	// head dim computed padded, a sliding window, a tier other than the
+	// target's ("" when none).
+	Note string `json:"note,omitempty"`
 }
 
 // chooseAttention returns the tensor-core kernel descriptor of attention node n,
@@ -44,9 +49,28 @@ func (g *gen) chooseAttention(n *ir.Node) (flash.Desc, error) {
 	c := AttentionChoice{Node: g.node, Op: n.Op.String(), Name: n.Name, Kernel: KernelFlash, Tier: d.Tier}
 	if err != nil {
 		c.Kernel, c.Tier, c.Why = KernelScalar, 0, err.Error()
+	} else {
+		c.Note = flashNote(d, flash.TierFor(g.opts.Arch))
 	}
 	g.prog.Attention = append(g.prog.Attention, c)
 	return d, err
+}
+
+// flashNote says what the kernels of d do differently from the plain case,
+// for the report: a head dim padded to the kernels' (flash.Desc.KD), tier 1 on
+// a tier-2 target, a sliding window.
+func flashNote(d flash.Desc, tier int) string {
+	var notes []string
+	if d.KD() != d.D {
+		notes = append(notes, fmt.Sprintf("head dim %d computed at %d", d.D, d.KD()))
+	}
+	if d.Tier < tier {
+		notes = append(notes, fmt.Sprintf("tier %d: tier %d stops at head dim 128", d.Tier, tier))
+	}
+	if d.Window > 0 {
+		notes = append(notes, fmt.Sprintf("sliding window %d", d.Window))
+	}
+	return strings.Join(notes, ", ")
 }
 
 // flashDesc returns the tensor-core kernel descriptor of attention node n, or

@@ -76,6 +76,11 @@ func TestFlashWindowLowering(t *testing.T) {
 		if n != 2 {
 			t.Errorf("%s: %d windowed flash kernels, want the forward and the fused backward", arch, n)
 		}
+		for _, c := range p.Attention {
+			if !strings.Contains(c.Note, "sliding window 100") {
+				t.Errorf("%s: choice %+v does not note the window", arch, c)
+			}
+		}
 	}
 	p, err := codegen.Build(f, codegen.Options{Arch: "sm_90a", Storage: tensor.F32})
 	if err != nil {
@@ -133,6 +138,9 @@ func TestFlashPaddedHeadDim(t *testing.T) {
 				}
 			} else if ch.Kernel != codegen.KernelFlash || ch.Tier != c.tier {
 				t.Errorf("D=%d: %+v, want the tensor-core kernels of tier %d", c.d, ch, c.tier)
+			} else if want := fmt.Sprintf("head dim %d computed at %d", c.d, c.kd); c.d != c.kd &&
+				!strings.Contains(ch.Note, want) || c.tier == 1 && !strings.Contains(ch.Note, "tier 2 stops") {
+				t.Errorf("D=%d: note %q, want %q (and tier 1's reason at 256)", c.d, ch.Note, want)
 			}
 		}
 		if c.kd == 0 {
