@@ -140,7 +140,11 @@ func FlashDescOf(n *ir.Node, tier int) flash.Desc {
 	if n.Op == ir.OpDilatedAttention || n.Op == ir.OpDilatedAttentionGrad {
 		d.Offsets = n.AttrString("offsets")
 	}
-	return d.Defaults()
+	d = d.Defaults()
+	if n.Op == ir.OpAttentionGrad {
+		d.SplitHeads = flash.SplitsHeads(d)
+	}
+	return d
 }
 
 // flashBranches is the descriptor of each LongNet branch of dilated attention n:
@@ -293,7 +297,18 @@ func lowerFlashGrad(g *gen, n *ir.Node, d flash.Desc) error {
 		ws := g.temp(tensor.F32, nw)
 		g.emitFlash(flash.Fill(nw, 0), []int{ws})
 		g.emitFlash(kb, []int{ws, id(do), id(k), id(v), delta})
-		g.emitFlash(kkv, g.withDocs(n, []int{id(dk), id(dv), id(q), id(k), id(v), id(do), id(lse), delta, ws}))
+		if !d.SplitHeads {
+			g.emitFlash(kkv, g.withDocs(n, []int{id(dk), id(dv), id(q), id(k), id(v), id(do), id(lse), delta, ws}))
+		} else {
+			// Each query head's parts of dK and dV, summed by the group after.
+			kr, err := flash.DKVReduce(d)
+			if err != nil {
+				return err
+			}
+			pk, pv := g.temp(tensor.F32, d.B, d.S, int64(d.Hq), int64(d.D)), g.temp(tensor.F32, d.B, d.S, int64(d.Hq), int64(d.D))
+			g.emitFlash(kkv, g.withDocs(n, []int{pk, pv, id(q), id(k), id(v), id(do), id(lse), delta, ws}))
+			g.emitFlash(kr, []int{id(dk), id(dv), pk, pv})
+		}
 		g.emitFlash(kc, []int{id(dq), ws})
 		return nil
 	}

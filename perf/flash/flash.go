@@ -224,11 +224,11 @@ func (a *Attention) DKDV(s *cuda.Stream, dk, dv, q, k, v, lse, delta, do cuda.De
 	if a.reduce == nil {
 		return a.dkdv.launch(s, a.withDocs(dk, dv, q, k, v, do, lse, delta, a.ws)...)
 	}
-	half := cuda.DevicePtr(2 * a.Desc.SplitWorkspace()) // bytes of dK's parts: dV's follow
-	if err := a.dkdv.launch(s, a.withDocs(a.parts, a.parts+half, q, k, v, do, lse, delta, a.ws)...); err != nil {
+	pv := a.parts + cuda.DevicePtr(2*a.Desc.SplitWorkspace()) // after dK's parts, in bytes
+	if err := a.dkdv.launch(s, a.withDocs(a.parts, pv, q, k, v, do, lse, delta, a.ws)...); err != nil {
 		return err
 	}
-	return a.reduce.launch(s, dk, dv, a.parts)
+	return a.reduce.launch(s, dk, dv, a.parts, pv)
 }
 
 // DQ queues the dQ kernel alone (part of BackwardWith); when the backward is

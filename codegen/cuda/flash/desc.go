@@ -158,6 +158,23 @@ func (d Desc) DQWorkspace() int64 {
 // [B, S, Hq, D] each, dK's then dV's.
 func (d Desc) SplitWorkspace() int64 { return 2 * d.B * d.S * int64(d.Hq) * int64(d.D) }
 
+// hopperSMs is the SMs of the H100 and the H200, tier 2's GPUs.
+const hopperSMs = 132
+
+// SplitsHeads is the rule for SplitHeads (d after Defaults): split a
+// grouped-query tier-2 fused backward when its unsplit grid has fewer than
+// two CTAs an SM. A causal key tile's walk at k0 = 0 is G·T/BwdBr items, and
+// the SMs' mean share is about B·Hkv·(S/BwdBc)/2 of those walks over the SMs,
+// so below two CTAs an SM the longest walk outlasts the mean and is the
+// kernel's tail; split, the longest walk is T/BwdBr.
+func SplitsHeads(d Desc) bool {
+	if d.Tier != 2 || d.Hq == d.Hkv || !d.Fused() || d.Accumulate || d.Dilated() || d.QPos != 0 || d.KPos != 0 {
+		return false
+	}
+	ctas := d.B * int64(d.Hkv) * ((d.S + int64(d.BwdBc) - 1) / int64(d.BwdBc))
+	return ctas < 2*hopperSMs
+}
+
 // DQBoundWords is the size of the maxima at the end of the fused workspace:
 // max |dO|, max |K|, max |V| (bf16 elements) and max |delta|, as float bits.
 const DQBoundWords = 4

@@ -262,3 +262,24 @@ func TestDefaultTiles(t *testing.T) {
 		}
 	}
 }
+
+// TestSplitsHeads: the rule splits a tier-2 grouped-query backward whose grid
+// has fewer than two CTAs an SM (the 1.1B Llama's layer at 8K: 4 kv heads × 64
+// key tiles), and not one with enough CTAs, nor plain multi-head attention, nor
+// tier 1, nor a dilated branch.
+func TestSplitsHeads(t *testing.T) {
+	for _, c := range []struct {
+		d    Desc
+		want bool
+	}{
+		{Desc{B: 1, T: 8192, S: 8192, Hq: 32, Hkv: 4, D: 64, Causal: true, Tier: 2}, true},
+		{Desc{B: 1, T: 8192, S: 8192, Hq: 24, Hkv: 8, D: 128, Causal: true, Tier: 2}, false},
+		{Desc{B: 1, T: 8192, S: 8192, Hq: 8, Hkv: 8, D: 128, Causal: true, Tier: 2}, false},
+		{Desc{B: 1, T: 8192, S: 8192, Hq: 32, Hkv: 4, D: 64, Causal: true, Tier: 1}, false},
+		{Desc{B: 1, T: 8192, S: 8192, Hq: 32, Hkv: 4, D: 64, Causal: true, Tier: 2, W: 2048, R: 2}, false},
+	} {
+		if got := SplitsHeads(c.d.Defaults()); got != c.want {
+			t.Errorf("%+v: splits %v, want %v", c.d, got, c.want)
+		}
+	}
+}

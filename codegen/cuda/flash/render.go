@@ -334,8 +334,8 @@ func DQ(d Desc) (Kernel, error) {
 }
 
 // DKVReduce renders SplitHeads' last step: dk and dv [B,S,Hkv,D] bf16, each
-// the sum of its group's G parts in the workspace (Desc.SplitWorkspace), added
-// in head order in fp32.
+// the sum of its group's G parts (pk and pv, [B,S,Hq,D] fp32: the dK/dV
+// kernel's dk and dv), added in head order in fp32.
 func DKVReduce(d Desc) (Kernel, error) {
 	d = d.Defaults()
 	if err := d.Check(); err != nil {
@@ -350,7 +350,8 @@ func DKVReduce(d Desc) (Kernel, error) {
 	return Kernel{Op: "attention.flash.dkvreduce", Body: render(v, dkvReduceSrc),
 		Grid:   [3]uint32{uint32((n + 255) / 256), 1, 1},
 		Block:  [3]uint32{256, 1, 1},
-		Params: []Param{{"dk", "lcc_bf16", true}, {"dv", "lcc_bf16", true}, {"ws", "float", false}},
+		Params: []Param{{"dk", "lcc_bf16", true}, {"dv", "lcc_bf16", true}, {"pk", "float", false},
+			{"pv", "float", false}},
 	}, nil
 }
 
