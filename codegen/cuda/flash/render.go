@@ -348,8 +348,8 @@ func DKVReduce(d Desc) (Kernel, error) {
 	v := view{Desc: d, Kind: "dkvreduce", BR: 16, BC: 16, NT: 256, N: n}
 	v.WM = 1
 	return Kernel{Op: "attention.flash.dkvreduce", Body: render(v, dkvReduceSrc),
-		Grid:   [3]uint32{uint32((n + 255) / 256), 1, 1},
-		Block:  [3]uint32{256, 1, 1},
+		Grid:  [3]uint32{uint32((n + 255) / 256), 1, 1},
+		Block: [3]uint32{256, 1, 1},
 		Params: []Param{{"dk", "lcc_bf16", true}, {"dv", "lcc_bf16", true}, {"pk", "float", false},
 			{"pv", "float", false}},
 	}, nil
