@@ -198,8 +198,8 @@ func TestGPUDense(t *testing.T) {
 				continue // above 128: tier 1 with the fused backward only
 			}
 			for _, split := range []bool{false, true} {
-				if split && (vr.tier != 2 || c.hq == c.hk) {
-					continue // split heads: tier 2's grouped-query backward
+				if split && (mode != fk.DQFused || c.hq == c.hk) {
+					continue // split heads: the fused grouped-query backward
 				}
 				denseCaseRun(t, d, cache, i, c, vr, mode, split)
 			}

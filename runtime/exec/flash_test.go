@@ -78,9 +78,10 @@ func TestFlashLowering(t *testing.T) {
 		}
 		return strings.Join(s, " ")
 	}
-	f, _ := attentionGraph(t, 1, 40, 40, 2, 1, 128, true, 1)
+	f, _ := attentionGraph(t, 1, 40, 40, 2, 2, 128, true, 1)
 	// The dense backward is the fused one: zero the fixed-point dQ sum, its
-	// bound, dK/dV with dQ, then dQ rounded to bf16.
+	// bound, dK/dV with dQ, then dQ rounded to bf16 (grouped-query heads this
+	// few split: TestFlashSplitHeadsLowering).
 	want := "attention.flash.fwd attention.flash.delta attention.flash.fill attention.flash.dqbound " +
 		"attention.flash.dkdvdq attention.flash.dqconvert"
 	if got := ops(f, tensor.BF16); got != want {

@@ -155,17 +155,18 @@ func TestFlashPaddedHeadDim(t *testing.T) {
 	}
 }
 
-// TestFlashSplitHeadsLowering: a grouped-query backward on sm_90a with few
-// CTAs splits by query head (flash.SplitsHeads): the dK/dV kernel writes each
+// TestFlashSplitHeadsLowering: a grouped-query backward with few CTAs splits by
+// query head at either tier (flash.SplitsHeads): the dK/dV kernel writes each
 // head's fp32 parts and the reduction sums them into dk and dv; with as many
 // kv heads as query heads it does not.
 func TestFlashSplitHeadsLowering(t *testing.T) {
 	for _, c := range []struct {
+		arch    string
 		hq, hkv int64
 		split   bool
-	}{{8, 2, true}, {4, 4, false}} {
+	}{{"sm_90a", 8, 2, true}, {"sm_90", 8, 2, true}, {"sm_90a", 4, 4, false}} {
 		f, _ := attentionGraph(t, 1, 512, 512, c.hq, c.hkv, 64, true, 1)
-		p, err := codegen.Build(f, codegen.Options{Arch: "sm_90a", Storage: tensor.BF16})
+		p, err := codegen.Build(f, codegen.Options{Arch: c.arch, Storage: tensor.BF16})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -176,7 +177,7 @@ func TestFlashSplitHeadsLowering(t *testing.T) {
 			}
 		}
 		if (n == 1) != c.split || n > 1 {
-			t.Errorf("Hq=%d Hkv=%d: %d reductions, want split=%v", c.hq, c.hkv, n, c.split)
+			t.Errorf("%s Hq=%d Hkv=%d: %d reductions, want split=%v", c.arch, c.hq, c.hkv, n, c.split)
 		}
 	}
 }

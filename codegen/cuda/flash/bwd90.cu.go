@@ -276,24 +276,3 @@ const dkdvq90Src = `extern "C" __global__ void __launch_bounds__(256, 1) @KERNEL
 #undef fa_next
 #undef FA_GW
 `
-
-// dkvReduceSrc sums split heads' parts (Desc.SplitHeads): dk and dv [B, S, Hkv,
-// D] bf16 from the parts pk and pv [B, S, Hq, D] fp32, a group's G heads added
-// in head order in fp32; a thread takes one pair of columns.
-const dkvReduceSrc = `extern "C" __global__ void __launch_bounds__(256) @KERNEL@(fa_bf16* __restrict__ dk,
-    fa_bf16* __restrict__ dv, const float* __restrict__ parts_k, const float* __restrict__ parts_v) {
-  const long long i = (long long)blockIdx.x * 256 + threadIdx.x;
-  if (i >= FA_N) return;
-  const long long e = 2 * i, c = e % FA_DG, r = e / FA_DG, hk = r % FA_HKV, bs = r / FA_HKV;
-  const float* pk = parts_k + (bs * FA_HQ + hk * FA_G) * FA_DG + c;
-  const float* pv = parts_v + (bs * FA_HQ + hk * FA_G) * FA_DG + c;
-  float2 sk = make_float2(0.0f, 0.0f), sv = make_float2(0.0f, 0.0f);
-#pragma unroll
-  for (int m = 0; m < FA_G; ++m) {
-    const float2 a = *(const float2*)(pk + m * FA_DG), b = *(const float2*)(pv + m * FA_DG);
-    sk.x += a.x, sk.y += a.y, sv.x += b.x, sv.y += b.y;
-  }
-  *(unsigned*)(dk + e) = fa_pack(sk.x, sk.y);
-  *(unsigned*)(dv + e) = fa_pack(sv.x, sv.y);
-}
-`

@@ -35,7 +35,14 @@ extern "C" __global__ void __launch_bounds__(256, 1) @KERNEL@(FA_OT* __restrict_
   float* sDl = sL + FA_STAGES * FA_BR;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int g = lane >> 2, c2 = (lane & 3) * 2;
+#if FA_SPLIT
+  // Split heads (Desc.SplitHeads): this CTA walks query head h0 alone.
+  const int h0 = blockIdx.y, hk = h0 / FA_G;
+#define FA_GW 1
+#else
   const int hk = blockIdx.y, h0 = hk * FA_G;
+#define FA_GW FA_G
+#endif
   const long long b = blockIdx.z / FA_NSEG, sg = blockIdx.z % FA_NSEG, k0 = (long long)blockIdx.x * FA_BC;
   long long kp0, kn, qp0, qn;  // a dilated branch (FA_G = 1): the rows of segment sg, head hk
   fa_geom(sg, h0, FA_S, &kp0, &kn);
@@ -47,7 +54,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) @KERNEL@(FA_OT* __restrict_
   const long long it0 = first / FA_BR;
   const long long qtiles = (qend + FA_BR - 1) / FA_BR;
   const int nit = qtiles > it0 ? (int)(qtiles - it0) : 0;
-  const int nitems = FA_G * nit;
+  const int nitems = FA_GW * nit;
   const long long qrs = (long long)FA_HQ * FA_DG * FA_R, krs = (long long)FA_HKV * FA_DG * FA_R;
   // loadq queues work item w (query head h0 + w / nit, query tile it0 + w % nit)
   // into stage st.
@@ -234,11 +241,19 @@ extern "C" __global__ void __launch_bounds__(256, 1) @KERNEL@(FA_OT* __restrict_
     for (int r = 0; r < 2; ++r) {
       const long long row = k0 + wk * (FA_BC / 4) + mi * 16 + g + r * 8;
       if (row >= kn) continue;
+#if FA_SPLIT
+      // This head's parts of dK and dV, [B, S, Hq, D] fp32 each, stored.
+      const long long off = ((b * FA_S + kp0 + row * FA_R) * FA_HQ + h0) * FA_DG + wd * (FA_D / 2) + c2;
+#else
       const long long off = ((b * FA_S + kp0 + row * FA_R) * FA_HKV + hk) * FA_DG + wd * (FA_D / 2) + c2;
+#endif
 #pragma unroll
       for (int nt = 0; nt < FA_DN; ++nt) {
         if (wd * (FA_D / 2) + nt * 8 >= FA_DG) break;  // a padded head dim's zero columns
-#if FA_ACC
+#if FA_SPLIT
+        *(float2*)(dk + off + nt * 8) = make_float2(dka[mi][nt][2 * r] * FA_SCALE, dka[mi][nt][2 * r + 1] * FA_SCALE);
+        *(float2*)(dv + off + nt * 8) = make_float2(dva[mi][nt][2 * r], dva[mi][nt][2 * r + 1]);
+#elif FA_ACC
         float2* pk = (float2*)(dk + off + nt * 8);
         float2* pv = (float2*)(dv + off + nt * 8);
         float2 x, y;
@@ -261,6 +276,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) @KERNEL@(FA_OT* __restrict_
       }
     }
 }
+#undef FA_GW
 #undef loadq
 `
 
@@ -350,5 +366,26 @@ const dqConvertSrc = `extern "C" __global__ void __launch_bounds__(256) @KERNEL@
     c = (float)((double)x[i + 1] * inv);
   }
   *(unsigned*)(dq + i) = fa_pack(a, c);
+}
+`
+
+// dkvReduceSrc sums split heads' parts (Desc.SplitHeads): dk and dv [B, S, Hkv,
+// D] bf16 from the parts pk and pv [B, S, Hq, D] fp32, a group's G heads added
+// in head order in fp32; a thread takes one pair of columns.
+const dkvReduceSrc = `extern "C" __global__ void __launch_bounds__(256) @KERNEL@(fa_bf16* __restrict__ dk,
+    fa_bf16* __restrict__ dv, const float* __restrict__ parts_k, const float* __restrict__ parts_v) {
+  const long long i = (long long)blockIdx.x * 256 + threadIdx.x;
+  if (i >= FA_N) return;
+  const long long e = 2 * i, c = e % FA_DG, r = e / FA_DG, hk = r % FA_HKV, bs = r / FA_HKV;
+  const float* pk = parts_k + (bs * FA_HQ + hk * FA_G) * FA_DG + c;
+  const float* pv = parts_v + (bs * FA_HQ + hk * FA_G) * FA_DG + c;
+  float2 sk = make_float2(0.0f, 0.0f), sv = make_float2(0.0f, 0.0f);
+#pragma unroll
+  for (int m = 0; m < FA_G; ++m) {
+    const float2 a = *(const float2*)(pk + m * FA_DG), b = *(const float2*)(pv + m * FA_DG);
+    sk.x += a.x, sk.y += a.y, sv.x += b.x, sv.y += b.y;
+  }
+  *(unsigned*)(dk + e) = fa_pack(sk.x, sk.y);
+  *(unsigned*)(dv + e) = fa_pack(sv.x, sv.y);
 }
 `

@@ -98,7 +98,7 @@ type Desc struct {
 	// their dK/dV run one launch per member, accumulating in a fixed order.
 	PerMember bool
 	Member    int
-	// SplitHeads runs tier 2's fused backward one CTA per (key tile, query head)
+	// SplitHeads runs the fused backward one CTA per (key tile, query head)
 	// instead of per (key tile, kv head): a grouped-query key tile's walk over
 	// its group's G heads becomes G walks side by side, so that the CTAs near the
 	// causal diagonal's start (the longest walks, G·T/BwdBr items) no longer
@@ -158,21 +158,22 @@ func (d Desc) DQWorkspace() int64 {
 // [B, S, Hq, D] each, dK's then dV's.
 func (d Desc) SplitWorkspace() int64 { return 2 * d.B * d.S * int64(d.Hq) * int64(d.D) }
 
-// hopperSMs is the SMs of the H100 and the H200, tier 2's GPUs.
-const hopperSMs = 132
+// tierSMs is the SMs of each tier's GPUs: the A100's for tier 1 (an sm_80
+// target), the H100's and H200's for tier 2.
+var tierSMs = map[int]int64{1: 108, 2: 132}
 
 // SplitsHeads is the rule for SplitHeads (d after Defaults): split a
-// grouped-query tier-2 fused backward when its unsplit grid has fewer than
-// two CTAs an SM. A causal key tile's walk at k0 = 0 is G·T/BwdBr items, and
+// grouped-query fused backward when its unsplit grid has fewer than two CTAs
+// an SM. A causal key tile's walk at k0 = 0 is G·T/BwdBr items, and
 // the SMs' mean share is about B·Hkv·(S/BwdBc)/2 of those walks over the SMs,
 // so below two CTAs an SM the longest walk outlasts the mean and is the
 // kernel's tail; split, the longest walk is T/BwdBr.
 func SplitsHeads(d Desc) bool {
-	if d.Tier != 2 || d.Hq == d.Hkv || !d.Fused() || d.Accumulate || d.Dilated() || d.QPos != 0 || d.KPos != 0 {
+	if d.Hq == d.Hkv || !d.Fused() || d.Accumulate || d.Dilated() || d.QPos != 0 || d.KPos != 0 {
 		return false
 	}
 	ctas := d.B * int64(d.Hkv) * ((d.S + int64(d.BwdBc) - 1) / int64(d.BwdBc))
-	return ctas < 2*hopperSMs
+	return ctas < 2*tierSMs[d.Tier]
 }
 
 // DQBoundWords is the size of the maxima at the end of the fused workspace:
@@ -409,9 +410,8 @@ func (d Desc) Check() error {
 		return fmt.Errorf("sliding window: dense causal attention with the fused backward only " +
 			"(not a dilated branch, a ring block or the split dQ)")
 	}
-	if d.SplitHeads && (d.Tier != 2 || !d.Fused() || d.Accumulate || d.Dilated() || d.Hq == d.Hkv ||
-		d.QPos != 0 || d.KPos != 0) {
-		return fmt.Errorf("split heads: tier 2's fused backward of dense grouped-query attention only")
+	if d.SplitHeads && (!d.Fused() || d.Accumulate || d.Dilated() || d.Hq == d.Hkv || d.QPos != 0 || d.KPos != 0) {
+		return fmt.Errorf("split heads: the fused backward of dense grouped-query attention only")
 	}
 	if d.Offsets != "paper" && d.Offsets != "block" {
 		return fmt.Errorf("offsets %q: want paper or block", d.Offsets)

@@ -49,7 +49,9 @@ func variants() []Desc {
 		Desc{B: 1, T: 500, S: 500, Hq: 2, Hkv: 1, D: 192, Causal: true},
 		// Split heads (tier 2's grouped-query backward, one CTA per query head).
 		Desc{B: 2, T: 1000, S: 1000, Hq: 8, Hkv: 2, D: 128, Causal: true, SplitHeads: true, Tier: 2},
-		Desc{B: 1, T: 777, S: 777, Hq: 4, Hkv: 1, D: 64, Causal: true, SplitHeads: true, Tier: 2, Window: 100})
+		Desc{B: 1, T: 777, S: 777, Hq: 4, Hkv: 1, D: 64, Causal: true, SplitHeads: true, Tier: 2, Window: 100},
+		Desc{B: 1, T: 1000, S: 1000, Hq: 6, Hkv: 2, D: 96, Causal: true, SplitHeads: true, Docs: true},
+		Desc{B: 2, T: 300, S: 517, Hq: 4, Hkv: 2, D: 256, SplitHeads: true})
 	return ds
 }
 
@@ -114,7 +116,6 @@ func TestRejects(t *testing.T) {
 	}{
 		{Desc{B: 1, T: 8, S: 8, Hq: 1, Hkv: 1, D: 100}, "head dim 100"},
 		{Desc{B: 1, T: 8, S: 8, Hq: 1, Hkv: 1, D: 264}, "head dim 264"},
-		{Desc{B: 1, T: 8, S: 8, Hq: 4, Hkv: 2, D: 64, SplitHeads: true}, "split heads"},
 		{Desc{B: 1, T: 8, S: 8, Hq: 2, Hkv: 2, D: 64, SplitHeads: true, Tier: 2}, "split heads"},
 		{Desc{B: 1, T: 8, S: 8, Hq: 1, Hkv: 1, D: 256, Tier: 2}, "above 128"},
 		{Desc{B: 1, T: 64, S: 64, Hq: 1, Hkv: 1, D: 256, Causal: true, W: 16, R: 2, Accumulate: true}, "above 128"},
@@ -263,10 +264,10 @@ func TestDefaultTiles(t *testing.T) {
 	}
 }
 
-// TestSplitsHeads: the rule splits a tier-2 grouped-query backward whose grid
-// has fewer than two CTAs an SM (the 1.1B Llama's layer at 8K: 4 kv heads × 64
-// key tiles), and not one with enough CTAs, nor plain multi-head attention, nor
-// tier 1, nor a dilated branch.
+// TestSplitsHeads: the rule splits a grouped-query backward whose grid has
+// fewer than two CTAs an SM of its tier's GPUs (the 1.1B Llama's layer at 8K on
+// tier 2: 4 kv heads × 64 key tiles), and not one with enough CTAs, nor plain
+// multi-head attention, nor a dilated branch.
 func TestSplitsHeads(t *testing.T) {
 	for _, c := range []struct {
 		d    Desc
@@ -275,7 +276,8 @@ func TestSplitsHeads(t *testing.T) {
 		{Desc{B: 1, T: 8192, S: 8192, Hq: 32, Hkv: 4, D: 64, Causal: true, Tier: 2}, true},
 		{Desc{B: 1, T: 8192, S: 8192, Hq: 24, Hkv: 8, D: 128, Causal: true, Tier: 2}, false},
 		{Desc{B: 1, T: 8192, S: 8192, Hq: 8, Hkv: 8, D: 128, Causal: true, Tier: 2}, false},
-		{Desc{B: 1, T: 8192, S: 8192, Hq: 32, Hkv: 4, D: 64, Causal: true, Tier: 1}, false},
+		{Desc{B: 1, T: 8192, S: 8192, Hq: 32, Hkv: 4, D: 64, Causal: true, Tier: 1}, false}, // 256 CTAs ≥ 2·108
+		{Desc{B: 1, T: 8192, S: 8192, Hq: 16, Hkv: 2, D: 128, Causal: true, Tier: 1}, true},
 		{Desc{B: 1, T: 8192, S: 8192, Hq: 32, Hkv: 4, D: 64, Causal: true, Tier: 2, W: 2048, R: 2}, false},
 	} {
 		if got := SplitsHeads(c.d.Defaults()); got != c.want {

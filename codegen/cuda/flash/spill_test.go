@@ -31,7 +31,7 @@ func TestNoSpills(t *testing.T) {
 				if d.Defaults().Check() != nil {
 					continue // tier 2 stops at 128
 				}
-				if tier == 2 {
+				{ // the split-heads backward
 					sd := d
 					sd.SplitHeads = true
 					k, err := DKDV(sd)

@@ -257,7 +257,7 @@ __device__ __forceinline__ void fa_red64(unsigned long long* p, float x, float m
 #define FA_KM (FA_BC / 64)
 #define FA_DN (FA_D / 16)
 #define FA_QN (FA_D / 32)
-extern "C" __global__ void __launch_bounds__(256, 1) attention_flash_dkdvdq_2f01c4c8553c2c63(FA_OT* __restrict__ dk, FA_OT* __restrict__ dv,
+extern "C" __global__ void __launch_bounds__(256, 1) attention_flash_dkdvdq_9b87a9134cfc2bf3(FA_OT* __restrict__ dk, FA_OT* __restrict__ dv,
     const fa_bf16* __restrict__ q, const fa_bf16* __restrict__ k, const fa_bf16* __restrict__ v,
     const fa_bf16* __restrict__ dout, const float* __restrict__ lse, const float* __restrict__ delta,
     unsigned* __restrict__ ws FA_DOCS_ARG) {
@@ -272,7 +272,14 @@ extern "C" __global__ void __launch_bounds__(256, 1) attention_flash_dkdvdq_2f01
   float* sDl = sL + FA_STAGES * FA_BR;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int g = lane >> 2, c2 = (lane & 3) * 2;
+#if FA_SPLIT
+  // Split heads (Desc.SplitHeads): this CTA walks query head h0 alone.
+  const int h0 = blockIdx.y, hk = h0 / FA_G;
+#define FA_GW 1
+#else
   const int hk = blockIdx.y, h0 = hk * FA_G;
+#define FA_GW FA_G
+#endif
   const long long b = blockIdx.z / FA_NSEG, sg = blockIdx.z % FA_NSEG, k0 = (long long)blockIdx.x * FA_BC;
   long long kp0, kn, qp0, qn;  // a dilated branch (FA_G = 1): the rows of segment sg, head hk
   fa_geom(sg, h0, FA_S, &kp0, &kn);
@@ -284,7 +291,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) attention_flash_dkdvdq_2f01
   const long long it0 = first / FA_BR;
   const long long qtiles = (qend + FA_BR - 1) / FA_BR;
   const int nit = qtiles > it0 ? (int)(qtiles - it0) : 0;
-  const int nitems = FA_G * nit;
+  const int nitems = FA_GW * nit;
   const long long qrs = (long long)FA_HQ * FA_DG * FA_R, krs = (long long)FA_HKV * FA_DG * FA_R;
   // loadq queues work item w (query head h0 + w / nit, query tile it0 + w % nit)
   // into stage st.
@@ -471,11 +478,19 @@ extern "C" __global__ void __launch_bounds__(256, 1) attention_flash_dkdvdq_2f01
     for (int r = 0; r < 2; ++r) {
       const long long row = k0 + wk * (FA_BC / 4) + mi * 16 + g + r * 8;
       if (row >= kn) continue;
+#if FA_SPLIT
+      // This head's parts of dK and dV, [B, S, Hq, D] fp32 each, stored.
+      const long long off = ((b * FA_S + kp0 + row * FA_R) * FA_HQ + h0) * FA_DG + wd * (FA_D / 2) + c2;
+#else
       const long long off = ((b * FA_S + kp0 + row * FA_R) * FA_HKV + hk) * FA_DG + wd * (FA_D / 2) + c2;
+#endif
 #pragma unroll
       for (int nt = 0; nt < FA_DN; ++nt) {
         if (wd * (FA_D / 2) + nt * 8 >= FA_DG) break;  // a padded head dim's zero columns
-#if FA_ACC
+#if FA_SPLIT
+        *(float2*)(dk + off + nt * 8) = make_float2(dka[mi][nt][2 * r] * FA_SCALE, dka[mi][nt][2 * r + 1] * FA_SCALE);
+        *(float2*)(dv + off + nt * 8) = make_float2(dva[mi][nt][2 * r], dva[mi][nt][2 * r + 1]);
+#elif FA_ACC
         float2* pk = (float2*)(dk + off + nt * 8);
         float2* pv = (float2*)(dv + off + nt * 8);
         float2 x, y;
@@ -498,4 +513,5 @@ extern "C" __global__ void __launch_bounds__(256, 1) attention_flash_dkdvdq_2f01
       }
     }
 }
+#undef FA_GW
 #undef loadq
