@@ -163,17 +163,21 @@ func (d Desc) SplitWorkspace() int64 { return 2 * d.B * d.S * int64(d.Hq) * int6
 var tierSMs = map[int]int64{1: 108, 2: 132}
 
 // SplitsHeads is the rule for SplitHeads (d after Defaults): split a
-// grouped-query fused backward when its unsplit grid has fewer than two CTAs
-// an SM. A causal key tile's walk at k0 = 0 is G·T/BwdBr items, and
-// the SMs' mean share is about B·Hkv·(S/BwdBc)/2 of those walks over the SMs,
-// so below two CTAs an SM the longest walk outlasts the mean and is the
-// kernel's tail; split, the longest walk is T/BwdBr.
+// grouped-query fused backward when its unsplit grid has fewer CTAs than the
+// SMs. A causal key tile's walk at k0 = 0 is the longest, G·T/BwdBr items,
+// and each SM's mean share of all the walks is about n/2 of those for n CTAs
+// an SM, so the longest walk sets the kernel's time once n < 2: then the
+// kernel takes 2/n of what its work needs. Split, the longest walk is T/BwdBr,
+// G times shorter. The parts cost a write and a read of fp32 dK and dV for
+// every query head, so the rule splits only where the tail at least doubles
+// the time (n < 1: fewer CTAs than SMs, as with few kv heads or one), not at
+// the 1.1B Llama's 256 CTAs at 8K, where n ≈ 2 and the gain would be small.
 func SplitsHeads(d Desc) bool {
 	if d.Hq == d.Hkv || !d.Fused() || d.Accumulate || d.Dilated() || d.QPos != 0 || d.KPos != 0 {
 		return false
 	}
 	ctas := d.B * int64(d.Hkv) * ((d.S + int64(d.BwdBc) - 1) / int64(d.BwdBc))
-	return ctas < 2*tierSMs[d.Tier]
+	return ctas < tierSMs[d.Tier]
 }
 
 // DQBoundWords is the size of the maxima at the end of the fused workspace:

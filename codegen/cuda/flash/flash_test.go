@@ -265,19 +265,21 @@ func TestDefaultTiles(t *testing.T) {
 }
 
 // TestSplitsHeads: the rule splits a grouped-query backward whose grid has
-// fewer than two CTAs an SM of its tier's GPUs (the 1.1B Llama's layer at 8K on
-// tier 2: 4 kv heads × 64 key tiles), and not one with enough CTAs, nor plain
-// multi-head attention, nor a dilated branch.
+// fewer CTAs than its tier's GPUs have SMs (two kv heads × 64 key tiles at 8K),
+// and not one with enough CTAs (the 1.1B Llama's 4 × 64), nor plain multi-head
+// attention, nor a dilated branch.
 func TestSplitsHeads(t *testing.T) {
 	for _, c := range []struct {
 		d    Desc
 		want bool
 	}{
-		{Desc{B: 1, T: 8192, S: 8192, Hq: 32, Hkv: 4, D: 64, Causal: true, Tier: 2}, true},
+		{Desc{B: 1, T: 8192, S: 8192, Hq: 32, Hkv: 4, D: 64, Causal: true, Tier: 2}, false},
+		{Desc{B: 1, T: 8192, S: 8192, Hq: 16, Hkv: 2, D: 64, Causal: true, Tier: 2}, true},
+		{Desc{B: 1, T: 32768, S: 32768, Hq: 8, Hkv: 1, D: 128, Causal: true, Tier: 2}, false}, // 256 key tiles
 		{Desc{B: 1, T: 8192, S: 8192, Hq: 24, Hkv: 8, D: 128, Causal: true, Tier: 2}, false},
 		{Desc{B: 1, T: 8192, S: 8192, Hq: 8, Hkv: 8, D: 128, Causal: true, Tier: 2}, false},
-		{Desc{B: 1, T: 8192, S: 8192, Hq: 32, Hkv: 4, D: 64, Causal: true, Tier: 1}, false}, // 256 CTAs ≥ 2·108
-		{Desc{B: 1, T: 8192, S: 8192, Hq: 16, Hkv: 2, D: 128, Causal: true, Tier: 1}, true},
+		{Desc{B: 1, T: 8192, S: 8192, Hq: 32, Hkv: 4, D: 64, Causal: true, Tier: 1}, false},
+		{Desc{B: 1, T: 4096, S: 4096, Hq: 16, Hkv: 2, D: 128, Causal: true, Tier: 1}, true}, // 64 < 108
 		{Desc{B: 1, T: 8192, S: 8192, Hq: 32, Hkv: 4, D: 64, Causal: true, Tier: 2, W: 2048, R: 2}, false},
 	} {
 		if got := SplitsHeads(c.d.Defaults()); got != c.want {
