@@ -42,15 +42,16 @@ define run-fuzz
 		if ! grep -qs "^func $$fn(" "$$dir"/*_test.go; then \
 			echo "fuzz: skip $$dir: no $$fn"; continue; fi; \
 		echo "fuzz: $$dir $$fn for $(1)"; \
-		log=$$(mktemp); rc=0; \
-		$(GO) test -run='^$$' -fuzz="^$$fn\$$" -fuzztime=$(1) -fuzzminimizetime=$(2) "$$dir" >$$log 2>&1 || rc=$$?; \
-		cat $$log; \
-		if [ $$rc -ne 0 ]; then \
-			if grep -q "context deadline exceeded" $$log && ! grep -q "Failing input written" $$log; then \
-				echo "fuzz: $$fn stopped at Go's fuzzing deadline with no failing input; running it once more"; \
-				$(GO) test -run='^$$' -fuzz="^$$fn\$$" -fuzztime=$(1) -fuzzminimizetime=$(2) "$$dir"; \
-			else rm -f $$log; exit $$rc; fi; \
-		fi; rm -f $$log; \
+		log=$$(mktemp); \
+		for try in 1 2 3; do \
+			rc=0; \
+			$(GO) test -run='^$$' -fuzz="^$$fn\$$" -fuzztime=$(1) -fuzzminimizetime=$(2) "$$dir" >$$log 2>&1 || rc=$$?; \
+			cat $$log; \
+			[ $$rc -ne 0 ] || break; \
+			if ! grep -q "context deadline exceeded" $$log || grep -q "Failing input written" $$log || [ $$try -eq 3 ]; then \
+				rm -f $$log; exit $$rc; fi; \
+			echo "fuzz: $$fn stopped at Go's fuzzing deadline with no failing input; running it again"; \
+		done; rm -f $$log; \
 	done
 endef
 
