@@ -175,7 +175,14 @@ type attnMask struct {
 // which is the form package attention's DenseDocs takes.
 func attnStarts(n *ir.Node, args []*tensor.Tensor, d attention.Dims) []int64 {
 	docs, w := docStarts(n, args), ir.Window(n)
-	if w <= 0 || int64(len(args)) != 3+b2i(docs != nil)+3*b2i(n.Op == ir.OpAttentionGrad) {
+	operands := 3 // q, k, v; then o, lse, do for the gradient, then the doc starts
+	if n.Op == ir.OpAttentionGrad {
+		operands = 6
+	}
+	if docs != nil {
+		operands++
+	}
+	if w <= 0 || len(args) > operands {
 		return docs // no window, or a window with an explicit mask (attnMask takes it)
 	}
 	starts := make([]int64, d.B*d.T)

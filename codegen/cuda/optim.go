@@ -71,6 +71,16 @@ __device__ __forceinline__ void optim_st4(lcc_bf16* p, const float* x) {
   v.y = (unsigned)lcc_bf16_of(x[2]).x | ((unsigned)lcc_bf16_of(x[3]).x << 16);
   *(uint2*)p = v;
 }
+// optim_adamw1 is AdamW's update of one element: gradient gr (scaled and
+// clipped), master p, moments m and v, in place.
+__device__ __forceinline__ void optim_adamw1(float gr, float& p, float& m, float& v, float decay,
+    float one_minus_beta1, float beta2, float one_minus_beta2, float bc2_sqrt, float eps, float step_size) {
+  p = __fmul_rn(p, decay);
+  m = __fadd_rn(m, __fmul_rn(__fsub_rn(gr, m), one_minus_beta1));
+  v = __fadd_rn(__fmul_rn(v, beta2), __fmul_rn(__fmul_rn(gr, gr), one_minus_beta2));
+  const float denom = __fadd_rn(__fdiv_rn(__fsqrt_rn(v), bc2_sqrt), eps);
+  p = __fadd_rn(p, __fmul_rn(__fdiv_rn(m, denom), step_size));
+}
 // optim_aligned4 says whether p may be read four elements at a time.
 template <class T> __device__ __forceinline__ bool optim_aligned4(const T* p) {
   return ((unsigned long long)p & (4 * sizeof(T) - 1)) == 0;
@@ -153,15 +163,9 @@ extern "C" __global__ void @ADAMW@(const unsigned long long* gptr, const unsigne
     optim_ld4(v + o + j, vo);
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
-      gr[e] = __fdiv_rn(gr[e], micro);
-      if (clip) gr[e] = __fmul_rn(gr[e], coef);
-      p[e] = __fmul_rn(p[e], decay);
-      const float mn = __fadd_rn(mo[e], __fmul_rn(__fsub_rn(gr[e], mo[e]), one_minus_beta1));
-      const float vn = __fadd_rn(__fmul_rn(vo[e], beta2), __fmul_rn(__fmul_rn(gr[e], gr[e]), one_minus_beta2));
-      const float denom = __fadd_rn(__fdiv_rn(__fsqrt_rn(vn), bc2_sqrt), eps);
-      p[e] = __fadd_rn(p[e], __fmul_rn(__fdiv_rn(mn, denom), step_size));
-      mo[e] = mn;
-      vo[e] = vn;
+      float gs = __fdiv_rn(gr[e], micro);
+      if (clip) gs = __fmul_rn(gs, coef);
+      optim_adamw1(gs, p[e], mo[e], vo[e], decay, one_minus_beta1, beta2, one_minus_beta2, bc2_sqrt, eps, step_size);
     }
     optim_st4(master + o + j, p);
     optim_st4(m + o + j, mo);
@@ -171,15 +175,11 @@ extern "C" __global__ void @ADAMW@(const unsigned long long* gptr, const unsigne
   for (int j = vec + threadIdx.x; j < n; j += blockDim.x) {
     float gr = __fdiv_rn(lcc_tof(g[j]), micro);
     if (clip) gr = __fmul_rn(gr, coef);
-    const float mo = m[o + j], vo = v[o + j];
-    float p = __fmul_rn(master[o + j], decay);
-    const float mn = __fadd_rn(mo, __fmul_rn(__fsub_rn(gr, mo), one_minus_beta1));
-    const float vn = __fadd_rn(__fmul_rn(vo, beta2), __fmul_rn(__fmul_rn(gr, gr), one_minus_beta2));
-    const float denom = __fadd_rn(__fdiv_rn(__fsqrt_rn(vn), bc2_sqrt), eps);
-    p = __fadd_rn(p, __fmul_rn(__fdiv_rn(mn, denom), step_size));
+    float p = master[o + j], mo = m[o + j], vo = v[o + j];
+    optim_adamw1(gr, p, mo, vo, decay, one_minus_beta1, beta2, one_minus_beta2, bc2_sqrt, eps, step_size);
     master[o + j] = p;
-    m[o + j] = mn;
-    v[o + j] = vn;
+    m[o + j] = mo;
+    v[o + j] = vo;
     lcc_set(&w[j], p);
   }
 }

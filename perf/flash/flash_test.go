@@ -2,11 +2,12 @@ package flash
 
 import (
 	"fmt"
-	"github.com/lcc-dev/lcc/internal/gputest"
 	"math"
 	"math/rand/v2"
 	"sync"
 	"testing"
+
+	"github.com/lcc-dev/lcc/internal/gputest"
 
 	fk "github.com/lcc-dev/lcc/codegen/cuda/flash"
 	"github.com/lcc-dev/lcc/interp/attention"
@@ -560,46 +561,60 @@ func TestGPUDocs(t *testing.T) {
 				if len(starts) != c.b*c.t {
 					t.Fatalf("the lengths sum to %d per row, want %d", len(starts)/c.b, c.t)
 				}
-				dims := attention.Dims{B: c.b, T: c.t, S: c.t, Hq: c.hq, Hkv: c.hk, D: c.d}
 				desc := fk.Desc{B: int64(c.b), T: int64(c.t), S: int64(c.t), Hq: c.hq, Hkv: c.hk, D: c.d,
 					Causal: true, Docs: true, DQ: vr.mode, Tier: vr.tier}
-				a, err := New(d, cache, desc)
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer a.Close()
-				sb := alloc(t, d, 2*len(starts), false) // int64: two words each
-				if err := cuda.CopyHtoD(d, sb.p, starts); err != nil {
-					t.Fatal(err)
-				}
-				a.Starts = sb.p
-				nq, nk, nl := c.b*c.t*c.hq*c.d, c.b*c.t*c.hk*c.d, c.b*c.hq*c.t
-				q, qh := randBF16(t, d, rng, nq, 1)
-				k, kh := randBF16(t, d, rng, nk, 1)
-				v, vh := randBF16(t, d, rng, nk, 1)
-				do, doh := randBF16(t, d, rng, nq, 1)
-				o, lse := alloc(t, d, nq, true), alloc(t, d, nl, false)
-				if err := a.Forward(nil, o.p, lse.p, q.p, k.p, v.p); err != nil {
-					t.Fatal(err)
-				}
-				if err := d.Synchronize(); err != nil {
-					t.Fatal(err)
-				}
-				scale := 1 / math.Sqrt(float64(c.d))
-				wo, wl := attention.DenseDocs(qh, kh, vh, dims, starts, 0, 0, scale, attention.Rounding{})
-				oh, lh := o.get(t, d), lse.get(t, d)
-				if e := relErr(oh, wo); e > tol {
-					t.Errorf("o: relative error %.3g > %g", e, tol)
-				}
-				if e := relErr(lh, wl); e > 1e-3 {
-					t.Errorf("lse: relative error %.3g", e)
-				}
-				wdq, wdk, wdv := attention.DenseDocsBackward(qh, kh, vh, oh, lh, doh, dims, starts, 0, 0, scale,
-					attention.Rounding{})
-				checkBackward(t, d, a, [3][]float64{wdq, wdk, wdv}, nq, nk, nl, q, k, v, o, lse, do)
+				checkStarts(t, d, cache, rng, desc, starts, starts)
 			})
 		}
 	}
+}
+
+// checkStarts runs attention desc (dense causal, its rows' first visible keys
+// from documents or a window) on random data, outputs poisoned, against the
+// CPU's DenseDocs over starts, each query's first visible key: the forward,
+// then the backward twice (checkBackward). docs, when desc.Docs, is the doc
+// starts the kernels read.
+func checkStarts(t *testing.T, d *cuda.Device, cache *cuda.Cache, rng *rand.Rand, desc fk.Desc, starts,
+	docs []int64) {
+	t.Helper()
+	a, err := New(d, cache, desc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	if desc.Docs {
+		sb := alloc(t, d, 2*len(docs), false) // int64: two words each
+		if err := cuda.CopyHtoD(d, sb.p, docs); err != nil {
+			t.Fatal(err)
+		}
+		a.Starts = sb.p
+	}
+	b, tl, hq, hk, dim := int(desc.B), int(desc.T), desc.Hq, desc.Hkv, desc.D
+	dims := attention.Dims{B: b, T: tl, S: tl, Hq: hq, Hkv: hk, D: dim}
+	nq, nk, nl := b*tl*hq*dim, b*tl*hk*dim, b*hq*tl
+	q, qh := randBF16(t, d, rng, nq, 1)
+	k, kh := randBF16(t, d, rng, nk, 1)
+	v, vh := randBF16(t, d, rng, nk, 1)
+	do, doh := randBF16(t, d, rng, nq, 1)
+	o, lse := alloc(t, d, nq, true), alloc(t, d, nl, false)
+	if err := a.Forward(nil, o.p, lse.p, q.p, k.p, v.p); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Synchronize(); err != nil {
+		t.Fatal(err)
+	}
+	scale := 1 / math.Sqrt(float64(dim))
+	wo, wl := attention.DenseDocs(qh, kh, vh, dims, starts, 0, 0, scale, attention.Rounding{})
+	oh, lh := o.get(t, d), lse.get(t, d)
+	if e := relErr(oh, wo); e > tol {
+		t.Errorf("o: relative error %.3g > %g", e, tol)
+	}
+	if e := relErr(lh, wl); e > 1e-3 {
+		t.Errorf("lse: relative error %.3g", e)
+	}
+	wdq, wdk, wdv := attention.DenseDocsBackward(qh, kh, vh, oh, lh, doh, dims, starts, 0, 0, scale,
+		attention.Rounding{})
+	checkBackward(t, d, a, [3][]float64{wdq, wdk, wdv}, nq, nk, nl, q, k, v, o, lse, do)
 }
 
 // checkBackward runs a's backward twice into fresh poisoned buffers (dq of nq

@@ -175,6 +175,26 @@ func normalInputs(bl *ir.Builder, rng *rand.Rand, in map[string]*tensor.Tensor) 
 	}
 }
 
+// docStartsOf is the doc starts [b, Σ lens] of documents of the given lengths,
+// the same in each batch row.
+func docStartsOf(b int64, lens []int64) *tensor.Tensor {
+	var tl int64
+	for _, l := range lens {
+		tl += l
+	}
+	st := tensor.New(tensor.I64, b, tl)
+	for r := range b {
+		pos := int64(0)
+		for _, l := range lens {
+			for j := range l {
+				st.I[r*tl+pos+j] = pos
+			}
+			pos += l
+		}
+	}
+	return st
+}
+
 // docsGraph is causal attention and its gradient over packed documents of the
 // given lengths (the same in each batch row), with the doc starts as an input.
 func docsGraph(t *testing.T, b, h, hkv, d int64, lens []int64, seed uint64) (*ir.Func, map[string]*tensor.Tensor) {
@@ -188,17 +208,7 @@ func docsGraph(t *testing.T, b, h, hkv, d int64, lens []int64, seed uint64) (*ir
 	bl := ir.NewBuilder("attn_docs")
 	fl := normalInputs(bl, rng, in)
 	q, k, v, do := fl("q", b, tl, h, d), fl("k", b, tl, hkv, d), fl("v", b, tl, hkv, d), fl("do", b, tl, h, d)
-	st := tensor.New(tensor.I64, b, tl)
-	for r := range b {
-		pos := int64(0)
-		for _, l := range lens {
-			for j := range l {
-				st.I[r*tl+pos+j] = pos
-			}
-			pos += l
-		}
-	}
-	in["starts"] = st
+	in["starts"] = docStartsOf(b, lens)
 	starts := bl.Input("starts", ir.T(tensor.I64, b, tl))
 	attrs := ir.A("causal", true, "scale", 1/math.Sqrt(float64(d)), "docs", true)
 	r := bl.Apply(ir.OpAttention, attrs, q, k, v, starts)

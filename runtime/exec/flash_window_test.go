@@ -25,17 +25,7 @@ func windowGraph(t *testing.T, b, tl, h, hkv, d, w int64, lens []int64, seed uin
 	attrs := ir.A("causal", true, "scale", 1/math.Sqrt(float64(d)), "window", w)
 	args := []*ir.Value{q, k, v}
 	if lens != nil {
-		st := tensor.New(tensor.I64, b, tl)
-		for r := range b {
-			pos := int64(0)
-			for _, l := range lens {
-				for j := range l {
-					st.I[r*tl+pos+j] = pos
-				}
-				pos += l
-			}
-		}
-		in["starts"] = st
+		in["starts"] = docStartsOf(b, lens)
 		args = append(args, bl.Input("starts", ir.T(tensor.I64, b, tl)))
 		attrs = ir.A("causal", true, "scale", 1/math.Sqrt(float64(d)), "window", w, "docs", true)
 	}

@@ -179,18 +179,9 @@ func (o *HostOptimizer) setup(onDevice bool, window int64) error {
 	if err != nil {
 		return fmt.Errorf("exec: host optimizer scratch: %w", err)
 	}
-	tables := []struct {
-		dst  *cuda.DevicePtr
-		data any
-	}{{&o.gptr, o.tb.gptrs}, {&o.ck, ck}, {&o.cs, cs}, {&o.cl, cl}}
-	for _, t := range tables {
-		raw, _ := binary.Append(nil, binary.LittleEndian, t.data)
-		if *t.dst, err = alloc(int64(len(raw))); err == nil {
-			err = cuda.CopyHtoD(o.dev, *t.dst, raw)
-		}
-		if err != nil {
-			return fmt.Errorf("exec: host optimizer tables: %w", err)
-		}
+	if err := uploadTables(o.dev, &o.allocs, []table{{&o.gptr, o.tb.gptrs}, {&o.ck, ck}, {&o.cs, cs},
+		{&o.cl, cl}}); err != nil {
+		return fmt.Errorf("exec: host optimizer tables: %w", err)
 	}
 	n := int(o.tb.total)
 	pinned := []struct {
@@ -446,12 +437,7 @@ func (o *HostOptimizer) queue() (norm, coef float64, err error) {
 		off += int(n) * gsz
 	}
 	if err == nil {
-		err = o.sumsq.Launch([3]uint32{uint32(o.nChunks), 1, 1}, optimBlock, 0, s.stream, o.gptr, o.ck, o.cs,
-			o.cl, o.partial, float32(1))
-	}
-	if err == nil {
-		err = o.norm.Launch([3]uint32{1, 1, 1}, optimBlock, 0, s.stream, o.partial, int32(o.nChunks), o.maxNorm,
-			o.normCoef)
+		err = o.launchNorm()
 	}
 	if err == nil {
 		err = s.stream.CopyDtoHAsync(o.coef, 0, o.normCoef, 16)

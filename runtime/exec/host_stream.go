@@ -104,24 +104,9 @@ func (o *HostOptimizer) setupStream(mod *cuda.Module, cl []int32, window int64) 
 			}
 		}
 	}
-	bases := make([]int64, len(o.tb.sizes))
-	wptrs := make([]uint64, len(o.tb.sizes))
-	var off int64
-	for i, n := range o.tb.sizes {
-		bases[i], wptrs[i] = off, uint64(o.tb.wptrs[i])
-		off += n
-	}
-	for _, t := range []struct {
-		dst  *cuda.DevicePtr
-		data any
-	}{{&st.wptr, wptrs}, {&st.base, bases}} {
-		raw, _ := binary.Append(nil, binary.LittleEndian, t.data)
-		if *t.dst, err = alloc(int64(len(raw))); err == nil {
-			err = cuda.CopyHtoD(o.dev, *t.dst, raw)
-		}
-		if err != nil {
-			return fmt.Errorf("exec: streamed optimizer tables: %w", err)
-		}
+	bases, wptrs := o.tb.flat()
+	if err := uploadTables(o.dev, &o.allocs, []table{{&st.wptr, wptrs}, {&st.base, bases}}); err != nil {
+		return fmt.Errorf("exec: streamed optimizer tables: %w", err)
 	}
 	if st.scalars, err = alloc(4 * codegen.OptimScalars); err == nil {
 		st.hostScalars, err = o.dev.AllocHost(4 * codegen.OptimScalars)
@@ -151,12 +136,17 @@ func (o *HostOptimizer) windowTables(w streamWindow) (ck, cs, cl cuda.DevicePtr)
 	return o.ck + cuda.DevicePtr(4*w.c0), o.cs + cuda.DevicePtr(8*w.c0), o.cl + cuda.DevicePtr(4*w.c0)
 }
 
-// streamWindows runs fn on the session's stream for each window, the window's
-// state copied up before (in slot i mod 2) and, when back, copied down after;
-// it returns once every copy down is done.
+// streamAll runs fn on the session's stream for each window, the window's
+// state copied up before (in slot i mod 2: the masters alone, or with back the
+// moments too) and, with back, copied down after; it returns once every copy
+// is done.
 func (o *HostOptimizer) streamAll(back bool, fn func(w streamWindow, slot [3]cuda.DevicePtr) error) error {
 	st, s := o.st, o.b.s
 	host := [3]*cuda.HostBuffer{o.master, o.m, o.v}
+	up := 1 // the cast reads the masters only
+	if back {
+		up = 3
+	}
 	var err error
 	for i, w := range st.windows {
 		k, n := i%2, int(4*(w.hi-w.lo))
@@ -165,7 +155,7 @@ func (o *HostOptimizer) streamAll(back bool, fn func(w streamWindow, slot [3]cud
 		} else if i >= 2 {
 			err = st.up.Wait(st.kDone[k])
 		}
-		for j := 0; j < 3 && err == nil; j++ {
+		for j := 0; j < up && err == nil; j++ {
 			err = st.up.CopyHtoDAsync(st.slots[k][j], host[j], int(4*w.lo), n)
 		}
 		if err == nil {
@@ -197,6 +187,20 @@ func (o *HostOptimizer) streamAll(back bool, fn func(w streamWindow, slot [3]cud
 	}
 	// Whatever was queued finishes before the pinned state is read or reused.
 	return errors.Join(err, st.up.Synchronize(), st.down.Synchronize(), s.stream.Synchronize())
+}
+
+// launchNorm queues the norm and the clipping coefficient (normCoef) on the
+// session's stream, with the resident optimizer's kernels: the sums of squares
+// a chunk, then one block.
+func (o *HostOptimizer) launchNorm() error {
+	s := o.b.s
+	err := o.sumsq.Launch([3]uint32{uint32(o.nChunks), 1, 1}, optimBlock, 0, s.stream, o.gptr, o.ck, o.cs, o.cl,
+		o.partial, float32(1))
+	if err == nil {
+		err = o.norm.Launch([3]uint32{1, 1, 1}, optimBlock, 0, s.stream, o.partial, int32(o.nChunks), o.maxNorm,
+			o.normCoef)
+	}
+	return err
 }
 
 // castOnDevice rounds the loaded masters into the working weights with the
@@ -231,18 +235,9 @@ func (o *HostOptimizer) stepOnDevice(h AdamWStep) (float64, error) {
 	if o.maxNorm > 0 {
 		clip = 1
 	}
-	sc := []float32{h.Decay, h.OneMinusBeta1, h.Beta2, h.OneMinusBeta2, h.Bc2Sqrt, h.Eps, h.StepSize}
-	for i, x := range sc {
-		binary.LittleEndian.PutUint32(st.hostScalars.Bytes()[4*i:], math.Float32bits(x))
-	}
-	err = s.stream.CopyHtoDAsync(st.scalars, st.hostScalars, 0, 4*len(sc))
+	err = s.stream.CopyHtoDAsync(st.scalars, st.hostScalars, 0, putScalars(st.hostScalars, h))
 	if err == nil && o.nChunks > 0 {
-		err = o.sumsq.Launch([3]uint32{uint32(o.nChunks), 1, 1}, optimBlock, 0, s.stream, o.gptr, o.ck, o.cs,
-			o.cl, o.partial, float32(1))
-	}
-	if err == nil && o.nChunks > 0 {
-		err = o.norm.Launch([3]uint32{1, 1, 1}, optimBlock, 0, s.stream, o.partial, int32(o.nChunks), o.maxNorm,
-			o.normCoef)
+		err = o.launchNorm()
 	}
 	if err == nil {
 		err = o.streamAll(true, func(w streamWindow, slot [3]cuda.DevicePtr) error {

@@ -112,31 +112,64 @@ func (b *Bound) NewOptimizer(spec OptimizerSpec) (*Optimizer, error) {
 		o.Close()
 		return nil, fmt.Errorf("exec: optimizer scratch: %w", err)
 	}
-	bases := make([]int64, len(o.sizes))
+	bases, wptrs := tb.flat()
 	sptrs := make([]uint64, len(o.sizes))
-	wptrs := make([]uint64, len(o.sizes))
-	var off int64
-	for i, n := range o.sizes {
-		bases[i] = off
-		sptrs[i] = uint64(o.sum) + uint64(4*off)
-		wptrs[i] = uint64(o.wptrs[i])
-		off += n
+	for i, b := range bases {
+		sptrs[i] = uint64(o.sum) + uint64(4*b)
 	}
-	tables := []struct {
-		dst  *cuda.DevicePtr
-		data any
-	}{{&o.gptr, gptrs}, {&o.sptr, sptrs}, {&o.wptr, wptrs}, {&o.base, bases}, {&o.ck, ck}, {&o.cs, cs}, {&o.cl, cl}}
-	for _, t := range tables {
-		raw, _ := binary.Append(nil, binary.LittleEndian, t.data)
-		if *t.dst, err = alloc(int64(len(raw))); err == nil {
-			err = cuda.CopyHtoD(o.dev, *t.dst, raw)
-		}
-		if err != nil {
-			o.Close()
-			return nil, fmt.Errorf("exec: optimizer tables: %w", err)
-		}
+	if err := uploadTables(o.dev, &o.allocs, []table{{&o.gptr, gptrs}, {&o.sptr, sptrs}, {&o.wptr, wptrs},
+		{&o.base, bases}, {&o.ck, ck}, {&o.cs, cs}, {&o.cl, cl}}); err != nil {
+		o.Close()
+		return nil, fmt.Errorf("exec: optimizer tables: %w", err)
 	}
 	return o, nil
+}
+
+// table is a chunk table the optimizer kernels read: the device copy of data
+// (a slice of fixed-size integers) goes to dst.
+type table struct {
+	dst  *cuda.DevicePtr
+	data any
+}
+
+// uploadTables copies each table to a device allocation of its own, owned by
+// allocs.
+func uploadTables(dev *cuda.Device, allocs *[]cuda.DevicePtr, ts []table) error {
+	for _, t := range ts {
+		raw, err := binary.Append(nil, binary.LittleEndian, t.data)
+		if err == nil {
+			*t.dst, err = allocOwned(dev, allocs, int64(len(raw)))
+		}
+		if err == nil {
+			err = cuda.CopyHtoD(dev, *t.dst, raw)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// flat is each trained tensor's first element in the flat state (its base)
+// and its working weight's address, in spec order.
+func (tb trained) flat() (bases []int64, wptrs []uint64) {
+	bases, wptrs = make([]int64, len(tb.sizes)), make([]uint64, len(tb.sizes))
+	var off int64
+	for i, n := range tb.sizes {
+		bases[i], wptrs[i] = off, uint64(tb.wptrs[i])
+		off += n
+	}
+	return bases, wptrs
+}
+
+// putScalars writes AdamW's step scalars (codegen.OptimScalars fp32 values,
+// the order the kernel reads them) into dst and returns their bytes.
+func putScalars(dst *cuda.HostBuffer, h AdamWStep) int {
+	sc := []float32{h.Decay, h.OneMinusBeta1, h.Beta2, h.OneMinusBeta2, h.Bc2Sqrt, h.Eps, h.StepSize}
+	for i, x := range sc {
+		binary.LittleEndian.PutUint32(dst.Bytes()[4*i:], math.Float32bits(x))
+	}
+	return 4 * len(sc)
 }
 
 // trained are the device buffers of an optimizer's weights and gradients, in
@@ -381,11 +414,7 @@ func (o *Optimizer) Step(h AdamWStep) (float64, error) {
 	// The scalars go up in stream order from pinned memory, ahead of the
 	// launches that read them; the previous update has finished (Step
 	// synchronises), so its copy no longer reads the pinned bytes.
-	sc := []float32{h.Decay, h.OneMinusBeta1, h.Beta2, h.OneMinusBeta2, h.Bc2Sqrt, h.Eps, h.StepSize}
-	for i, x := range sc {
-		binary.LittleEndian.PutUint32(o.hostScalars.Bytes()[4*i:], math.Float32bits(x))
-	}
-	err = s.stream.CopyHtoDAsync(o.scalars, o.hostScalars, 0, 4*len(sc))
+	err = s.stream.CopyHtoDAsync(o.scalars, o.hostScalars, 0, putScalars(o.hostScalars, h))
 	switch {
 	case err != nil:
 	case o.pending != nil:

@@ -38,6 +38,12 @@ const probeSrc = `extern "C" __global__ void @KERNEL@(int* keys, long long* qs, 
 }
 `
 
+// probeKernel renders probeSrc for d (after Defaults), with d's forward tiles.
+func probeKernel(d Desc) Kernel {
+	return Kernel{Op: "attention.flash.probe", Body: render(view{Desc: d, Kind: "probe", BR: d.Br, BC: d.Bc, NT: 128},
+		probeSrc)}
+}
+
 // TestGPUPrimitives checks the tile library's helpers on the GPU against their
 // definitions (ir/docs.go, ir/window.go): the visibility tests agree with
 // "causal, at or after the row's start, inside the keys"; a query tile's key
@@ -75,8 +81,7 @@ func TestGPUPrimitives(t *testing.T) {
 				return max(s, ir.WindowStart(r, c.window))
 			}
 			visible := func(r, j int64) bool { return j < T && (!c.causal || j <= r) && j >= start(r) }
-			k := Kernel{Op: "attention.flash.probe", Body: render(view{Desc: d, Kind: "probe", BR: d.Br, BC: d.Bc,
-				NT: 128}, probeSrc)}
+			k := probeKernel(d)
 			arch, err := dev.KernelArch("")
 			if err != nil {
 				t.Fatal(err)
@@ -177,7 +182,7 @@ func TestProbeCompiles(t *testing.T) {
 	for _, d := range []Desc{{B: 1, T: 300, S: 300, Hq: 1, Hkv: 1, D: 64, Causal: true, Docs: true, Window: 9},
 		{B: 1, T: 300, S: 300, Hq: 1, Hkv: 1, D: 64}} {
 		d = d.Defaults()
-		k := Kernel{Op: "attention.flash.probe", Body: render(view{Desc: d, Kind: "probe", BR: d.Br, BC: d.Bc, NT: 128}, probeSrc)}
+		k := probeKernel(d)
 		if _, log, err := cuda.Compile(k.Source(), k.Name()+".cu", "compute_80", nil); err != nil {
 			t.Errorf("%+v: %v\n%s", d, err, log)
 		}
