@@ -163,9 +163,10 @@ func benchAttentionCmd(bf *benchFlags) *cobra.Command {
 				return err
 			}
 			for i := range ts {
-				// A sweep entry without a tier runs in --tier, so a sweep can mix tiers.
+				// A sweep entry without a tier runs in --tier (tier 1 above head dim
+				// 128, as a compiled program does), so a sweep can mix tiers.
 				if ts[i].Tier == 0 {
-					ts[i].Tier = tier
+					ts[i].Tier = fk.TierForHeadDim(tier, s.D)
 				}
 			}
 			// The shape and the GPU head the output: figures from different devices must not
@@ -242,7 +243,7 @@ func benchAttentionCmd(bf *benchFlags) *cobra.Command {
 	f.Int64Var(&s.T, "T", 32768, "sequence length")
 	f.IntVar(&s.H, "H", 8, "query heads")
 	f.IntVar(&s.Hkv, "Hkv", 0, "key/value heads (grouped-query); 0: same as --H")
-	f.IntVar(&s.D, "D", 128, "head dim (a multiple of 8 up to 128 on the tensor cores; 96 runs the 128 kernels padded)")
+	f.IntVar(&s.D, "D", 128, "head dim (a multiple of 8 up to 256 on the tensor cores: below 128 padded to 64 or 128, above it tier 1 padded to 256)")
 	f.BoolVar(&noCausal, "no-causal", false, "attend to every key (bidirectional, as encoders do)")
 	f.IntVar(&s.Docs, "docs", 0, "pack this many equal documents into each sequence (a document mask), "+
 		"and time one causal sequence of the same tokens beside it")

@@ -130,9 +130,7 @@ func (g *gen) flashDesc(n *ir.Node) (flash.Desc, error) {
 // program reads the forward's key tile from it (driver/emulate.go).
 func FlashDescOf(n *ir.Node, tier int) flash.Desc {
 	q, k := n.Args[0].Type, n.Args[1].Type
-	if q.Shape[3] > 128 {
-		tier = 1 // tier 2's kernels stop at head dim 128 (flash.Desc.KD)
-	}
+	tier = flash.TierForHeadDim(tier, int(q.Shape[3]))
 	d := flash.Desc{B: q.Shape[0], T: q.Shape[1], S: k.Shape[1], Hq: int(q.Shape[2]), Hkv: int(k.Shape[2]),
 		D: int(q.Shape[3]), Causal: n.AttrBool("causal"), Docs: ir.HasDocs(n), Window: ir.Window(n),
 		Scale: ir.AttentionScale(n),

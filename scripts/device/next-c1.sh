@@ -50,7 +50,7 @@ echo "targeted done at $(( $(date +%s)-T0 )) s"
 for b in runtime_cuda codegen_cuda_flash perf_flash runtime_exec runtime_comm_nccl runtime_comm_devlocal train_runner train_eval train; do
   d=$(awk -v n=$b '$1==n {print $2}' .gpu/tests.txt); [ -n "$d" ] || continue
   l=$(left); [ $l -gt 20 ] || { echo "no time left for $b"; continue; }
-  (cd $d && LCC_REQUIRE_GPU=1 timeout $l $R/.gpu/$b.test -test.run GPU > $OUT/logs/all_$b.log 2>&1; echo "all $b rc=$? pass=$(grep -c -- '--- PASS' $OUT/logs/all_$b.log) fail=$(grep -c -- '--- FAIL' $OUT/logs/all_$b.log)")
+  (cd $d && LCC_REQUIRE_GPU=1 timeout $l $R/.gpu/$b.test -test.run GPU -test.v > $OUT/logs/all_$b.log 2>&1; echo "all $b rc=$? pass=$(grep -c -- '--- PASS' $OUT/logs/all_$b.log) fail=$(grep -c -- '--- FAIL' $OUT/logs/all_$b.log)")
   grep -E -- "--- FAIL" $OUT/logs/all_$b.log | head -5
 done
 tail -1 $OUT/logs/export3b.log

@@ -324,6 +324,16 @@ func (d Desc) KD() int {
 // Segments is the number of segments per sequence.
 func (d Desc) Segments() int64 { return (d.T + d.W - 1) / d.W }
 
+// TierForHeadDim is the tier that head dim d runs on when tier is asked for: tier
+// 2's kernels stop at a computed head dim of 128 (KD), so above it every
+// variant runs on tier 1. Codegen (FlashDescOf) and lcc bench take this rule.
+func TierForHeadDim(tier, d int) int {
+	if d > 128 {
+		return 1
+	}
+	return tier
+}
+
 // Supported reports whether the tensor-core tier takes d, and why not.
 func Supported(d Desc) error {
 	if d.D <= 0 || d.D > 256 || d.D%8 != 0 {
