@@ -199,22 +199,25 @@ func (m StepMemory) WithHostState(n int64, storage int64) StepMemory {
 // OnDevice): 48 MiB of fp32 masters and moments a window.
 const HostStreamWindow = 1 << 22
 
-// HostStreamDeviceBytes is the device memory that update holds beside the
-// arena: two windows' masters and moments.
-const HostStreamDeviceBytes = 2 * 3 * 4 * HostStreamWindow
+// HostStreamBytes is the device memory that update holds beside the arena,
+// its two windows' masters and moments, over n
+// trained elements: a window is at most HostStreamWindow of them and at most
+// all n (runtime/exec sizes its windows to the longest it cuts).
+func HostStreamBytes(n int64) int64 { return 2 * 3 * 4 * min(n, HostStreamWindow) }
 
 // WithGPUUpdate is WithHostState's state updated on the GPU instead of the CPU
 // (runtime/exec.HostOptimizer with OnDevice): the state streams through two
-// device windows (HostStreamDeviceBytes, a fixed cost of the device), and the
-// host keeps no staging of gradients or weights.
+// device windows (HostStreamBytes, a fixed cost of the device), and the host
+// keeps no staging of gradients or weights.
 func (m StepMemory) WithGPUUpdate() StepMemory {
 	if m.HostStateBytes == 0 {
 		return m
 	}
+	win := HostStreamBytes(m.HostStateBytes / OptimizerStateBytes(1))
 	m.HostStagingBytes = 0
 	m.HostUpdateGPU = true
-	m.FixedBytes += HostStreamDeviceBytes
-	m.PeakBytes += HostStreamDeviceBytes
+	m.FixedBytes += win
+	m.PeakBytes += win
 	return m
 }
 

@@ -396,6 +396,9 @@ func compileOne(f *ir.Func, opts CompileOptions) (*Result, *pipeline, error) {
 	p.mem.trained = training.Enabled
 	prog := p.found.prog
 	p.mem.hostState = p.found.hostState
+	if p.found.hostState {
+		p.mem.gpuUpdate = p.found.gpuUpdate
+	}
 	if prog != nil && training.Enabled {
 		if p.sealed != nil && p.sealed.prog == prog {
 			// A compiled folder's program keeps the choice it was compiled with.

@@ -16,7 +16,8 @@ import (
 // the choice, so the hash differs, and the report says it. auto keeps the
 // state on the device while the step fits its budget (the same program as
 // device) and moves it to the host when only that fits: then it is the host
-// plan. A host budget that cannot hold the state refuses the plan.
+// plan. A host budget that cannot hold the state refuses the plan. (The update
+// is the CPU's, which stages gradients and weights on the host.)
 func TestOptimizerStateInThePlan(t *testing.T) {
 	compile := func(state string, budget, host int64) (*Result, error) {
 		t.Helper()
@@ -25,7 +26,7 @@ func TestOptimizerStateInThePlan(t *testing.T) {
 			t.Fatal(err)
 		}
 		return Compile(f, CompileOptions{Target: h200(t), Options: Options{Loss: "cross-entropy",
-			MemoryBudget: budget, HostMemoryBudget: host, OptimizerState: state}})
+			MemoryBudget: budget, HostMemoryBudget: host, OptimizerState: state, OptimizerUpdate: "cpu"}})
 	}
 	must := func(state string, budget int64) *Result {
 		t.Helper()
@@ -142,7 +143,7 @@ func recompile(t *testing.T, graph string, opts CompileOptions) *Result {
 
 // TestOptimizerUpdateInThePlan: --optimizer-update=gpu keeps the host state but drops
 // the host's gradient and weight staging, holds the two device windows on the
-// GPU (cost.HostStreamDeviceBytes, a fixed cost), is recorded in the launch
+// GPU (cost.HostStreamBytes, a fixed cost), is recorded in the launch
 // plan (another hash) and said in the report; with the state on the device it
 // changes nothing.
 func TestOptimizerUpdateInThePlan(t *testing.T) {
@@ -160,6 +161,31 @@ func TestOptimizerUpdateInThePlan(t *testing.T) {
 		return res
 	}
 	cpu, gpu := compile("host", "cpu"), compile("host", "gpu")
+	cpuNone := compileWith(t, Options{Loss: "cross-entropy", OptimizerState: "host", OptimizerUpdate: "cpu",
+		Checkpoint: "none"})
+	if def := compile("host", ""); def.Hash != gpu.Hash {
+		t.Errorf("the default update's program %s, the GPU's %s", def.Hash, gpu.Hash)
+	}
+	// auto under a budget that the CPU's plan fits and the GPU's windows do not,
+	// with no checkpoints to make room: the CPU's update. (With checkpoints the
+	// auto policy may recompute to make room for the windows.)
+	f, err := Load("../testdata/onnx/gpt_mini.onnx", Bindings{SeqLen: 32, Batch: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tight, err := Compile(f, CompileOptions{Target: h200(t), Options: Options{Loss: "cross-entropy",
+		OptimizerState: "host", OptimizerUpdate: "auto", Checkpoint: "none",
+		MemoryBudget: cpuNone.Report.Memory.PerGPUPeakBytes}})
+	if err != nil || tight.Report.Memory.OptimizerUpdate != "" ||
+		tight.Report.Memory.PerGPUPeakBytes != cpuNone.Report.Memory.PerGPUPeakBytes {
+		t.Errorf("auto under the CPU plan's peak: %v; update %q, want the CPU's", err, tightUpdate(tight))
+	}
+	rows := func(r *Result) string { return strings.Join(r.Report.Pipeline, "\n") }
+	if strings.Contains(rows(gpu), "optimizer-update") || !strings.Contains(rows(cpu), "optimizer-update=cpu") ||
+		strings.Contains(rows(compile("device", "cpu")), "optimizer-update") {
+		t.Errorf("codegen's rows name the update where it is not the default or the state may be on the host:\n"+
+			"gpu %s\ncpu %s", rows(gpu), rows(cpu))
+	}
 	c, g := cpu.Report.Memory, gpu.Report.Memory
 	n := cpu.Report.Params.Trainable
 	if g.OptimizerState != "host" || g.OptimizerUpdate != "gpu" || c.OptimizerUpdate != "" {
@@ -169,9 +195,10 @@ func TestOptimizerUpdateInThePlan(t *testing.T) {
 		t.Errorf("gpu update: host state %d, staging %d, host peak %d; want %d, 0, the cpu plan's %d less its staging %d",
 			g.HostStateBytes, g.HostStagingBytes, g.HostPeakBytes, 12*n, c.HostPeakBytes, c.HostStagingBytes)
 	}
-	if g.FixedBytes != c.FixedBytes+cost.HostStreamDeviceBytes || g.PerGPUPeakBytes != c.PerGPUPeakBytes+cost.HostStreamDeviceBytes {
+	win := cost.HostStreamBytes(n)
+	if win != 24*min(n, cost.HostStreamWindow) || g.FixedBytes != c.FixedBytes+win || g.PerGPUPeakBytes != c.PerGPUPeakBytes+win {
 		t.Errorf("gpu update: fixed %d, peak %d; want the cpu plan's %d, %d and the windows' %d", g.FixedBytes,
-			g.PerGPUPeakBytes, c.FixedBytes, c.PerGPUPeakBytes, cost.HostStreamDeviceBytes)
+			g.PerGPUPeakBytes, c.FixedBytes, c.PerGPUPeakBytes, win)
 	}
 	if gpu.Program.Plan.OptimizerUpdate != "gpu" || cpu.Program.Plan.OptimizerUpdate != "" || gpu.Hash == cpu.Hash {
 		t.Errorf("launch plans %q and %q, hashes %s and %s", cpu.Program.Plan.OptimizerUpdate,
@@ -185,4 +212,26 @@ func TestOptimizerUpdateInThePlan(t *testing.T) {
 	if d, dg := compile("device", "cpu"), compile("device", "gpu"); d.Hash != dg.Hash {
 		t.Errorf("with the state on the device, --optimizer-update changed the program: %s, %s", d.Hash, dg.Hash)
 	}
+}
+
+// tightUpdate is r's optimizer update, or "none" for no result.
+func tightUpdate(r *Result) string {
+	if r == nil {
+		return "none"
+	}
+	return r.Report.Memory.OptimizerUpdate
+}
+
+// compileWith compiles gpt_mini at 32 tokens for the H200 with o.
+func compileWith(t *testing.T, o Options) *Result {
+	t.Helper()
+	f, err := Load("../testdata/onnx/gpt_mini.onnx", Bindings{SeqLen: 32, Batch: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := Compile(f, CompileOptions{Target: h200(t), Options: o})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res
 }

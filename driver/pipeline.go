@@ -78,11 +78,15 @@ type Options struct {
 	// program hash covers it.
 	OptimizerState string
 	// OptimizerUpdate is where a host state's AdamW update runs (lcc train
-	// --optimizer-update): "cpu" (also "") as the gradients come down
-	// (HostUpdate), or "gpu", the state streamed up and back through two
-	// device windows (runtime/exec.HostOptimizer's OnDevice). It applies when
-	// the state is on the host; the launch plan records it, so the program
-	// hash covers it.
+	// --optimizer-update): "gpu", the state streamed up and back through two
+	// device windows (runtime/exec.HostOptimizer's OnDevice); "cpu", as the
+	// gradients come down (HostUpdate); or "auto" (also ""), the GPU unless its
+	// windows keep the step from fitting the device's budget, then the CPU.
+	// The GPU comes first because it measured 1.94× faster on the H200 (the
+	// 1.1B Llama at 8K: 541.6 ms a step against 1049.1 ms with 16 host threads;
+	// BENCHMARKS.md), and it pins 4 bytes a parameter less. It applies when the
+	// state is on the host; the launch plan records the update that runs, so
+	// the program hash covers it.
 	OptimizerUpdate string
 	// Fuse is "off" (the default, also "") or "on": whether the fuse pass
 	// (passes.Fuse) merges groups of elementwise ops into fused_elementwise
@@ -91,6 +95,10 @@ type Options struct {
 	// GPU. The launch plan records the choice, so the program hash covers it.
 	Fuse string
 }
+
+// gpuUpdate says whether a host optimizer state is planned with the GPU's
+// update first (gpu or auto; insert-checkpoints may fall back from auto's).
+func (o Options) gpuUpdate() bool { return o.OptimizerUpdate != "cpu" }
 
 // OptimizerStates are the values of Options.OptimizerState.
 const OptimizerStates = "device, host or auto"
@@ -132,9 +140,9 @@ func (o Options) validate() error {
 		return fmt.Errorf("--optimizer-state %q: want %s", o.OptimizerState, OptimizerStates)
 	}
 	switch o.OptimizerUpdate {
-	case "", "cpu", "gpu":
+	case "", "auto", "cpu", "gpu":
 	default:
-		return fmt.Errorf("--optimizer-update %q: want cpu or gpu", o.OptimizerUpdate)
+		return fmt.Errorf("--optimizer-update %q: want auto, gpu or cpu", o.OptimizerUpdate)
 	}
 	if err := o.RoPE.Validate(); err != nil {
 		return err
@@ -267,11 +275,12 @@ type findings struct {
 	trained  bool // autodiff differentiated a loss
 	ckpt     *passes.RecomputeStats
 	// hostState: insert-checkpoints planned the step with AdamW's state in
-	// pinned host memory (Options.OptimizerState).
-	hostState bool
-	prog      *cudagen.Program   // codegen's program (nil: no GPU target, or codegen failed)
-	fuse      *passes.FuseResult // what fuse made (nil: it did not run)
-	rope      *passes.RoPEResult // what rescale-rope rewrote (nil: it did not run)
+	// pinned host memory (Options.OptimizerState); gpuUpdate: that state
+	// updated on the GPU (Options.OptimizerUpdate, as auto resolved).
+	hostState, gpuUpdate bool
+	prog                 *cudagen.Program   // codegen's program (nil: no GPU target, or codegen failed)
+	fuse                 *passes.FuseResult // what fuse made (nil: it did not run)
+	rope                 *passes.RoPEResult // what rescale-rope rewrote (nil: it did not run)
 }
 
 // words is a configuration already in words: a pass of package passes whose
@@ -343,6 +352,9 @@ type checkpointConfig struct {
 	// OptimizerState is Options.OptimizerState; the row shows "host" only:
 	// "auto" resolves to what the launch plan records.
 	OptimizerState string
+	// update is Options.OptimizerUpdate: with auto, a host state's GPU update
+	// falls back to the CPU's where its device windows do not fit.
+	update string
 
 	budget int64
 	mem    memoryModel
@@ -370,9 +382,11 @@ type codegenConfig struct {
 	Storage tensor.DType
 	Rank    int
 	NoGraph bool // the plan runs uncaptured (--cuda-graph=off)
-	// GPUUpdate: a host optimizer state is updated on the GPU
-	// (--optimizer-update=gpu).
-	GPUUpdate bool
+	// GPUUpdate: a host optimizer state may be updated on the GPU
+	// (--optimizer-update=gpu or auto; where it is, is insert-checkpoints'
+	// finding); the row names the CPU's update, and only where the state may
+	// be on the host (HostStatePossible).
+	GPUUpdate, HostStatePossible bool
 }
 
 func (c codegenConfig) String() string {
@@ -386,8 +400,8 @@ func (c codegenConfig) String() string {
 	if c.NoGraph {
 		s += " cuda-graph=off"
 	}
-	if c.GPUUpdate {
-		s += " optimizer-update=gpu"
+	if !c.GPUUpdate && c.HostStatePossible {
+		s += " optimizer-update=cpu"
 	}
 	return s
 }
@@ -411,7 +425,7 @@ func codegenStage(c codegenConfig) stage {
 			}
 			if fd.hostState {
 				prog.Plan.OptimizerState = cudagen.OptimizerStateHost
-				if c.GPUUpdate {
+				if fd.gpuUpdate {
 					prog.Plan.OptimizerUpdate = cudagen.OptimizerUpdateGPU
 				}
 			}
@@ -515,7 +529,7 @@ func newStepPipeline(t targets.Target, o Options, snapshots, resume bool) (*pipe
 	}
 	storage, _ := o.Storage()
 	p := &pipeline{opts: o, target: t, mem: memoryModel{target: t, storage: storage, rank: o.Rank,
-		snapshots: snapshots, resume: resume, gpuUpdate: o.OptimizerUpdate == "gpu"}}
+		snapshots: snapshots, resume: resume, gpuUpdate: o.gpuUpdate()}}
 	if !p.hasCodegen() {
 		p.mem.target.Arch = targets.ArchCPU // no GPU program: the simulated model
 	}
@@ -600,7 +614,8 @@ func (p *pipeline) table() []stage {
 		policy = "auto"
 	}
 	cc := checkpointConfig{Policy: policy, Budget: o.MemoryBudget, HostBudget: o.HostMemoryBudget,
-		OptimizerState: o.OptimizerState, budget: p.budget(), mem: p.mem, hints: p.memoryHints}
+		OptimizerState: o.OptimizerState, update: o.OptimizerUpdate, budget: p.budget(), mem: p.mem,
+		hints: p.memoryHints}
 	add(stage{name: "insert-checkpoints", doc: "recompute forward activations in the backward to fit the memory budget",
 		cfg: cc, run: func(f *ir.Func, fd *findings) error {
 			if !fd.trained {
@@ -615,7 +630,19 @@ func (p *pipeline) table() []stage {
 				mem.hostState = !cc.deviceFits(f, mem)
 			}
 			fd.hostState = mem.hostState
-			stats, err := cc.recompute(f, mem, len(fd.matches.Found) > 0)
+			attention := len(fd.matches.Found) > 0
+			stats, err := cc.recompute(f, mem, attention)
+			if auto := cc.update == "" || cc.update == "auto"; auto && mem.hostState && mem.gpuUpdate &&
+				(err != nil || cc.budget > 0 && mem.gpu() && mem.peak(f) > cc.budget) {
+				// The GPU's windows do not fit: the CPU's update, which needs
+				// none. A failed plan left f as it was; a fixed policy's does
+				// not depend on the update.
+				mem.gpuUpdate = false
+				if err != nil {
+					stats, err = cc.recompute(f, mem, attention)
+				}
+			}
+			fd.gpuUpdate = mem.hostState && mem.gpuUpdate
 			fd.ckpt = &stats
 			return mem.explain(f, err, cc.budget, cc.HostBudget)
 		}})
@@ -718,7 +745,8 @@ func (p *pipeline) codegenRows() []stage {
 	}
 	storage, _ := p.opts.Storage()
 	return append(rows, codegenStage(codegenConfig{Arch: p.target.Arch, Storage: storage, Rank: p.opts.Rank,
-		NoGraph: p.opts.CUDAGraph == "off", GPUUpdate: p.opts.OptimizerUpdate == "gpu"}))
+		NoGraph: p.opts.CUDAGraph == "off", GPUUpdate: p.opts.gpuUpdate(),
+		HostStatePossible: p.opts.OptimizerState == "host" || p.opts.OptimizerState == "auto"}))
 }
 
 // fuseStage is fuse with c, recording the groups it made.

@@ -585,7 +585,7 @@ func (r *Report) WriteText(w io.Writer) {
 	if m := r.Memory; m.OptimizerState == "host" && m.OptimizerUpdate == "gpu" {
 		fmt.Fprintf(w, "memory     optimizer state: host (pinned) %s of fp32 masters and AdamW moments; the GPU "+
 			"runs AdamW as they stream through two device windows (%s, in the fixed costs)\n",
-			Bytes(m.HostStateBytes), Bytes(cost.HostStreamDeviceBytes))
+			Bytes(m.HostStateBytes), Bytes(cost.HostStreamBytes(m.HostStateBytes/cost.OptimizerStateBytes(1))))
 	} else if m.OptimizerState == "host" {
 		fmt.Fprintf(w, "memory     optimizer state: host (pinned) %s of fp32 masters and AdamW moments, %s of "+
 			"gradient and weight staging; the CPU runs AdamW as the gradients come down\n",

@@ -130,8 +130,8 @@ type Config struct {
 	// plans device, and host is refused.
 	OptimizerState string
 	// OptimizerUpdate is driver.Options.OptimizerUpdate (--optimizer-update):
-	// where a host state's AdamW update runs, cpu (also "") or gpu (the state
-	// streamed through device windows).
+	// where a host state's AdamW update runs, gpu (also "": the state
+	// streamed through device windows) or cpu.
 	OptimizerUpdate string
 	// Ranks > 1 shards every step's sequence over that many ranks with ShardMode
 	// (ring, ulysses or dilated: see driver.ShardModes); Comm is this rank's

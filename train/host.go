@@ -3,6 +3,8 @@ package train
 import (
 	"fmt"
 	"io"
+	"os"
+	"runtime"
 	"runtime/debug"
 
 	"github.com/lcc-dev/lcc/driver"
@@ -148,4 +150,31 @@ func measureHost(res *Result) {
 		res.HostRSSBytes, res.HostHWMBytes = rss, hwm
 	}
 	_, res.PinnedPeakBytes = cuda.PinnedBytes()
+}
+
+// traceHostEnv names the environment variable that makes a run print its host
+// memory at each phase of its set-up and its first steps (traceHost): where a
+// measured host peak departs from its plan, these lines say which phase put it
+// there and whether the Go heap or memory outside it (the CUDA driver's, the
+// pinned buffers) holds it.
+const traceHostEnv = "LCC_TRACE_HOST"
+
+// traceHost prints one line to w (cfg.Log) when LCC_TRACE_HOST is set: the
+// resident set now and at its peak, the Go heap in use and what the Go runtime
+// holds of the operating system's memory, and the pinned bytes now.
+func traceHost(w io.Writer, phase string) {
+	if w == nil || os.Getenv(traceHostEnv) == "" {
+		return
+	}
+	rss, hwm, err := hostmem.Resident()
+	if err != nil {
+		fmt.Fprintf(w, "lcc: host %-24s %v\n", phase, err)
+		return
+	}
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	pinned, _ := cuda.PinnedBytes()
+	fmt.Fprintf(w, "lcc: host %-24s rss %s  hwm %s  go heap %s (held %s)  pinned %s\n", phase,
+		report.Bytes(rss), report.Bytes(hwm), report.Bytes(int64(ms.HeapAlloc)),
+		report.Bytes(int64(ms.HeapSys-ms.HeapReleased)), report.Bytes(pinned))
 }

@@ -59,7 +59,7 @@ func TestGPUHostOptimizer(t *testing.T) {
 		c.Clip = 0.5
 		c.OptimizerState = "device"
 		resident := run(t, gpuConfig(t, dev, c, st, cache))
-		c.OptimizerState = "host"
+		c.OptimizerState, c.OptimizerUpdate = "host", "cpu"
 		var out bytes.Buffer
 		c.Progress = &out
 		host := run(t, gpuConfig(t, dev, c, st, cache))

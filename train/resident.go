@@ -53,10 +53,12 @@ func hostUpdate(h exec.AdamWStep, g, master, m, v []float32, coef float32, clip 
 // setupResident binds the step to cfg.Session with the current weights and
 // loads the optimizer state (fresh or resumed) into device memory.
 func (t *trainer) setupResident() error {
+	traceHost(t.cfg.Log, "before binding")
 	bound, err := t.cfg.Session.Bind(t.grad, t.weights)
 	if err != nil {
 		return err
 	}
+	traceHost(t.cfg.Log, "bound")
 	grads := make([]string, len(t.upd.Weights))
 	for i, w := range t.upd.Weights {
 		grads[i] = autodiff.GradPrefix + w
@@ -75,6 +77,7 @@ func (t *trainer) setupResident() error {
 	if err != nil {
 		return err
 	}
+	traceHost(t.cfg.Log, "optimizer allocated")
 	var master, m, v []*tensor.Tensor
 	for _, w := range t.upd.Weights {
 		master = append(master, t.state[optim.MasterPrefix+w])
@@ -85,6 +88,7 @@ func (t *trainer) setupResident() error {
 		opt.Close()
 		return err
 	}
+	traceHost(t.cfg.Log, "optimizer loaded")
 	t.dev = &resident{bound: bound, opt: opt, adamw: t.adamw, done: int(t.state[optim.StepState].F[0])}
 	return nil
 }

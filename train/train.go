@@ -105,6 +105,7 @@ func newTrainer(cfg Config) (*trainer, error) {
 	if err != nil {
 		return nil, err
 	}
+	traceHost(cfg.Log, "loaded")
 	var spare, orig *ir.Func
 	if cfg.RecompileForDevice {
 		spare = model.Clone() // the passes rewrite model; a recompile starts again from this
@@ -116,9 +117,11 @@ func newTrainer(cfg Config) (*trainer, error) {
 	if err != nil {
 		return nil, err
 	}
+	traceHost(cfg.Log, "compiled")
 	if step, err = adoptStep(cfg, step, spare); err != nil {
 		return nil, err
 	}
+	traceHost(cfg.Log, "adopted")
 	if cfg.Device == "cuda" {
 		// Before the optimizer's state, the arena or a pinned buffer exists.
 		if lim, ok := hostmem.Read(); ok {
@@ -139,6 +142,7 @@ func newTrainer(cfg Config) (*trainer, error) {
 	if err := cfg.fitHost(grad, upd.Func); err != nil {
 		return nil, fmt.Errorf("%s: %w", cfg.Model, err)
 	}
+	traceHost(cfg.Log, "optimizer built")
 	t := &trainer{cfg: cfg, grad: grad, upd: upd, adamw: o, lossName: lossName,
 		hash:    ParamsHash(grad, upd.Func),
 		program: step.Hash, plannedPeak: step.Report.Memory.PerGPUPeakBytes, shard: shard, rank: rank,
@@ -342,6 +346,7 @@ func (t *trainer) run() (*Result, error) {
 		}
 		defer t.dev.opt.Close()
 		t.releaseHost()
+		traceHost(cfg.Log, "host copies released")
 		res.Resident = true
 		res.TrainedElements, res.GPU = t.dev.opt.Elements(), cfg.GPU.Name
 		res.BatchBytes = int64(cfg.Accumulate * cfg.Batch * cfg.SeqLen * tensor.I64.Size())
@@ -407,6 +412,9 @@ func (t *trainer) run() (*Result, error) {
 			return nil, fmt.Errorf("step %d: %w", s+1, err)
 		}
 		dt := time.Since(t0)
+		if s < first+3 {
+			traceHost(cfg.Log, fmt.Sprintf("step %d", s+1))
+		}
 		if t.dev != nil {
 			h1, d1 := cfg.Session.Device().Transferred()
 			stepBytes = h1 - h0 + d1 - d0

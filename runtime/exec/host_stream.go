@@ -25,7 +25,7 @@ import (
 //
 // A window is a run of whole chunks of the optimizer's chunk table
 // (codegen.OptimChunks), at most cost.HostStreamWindow elements, which the
-// plan counts (cost.HostStreamDeviceBytes). Window i uses slot
+// plan counts (cost.HostStreamBytes). Window i uses slot
 // i mod 2: its copy up waits until the copy down of window i − 2 (the slot's
 // last user) is done, the kernel waits for its copy up, and its copy down for
 // the kernel. The copies up and down run on their own streams, so both
