@@ -142,7 +142,7 @@ func Load(path string, b Bindings) (*ir.Func, error) {
 			return nil, err
 		}
 		f, err := onnx.Import(m, onnx.ImportOptions{Dims: dims, InputShapes: b.InputShapes,
-			InputValues: b.InputValues})
+			InputValues: b.InputValues, Consume: true})
 		if err != nil && errors.Is(err, onnx.ErrUnboundDim) && b.InputsFrom != "" {
 			if missing := missingInputs(m, b.InputShapes); len(missing) > 0 {
 				var has []string

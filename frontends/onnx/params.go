@@ -31,6 +31,7 @@ package onnx
 import (
 	"fmt"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 
@@ -240,6 +241,7 @@ func (l *lowerer) planParams(prov *provenance) {
 		}
 	}
 
+	var scratch []float64 // transposeInPlace's, the size of the largest folded weight
 	for _, name := range g.InitializerNames {
 		t := g.Initializers[name]
 		p, isParam := plan.initParam[name]
@@ -250,7 +252,11 @@ func (l *lowerer) planParams(prov *provenance) {
 			// W for the Gather and as its folded Wᵀ for the MatMul: one weight.
 			l.env[name] = weightRef{held.w, transposed[name]}.val()
 		case isParam && transposed[name]:
-			w := l.weight(p, transpose2D(t), prov, name)
+			wt := transpose2D
+			if l.opts.Consume && len(splits[name]) == 0 {
+				wt = func(t *tensor.Tensor) *tensor.Tensor { return transposeInPlace(t, &scratch) }
+			}
+			w := l.weight(p, wt(t), prov, name)
 			plan.held[p] = weightRef{w, true}
 			l.env[name] = &val{wt: w}
 		case isParam:
@@ -275,6 +281,12 @@ func (l *lowerer) planParams(prov *provenance) {
 			}
 			plan.held[s] = weightRef{l.weight(s, data, prov, ""), transposed[name]}
 			plan.untied = append(plan.untied, fmt.Sprintf("%s (merged into %s)", s, name))
+		}
+		if l.opts.Consume && isParam && transposed[name] {
+			// The weight holds t's transpose (in t's own storage, or a copy
+			// where merged parameters read t too); the Model keeps its dtype and
+			// shape.
+			g.Initializers[name] = &tensor.Tensor{DType: t.DType, Shape: slices.Clone(t.Shape)}
 		}
 		for _, n := range restore[name] {
 			bias := plan.restored[n]
@@ -392,6 +404,26 @@ func nodeInt(n *Node, name string) int64 {
 		return a.Int
 	}
 	return 0
+}
+
+// transposeInPlace returns t's transpose in t's own storage, through
+// *scratch (grown to t's size and reused): t's elements are then the
+// transpose's, so t is not read again as itself. An import that consumes its
+// model (ImportOptions.Consume) so holds each folded weight once, and leaves no
+// garbage of the size of the model for the collector to find.
+func transposeInPlace(t *tensor.Tensor, scratch *[]float64) *tensor.Tensor {
+	r, c := t.Shape[0], t.Shape[1]
+	if int64(cap(*scratch)) < r*c {
+		*scratch = make([]float64, r*c)
+	}
+	src := (*scratch)[:r*c]
+	copy(src, t.F)
+	for i := int64(0); i < r; i++ {
+		for j := int64(0); j < c; j++ {
+			t.F[j*r+i] = src[i*c+j]
+		}
+	}
+	return &tensor.Tensor{DType: t.DType, Shape: []int64{c, r}, F: t.F}
 }
 
 // transpose2D returns t's transpose as a new tensor.
