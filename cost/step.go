@@ -133,11 +133,12 @@ func (m StepMemory) HostPeakBytes() int64 {
 // adds nothing for its optimizer state: the fp32 master shares its weight's
 // storage (train/optim's masterOf: a loaded weight's elements are fp32 values)
 // and the AdamW moments of a fresh run have no host tensor (optim.Build leaves
-// them unallocated; the optimizer uploads zeros). Measured on the H200 on
-// 2026-12-02, the zero moments the plan counted at 16 bytes a parameter were
-// partly resident (3.7 and 6.9 bytes a parameter for the 1.1B and 3B Llamas),
-// which put the plan 18% and 38% over the measured peak. A resume holds the
-// checkpoint's masters and moments besides (ResumeStateBytes).
+// them unallocated; the optimizer uploads zeros). The load holds each weight
+// once: the importer transposes an exporter's folded Linear weights in place
+// (frontends/onnx ImportOptions.Consume). Before it did, the 3B Llama's load
+// peaked at 45.15 GiB for 23.94 GiB of weights, which the plan did not count
+// (measured on the H200 on 2026-12-02 with LCC_TRACE_HOST; now 24.39 GiB). A
+// resume holds the checkpoint's masters and moments besides (ResumeStateBytes).
 func HostModelBytes(weightElems int64) int64 {
 	return weightElems * tensor.HostElemBytes
 }
