@@ -169,16 +169,11 @@ func TestOptimizerUpdateInThePlan(t *testing.T) {
 	// auto under a budget that the CPU's plan fits and the GPU's windows do not,
 	// with no checkpoints to make room: the CPU's update. (With checkpoints the
 	// auto policy may recompute to make room for the windows.)
-	f, err := Load("../testdata/onnx/gpt_mini.onnx", Bindings{SeqLen: 32, Batch: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	tight, err := Compile(f, CompileOptions{Target: h200(t), Options: Options{Loss: "cross-entropy",
-		OptimizerState: "host", OptimizerUpdate: "auto", Checkpoint: "none",
-		MemoryBudget: cpuNone.Report.Memory.PerGPUPeakBytes}})
-	if err != nil || tight.Report.Memory.OptimizerUpdate != "" ||
-		tight.Report.Memory.PerGPUPeakBytes != cpuNone.Report.Memory.PerGPUPeakBytes {
-		t.Errorf("auto under the CPU plan's peak: %v; update %q, want the CPU's", err, tightUpdate(tight))
+	tight := compileWith(t, Options{Loss: "cross-entropy", OptimizerState: "host", OptimizerUpdate: "auto",
+		Checkpoint: "none", MemoryBudget: cpuNone.Report.Memory.PerGPUPeakBytes})
+	if m := tight.Report.Memory; m.OptimizerUpdate != "" || m.PerGPUPeakBytes != cpuNone.Report.Memory.PerGPUPeakBytes {
+		t.Errorf("auto under the CPU plan's peak: update %q, peak %d; want the CPU's, %d", m.OptimizerUpdate,
+			m.PerGPUPeakBytes, cpuNone.Report.Memory.PerGPUPeakBytes)
 	}
 	rows := func(r *Result) string { return strings.Join(r.Report.Pipeline, "\n") }
 	if strings.Contains(rows(gpu), "optimizer-update") || !strings.Contains(rows(cpu), "optimizer-update=cpu") ||
@@ -212,14 +207,6 @@ func TestOptimizerUpdateInThePlan(t *testing.T) {
 	if d, dg := compile("device", "cpu"), compile("device", "gpu"); d.Hash != dg.Hash {
 		t.Errorf("with the state on the device, --optimizer-update changed the program: %s, %s", d.Hash, dg.Hash)
 	}
-}
-
-// tightUpdate is r's optimizer update, or "none" for no result.
-func tightUpdate(r *Result) string {
-	if r == nil {
-		return "none"
-	}
-	return r.Report.Memory.OptimizerUpdate
 }
 
 // compileWith compiles gpt_mini at 32 tokens for the H200 with o.

@@ -1,6 +1,7 @@
 package onnx
 
 import (
+	"slices"
 	"testing"
 
 	"github.com/lcc-dev/lcc/ir"
@@ -48,22 +49,10 @@ func TestConsumeReleasesFoldedWeights(t *testing.T) {
 				t.Errorf("%s: the consuming import differs:\n%s\nwant\n%s", path, ir.Print(got), ir.Print(want))
 			}
 			for i, p := range got.Params {
-				if q := want.Params[i]; (p.Data == nil) != (q.Data == nil) || p.Data != nil && !sameData(p.Data.F, q.Data.F) {
+				if q := want.Params[i]; (p.Data == nil) != (q.Data == nil) || p.Data != nil && !slices.Equal(p.Data.F, q.Data.F) {
 					t.Errorf("%s: weight %q differs", path, p.Name)
 				}
 			}
 		})
 	}
-}
-
-func sameData(a, b []float64) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
