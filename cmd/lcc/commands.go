@@ -212,7 +212,7 @@ func (c *compileFlags) add(cmd *cobra.Command) {
 		"down, bit for bit the device's; one micro-step); auto (device unless the step does not fit "+
 		"--memory-budget with it). Recorded in the plan")
 	f.StringVar(&c.optimizerUpdate, "optimizer-update", "auto", "where AdamW updates a state in host memory: auto (gpu unless its windows do not fit the device budget, then cpu); gpu "+
-		"(the state streams up and back through two device windows of 48 MiB each, 24 bytes a parameter over "+
+		"(the state streams up and back through two device windows of at most 48 MiB each, 24 bytes a parameter over "+
 		"the link, no CPU work; 1.94x the CPU's speed on an H200 with 16 host cores); cpu (as the gradients "+
 		"come down, 4 bytes a parameter over the host link, every core updating). Recorded in the plan")
 }
