@@ -119,3 +119,30 @@ func TestCheckHost(t *testing.T) {
 		}
 	}
 }
+
+// TestTraceHost: with LCC_TRACE_HOST set, a CPU run prints a host line at
+// each set-up phase it passes and after its first steps; without it, none.
+func TestTraceHost(t *testing.T) {
+	c := small(t, 4)
+	var log bytes.Buffer
+	c.Log = &log
+	if _, err := Train(c); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(log.String(), "lcc: host ") {
+		t.Errorf("traced without %s:\n%s", traceHostEnv, log.String())
+	}
+	t.Setenv(traceHostEnv, "1")
+	log.Reset()
+	if _, err := Train(c); err != nil {
+		t.Fatal(err)
+	}
+	for _, phase := range []string{"loaded", "compiled", "optimizer built", "step 1", "step 3"} {
+		if !strings.Contains(log.String(), "lcc: host "+phase+" ") || !strings.Contains(log.String(), " hwm ") {
+			t.Errorf("no %q line:\n%s", phase, log.String())
+		}
+	}
+	if strings.Contains(log.String(), "lcc: host step 4") {
+		t.Errorf("traced past the first three steps:\n%s", log.String())
+	}
+}
