@@ -382,11 +382,10 @@ type codegenConfig struct {
 	Storage tensor.DType
 	Rank    int
 	NoGraph bool // the plan runs uncaptured (--cuda-graph=off)
-	// GPUUpdate: a host optimizer state may be updated on the GPU
-	// (--optimizer-update=gpu or auto; where it is, is insert-checkpoints'
-	// finding); the row names the CPU's update, and only where the state may
-	// be on the host (HostStatePossible).
-	GPUUpdate, HostStatePossible bool
+	// CPUUpdate: --optimizer-update=cpu where the state may be on the host,
+	// which the row names (where a host state's update runs is
+	// insert-checkpoints' finding, fd.gpuUpdate).
+	CPUUpdate bool
 }
 
 func (c codegenConfig) String() string {
@@ -400,7 +399,7 @@ func (c codegenConfig) String() string {
 	if c.NoGraph {
 		s += " cuda-graph=off"
 	}
-	if !c.GPUUpdate && c.HostStatePossible {
+	if c.CPUUpdate {
 		s += " optimizer-update=cpu"
 	}
 	return s
@@ -745,8 +744,8 @@ func (p *pipeline) codegenRows() []stage {
 	}
 	storage, _ := p.opts.Storage()
 	return append(rows, codegenStage(codegenConfig{Arch: p.target.Arch, Storage: storage, Rank: p.opts.Rank,
-		NoGraph: p.opts.CUDAGraph == "off", GPUUpdate: p.opts.gpuUpdate(),
-		HostStatePossible: p.opts.OptimizerState == "host" || p.opts.OptimizerState == "auto"}))
+		NoGraph:   p.opts.CUDAGraph == "off",
+		CPUUpdate: !p.opts.gpuUpdate() && (p.opts.OptimizerState == "host" || p.opts.OptimizerState == "auto")}))
 }
 
 // fuseStage is fuse with c, recording the groups it made.

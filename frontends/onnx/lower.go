@@ -23,12 +23,13 @@ const DefaultFoldLimit = 1 << 16
 
 // ImportOptions controls the lowering to IR.
 type ImportOptions struct {
-	// Consume lets Import release the data of each initializer it replaces by a
-	// transposed copy (an exporter's folded Linear weight, Wᵀ: lcc keeps W) as
-	// soon as the copy is made, leaving its dtype and shape in the Model. The
-	// load then holds one copy of the weights, not both layouts at once (issue
-	// #26: the 3B Llama's load peaked at 45 GiB for 24 GiB of weights). Set it
-	// when nothing reads the Model's initializer data after Import.
+	// Consume lets Import take the data of each initializer it transposes (an
+	// exporter's folded Linear weight, Wᵀ: lcc keeps W): the weight is
+	// transposed in the initializer's own storage, and the Model keeps only its
+	// dtype and shape. The load then holds one copy of the weights, not both
+	// layouts at once (issue #26: the 3B Llama's load peaked at 45 GiB for 24
+	// GiB of weights). Set it when nothing reads the Model's initializer data
+	// after Import.
 	Consume bool
 	// Dims binds symbolic dims (ONNX dim_param) by name, e.g. {"batch": 1, "seq": 4096}.
 	Dims map[string]int64

@@ -418,11 +418,7 @@ func transposeInPlace(t *tensor.Tensor, scratch *[]float64) *tensor.Tensor {
 	}
 	src := (*scratch)[:r*c]
 	copy(src, t.F)
-	for i := int64(0); i < r; i++ {
-		for j := int64(0); j < c; j++ {
-			t.F[j*r+i] = src[i*c+j]
-		}
-	}
+	transposeInto(t.F, src, r, c)
 	return &tensor.Tensor{DType: t.DType, Shape: []int64{c, r}, F: t.F}
 }
 
@@ -430,12 +426,17 @@ func transposeInPlace(t *tensor.Tensor, scratch *[]float64) *tensor.Tensor {
 func transpose2D(t *tensor.Tensor) *tensor.Tensor {
 	r, c := t.Shape[0], t.Shape[1]
 	out := tensor.New(t.DType, c, r)
+	transposeInto(out.F, t.F, r, c)
+	return out
+}
+
+// transposeInto writes the transpose of the r×c matrix src into dst (c×r).
+func transposeInto(dst, src []float64, r, c int64) {
 	for i := int64(0); i < r; i++ {
 		for j := int64(0); j < c; j++ {
-			out.F[j*r+i] = t.F[i*c+j]
+			dst[j*r+i] = src[i*c+j]
 		}
 	}
-	return out
 }
 
 // paramNotes warns, after lowering, about the parameters no weight stands for:
