@@ -30,15 +30,20 @@ const dkdvq90Src = `extern "C" __global__ void __launch_bounds__(256, 1) @KERNEL
   if (fa_smem(fa_sh) & 1023) __trap();  // the swizzle atoms need 1024-byte alignment
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, wg = warp >> 2;
   const int g = lane >> 2, c2 = (lane & 3) * 2;
+  // Heads vary fastest in the launch order (fa_tile_order): a causal key
+  // tile's walk is the longer the nearer the tile is to the start, so the
+  // longest walks of every head start in the first wave.
+  int bx, hy;
+  fa_tile_order(&bx, &hy);
 #if FA_SPLIT
   // Split heads (Desc.SplitHeads): this CTA walks query head h0 alone.
-  const int h0 = blockIdx.y, hk = h0 / FA_G;
+  const int h0 = hy, hk = h0 / FA_G;
 #define FA_GW 1
 #else
-  const int hk = blockIdx.y, h0 = hk * FA_G;
+  const int hk = hy, h0 = hk * FA_G;
 #define FA_GW FA_G
 #endif
-  const long long b = blockIdx.z / FA_NSEG, sg = blockIdx.z % FA_NSEG, k0 = (long long)blockIdx.x * FA_BC;
+  const long long b = blockIdx.z / FA_NSEG, sg = blockIdx.z % FA_NSEG, k0 = (long long)bx * FA_BC;
   long long kp0, kn, qp0, qn;  // a dilated branch (FA_G = 1): the rows of segment sg, head hk
   fa_geom(sg, h0, FA_S, &kp0, &kn);
   fa_geom(sg, h0, FA_T, &qp0, &qn);
@@ -201,10 +206,7 @@ const dkdvq90Src = `extern "C" __global__ void __launch_bounds__(256, 1) @KERNEL
     fa_fence_async();
     fa_wg_fence();
 #pragma unroll
-    for (int kk = 0; kk < FA_BR / 16; ++kk) {
-      fa_wg_dv(dva, pa[kk], fa_dadd(om0, so + kk * 2048), 1);
-      fa_wg_dv(dka, da[kk], fa_dadd(qm0, so + kk * 2048), 1);
-    }
+    for (int kk = 0; kk < FA_BR / 16; ++kk) fa_wg_dv(dva, pa[kk], fa_dadd(om0, so + kk * 2048), 1);
     fa_wg_commit();
     // The one barrier of the item: both warpgroups' dSᵀ are in shared memory,
     // and so are item w + 1's tiles. Item w + FA_STAGES − 1 then loads into
@@ -219,6 +221,10 @@ const dkdvq90Src = `extern "C" __global__ void __launch_bounds__(256, 1) @KERNEL
     for (int kk = 0; kk < FA_BC / 16; ++kk)
       fa_wg_dq(dq, fa_dadd(sd0, (w & 1) * FA_BC * FA_BR * 2 + kk * 2048), fa_dadd(kqd, kk * 2048), kk > 0);
     fa_wg_commit();
+    // dK after dQ, so that dQ's fixed-point adds run under dK's product.
+#pragma unroll
+    for (int kk = 0; kk < FA_BR / 16; ++kk) fa_wg_dv(dka, da[kk], fa_dadd(qm0, so + kk * 2048), 1);
+    fa_wg_commit();
     // The next loads are queued while dQ runs (they go to item w − 1's stage,
     // which dQ does not read).
     if (w + FA_STAGES - 1 < nitems) {
@@ -227,8 +233,11 @@ const dkdvq90Src = `extern "C" __global__ void __launch_bounds__(256, 1) @KERNEL
       fa_next(lh, li);
     }
     fa_commit();
-    fa_wg_wait<0>();
+    fa_wg_wait<1>();  // dV and dQ; dK runs on under the adds
     reds(h, qq0);
+    // dK is waited for here, not at the next item's first wait: a product in
+    // flight across the loop's back edge makes ptxas serialize every wgmma.
+    fa_wg_wait<0>();
     fa_next(h, qi);
     if (++st == FA_STAGES) st = 0;
   }

@@ -17,12 +17,16 @@ const fwd90Src = `extern "C" __global__ void __launch_bounds__(FA_NT, 1) @KERNEL
   fa_bf16* sV = sK + FA_STAGES * FA_BC * FA_D;
   if (fa_smem(fa_sh) & 1023) __trap();  // the swizzle atoms need 1024-byte alignment
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, wg = warp >> 2;
-  const int h = blockIdx.y, hk = h / FA_G;
+  // Heads vary fastest in the launch order (fa_tile_order), so that every
+  // head's longest tiles run in the first wave, not one head's after another's.
+  int bx, h;
+  fa_tile_order(&bx, &h);
+  const int hk = h / FA_G;
   const long long b = blockIdx.z / FA_NSEG, sg = blockIdx.z % FA_NSEG;
   long long qp0, qn, kp0, kn;
   fa_geom(sg, h, FA_T, &qp0, &qn);
   fa_geom(sg, h, FA_S, &kp0, &kn);
-  const long long tile = FA_CAUSAL ? (long long)(gridDim.x - 1 - blockIdx.x) : (long long)blockIdx.x;
+  const long long tile = FA_CAUSAL ? (long long)(gridDim.x - 1 - bx) : (long long)bx;
   const long long q0 = tile * FA_BR;
   if (q0 >= qn) return;
   const long long* dsr = FA_DSR(b);

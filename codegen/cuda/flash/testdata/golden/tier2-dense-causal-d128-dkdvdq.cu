@@ -257,6 +257,17 @@ __device__ __forceinline__ void fa_load_tile90(fa_bf16* s, const fa_bf16* g, lon
     fa_cp16(sa + it * STEP * 128, ok ? g + r * rs + ch * 8 : g, ok);
   }
 }
+// fa_tile_order maps the launch order (x fastest, then y) to a tile index bx
+// along gridDim.x and a head hy along gridDim.y with the head varying fastest:
+// CTAs start in about that order, so the tiles of one index run side by side
+// across the heads. A causal kernel whose tiles' work falls or rises with the
+// index then starts every head's longest tiles first, instead of leaving the
+// last heads' longest ones for the kernel's tail.
+__device__ __forceinline__ void fa_tile_order(int* bx, int* hy) {
+  const unsigned lin = blockIdx.x + gridDim.x * blockIdx.y;
+  *bx = (int)(lin / gridDim.y);
+  *hy = (int)(lin % gridDim.y);
+}
 // fa_dadd steps a descriptor's start address by bytes (a multiple of 16 that
 // keeps it inside shared memory, so the 14-bit field does not carry).
 __device__ __forceinline__ unsigned long long fa_dadd(unsigned long long d, unsigned bytes) { return d + (bytes >> 4); }
@@ -318,7 +329,7 @@ __device__ __forceinline__ void fa_wg_dq(float* d, unsigned long long da, unsign
     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
     : "l"(da), "l"(db), "r"(acc) : "memory");
 }
-extern "C" __global__ void __launch_bounds__(256, 1) attention_flash_dkdvdq_6696238c9eca1c5f(FA_OT* __restrict__ dk, FA_OT* __restrict__ dv,
+extern "C" __global__ void __launch_bounds__(256, 1) attention_flash_dkdvdq_8c7b3ae7ae34da86(FA_OT* __restrict__ dk, FA_OT* __restrict__ dv,
     const fa_bf16* __restrict__ q, const fa_bf16* __restrict__ k, const fa_bf16* __restrict__ v,
     const fa_bf16* __restrict__ dout, const float* __restrict__ lse, const float* __restrict__ delta,
     unsigned* __restrict__ ws FA_DOCS_ARG) {
@@ -333,15 +344,20 @@ extern "C" __global__ void __launch_bounds__(256, 1) attention_flash_dkdvdq_6696
   if (fa_smem(fa_sh) & 1023) __trap();  // the swizzle atoms need 1024-byte alignment
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, wg = warp >> 2;
   const int g = lane >> 2, c2 = (lane & 3) * 2;
+  // Heads vary fastest in the launch order (fa_tile_order): a causal key
+  // tile's walk is the longer the nearer the tile is to the start, so the
+  // longest walks of every head start in the first wave.
+  int bx, hy;
+  fa_tile_order(&bx, &hy);
 #if FA_SPLIT
   // Split heads (Desc.SplitHeads): this CTA walks query head h0 alone.
-  const int h0 = blockIdx.y, hk = h0 / FA_G;
+  const int h0 = hy, hk = h0 / FA_G;
 #define FA_GW 1
 #else
-  const int hk = blockIdx.y, h0 = hk * FA_G;
+  const int hk = hy, h0 = hk * FA_G;
 #define FA_GW FA_G
 #endif
-  const long long b = blockIdx.z / FA_NSEG, sg = blockIdx.z % FA_NSEG, k0 = (long long)blockIdx.x * FA_BC;
+  const long long b = blockIdx.z / FA_NSEG, sg = blockIdx.z % FA_NSEG, k0 = (long long)bx * FA_BC;
   long long kp0, kn, qp0, qn;  // a dilated branch (FA_G = 1): the rows of segment sg, head hk
   fa_geom(sg, h0, FA_S, &kp0, &kn);
   fa_geom(sg, h0, FA_T, &qp0, &qn);
@@ -504,10 +520,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) attention_flash_dkdvdq_6696
     fa_fence_async();
     fa_wg_fence();
 #pragma unroll
-    for (int kk = 0; kk < FA_BR / 16; ++kk) {
-      fa_wg_dv(dva, pa[kk], fa_dadd(om0, so + kk * 2048), 1);
-      fa_wg_dv(dka, da[kk], fa_dadd(qm0, so + kk * 2048), 1);
-    }
+    for (int kk = 0; kk < FA_BR / 16; ++kk) fa_wg_dv(dva, pa[kk], fa_dadd(om0, so + kk * 2048), 1);
     fa_wg_commit();
     // The one barrier of the item: both warpgroups' dSᵀ are in shared memory,
     // and so are item w + 1's tiles. Item w + FA_STAGES − 1 then loads into
@@ -522,6 +535,10 @@ extern "C" __global__ void __launch_bounds__(256, 1) attention_flash_dkdvdq_6696
     for (int kk = 0; kk < FA_BC / 16; ++kk)
       fa_wg_dq(dq, fa_dadd(sd0, (w & 1) * FA_BC * FA_BR * 2 + kk * 2048), fa_dadd(kqd, kk * 2048), kk > 0);
     fa_wg_commit();
+    // dK after dQ, so that dQ's fixed-point adds run under dK's product.
+#pragma unroll
+    for (int kk = 0; kk < FA_BR / 16; ++kk) fa_wg_dv(dka, da[kk], fa_dadd(qm0, so + kk * 2048), 1);
+    fa_wg_commit();
     // The next loads are queued while dQ runs (they go to item w − 1's stage,
     // which dQ does not read).
     if (w + FA_STAGES - 1 < nitems) {
@@ -530,8 +547,11 @@ extern "C" __global__ void __launch_bounds__(256, 1) attention_flash_dkdvdq_6696
       fa_next(lh, li);
     }
     fa_commit();
-    fa_wg_wait<0>();
+    fa_wg_wait<1>();  // dV and dQ; dK runs on under the adds
     reds(h, qq0);
+    // dK is waited for here, not at the next item's first wait: a product in
+    // flight across the loop's back edge makes ptxas serialize every wgmma.
+    fa_wg_wait<0>();
     fa_next(h, qi);
     if (++st == FA_STAGES) st = 0;
   }
