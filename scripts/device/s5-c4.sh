@@ -4,6 +4,12 @@
 R=$(pwd); T0=$(date +%s); mkdir -p $OUT/logs /tmp/bins /tmp/l; tar -C /tmp/bins -xJf .gpu/b/bins.tar.xz
 ( python3 .gpu/b/anchors/hf_llama.py export /tmp/l > $OUT/logs/export1b.log 2>&1; echo "export1b rc=$?" >> $OUT/logs/export1b.log ) &
 E1=$!
+# Measurement only (their dQ is wrong): the adds as red.add.u32, red.add.f32 (at the u64 words'
+# addresses) and red.add.v2.f32 (half the lanes), beside D's red.add.u64.
+S1="--T 8192 --H 24 --Hkv 8 --D 128"; S2="--T 8192 --H 32 --Hkv 4 --D 64"; S3="--T 32768 --H 8 --D 128"
+for s in "$S1" "$S2" "$S3"; do for b in D u32 f32; do
+  echo "== $b $s"; /tmp/bins/lcc-$b bench attention $s --warmup 2 --iters 5 2>&1 | grep "tier 2" | cut -c1-170
+done; done
 cd perf/flash; for tool in memcheck racecheck synccheck; do
   timeout 60 compute-sanitizer --tool $tool /tmp/bins/perf_flash.test -test.run 'TestGPUDense/(causal-d128-ragged|full-d64-ragged-gqa|causal-d128-gqa)/tier2' > $OUT/logs/san-$tool.log 2>&1; echo "$tool rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|^ok|^PASS|^FAIL' $OUT/logs/san-$tool.log | tr '\n' ' ')"
 done; cd $R
