@@ -225,8 +225,8 @@ const dkdvq90Src = `extern "C" __global__ void __launch_bounds__(256, 1) @KERNEL
 #pragma unroll
     for (int kk = 0; kk < FA_BR / 16; ++kk) fa_wg_dv(dka, da[kk], fa_dadd(qm0, so + kk * 2048), 1);
     fa_wg_commit();
-    // The next loads are queued while dQ runs (they go to item w − 1's stage,
-    // which dQ does not read).
+    // The next loads are queued while dQ and dK run (they go to item w − 1's
+    // stage, which neither reads).
     if (w + FA_STAGES - 1 < nitems) {
       const int ls = st == 0 ? FA_STAGES - 1 : st - 1;  // (w + FA_STAGES − 1) mod FA_STAGES
       loadq(lh, li, ls);
