@@ -15,14 +15,7 @@ package flash
 //	                            MN-major; warpgroup w takes half the head dim
 //
 // and dQ is added with fa_red64 as in tier 1: the same bits in any order.
-//
-// The CTAs run in clusters of two adjacent key tiles (cluster90Src): on each
-// query tile both walk, each thread sends half of its dQ part's columns to the
-// other CTA, whose thread of the same index adds them to its own (fp32, the
-// same two operands in either CTA) and does the pair's one fixed-point add of
-// those columns. A query tile only one of the two walks (the two
-// nearest the diagonal, a window's end) is added alone, as before.
-const dkdvq90Src = `extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(256, 1) @KERNEL@(FA_OT* __restrict__ dk, FA_OT* __restrict__ dv,
+const dkdvq90Src = `extern "C" __global__ void __launch_bounds__(256, 1) @KERNEL@(FA_OT* __restrict__ dk, FA_OT* __restrict__ dv,
     const fa_bf16* __restrict__ q, const fa_bf16* __restrict__ k, const fa_bf16* __restrict__ v,
     const fa_bf16* __restrict__ dout, const float* __restrict__ lse, const float* __restrict__ delta,
     unsigned* __restrict__ ws FA_DOCS_ARG) {
@@ -34,17 +27,14 @@ const dkdvq90Src = `extern "C" __global__ void __cluster_dims__(2, 1, 1) __launc
   fa_bf16* sS = sO + FA_STAGES * FA_BR * FA_D;
   float* sL = (float*)(sS + 2 * FA_BC * FA_BR);  // sS: two buffers, by the item's parity
   float* sDl = sL + FA_STAGES * FA_BR;
-  // The partner's dQ rows: two buffers of 128 threads × FA_D/16 float4s each,
-  // then the barriers full[2] (in the receiver) and empty[2] (in the sender).
-  const unsigned sR = fa_smem(sDl + FA_STAGES * FA_BR), sB = sR + 2 * 128 * FA_D;
   if (fa_smem(fa_sh) & 1023) __trap();  // the swizzle atoms need 1024-byte alignment
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, wg = warp >> 2;
   const int g = lane >> 2, c2 = (lane & 3) * 2;
   // Heads vary fastest in the launch order (fa_tile_order): a causal key
   // tile's walk is the longer the nearer the tile is to the start, so the
   // longest walks of every head start in the first wave.
-  int bx, hy, rank;
-  fa_pair_order(&bx, &hy, &rank);
+  int bx, hy;
+  fa_tile_order(&bx, &hy);
 #if FA_SPLIT
   // Split heads (Desc.SplitHeads): this CTA walks query head h0 alone.
   const int h0 = hy, hk = h0 / FA_G;
@@ -57,18 +47,7 @@ const dkdvq90Src = `extern "C" __global__ void __cluster_dims__(2, 1, 1) __launc
   long long kp0, kn, qp0, qn;  // a dilated branch (FA_G = 1): the rows of segment sg, head hk
   fa_geom(sg, h0, FA_S, &kp0, &kn);
   fa_geom(sg, h0, FA_T, &qp0, &qn);
-  if (tid == 0) {
-#pragma unroll
-    for (int i = 0; i < 4; ++i) fa_mbar_init(sB + i * 8, 256);
-    fa_mbar_fence();
-  }
-  fa_cluster_arrive();  // the barriers are set before the partner arrives on them
-  fa_cluster_wait();
-  if (k0 >= kn) {
-    fa_cluster_arrive();
-    fa_cluster_wait();
-    return;
-  }
+  if (k0 >= kn) return;
   const long long* dsr = FA_DSR(b);
   long long first, qend, qk0;
   fa_queries(k0, kn, qn, dsr, &first, &qend, &qk0);
@@ -76,30 +55,6 @@ const dkdvq90Src = `extern "C" __global__ void __cluster_dims__(2, 1, 1) __launc
   const long long qtiles = (qend + FA_BR - 1) / FA_BR;
   const int nit = qtiles > it0 ? (int)(qtiles - it0) : 0;
   const int nitems = FA_GW * nit;
-  // The query tiles that the partner (the other key tile of the pair, if it
-  // has keys) walks too are an interval of both walks, in the same order: the
-  // npair items from wlo of this walk. A window's or documents' variant
-  // (FA_LEFT) adds every item alone: the exchange's registers take it past 255
-  // (TestNoSpills), so npair stays 0 and the compiler drops the exchange.
-  int wlo = 0, npair = 0;
-#if !FA_LEFT
-  {
-    const long long pk0 = rank ? k0 - FA_BC : k0 + FA_BC;
-    if (pk0 < kn) {
-      long long pf, pe, pq;
-      fa_queries(pk0, kn, qn, dsr, &pf, &pe, &pq);
-      const long long plo = max(it0, pf / FA_BR), phi = min(qtiles, (pe + FA_BR - 1) / FA_BR);
-      if (phi > plo) {
-        npair = FA_GW * (int)(phi - plo);
-#if FA_GW > 1
-        wlo = FA_GW * (int)(qtiles - phi);  // the walk goes down from the last tile
-#else
-        wlo = (int)(plo - it0);
-#endif
-      }
-    }
-  }
-#endif
   const long long qrs = (long long)FA_HQ * FA_DG * FA_R, krs = (long long)FA_HKV * FA_DG * FA_R;
   // The items: query tiles it0..qtiles − 1 of each head of the group. With one
   // head the walk goes forward from the diagonal. With a group it goes
@@ -168,37 +123,7 @@ const dkdvq90Src = `extern "C" __global__ void __cluster_dims__(2, 1, 1) __launc
   // q00, head hh, spread over the quad as tier 1's (fa_quad_spread).
   float dq[FA_D / 4];
   const int qd = lane & 3;
-  // pm is the item's index among the paired ones, or −1.
-  auto reds = [&](int hh, long long q00, int pm) {
-    // A paired item's n-tiles (8 columns of this warpgroup's half of the head
-    // dim) are split between the pair: rank 0 adds the first FA_D/32, rank 1
-    // the rest. Each thread sends the partner's four floats of each of the
-    // partner's n-tiles and adds the partner's to its own: the partner's
-    // thread of the same index holds the same rows and columns, and both use
-    // the same slot (a float4 of FA_D/32 × 256 in buffer pm mod 2).
-    const int rank = (int)(blockIdx.x & 1);
-    if (pm >= 0) {
-      const int pb = pm & 1;
-      const unsigned slot = sR + pb * 128 * FA_D + tid * 16;
-      // Buffer pb is free once the partner has read it two paired items ago.
-      if (pm >= 2) fa_mbar_wait_cl(sB + (2 + pb) * 8, ((pm >> 1) & 1) ^ 1);
-      const unsigned rs = fa_mapa(slot, rank ^ 1);
-#pragma unroll
-      for (int nt = 0; nt < FA_D / 16; ++nt)
-        if (nt / (FA_D / 32) != rank)
-          fa_st_cl(rs + (nt % (FA_D / 32)) * 4096, dq[nt * 4], dq[nt * 4 + 1], dq[nt * 4 + 2], dq[nt * 4 + 3]);
-      fa_mbar_arrive_cl(fa_mapa(sB + pb * 8, rank ^ 1));
-      fa_mbar_wait_cl(sB + pb * 8, (pm >> 1) & 1);
-#pragma unroll
-      for (int nt = 0; nt < FA_D / 16; ++nt) {
-        if (nt / (FA_D / 32) != rank) continue;
-        float x, y, z, u;
-        asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];\n" : "=f"(x), "=f"(y), "=f"(z), "=f"(u)
-                     : "r"(slot + (nt % (FA_D / 32)) * 4096) : "memory");
-        dq[nt * 4] += x, dq[nt * 4 + 1] += y, dq[nt * 4 + 2] += z, dq[nt * 4 + 3] += u;
-      }
-      fa_mbar_arrive_cl(fa_mapa(sB + (2 + pb) * 8, rank ^ 1));
-    }
+  auto reds = [&](int hh, long long q00) {
     unsigned long long* dg = dqa + ((b * FA_T + qp0) * FA_HQ + hh) * FA_DG + wg * (FA_D / 2);
 #pragma unroll
     for (int i = 0; i < FA_D / 8; ++i)  // i = nt·2 + r
@@ -211,7 +136,6 @@ const dkdvq90Src = `extern "C" __global__ void __cluster_dims__(2, 1, 1) __launc
 #pragma unroll
       for (int nt = 0; nt < FA_D / 16; ++nt) {
         if (wg * (FA_D / 2) + nt * 8 >= FA_DG) break;  // a padded head dim's zero columns
-        if (pm >= 0 && nt / (FA_D / 32) != rank) continue;  // the partner's
         fa_red64(p + nt * 8, dq[nt * 4 + 2 * r], dqmul);
         fa_red64(p + nt * 8 + 4, dq[nt * 4 + 2 * r + 1], dqmul);
       }
@@ -310,11 +234,7 @@ const dkdvq90Src = `extern "C" __global__ void __cluster_dims__(2, 1, 1) __launc
     }
     fa_commit();
     fa_wg_wait<1>();  // dV and dQ; dK runs on under the adds
-    const int pm = (unsigned)(w - wlo) < (unsigned)npair ? w - wlo : -1;
-    reds(h, qq0, pm);
-    // The pair's last exchange is done: the partner may leave once it has
-    // arrived too (fa_cluster_wait at the end).
-    if (pm >= 0 && pm == npair - 1) fa_cluster_arrive();
+    reds(h, qq0);
     // dK is waited for here, not at the next item's first wait: a product in
     // flight across the loop's back edge makes ptxas serialize every wgmma.
     fa_wg_wait<0>();
@@ -322,7 +242,6 @@ const dkdvq90Src = `extern "C" __global__ void __cluster_dims__(2, 1, 1) __launc
     if (++st == FA_STAGES) st = 0;
   }
   fa_wait<0>();
-  if (npair == 0) fa_cluster_arrive();
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const long long row = k0 + kr + r * 8;
@@ -361,7 +280,6 @@ const dkdvq90Src = `extern "C" __global__ void __cluster_dims__(2, 1, 1) __launc
 #endif
     }
   }
-  fa_cluster_wait();  // the partner no longer reads or writes this CTA's shared memory
 }
 #undef loadq
 #undef fa_next

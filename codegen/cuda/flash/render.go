@@ -253,22 +253,14 @@ func dkdvq(d Desc) Kernel {
 	body, arch := dqFixedSrc+dkdvqSrc, ""
 	shared := 2*d.KD()*(2*d.BwdBc+2*d.Stages*d.BwdBr) + 8*d.Stages*d.BwdBr + 2*2*d.BwdBr*pad
 	if d.Tier == 2 {
-		body, arch = common90Src+cluster90Src+dqFixedSrc+
+		body, arch = common90Src+dqFixedSrc+
 			wgmmaFunc("fa_wg_st", d.BwdBr, true, 0, 0)+
 			wgmmaFunc("fa_wg_dv", d.KD(), false, 0, 1)+
 			wgmmaFunc("fa_wg_dq", d.KD()/2, true, 1, 1)+dkdvq90Src, ArchSM90a
-		// The K, V, Q and dO tiles, dSᵀ's two buffers, lse and delta, the
-		// partner's dQ rows (two buffers of 128 threads × KD fp32 / 4) and the
-		// exchange's four barriers (cluster90Src).
-		shared = 2*d.KD()*(2*d.BwdBc+2*d.Stages*d.BwdBr) + 2*2*d.BwdBc*d.BwdBr + 8*d.Stages*d.BwdBr +
-			2*128*d.KD() + 4*8
-	}
-	tiles := (rows + int64(d.BwdBc) - 1) / int64(d.BwdBc)
-	if d.Tier == 2 {
-		tiles = (tiles + 1) &^ 1 // clusters of two key tiles; the last pair's second may have no keys
+		shared = 2*d.KD()*(2*d.BwdBc+2*d.Stages*d.BwdBr) + 2*2*d.BwdBc*d.BwdBr + 8*d.Stages*d.BwdBr
 	}
 	return Kernel{Op: "attention.flash.dkdvdq", Body: render(v, body), Arch: arch,
-		Grid:   [3]uint32{uint32(tiles), uint32(heads), uint32(d.B * nsegOf(d))},
+		Grid:   [3]uint32{uint32((rows + int64(d.BwdBc) - 1) / int64(d.BwdBc)), uint32(heads), uint32(d.B * nsegOf(d))},
 		Block:  [3]uint32{256, 1, 1},
 		Shared: uint32(shared),
 		// ws holds int64 sums and float maxima; "float" is the word type buffers carry.

@@ -283,54 +283,6 @@ __device__ __forceinline__ void fa_fence_async() { asm volatile("fence.proxy.asy
 __device__ __forceinline__ void fa_wg_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void fa_wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
 template <int N> __device__ __forceinline__ void fa_wg_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;\n" :: "n"(N) : "memory"); }
-
-// fa_pair_order is fa_tile_order for a grid of clusters of two along x
-// (gridDim.x even): the two CTAs of a cluster take key tiles 2p and 2p + 1 of
-// the same head, and the pairs' heads vary fastest. *rank is the CTA's rank in
-// its cluster (blockIdx.x mod 2).
-__device__ __forceinline__ void fa_pair_order(int* bx, int* hy, int* rank) {
-  const unsigned lin = blockIdx.x + gridDim.x * blockIdx.y, cl = lin >> 1;
-  *rank = (int)(blockIdx.x & 1);
-  *bx = (int)((cl / gridDim.y) * 2 + (lin & 1));
-  *hy = (int)(cl % gridDim.y);
-}
-// fa_cluster_arrive and fa_cluster_wait are the two halves of the cluster's
-// barrier: every thread of both CTAs arrives (release: its writes to either
-// CTA's shared memory are done) before any passes the wait (acquire).
-__device__ __forceinline__ void fa_cluster_arrive() { asm volatile("barrier.cluster.arrive.release.aligned;\n" ::: "memory"); }
-__device__ __forceinline__ void fa_cluster_wait() { asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory"); }
-// fa_mapa is the shared::cluster address of the same byte in CTA rank's
-// shared memory as the shared::cta address a in this CTA's.
-__device__ __forceinline__ unsigned fa_mapa(unsigned a, int rank) {
-  unsigned r;
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(r) : "r"(a), "r"(rank));
-  return r;
-}
-// fa_mbar_init makes the barrier at shared::cta address a expect count
-// arrivals a phase; fa_mbar_fence makes the inits visible to the cluster.
-__device__ __forceinline__ void fa_mbar_init(unsigned a, unsigned count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" :: "r"(a), "r"(count) : "memory");
-}
-__device__ __forceinline__ void fa_mbar_fence() { asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory"); }
-// fa_mbar_arrive_cl arrives on the barrier at shared::cluster address a (in
-// either CTA), releasing this thread's earlier writes and reads at cluster
-// scope.
-__device__ __forceinline__ void fa_mbar_arrive_cl(unsigned a) {
-  asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];\n" :: "r"(a) : "memory");
-}
-// fa_mbar_wait_cl waits, acquiring at cluster scope, for the phase of parity
-// par of the barrier at shared::cta address a to complete.
-__device__ __forceinline__ void fa_mbar_wait_cl(unsigned a, unsigned par) {
-  unsigned ok;
-  do {
-    asm volatile("{\n .reg .pred p;\n mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\n"
-                 " selp.u32 %0, 1, 0, p;\n}\n" : "=r"(ok) : "r"(a), "r"(par) : "memory");
-  } while (!ok);
-}
-// fa_st_cl stores four floats at shared::cluster address a.
-__device__ __forceinline__ void fa_st_cl(unsigned a, float x, float y, float z, float w) {
-  asm volatile("st.shared::cluster.v4.f32 [%0], {%1, %2, %3, %4};\n" :: "r"(a), "f"(x), "f"(y), "f"(z), "f"(w) : "memory");
-}
 __device__ __forceinline__ float fa_dq_mul(const unsigned* mx) {
   const double mo = __uint_as_float(mx[0]), mk = __uint_as_float(mx[1]), mv = __uint_as_float(mx[2]);
   const double md = __uint_as_float(mx[3]);
@@ -377,7 +329,7 @@ __device__ __forceinline__ void fa_wg_dq(float* d, unsigned long long da, unsign
     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
     : "l"(da), "l"(db), "r"(acc) : "memory");
 }
-extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(256, 1) attention_flash_dkdvdq_b9416f36f4b8a60e(FA_OT* __restrict__ dk, FA_OT* __restrict__ dv,
+extern "C" __global__ void __launch_bounds__(256, 1) attention_flash_dkdvdq_714d08c9e83adb88(FA_OT* __restrict__ dk, FA_OT* __restrict__ dv,
     const fa_bf16* __restrict__ q, const fa_bf16* __restrict__ k, const fa_bf16* __restrict__ v,
     const fa_bf16* __restrict__ dout, const float* __restrict__ lse, const float* __restrict__ delta,
     unsigned* __restrict__ ws FA_DOCS_ARG) {
@@ -389,17 +341,14 @@ extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(256, 1) a
   fa_bf16* sS = sO + FA_STAGES * FA_BR * FA_D;
   float* sL = (float*)(sS + 2 * FA_BC * FA_BR);  // sS: two buffers, by the item's parity
   float* sDl = sL + FA_STAGES * FA_BR;
-  // The partner's dQ rows: two buffers of 128 threads × FA_D/16 float4s each,
-  // then the barriers full[2] (in the receiver) and empty[2] (in the sender).
-  const unsigned sR = fa_smem(sDl + FA_STAGES * FA_BR), sB = sR + 2 * 128 * FA_D;
   if (fa_smem(fa_sh) & 1023) __trap();  // the swizzle atoms need 1024-byte alignment
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, wg = warp >> 2;
   const int g = lane >> 2, c2 = (lane & 3) * 2;
   // Heads vary fastest in the launch order (fa_tile_order): a causal key
   // tile's walk is the longer the nearer the tile is to the start, so the
   // longest walks of every head start in the first wave.
-  int bx, hy, rank;
-  fa_pair_order(&bx, &hy, &rank);
+  int bx, hy;
+  fa_tile_order(&bx, &hy);
 #if FA_SPLIT
   // Split heads (Desc.SplitHeads): this CTA walks query head h0 alone.
   const int h0 = hy, hk = h0 / FA_G;
@@ -412,18 +361,7 @@ extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(256, 1) a
   long long kp0, kn, qp0, qn;  // a dilated branch (FA_G = 1): the rows of segment sg, head hk
   fa_geom(sg, h0, FA_S, &kp0, &kn);
   fa_geom(sg, h0, FA_T, &qp0, &qn);
-  if (tid == 0) {
-#pragma unroll
-    for (int i = 0; i < 4; ++i) fa_mbar_init(sB + i * 8, 128);
-    fa_mbar_fence();
-  }
-  fa_cluster_arrive();  // the barriers are set before the partner arrives on them
-  fa_cluster_wait();
-  if (k0 >= kn) {
-    fa_cluster_arrive();
-    fa_cluster_wait();
-    return;
-  }
+  if (k0 >= kn) return;
   const long long* dsr = FA_DSR(b);
   long long first, qend, qk0;
   fa_queries(k0, kn, qn, dsr, &first, &qend, &qk0);
@@ -431,30 +369,6 @@ extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(256, 1) a
   const long long qtiles = (qend + FA_BR - 1) / FA_BR;
   const int nit = qtiles > it0 ? (int)(qtiles - it0) : 0;
   const int nitems = FA_GW * nit;
-  // The query tiles that the partner (the other key tile of the pair, if it
-  // has keys) walks too are an interval of both walks, in the same order: the
-  // npair items from wlo of this walk. A window's or documents' variant
-  // (FA_LEFT) adds every item alone: the exchange's registers take it past 255
-  // (TestNoSpills), so npair stays 0 and the compiler drops the exchange.
-  int wlo = 0, npair = 0;
-#if !FA_LEFT
-  {
-    const long long pk0 = rank ? k0 - FA_BC : k0 + FA_BC;
-    if (pk0 < kn) {
-      long long pf, pe, pq;
-      fa_queries(pk0, kn, qn, dsr, &pf, &pe, &pq);
-      const long long plo = max(it0, pf / FA_BR), phi = min(qtiles, (pe + FA_BR - 1) / FA_BR);
-      if (phi > plo) {
-        npair = FA_GW * (int)(phi - plo);
-#if FA_GW > 1
-        wlo = FA_GW * (int)(qtiles - phi);  // the walk goes down from the last tile
-#else
-        wlo = (int)(plo - it0);
-#endif
-      }
-    }
-  }
-#endif
   const long long qrs = (long long)FA_HQ * FA_DG * FA_R, krs = (long long)FA_HKV * FA_DG * FA_R;
   // The items: query tiles it0..qtiles − 1 of each head of the group. With one
   // head the walk goes forward from the diagonal. With a group it goes
@@ -523,35 +437,7 @@ extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(256, 1) a
   // q00, head hh, spread over the quad as tier 1's (fa_quad_spread).
   float dq[FA_D / 4];
   const int qd = lane & 3;
-  // pm is the item's index among the paired ones, or −1.
-  auto reds = [&](int hh, long long q00, int pm) {
-    if (pm >= 0) {
-      // A paired item's rows 0..31 are rank 0's to add, rows 32..63 rank 1's:
-      // a warp's 16 rows are (warp mod 4)·16 on. slot is this thread's place in
-      // buffer pb; the partner's thread of the same warp and lane holds the
-      // same rows and columns and uses the same place. (Computed here, not
-      // kept: the window's and documents' variants are at 255 registers.)
-      const int pb = pm & 1;
-      const unsigned slot = sR + pb * 128 * FA_D + ((wg * 2 + (warp & 1)) * (FA_D / 16) * 32 + lane) * 16;
-      const int rank = (int)(blockIdx.x & 1);
-      if (((warp & 3) >> 1) != rank) {
-        // Buffer pb is free once the partner has read it two paired items ago.
-        if (pm >= 2) fa_mbar_wait_cl(sB + (2 + pb) * 8, ((pm >> 1) & 1) ^ 1);
-        const unsigned rs = fa_mapa(slot, rank ^ 1);
-#pragma unroll
-        for (int i = 0; i < FA_D / 16; ++i) fa_st_cl(rs + i * 512, dq[i * 4], dq[i * 4 + 1], dq[i * 4 + 2], dq[i * 4 + 3]);
-        fa_mbar_arrive_cl(fa_mapa(sB + pb * 8, rank ^ 1));
-        return;
-      }
-      fa_mbar_wait_cl(sB + pb * 8, (pm >> 1) & 1);
-#pragma unroll
-      for (int i = 0; i < FA_D / 16; ++i) {
-        float x, y, z, u;
-        asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];\n" : "=f"(x), "=f"(y), "=f"(z), "=f"(u) : "r"(slot + i * 512) : "memory");
-        dq[i * 4] += x, dq[i * 4 + 1] += y, dq[i * 4 + 2] += z, dq[i * 4 + 3] += u;
-      }
-      fa_mbar_arrive_cl(fa_mapa(sB + (2 + pb) * 8, rank ^ 1));
-    }
+  auto reds = [&](int hh, long long q00) {
     unsigned long long* dg = dqa + ((b * FA_T + qp0) * FA_HQ + hh) * FA_DG + wg * (FA_D / 2);
 #pragma unroll
     for (int i = 0; i < FA_D / 8; ++i)  // i = nt·2 + r
@@ -662,11 +548,7 @@ extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(256, 1) a
     }
     fa_commit();
     fa_wg_wait<1>();  // dV and dQ; dK runs on under the adds
-    const int pm = (unsigned)(w - wlo) < (unsigned)npair ? w - wlo : -1;
-    reds(h, qq0, pm);
-    // The pair's last exchange is done: the partner may leave once it has
-    // arrived too (fa_cluster_wait at the end).
-    if (pm >= 0 && pm == npair - 1) fa_cluster_arrive();
+    reds(h, qq0);
     // dK is waited for here, not at the next item's first wait: a product in
     // flight across the loop's back edge makes ptxas serialize every wgmma.
     fa_wg_wait<0>();
@@ -674,7 +556,6 @@ extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(256, 1) a
     if (++st == FA_STAGES) st = 0;
   }
   fa_wait<0>();
-  if (npair == 0) fa_cluster_arrive();
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const long long row = k0 + kr + r * 8;
@@ -713,7 +594,6 @@ extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(256, 1) a
 #endif
     }
   }
-  fa_cluster_wait();  // the partner no longer reads or writes this CTA's shared memory
 }
 #undef loadq
 #undef fa_next
