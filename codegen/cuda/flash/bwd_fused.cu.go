@@ -35,24 +35,15 @@ extern "C" __global__ void __launch_bounds__(256, 1) @KERNEL@(FA_OT* __restrict_
   float* sDl = sL + FA_STAGES * FA_BR;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int g = lane >> 2, c2 = (lane & 3) * 2;
-  // Heads vary fastest in the launch order (fa_tile_order), as in tier 2, at
-  // head dim 256 (which runs here on the H200). Below it the kernel is at 255
-  // registers, and the order's arithmetic spills it (TestNoSpills).
-  int bx, hy;
-#if FA_D > 128
-  fa_tile_order(&bx, &hy);
-#else
-  bx = blockIdx.x, hy = blockIdx.y;
-#endif
 #if FA_SPLIT
   // Split heads (Desc.SplitHeads): this CTA walks query head h0 alone.
-  const int h0 = hy, hk = h0 / FA_G;
+  const int h0 = blockIdx.y, hk = h0 / FA_G;
 #define FA_GW 1
 #else
-  const int hk = hy, h0 = hk * FA_G;
+  const int hk = blockIdx.y, h0 = hk * FA_G;
 #define FA_GW FA_G
 #endif
-  const long long b = blockIdx.z / FA_NSEG, sg = blockIdx.z % FA_NSEG, k0 = (long long)bx * FA_BC;
+  const long long b = blockIdx.z / FA_NSEG, sg = blockIdx.z % FA_NSEG, k0 = (long long)blockIdx.x * FA_BC;
   long long kp0, kn, qp0, qn;  // a dilated branch (FA_G = 1): the rows of segment sg, head hk
   fa_geom(sg, h0, FA_S, &kp0, &kn);
   fa_geom(sg, h0, FA_T, &qp0, &qn);

@@ -127,17 +127,6 @@ __device__ __forceinline__ void fa_keys(long long q0, long long kn, const long l
   *j0 = (int)(fa_start(dsr, q0) / FA_BC);
 #endif
 }
-// fa_tile_order maps the launch order (x fastest, then y) to a tile index bx
-// along gridDim.x and a head hy along gridDim.y with the head varying fastest:
-// CTAs start in about that order, so the tiles of one index run side by side
-// across the heads. A causal kernel whose tiles' work falls or rises with the
-// index then starts every head's longest tiles first, instead of leaving the
-// last heads' longest ones for the kernel's tail.
-__device__ __forceinline__ void fa_tile_order(int* bx, int* hy) {
-  const unsigned lin = blockIdx.x + gridDim.x * blockIdx.y;
-  *bx = (int)(lin / gridDim.y);
-  *hy = (int)(lin % gridDim.y);
-}
 // fa_queries gives the query rows that see a backward CTA's key tile (FA_BC
 // keys from k0): from *first, its causal diagonal, to *qend, the first query
 // whose start (fa_start) lies past the tile's last key; the rows from *qk0 on,

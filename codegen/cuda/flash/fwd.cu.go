@@ -14,15 +14,12 @@ const fwdSrc = `extern "C" __global__ void __launch_bounds__(FA_NT) @KERNEL@(FA_
   fa_bf16* sK = sQ + FA_BR * FA_D;
   fa_bf16* sV = sK + FA_STAGES * FA_BC * FA_D;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-  // Heads vary fastest in the launch order (fa_tile_order), as in tier 2.
-  int bx, h;
-  fa_tile_order(&bx, &h);
-  const int hk = h / FA_G;
+  const int h = blockIdx.y, hk = h / FA_G;
   const long long b = blockIdx.z / FA_NSEG, sg = blockIdx.z % FA_NSEG;
   long long qp0, qn, kp0, kn;
   fa_geom(sg, h, FA_T, &qp0, &qn);
   fa_geom(sg, h, FA_S, &kp0, &kn);
-  const long long tile = FA_CAUSAL ? (long long)(gridDim.x - 1 - bx) : (long long)bx;
+  const long long tile = FA_CAUSAL ? (long long)(gridDim.x - 1 - blockIdx.x) : (long long)blockIdx.x;
   const long long q0 = tile * FA_BR;
   if (q0 >= qn) return;
   const long long* dsr = FA_DSR(b);

@@ -52,6 +52,17 @@ __device__ __forceinline__ void fa_load_tile90(fa_bf16* s, const fa_bf16* g, lon
     fa_cp16(sa + it * STEP * 128, ok ? g + r * rs + ch * 8 : g, ok);
   }
 }
+// fa_tile_order maps the launch order (x fastest, then y) to a tile index bx
+// along gridDim.x and a head hy along gridDim.y with the head varying fastest:
+// CTAs start in about that order, so the tiles of one index run side by side
+// across the heads. A causal kernel whose tiles' work falls or rises with the
+// index then starts every head's longest tiles first, instead of leaving the
+// last heads' longest ones for the kernel's tail.
+__device__ __forceinline__ void fa_tile_order(int* bx, int* hy) {
+  const unsigned lin = blockIdx.x + gridDim.x * blockIdx.y;
+  *bx = (int)(lin / gridDim.y);
+  *hy = (int)(lin % gridDim.y);
+}
 // fa_dadd steps a descriptor's start address by bytes (a multiple of 16 that
 // keeps it inside shared memory, so the 14-bit field does not carry).
 __device__ __forceinline__ unsigned long long fa_dadd(unsigned long long d, unsigned bytes) { return d + (bytes >> 4); }

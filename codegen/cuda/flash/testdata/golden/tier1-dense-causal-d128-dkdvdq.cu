@@ -163,17 +163,6 @@ __device__ __forceinline__ void fa_keys(long long q0, long long kn, const long l
   *j0 = (int)(fa_start(dsr, q0) / FA_BC);
 #endif
 }
-// fa_tile_order maps the launch order (x fastest, then y) to a tile index bx
-// along gridDim.x and a head hy along gridDim.y with the head varying fastest:
-// CTAs start in about that order, so the tiles of one index run side by side
-// across the heads. A causal kernel whose tiles' work falls or rises with the
-// index then starts every head's longest tiles first, instead of leaving the
-// last heads' longest ones for the kernel's tail.
-__device__ __forceinline__ void fa_tile_order(int* bx, int* hy) {
-  const unsigned lin = blockIdx.x + gridDim.x * blockIdx.y;
-  *bx = (int)(lin / gridDim.y);
-  *hy = (int)(lin % gridDim.y);
-}
 // fa_queries gives the query rows that see a backward CTA's key tile (FA_BC
 // keys from k0): from *first, its causal diagonal, to *qend, the first query
 // whose start (fa_start) lies past the tile's last key; the rows from *qk0 on,
@@ -268,7 +257,7 @@ __device__ __forceinline__ void fa_red64(unsigned long long* p, float x, float m
 #define FA_KM (FA_BC / 64)
 #define FA_DN (FA_D / 16)
 #define FA_QN (FA_D / 32)
-extern "C" __global__ void __launch_bounds__(256, 1) attention_flash_dkdvdq_fbedfe00d4a0c1d1(FA_OT* __restrict__ dk, FA_OT* __restrict__ dv,
+extern "C" __global__ void __launch_bounds__(256, 1) attention_flash_dkdvdq_9b87a9134cfc2bf3(FA_OT* __restrict__ dk, FA_OT* __restrict__ dv,
     const fa_bf16* __restrict__ q, const fa_bf16* __restrict__ k, const fa_bf16* __restrict__ v,
     const fa_bf16* __restrict__ dout, const float* __restrict__ lse, const float* __restrict__ delta,
     unsigned* __restrict__ ws FA_DOCS_ARG) {
@@ -283,24 +272,15 @@ extern "C" __global__ void __launch_bounds__(256, 1) attention_flash_dkdvdq_fbed
   float* sDl = sL + FA_STAGES * FA_BR;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int g = lane >> 2, c2 = (lane & 3) * 2;
-  // Heads vary fastest in the launch order (fa_tile_order), as in tier 2, at
-  // head dim 256 (which runs here on the H200). Below it the kernel is at 255
-  // registers, and the order's arithmetic spills it (TestNoSpills).
-  int bx, hy;
-#if FA_D > 128
-  fa_tile_order(&bx, &hy);
-#else
-  bx = blockIdx.x, hy = blockIdx.y;
-#endif
 #if FA_SPLIT
   // Split heads (Desc.SplitHeads): this CTA walks query head h0 alone.
-  const int h0 = hy, hk = h0 / FA_G;
+  const int h0 = blockIdx.y, hk = h0 / FA_G;
 #define FA_GW 1
 #else
-  const int hk = hy, h0 = hk * FA_G;
+  const int hk = blockIdx.y, h0 = hk * FA_G;
 #define FA_GW FA_G
 #endif
-  const long long b = blockIdx.z / FA_NSEG, sg = blockIdx.z % FA_NSEG, k0 = (long long)bx * FA_BC;
+  const long long b = blockIdx.z / FA_NSEG, sg = blockIdx.z % FA_NSEG, k0 = (long long)blockIdx.x * FA_BC;
   long long kp0, kn, qp0, qn;  // a dilated branch (FA_G = 1): the rows of segment sg, head hk
   fa_geom(sg, h0, FA_S, &kp0, &kn);
   fa_geom(sg, h0, FA_T, &qp0, &qn);

@@ -163,17 +163,6 @@ __device__ __forceinline__ void fa_keys(long long q0, long long kn, const long l
   *j0 = (int)(fa_start(dsr, q0) / FA_BC);
 #endif
 }
-// fa_tile_order maps the launch order (x fastest, then y) to a tile index bx
-// along gridDim.x and a head hy along gridDim.y with the head varying fastest:
-// CTAs start in about that order, so the tiles of one index run side by side
-// across the heads. A causal kernel whose tiles' work falls or rises with the
-// index then starts every head's longest tiles first, instead of leaving the
-// last heads' longest ones for the kernel's tail.
-__device__ __forceinline__ void fa_tile_order(int* bx, int* hy) {
-  const unsigned lin = blockIdx.x + gridDim.x * blockIdx.y;
-  *bx = (int)(lin / gridDim.y);
-  *hy = (int)(lin % gridDim.y);
-}
 // fa_queries gives the query rows that see a backward CTA's key tile (FA_BC
 // keys from k0): from *first, its causal diagonal, to *qend, the first query
 // whose start (fa_start) lies past the tile's last key; the rows from *qk0 on,
@@ -234,22 +223,19 @@ __device__ __forceinline__ void fa_load_tile(fa_bf16* s, const fa_bf16* g, long 
     fa_cp16(fa_smem(s + fa_swz(r, ch * 8)), src, ok);
   }
 }
-extern "C" __global__ void __launch_bounds__(FA_NT) attention_flash_fwd_2b87ad76c8d97701(FA_OT* __restrict__ o, float* __restrict__ lse,
+extern "C" __global__ void __launch_bounds__(FA_NT) attention_flash_fwd_2603cfa4f44b1fef(FA_OT* __restrict__ o, float* __restrict__ lse,
     const fa_bf16* __restrict__ q, const fa_bf16* __restrict__ k, const fa_bf16* __restrict__ v FA_DOCS_ARG) {
   extern __shared__ __align__(128) unsigned char fa_sh[];
   fa_bf16* sQ = (fa_bf16*)fa_sh;
   fa_bf16* sK = sQ + FA_BR * FA_D;
   fa_bf16* sV = sK + FA_STAGES * FA_BC * FA_D;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-  // Heads vary fastest in the launch order (fa_tile_order), as in tier 2.
-  int bx, h;
-  fa_tile_order(&bx, &h);
-  const int hk = h / FA_G;
+  const int h = blockIdx.y, hk = h / FA_G;
   const long long b = blockIdx.z / FA_NSEG, sg = blockIdx.z % FA_NSEG;
   long long qp0, qn, kp0, kn;
   fa_geom(sg, h, FA_T, &qp0, &qn);
   fa_geom(sg, h, FA_S, &kp0, &kn);
-  const long long tile = FA_CAUSAL ? (long long)(gridDim.x - 1 - bx) : (long long)bx;
+  const long long tile = FA_CAUSAL ? (long long)(gridDim.x - 1 - blockIdx.x) : (long long)blockIdx.x;
   const long long q0 = tile * FA_BR;
   if (q0 >= qn) return;
   const long long* dsr = FA_DSR(b);

@@ -163,17 +163,6 @@ __device__ __forceinline__ void fa_keys(long long q0, long long kn, const long l
   *j0 = (int)(fa_start(dsr, q0) / FA_BC);
 #endif
 }
-// fa_tile_order maps the launch order (x fastest, then y) to a tile index bx
-// along gridDim.x and a head hy along gridDim.y with the head varying fastest:
-// CTAs start in about that order, so the tiles of one index run side by side
-// across the heads. A causal kernel whose tiles' work falls or rises with the
-// index then starts every head's longest tiles first, instead of leaving the
-// last heads' longest ones for the kernel's tail.
-__device__ __forceinline__ void fa_tile_order(int* bx, int* hy) {
-  const unsigned lin = blockIdx.x + gridDim.x * blockIdx.y;
-  *bx = (int)(lin / gridDim.y);
-  *hy = (int)(lin % gridDim.y);
-}
 // fa_queries gives the query rows that see a backward CTA's key tile (FA_BC
 // keys from k0): from *first, its causal diagonal, to *qend, the first query
 // whose start (fa_start) lies past the tile's last key; the rows from *qk0 on,
@@ -268,6 +257,17 @@ __device__ __forceinline__ void fa_load_tile90(fa_bf16* s, const fa_bf16* g, lon
     fa_cp16(sa + it * STEP * 128, ok ? g + r * rs + ch * 8 : g, ok);
   }
 }
+// fa_tile_order maps the launch order (x fastest, then y) to a tile index bx
+// along gridDim.x and a head hy along gridDim.y with the head varying fastest:
+// CTAs start in about that order, so the tiles of one index run side by side
+// across the heads. A causal kernel whose tiles' work falls or rises with the
+// index then starts every head's longest tiles first, instead of leaving the
+// last heads' longest ones for the kernel's tail.
+__device__ __forceinline__ void fa_tile_order(int* bx, int* hy) {
+  const unsigned lin = blockIdx.x + gridDim.x * blockIdx.y;
+  *bx = (int)(lin / gridDim.y);
+  *hy = (int)(lin % gridDim.y);
+}
 // fa_dadd steps a descriptor's start address by bytes (a multiple of 16 that
 // keeps it inside shared memory, so the 14-bit field does not carry).
 __device__ __forceinline__ unsigned long long fa_dadd(unsigned long long d, unsigned bytes) { return d + (bytes >> 4); }
@@ -295,7 +295,7 @@ __device__ __forceinline__ void fa_wg_o(float* d, const unsigned* a, unsigned lo
     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(acc) : "memory");
 }
-extern "C" __global__ void __launch_bounds__(FA_NT, 1) attention_flash_fwd_9b49331836c44be8(FA_OT* __restrict__ o, float* __restrict__ lse,
+extern "C" __global__ void __launch_bounds__(FA_NT, 1) attention_flash_fwd_ff26ded5706b689d(FA_OT* __restrict__ o, float* __restrict__ lse,
     const fa_bf16* __restrict__ q, const fa_bf16* __restrict__ k, const fa_bf16* __restrict__ v FA_DOCS_ARG) {
   extern __shared__ __align__(1024) unsigned char fa_sh[];
   fa_bf16* sQ = (fa_bf16*)fa_sh;
