@@ -1,0 +1,37 @@
+# Helpers the per-call device scripts source (from the repository root on the device, after
+# unpacking .gpu/b/bins.tar.xz into /tmp/bins). Each prints one summary line a step and keeps
+# its log under $OUT/logs.
+mkdir -p "$OUT/logs" /tmp/bins
+T0=${T0:-$(date +%s)}
+R=$(pwd)
+
+# elapsed prints the seconds since the call began.
+elapsed() { echo "t=$(( $(date +%s) - T0 ))"; }
+
+# flash_tests TIMEOUT RUN runs perf/flash's GPU tests matching RUN, then shows any failure.
+flash_tests() {
+	( cd perf/flash && LCC_REQUIRE_GPU=1 timeout "$1" /tmp/bins/perf_flash.test -test.run "$2" -test.v > "$OUT/logs/pflash.log" 2>&1
+	  echo "pflash rc=$? pass $(grep -c -- '--- PASS' "$OUT/logs/pflash.log") fail $(grep -c -- '--- FAIL' "$OUT/logs/pflash.log")" )
+	grep -B2 -A8 -- "--- FAIL" "$OUT/logs/pflash.log" | head -30
+}
+
+# sanitize TOOL... runs compute-sanitizer's tools over three tier-2 flash tests.
+sanitize() {
+	for tool in "$@"; do
+		( cd perf/flash && timeout 80 compute-sanitizer --tool "$tool" /tmp/bins/perf_flash.test \
+			-test.run 'TestGPUDense/(causal-d128-ragged|full-d64-ragged-gqa|causal-d128-gqa)/tier2' > "$OUT/logs/san-$tool.log" 2>&1
+		  echo "$tool rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|^ok|^PASS|^FAIL' "$OUT/logs/san-$tool.log" | tr '\n' ' ')" )
+	done
+}
+
+# bench_ab PATTERN "BIN..." SHAPE... times each shape with each /tmp/bins/lcc-BIN, one after
+# another in this command, and prints the lines matching PATTERN.
+bench_ab() {
+	local pat=$1 bins=$2 s b
+	shift 2
+	for s in "$@"; do
+		for b in $bins; do
+			echo "== $b $s"; timeout 60 /tmp/bins/lcc-$b bench attention $s --warmup 2 --iters 7 2>&1 | grep "$pat"
+		done
+	done
+}
