@@ -5,6 +5,10 @@ mkdir -p "$OUT/logs" /tmp/bins
 T0=${T0:-$(date +%s)}
 R=$(pwd)
 
+# AB_SHAPES are the four attention shapes the A/B calls time: the 3B Llama's layer, the 1.1B's,
+# 32K and 8K with 8 heads at head dim 128.
+AB_SHAPES=("--T 8192 --H 24 --Hkv 8 --D 128" "--T 8192 --H 32 --Hkv 4 --D 64" "--T 32768 --H 8 --D 128" "--T 8192 --H 8 --D 128")
+
 # elapsed prints the seconds since the call began.
 elapsed() { echo "t=$(( $(date +%s) - T0 ))"; }
 
