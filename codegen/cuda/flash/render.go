@@ -63,6 +63,8 @@ type view struct {
 	Acc        bool
 	N          int64  // convert, fill: element count
 	Fill       uint32 // fill: the word
+	DQF        bool   // the fused dQ sum is split-float pairs (Desc.dqSplitFloat)
+	DQK        int    // and their low word's bits (Desc.dqLowBits)
 }
 
 var funcs = template.FuncMap{
@@ -119,10 +121,15 @@ var header = template.Must(template.New("header").Funcs(funcs).Parse(
 #define FA_N {{.N}}LL
 #define FA_NQ ({{.B}}LL * {{.T}}LL * {{.Hq}} * {{.D}})
 #define FA_FILL {{.Fill}}u
-{{if .Acc}}typedef float FA_OT;{{else}}typedef unsigned short FA_OT;{{end}}
+{{if .DQF}}#define FA_DQF 1
+#define FA_DQK {{.DQK}}
+{{end}}{{if .Acc}}typedef float FA_OT;{{else}}typedef unsigned short FA_OT;{{end}}
 `))
 
 func render(v view, body string) string {
+	if v.Kind == "dkdvq" || v.Kind == "dqconvert" { // the kernels of the fused dQ sum
+		v.DQF, v.DQK = v.Desc.dqSplitFloat(), v.Desc.dqLowBits()
+	}
 	var buf bytes.Buffer
 	if err := header.Execute(&buf, v); err != nil {
 		panic("flash: header template: " + err.Error()) // the template is static
