@@ -179,11 +179,7 @@ func (a *Dilated) loadFused(d fk.Desc) error {
 	// counts them all (Desc.DQAdds); the branches and the convert share it.
 	bc := int64(cd.Defaults().BwdBc)
 	for _, b := range a.Branches {
-		w := min(b.W, cd.T)
-		if w <= 0 {
-			w = cd.T
-		}
-		cd.DQAdds += ((w+int64(b.R)-1)/int64(b.R) + bc - 1) / bc
+		cd.DQAdds += (fk.SegmentRows(b.W, cd.T, b.R) + bc - 1) / bc
 	}
 	f := &fusedBackward{rows: cd.T}
 	a.fused = f

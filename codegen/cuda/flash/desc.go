@@ -176,11 +176,7 @@ func (d Desc) dqSplitFloat() bool { return d.Tier == 2 }
 func (d Desc) dqLowBits() int {
 	n := d.DQAdds
 	if n <= 0 {
-		rows := d.S
-		if d.Dilated() {
-			rows = (min(d.W, d.T) + int64(d.R) - 1) / int64(d.R)
-		}
-		n = (rows + int64(d.BwdBc) - 1) / int64(d.BwdBc)
+		n = (d.keyRows() + int64(d.BwdBc) - 1) / int64(d.BwdBc)
 	}
 	k := 24
 	for x := int64(1); x < n; x *= 2 {
@@ -321,6 +317,32 @@ func (d Desc) Defaults() Desc {
 
 // Dilated reports whether d is a LongNet branch (rows selected with a stride or
 // in segments shorter than the sequence).
+// SegmentRows is the rows a segment of w positions selects at dilation r
+// from a sequence of t: ⌈min(w, t)/r⌉, where w ≤ 0 means the whole sequence.
+func SegmentRows(w, t int64, r int) int64 {
+	if w <= 0 || w > t {
+		w = t
+	}
+	return (w + int64(r) - 1) / int64(r)
+}
+
+// queryRows is the query rows one launch of d (after Defaults) walks: the
+// sequence's, or a dilated segment's.
+func (d Desc) queryRows() int64 {
+	if d.Dilated() {
+		return SegmentRows(d.W, d.T, d.R)
+	}
+	return d.T
+}
+
+// keyRows is the key rows one launch of d (after Defaults) walks.
+func (d Desc) keyRows() int64 {
+	if d.Dilated() {
+		return SegmentRows(d.W, d.T, d.R)
+	}
+	return d.S
+}
+
 func (d Desc) Dilated() bool { return d.R > 1 || (d.W > 0 && d.W < d.T) }
 
 // Members is the dK/dV launches of d: d itself, or, for a dilated branch with
