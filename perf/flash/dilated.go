@@ -175,6 +175,12 @@ func (a *Dilated) loadFused(d fk.Desc) error {
 	cd := d
 	cd.T, cd.S, cd.LT = d.T/c, d.S/c, d.T
 	cd.DQ = fk.DQFused // the branches accumulate: DQAuto would split them
+	// Every branch's key tiles add into the one dQ sum, so its fixed point
+	// counts them all (Desc.DQAdds); the branches and the convert share it.
+	bc := int64(cd.Defaults().BwdBc)
+	for _, b := range a.Branches {
+		cd.DQAdds += (fk.SegmentRows(b.W, cd.T, b.R) + bc - 1) / bc
+	}
 	f := &fusedBackward{rows: cd.T}
 	a.fused = f
 	// A branch of dilation 1 selects every row: run first, it stores the

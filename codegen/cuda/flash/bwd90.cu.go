@@ -14,7 +14,8 @@ package flash
 //	dQ part = dS·K              dSᵀ through shared memory (A read MN-major), K
 //	                            MN-major; warpgroup w takes half the head dim
 //
-// and dQ is added with fa_red64 as in tier 1: the same bits in any order.
+// and dQ is added into tier 2's split-float fixed point (fa_red2f, two
+// elements an atomic): the same bits in any order.
 const dkdvq90Src = `extern "C" __global__ void __launch_bounds__(256, 1) @KERNEL@(FA_OT* __restrict__ dk, FA_OT* __restrict__ dv,
     const fa_bf16* __restrict__ q, const fa_bf16* __restrict__ k, const fa_bf16* __restrict__ v,
     const fa_bf16* __restrict__ dout, const float* __restrict__ lse, const float* __restrict__ delta,
@@ -120,24 +121,21 @@ const dkdvq90Src = `extern "C" __global__ void __launch_bounds__(256, 1) @KERNEL
   // row of FA_BR = 64 queries each, the 16-byte chunk nt at nt XOR kr mod 8).
   const unsigned sw = fa_smem(sS) + (kr * 64 + c2) * 2, sx = (kr & 7) << 4;
   // reds adds this warpgroup's dQ part, dq, of the item whose first query row is
-  // q00, head hh, spread over the quad as tier 1's (fa_quad_spread).
+  // q00, head hh: each thread's two adjacent columns (the accumulators' own
+  // layout) as one split-float v4 add (fa_red2f); a quad covers 64 bytes.
   float dq[FA_D / 4];
   const int qd = lane & 3;
   auto reds = [&](int hh, long long q00) {
-    unsigned long long* dg = dqa + ((b * FA_T + qp0) * FA_HQ + hh) * FA_DG + wg * (FA_D / 2);
-#pragma unroll
-    for (int i = 0; i < FA_D / 8; ++i)  // i = nt·2 + r
-      fa_quad_spread(dq[i * 2], dq[i * 2 + 1], qd, &dq[i * 2], &dq[i * 2 + 1]);
+    float* dg = (float*)(dqa + ((b * FA_T + qp0) * FA_HQ + hh) * FA_DG + wg * (FA_D / 2) + 2 * qd);
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       const long long row = q00 + (warp & 3) * 16 + g + r * 8;
       if (row >= qn) continue;
-      unsigned long long* p = dg + row * qrs + qd;
+      float* p = dg + row * qrs * 2;
 #pragma unroll
       for (int nt = 0; nt < FA_D / 16; ++nt) {
         if (wg * (FA_D / 2) + nt * 8 >= FA_DG) break;  // a padded head dim's zero columns
-        fa_red64(p + nt * 8, dq[nt * 4 + 2 * r], dqmul);
-        fa_red64(p + nt * 8 + 4, dq[nt * 4 + 2 * r + 1], dqmul);
+        fa_red2f(p + nt * 16, dq[nt * 4 + 2 * r], dq[nt * 4 + 2 * r + 1], dqmul);
       }
     }
   };

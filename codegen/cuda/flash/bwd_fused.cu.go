@@ -283,20 +283,31 @@ extern "C" __global__ void __launch_bounds__(256, 1) @KERNEL@(FA_OT* __restrict_
 // dqFixedSrc is the fixed point of the fused dQ sum. The bound: |dP_ij| ≤
 // D·max|dO|·max|V|, so |dS_ij| ≤ P_ij·(D·max|dO|·max|V| + max|delta|) and
 // |dQ_id| ≤ scale·max|K|·(D·max|dO|·max|V| + max|delta|), as Σ_j P_ij = 1; the
-// factor 2 covers bf16 rounding of P and dS. fa_dq_mul is 2^(62−e) for the
-// least e with bound < 2^e (e at least −64, so that it is a normal float): no
-// partial sum reaches 2^62 units. It is 0 when the bound is not finite (a NaN
-// or Inf input) or above 2^188, and dqconvert writes NaN.
-const dqFixedSrc = `__device__ __forceinline__ float fa_dq_mul(const unsigned* mx) {
+// factor 2 covers bf16 rounding of P and dS. The same bound holds for the sum of
+// the parts' magnitudes. fa_dq_mul is 2^(FA_DQ_TOP−e) for the least e with
+// bound < 2^e (e at least −64, so that it is a normal float): tier 1's int64
+// sum keeps every partial sum below 2^62 units (FA_DQ_TOP = 62), tier 2's
+// split-float pairs (FA_DQF, Desc.dqLowBits) below 2^(22+K). It is 0 when the
+// bound is not finite (a NaN or Inf input) or so large that the unit is not a
+// normal float, and dqconvert writes NaN.
+const dqFixedSrc = `#ifndef FA_DQF
+#define FA_DQF 0
+#endif
+#if FA_DQF
+#define FA_DQ_TOP (22 + FA_DQK)
+#else
+#define FA_DQ_TOP 62
+#endif
+__device__ __forceinline__ float fa_dq_mul(const unsigned* mx) {
   const double mo = __uint_as_float(mx[0]), mk = __uint_as_float(mx[1]), mv = __uint_as_float(mx[2]);
   const double md = __uint_as_float(mx[3]);
   const double bnd = 2.0 * (double)FA_SCALE * mk * ((double)FA_DG * mo * mv + md);
   if (!(bnd <= 1e300)) return 0.0f;
   int e = -64;
   if (bnd != 0.0) frexp(bnd, &e);
-  if (e > 188) return 0.0f;
+  if (e > FA_DQ_TOP + 126) return 0.0f;
   if (e < -64) e = -64;
-  return __int_as_float((127 + 62 - e) << 23);
+  return __int_as_float((127 + FA_DQ_TOP - e) << 23);
 }
 // fa_quad_spread takes one row of an 8-column n-tile held as the mma
 // accumulators hold it (lane q of the quad: columns 2q, 2q + 1) and gives lane q
@@ -315,6 +326,18 @@ __device__ __forceinline__ void fa_red64(unsigned long long* p, float x, float m
   const long long v = __float2ll_rn(x * mul);
   asm volatile("red.global.add.u64 [%0], %1;\n" :: "l"(p), "l"(v) : "memory");
 }
+#if FA_DQF
+// fa_red2f adds x0 and x1 in units of 1/mul to the split-float pairs at p (16
+// bytes: hi0, lo0, hi1, lo1; sm_90's vector red): v = rint(x·mul) is split
+// exactly into hi = rint(v·2^−K) and lo = v − hi·2^K, |lo| ≤ 2^(K−1), integers
+// both, so that the fp32 adds are exact and their order does not matter.
+__device__ __forceinline__ void fa_red2f(float* p, float x0, float x1, float mul) {
+  const float v0 = rintf(x0 * mul), v1 = rintf(x1 * mul);
+  const float h0 = rintf(v0 * (1.0f / (float)(1 << FA_DQK))), h1 = rintf(v1 * (1.0f / (float)(1 << FA_DQK)));
+  const float l0 = fmaf(-h0, (float)(1 << FA_DQK), v0), l1 = fmaf(-h1, (float)(1 << FA_DQK), v1);
+  asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};\n" :: "l"(p), "f"(h0), "f"(l0), "f"(h1), "f"(l1) : "memory");
+}
+#endif
 `
 
 // dqBoundSrc writes the maxima the fixed point's bound needs (blockIdx.y picks
@@ -358,12 +381,18 @@ const dqConvertSrc = `extern "C" __global__ void __launch_bounds__(256) @KERNEL@
   const long long i = ((long long)blockIdx.x * 256 + threadIdx.x) * 2;
   if (i >= FA_NQ) return;
   const float mul = fa_dq_mul(ws + 2 * FA_NQ);
-  const long long* x = (const long long*)ws;
   float a = __int_as_float(0x7fc00000), c = a;
   if (mul != 0.0f) {
     const double inv = 1.0 / (double)mul;
+#if FA_DQF
+    const float4 x = *(const float4*)(ws + 2 * i);  // (hi, lo) of elements i and i + 1
+    a = (float)(((double)x.x * (double)(1 << FA_DQK) + (double)x.y) * inv);
+    c = (float)(((double)x.z * (double)(1 << FA_DQK) + (double)x.w) * inv);
+#else
+    const long long* x = (const long long*)ws;
     a = (float)((double)x[i] * inv);
     c = (float)((double)x[i + 1] * inv);
+#endif
   }
   *(unsigned*)(dq + i) = fa_pack(a, c);
 }

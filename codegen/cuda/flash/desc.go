@@ -114,6 +114,12 @@ type Desc struct {
 	// DQSplit runs the separate dQ kernel, which recomputes S and dP; DQAuto
 	// (the zero value) is the faster on the H200 (BENCHMARKS.md).
 	DQ DQMode
+	// DQAdds bounds how many key tiles add into one element of the fused
+	// backward's dQ sum when launches share its workspace (the branches of a
+	// dilated backward: their key tiles together); 0 means this launch's own,
+	// ceil(rows/BwdBc). Tier 2's sum is exact only up to a count of adds
+	// (dqLowBits), so the count sets its unit.
+	DQAdds int64
 }
 
 // DQMode is how the backward computes dQ.
@@ -152,6 +158,31 @@ func (d Desc) Fused() bool {
 // by DQBoundWords words of maxima for its bound. All start at zero.
 func (d Desc) DQWorkspace() int64 {
 	return 2*d.B*d.T*int64(d.Hq)*int64(d.D) + DQBoundWords
+}
+
+// dqSplitFloat reports whether the fused dQ sum is tier 2's pair of fp32
+// words (hi, lo) an element, added two elements at a time with one
+// red.global.add.v4.f32, rather than tier 1's int64 (red.add.u64). Both are
+// fixed points: the words hold integers, so every partial sum is exact and the
+// sum has the same bits in any order. The L2's atomics cost by their count
+// (BENCHMARKS.md, 2026-12-02), and the pair halves it.
+func (d Desc) dqSplitFloat() bool { return d.Tier == 2 }
+
+// dqLowBits is K of tier 2's split-float dQ sum (d after Defaults): an
+// element's value is hi·2^K + lo units, |lo| ≤ 2^(K−1) per add, so that n adds
+// of lo stay below 2^23 (K = 24 − ⌈log2 n⌉), and the unit puts the bound at
+// 2^(22+K), so that hi's sum stays below 2^23 too. Each word is an integer
+// below 2^24 at every partial sum: exact in fp32.
+func (d Desc) dqLowBits() int {
+	n := d.DQAdds
+	if n <= 0 {
+		n = (d.keyRows() + int64(d.BwdBc) - 1) / int64(d.BwdBc)
+	}
+	k := 24
+	for x := int64(1); x < n; x *= 2 {
+		k--
+	}
+	return max(k, 1)
 }
 
 // SplitWorkspace is the fp32 elements of SplitHeads' parts of dK and dV:
@@ -286,6 +317,32 @@ func (d Desc) Defaults() Desc {
 
 // Dilated reports whether d is a LongNet branch (rows selected with a stride or
 // in segments shorter than the sequence).
+// SegmentRows is the rows a segment of w positions selects at dilation r
+// from a sequence of t: ⌈min(w, t)/r⌉, where w ≤ 0 means the whole sequence.
+func SegmentRows(w, t int64, r int) int64 {
+	if w <= 0 || w > t {
+		w = t
+	}
+	return (w + int64(r) - 1) / int64(r)
+}
+
+// queryRows is the query rows one launch of d (after Defaults) walks: the
+// sequence's, or a dilated segment's.
+func (d Desc) queryRows() int64 {
+	if d.Dilated() {
+		return SegmentRows(d.W, d.T, d.R)
+	}
+	return d.T
+}
+
+// keyRows is the key rows one launch of d (after Defaults) walks.
+func (d Desc) keyRows() int64 {
+	if d.Dilated() {
+		return SegmentRows(d.W, d.T, d.R)
+	}
+	return d.S
+}
+
 func (d Desc) Dilated() bool { return d.R > 1 || (d.W > 0 && d.W < d.T) }
 
 // Members is the dK/dV launches of d: d itself, or, for a dilated branch with

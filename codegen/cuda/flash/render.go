@@ -63,6 +63,8 @@ type view struct {
 	Acc        bool
 	N          int64  // convert, fill: element count
 	Fill       uint32 // fill: the word
+	DQF        bool   // the fused dQ sum is split-float pairs (Desc.dqSplitFloat)
+	DQK        int    // and their low word's bits (Desc.dqLowBits)
 }
 
 var funcs = template.FuncMap{
@@ -119,10 +121,15 @@ var header = template.Must(template.New("header").Funcs(funcs).Parse(
 #define FA_N {{.N}}LL
 #define FA_NQ ({{.B}}LL * {{.T}}LL * {{.Hq}} * {{.D}})
 #define FA_FILL {{.Fill}}u
-{{if .Acc}}typedef float FA_OT;{{else}}typedef unsigned short FA_OT;{{end}}
+{{if .DQF}}#define FA_DQF 1
+#define FA_DQK {{.DQK}}
+{{end}}{{if .Acc}}typedef float FA_OT;{{else}}typedef unsigned short FA_OT;{{end}}
 `))
 
 func render(v view, body string) string {
+	if v.Kind == "dkdvq" || v.Kind == "dqconvert" { // the kernels of the fused dQ sum
+		v.DQF, v.DQK = v.Desc.dqSplitFloat(), v.Desc.dqLowBits()
+	}
 	var buf bytes.Buffer
 	if err := header.Execute(&buf, v); err != nil {
 		panic("flash: header template: " + err.Error()) // the template is static
@@ -153,10 +160,7 @@ func Forward(d Desc) (Kernel, error) {
 		body, arch = common90Src+wgmmaFunc("fa_wg_s", d.Bc, true, 0, 0)+wgmmaFunc("fa_wg_o", d.KD(), false, 0, 1)+fwd90Src, ArchSM90a
 	}
 	v := view{Desc: d, Kind: "forward", BR: d.Br, BC: d.Bc, NT: nt, Acc: d.Accumulate}
-	rows := d.T
-	if d.Dilated() {
-		rows = (min(d.W, d.T) + int64(d.R) - 1) / int64(d.R)
-	}
+	rows := d.queryRows()
 	return Kernel{Op: "attention.flash.fwd", Body: render(v, body), Arch: arch,
 		Grid:   [3]uint32{uint32((rows + int64(d.Br) - 1) / int64(d.Br)), uint32(d.Hq), uint32(d.B * nsegOf(d))},
 		Block:  [3]uint32{uint32(nt), 1, 1},
@@ -219,10 +223,7 @@ func DKDV(d Desc) (Kernel, error) {
 	}
 	v := view{Desc: d, Kind: "dkdv", BR: d.BwdBr, BC: d.BwdBc, NT: nt, Acc: d.Accumulate}
 	v.WM = 1
-	rows := d.S
-	if d.Dilated() {
-		rows = (min(d.W, d.T) + int64(d.R) - 1) / int64(d.R)
-	}
+	rows := d.keyRows()
 	return Kernel{Op: "attention.flash.dkdv", Body: render(v, dkdvSrc),
 		Grid:   [3]uint32{uint32((rows + int64(d.BwdBc) - 1) / int64(d.BwdBc)), uint32(d.Hkv), uint32(d.B * nsegOf(d))},
 		Block:  [3]uint32{uint32(nt), 1, 1},
@@ -246,10 +247,7 @@ func dkdvq(d Desc) Kernel {
 	}
 	v.WM = 1
 	pad := d.BwdBc + 8
-	rows := d.S
-	if d.Dilated() {
-		rows = (min(d.W, d.T) + int64(d.R) - 1) / int64(d.R)
-	}
+	rows := d.keyRows()
 	body, arch := dqFixedSrc+dkdvqSrc, ""
 	shared := 2*d.KD()*(2*d.BwdBc+2*d.Stages*d.BwdBr) + 8*d.Stages*d.BwdBr + 2*2*d.BwdBr*pad
 	if d.Tier == 2 {
@@ -319,10 +317,7 @@ func DQ(d Desc) (Kernel, error) {
 	nt := d.DQBr / (16 * d.DQWM) * 32
 	v := view{Desc: d, Kind: "dq", BR: d.DQBr, BC: d.DQBc, NT: nt, Acc: d.Accumulate}
 	v.WM = d.DQWM
-	rows := d.T
-	if d.Dilated() {
-		rows = (min(d.W, d.T) + int64(d.R) - 1) / int64(d.R)
-	}
+	rows := d.queryRows()
 	return Kernel{Op: "attention.flash.dq", Body: render(v, dqSrc),
 		Grid:   [3]uint32{uint32((rows + int64(d.DQBr) - 1) / int64(d.DQBr)), uint32(d.Hq), uint32(d.B * nsegOf(d))},
 		Block:  [3]uint32{uint32(nt), 1, 1},

@@ -223,6 +223,14 @@ __device__ __forceinline__ void fa_load_tile(fa_bf16* s, const fa_bf16* g, long 
     fa_cp16(fa_smem(s + fa_swz(r, ch * 8)), src, ok);
   }
 }
+#ifndef FA_DQF
+#define FA_DQF 0
+#endif
+#if FA_DQF
+#define FA_DQ_TOP (22 + FA_DQK)
+#else
+#define FA_DQ_TOP 62
+#endif
 __device__ __forceinline__ float fa_dq_mul(const unsigned* mx) {
   const double mo = __uint_as_float(mx[0]), mk = __uint_as_float(mx[1]), mv = __uint_as_float(mx[2]);
   const double md = __uint_as_float(mx[3]);
@@ -230,9 +238,9 @@ __device__ __forceinline__ float fa_dq_mul(const unsigned* mx) {
   if (!(bnd <= 1e300)) return 0.0f;
   int e = -64;
   if (bnd != 0.0) frexp(bnd, &e);
-  if (e > 188) return 0.0f;
+  if (e > FA_DQ_TOP + 126) return 0.0f;
   if (e < -64) e = -64;
-  return __int_as_float((127 + 62 - e) << 23);
+  return __int_as_float((127 + FA_DQ_TOP - e) << 23);
 }
 // fa_quad_spread takes one row of an 8-column n-tile held as the mma
 // accumulators hold it (lane q of the quad: columns 2q, 2q + 1) and gives lane q
@@ -251,13 +259,25 @@ __device__ __forceinline__ void fa_red64(unsigned long long* p, float x, float m
   const long long v = __float2ll_rn(x * mul);
   asm volatile("red.global.add.u64 [%0], %1;\n" :: "l"(p), "l"(v) : "memory");
 }
+#if FA_DQF
+// fa_red2f adds x0 and x1 in units of 1/mul to the split-float pairs at p (16
+// bytes: hi0, lo0, hi1, lo1; sm_90's vector red): v = rint(x·mul) is split
+// exactly into hi = rint(v·2^−K) and lo = v − hi·2^K, |lo| ≤ 2^(K−1), integers
+// both, so that the fp32 adds are exact and their order does not matter.
+__device__ __forceinline__ void fa_red2f(float* p, float x0, float x1, float mul) {
+  const float v0 = rintf(x0 * mul), v1 = rintf(x1 * mul);
+  const float h0 = rintf(v0 * (1.0f / (float)(1 << FA_DQK))), h1 = rintf(v1 * (1.0f / (float)(1 << FA_DQK)));
+  const float l0 = fmaf(-h0, (float)(1 << FA_DQK), v0), l1 = fmaf(-h1, (float)(1 << FA_DQK), v1);
+  asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};\n" :: "l"(p), "f"(h0), "f"(l0), "f"(h1), "f"(l1) : "memory");
+}
+#endif
 #define FA_PS (FA_BC + 8)
 #define FA_MT (FA_BR / 32)
 #define FA_NS (FA_BC / 32)
 #define FA_KM (FA_BC / 64)
 #define FA_DN (FA_D / 16)
 #define FA_QN (FA_D / 32)
-extern "C" __global__ void __launch_bounds__(256, 1) attention_flash_dkdvdq_9b87a9134cfc2bf3(FA_OT* __restrict__ dk, FA_OT* __restrict__ dv,
+extern "C" __global__ void __launch_bounds__(256, 1) attention_flash_dkdvdq_4d82251d83e57b6b(FA_OT* __restrict__ dk, FA_OT* __restrict__ dv,
     const fa_bf16* __restrict__ q, const fa_bf16* __restrict__ k, const fa_bf16* __restrict__ v,
     const fa_bf16* __restrict__ dout, const float* __restrict__ lse, const float* __restrict__ delta,
     unsigned* __restrict__ ws FA_DOCS_ARG) {

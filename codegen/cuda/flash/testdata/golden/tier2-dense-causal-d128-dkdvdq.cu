@@ -33,6 +33,8 @@
 #define FA_N 0LL
 #define FA_NQ (1LL * 1000LL * 4 * 128)
 #define FA_FILL 0u
+#define FA_DQF 1
+#define FA_DQK 21
 typedef unsigned short FA_OT;
 // lcc_head_offset is LongNet's head offset o(h) (lcc ir.HeadOffset).
 #ifndef LCC_HEAD_OFFSET
@@ -283,6 +285,14 @@ __device__ __forceinline__ void fa_fence_async() { asm volatile("fence.proxy.asy
 __device__ __forceinline__ void fa_wg_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void fa_wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
 template <int N> __device__ __forceinline__ void fa_wg_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;\n" :: "n"(N) : "memory"); }
+#ifndef FA_DQF
+#define FA_DQF 0
+#endif
+#if FA_DQF
+#define FA_DQ_TOP (22 + FA_DQK)
+#else
+#define FA_DQ_TOP 62
+#endif
 __device__ __forceinline__ float fa_dq_mul(const unsigned* mx) {
   const double mo = __uint_as_float(mx[0]), mk = __uint_as_float(mx[1]), mv = __uint_as_float(mx[2]);
   const double md = __uint_as_float(mx[3]);
@@ -290,9 +300,9 @@ __device__ __forceinline__ float fa_dq_mul(const unsigned* mx) {
   if (!(bnd <= 1e300)) return 0.0f;
   int e = -64;
   if (bnd != 0.0) frexp(bnd, &e);
-  if (e > 188) return 0.0f;
+  if (e > FA_DQ_TOP + 126) return 0.0f;
   if (e < -64) e = -64;
-  return __int_as_float((127 + 62 - e) << 23);
+  return __int_as_float((127 + FA_DQ_TOP - e) << 23);
 }
 // fa_quad_spread takes one row of an 8-column n-tile held as the mma
 // accumulators hold it (lane q of the quad: columns 2q, 2q + 1) and gives lane q
@@ -311,6 +321,18 @@ __device__ __forceinline__ void fa_red64(unsigned long long* p, float x, float m
   const long long v = __float2ll_rn(x * mul);
   asm volatile("red.global.add.u64 [%0], %1;\n" :: "l"(p), "l"(v) : "memory");
 }
+#if FA_DQF
+// fa_red2f adds x0 and x1 in units of 1/mul to the split-float pairs at p (16
+// bytes: hi0, lo0, hi1, lo1; sm_90's vector red): v = rint(x·mul) is split
+// exactly into hi = rint(v·2^−K) and lo = v − hi·2^K, |lo| ≤ 2^(K−1), integers
+// both, so that the fp32 adds are exact and their order does not matter.
+__device__ __forceinline__ void fa_red2f(float* p, float x0, float x1, float mul) {
+  const float v0 = rintf(x0 * mul), v1 = rintf(x1 * mul);
+  const float h0 = rintf(v0 * (1.0f / (float)(1 << FA_DQK))), h1 = rintf(v1 * (1.0f / (float)(1 << FA_DQK)));
+  const float l0 = fmaf(-h0, (float)(1 << FA_DQK), v0), l1 = fmaf(-h1, (float)(1 << FA_DQK), v1);
+  asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};\n" :: "l"(p), "f"(h0), "f"(l0), "f"(h1), "f"(l1) : "memory");
+}
+#endif
 __device__ __forceinline__ void fa_wg_st(float* d, unsigned long long da, unsigned long long db, int acc) {
   asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
     "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, 0, 0;\n}\n"
@@ -329,7 +351,7 @@ __device__ __forceinline__ void fa_wg_dq(float* d, unsigned long long da, unsign
     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
     : "l"(da), "l"(db), "r"(acc) : "memory");
 }
-extern "C" __global__ void __launch_bounds__(256, 1) attention_flash_dkdvdq_714d08c9e83adb88(FA_OT* __restrict__ dk, FA_OT* __restrict__ dv,
+extern "C" __global__ void __launch_bounds__(256, 1) attention_flash_dkdvdq_32c01f62a566a576(FA_OT* __restrict__ dk, FA_OT* __restrict__ dv,
     const fa_bf16* __restrict__ q, const fa_bf16* __restrict__ k, const fa_bf16* __restrict__ v,
     const fa_bf16* __restrict__ dout, const float* __restrict__ lse, const float* __restrict__ delta,
     unsigned* __restrict__ ws FA_DOCS_ARG) {
@@ -434,24 +456,21 @@ extern "C" __global__ void __launch_bounds__(256, 1) attention_flash_dkdvdq_714d
   // row of FA_BR = 64 queries each, the 16-byte chunk nt at nt XOR kr mod 8).
   const unsigned sw = fa_smem(sS) + (kr * 64 + c2) * 2, sx = (kr & 7) << 4;
   // reds adds this warpgroup's dQ part, dq, of the item whose first query row is
-  // q00, head hh, spread over the quad as tier 1's (fa_quad_spread).
+  // q00, head hh: each thread's two adjacent columns (the accumulators' own
+  // layout) as one split-float v4 add (fa_red2f); a quad covers 64 bytes.
   float dq[FA_D / 4];
   const int qd = lane & 3;
   auto reds = [&](int hh, long long q00) {
-    unsigned long long* dg = dqa + ((b * FA_T + qp0) * FA_HQ + hh) * FA_DG + wg * (FA_D / 2);
-#pragma unroll
-    for (int i = 0; i < FA_D / 8; ++i)  // i = nt·2 + r
-      fa_quad_spread(dq[i * 2], dq[i * 2 + 1], qd, &dq[i * 2], &dq[i * 2 + 1]);
+    float* dg = (float*)(dqa + ((b * FA_T + qp0) * FA_HQ + hh) * FA_DG + wg * (FA_D / 2) + 2 * qd);
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       const long long row = q00 + (warp & 3) * 16 + g + r * 8;
       if (row >= qn) continue;
-      unsigned long long* p = dg + row * qrs + qd;
+      float* p = dg + row * qrs * 2;
 #pragma unroll
       for (int nt = 0; nt < FA_D / 16; ++nt) {
         if (wg * (FA_D / 2) + nt * 8 >= FA_DG) break;  // a padded head dim's zero columns
-        fa_red64(p + nt * 8, dq[nt * 4 + 2 * r], dqmul);
-        fa_red64(p + nt * 8 + 4, dq[nt * 4 + 2 * r + 1], dqmul);
+        fa_red2f(p + nt * 16, dq[nt * 4 + 2 * r], dq[nt * 4 + 2 * r + 1], dqmul);
       }
     }
   };
