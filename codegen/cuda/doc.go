@@ -33,9 +33,11 @@
 //   - reductions (sum, mean, max, min over any axes), softmax, log_softmax,
 //     layer_norm, rms_norm, cumsum: one block per output row, fixed-order tree
 //     reductions in fp32 (int64 for integers), the norms with 16-byte accesses
-//     where rows allow; rms_norm_grad and layer_norm_grad:
-//     one kernel over stretches of rows (fp32 statistics recomputed per row) and a
-//     two-stage column reduction for the scale and bias gradients (norm_grad.go);
+//     where rows allow, a row of up to eight vectors a thread kept in registers
+//     (read once) and warp-shuffle block sums; rms_norm_grad and layer_norm_grad:
+//     one kernel over stretches of rows (fp32 statistics recomputed per row, the
+//     next row's loads under this row's sums) and a two-stage column reduction
+//     for the scale and bias gradients (norm_grad.go);
 //   - data movement (transpose, expand, slice, tile, concat and split by copies of
 //     the parts nobody reads or writes in place, trilu), gather,
 //     gather_elements, gather_nd, scatter_add, full, range;

@@ -17,7 +17,7 @@ import (
 //
 // The arithmetic is train/optim's AdamW update, operation for operation, with
 // rounding intrinsics so NVRTC contracts nothing into an FMA; the norm sums
-// squares in fp64 in a fixed tree (deterministic). The host computes the step's
+// squares in fp64 in a fixed order (deterministic). The host computes the step's
 // scalars in fp64, rounded to fp32 as the IR update casts them.
 
 // OptimScalars is the number of fp32 step scalars the AdamW kernel reads.
@@ -86,44 +86,75 @@ template <class T> __device__ __forceinline__ bool optim_aligned4(const T* p) {
   return ((unsigned long long)p & (4 * sizeof(T) - 1)) == 0;
 }
 
+// optim_block_sum adds one fp64 value a thread: a butterfly in each warp, then
+// every warp the warps' sums the same way. A fixed order, and every lane ends
+// with the same bits (a + b = b + a): deterministic. Called once a kernel.
+__device__ __forceinline__ double optim_warp_sum(double v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+__device__ __forceinline__ double optim_block_sum(double v, double* sh) {
+  const int lane = threadIdx.x & 31, nw = blockDim.x >> 5;
+  v = optim_warp_sum(v);
+  if (lane == 0) sh[threadIdx.x >> 5] = v;
+  __syncthreads();
+  return optim_warp_sum(lane < nw ? sh[lane] : 0.0);
+}
+
 // The sum of squares reads four gradients an access where they are aligned
 // (the chunk's start and length: every chunk but a tensor's ragged last one),
-// into four fp64 sums a thread, then a fixed tree: deterministic, and the same
-// order in every run.
+// into four fp64 sums a thread, then optim_block_sum: deterministic, and the
+// same order in every run. Without micro-steps (micro = 1) the division is left
+// out: x/1 is x in IEEE arithmetic, so the bits are the same.
 extern "C" __global__ void @SUMSQ@(const unsigned long long* gptr, const int* ck,
     const long long* cs, const int* cl, double* partial, float micro) {
-  __shared__ double sh[@BLOCK@];
+  __shared__ double sh[32];
   OPTIM_CHUNK();
   const @GT@* g = (const @GT@*)gptr[k] + s;
+  const bool whole = micro == 1.0f;
   double acc = 0.0;
   if ((n & 3) == 0 && optim_aligned4(g)) {
     double a4[4] = {0.0, 0.0, 0.0, 0.0};
+#pragma unroll 4
     for (int j = 4 * threadIdx.x; j < n; j += 4 * blockDim.x) {
       float x[4];
       optim_ld4(g + j, x);
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        const float y = __fdiv_rn(x[e], micro);
+        const float y = whole ? x[e] : __fdiv_rn(x[e], micro);
         a4[e] += (double)__fmul_rn(y, y);
       }
     }
     acc = (a4[0] + a4[1]) + (a4[2] + a4[3]);
   } else {
     for (int j = threadIdx.x; j < n; j += blockDim.x) {
-      const float x = __fdiv_rn(lcc_tof(g[j]), micro);
+      const float x = whole ? lcc_tof(g[j]) : __fdiv_rn(lcc_tof(g[j]), micro);
       acc += (double)__fmul_rn(x, x);
     }
   }
-  acc = lcc_block_reduce(acc, sh, lcc_op_add());
+  acc = optim_block_sum(acc, sh);
   if (threadIdx.x == 0) partial[blockIdx.x] = acc;
 }
 
 extern "C" __global__ void @NORM@(const double* partial, int n, double max_norm, double* out) {
-  __shared__ double sh[@BLOCK@];
-  // Each thread sums a strided share in order, then a fixed tree: deterministic.
-  double acc = 0.0;
-  for (int j = threadIdx.x; j < n; j += blockDim.x) acc += partial[j];
-  acc = lcc_block_reduce(acc, sh, lcc_op_add());
+  __shared__ double sh[32];
+  // Each thread sums a strided share into four sums, each in order (four loads
+  // in flight: a billion-parameter model has 10^5 partials), then the four in
+  // a fixed order and optim_block_sum: deterministic.
+  const int bd = blockDim.x;
+  double a0 = 0.0, a1 = 0.0, a2 = 0.0, a3 = 0.0;
+  int j = threadIdx.x;
+  for (; j + 3 * bd < n; j += 4 * bd) {
+    a0 += partial[j];
+    a1 += partial[j + bd];
+    a2 += partial[j + 2 * bd];
+    a3 += partial[j + 3 * bd];
+  }
+  if (j < n) a0 += partial[j];
+  if (j + bd < n) a1 += partial[j + bd];
+  if (j + 2 * bd < n) a2 += partial[j + 2 * bd];
+  const double acc = optim_block_sum((a0 + a1) + (a2 + a3), sh);
   if (threadIdx.x == 0) {
     const double norm = sqrt(acc);
     double coef = 1.0;

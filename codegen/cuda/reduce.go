@@ -288,6 +288,66 @@ extern "C" __global__ void __launch_bounds__(%[6]d) @KERNEL@(%[7]s) {
 }
 `
 
+// normRowBody is normVecBody for rows of at most normRowVectors vectors a
+// thread: each thread keeps its CPV vectors of the row in registers, so x is
+// read once (the fused residual add's sum never read back), and the sums take
+// two barriers each (lcc_block_sum).
+// normRowBody takes normBody's arguments, with %[8]s applying scale and bias to
+// the lanes v[k] of vector c (column j), %[9]d the lanes L, %[10]s the
+// statements that load vector c of the row into xr + c·L (column j), and
+// %[11]d CPV.
+const normRowBody = `// %[1]s over the last %[2]d elements of %[3]s: one block per row, %[9]d lanes per access, the row in registers
+#define M %[2]dLL
+#define L %[9]d
+#define CPV %[11]d
+#define RMS %[4]d
+#define EPS %[5]s
+extern "C" __global__ void __launch_bounds__(%[6]d) @KERNEL@(%[7]s) {
+  __shared__ float sh[32];
+  const long long base = (long long)blockIdx.x * M;
+  float xr[CPV * L], a[L];
+  float s = 0.0f;
+#pragma unroll
+  for (int c = 0; c < CPV; ++c) {
+    const int j = (threadIdx.x + c * blockDim.x) * L;
+#pragma unroll
+    for (int k = 0; k < L; ++k) xr[c * L + k] = 0.0f;
+    if (j < M) {
+%[10]s    }
+#pragma unroll
+    for (int k = 0; k < L; ++k) s += xr[c * L + k];
+  }
+  float mean = 0.0f;
+  if (!RMS) mean = lcc_block_sum(s, sh) / (float)M;
+  float ss = 0.0f;
+#pragma unroll
+  for (int c = 0; c < CPV; ++c) {
+    const int j = (threadIdx.x + c * blockDim.x) * L;
+    if (j < M) {
+#pragma unroll
+      for (int k = 0; k < L; ++k) {
+        const float d = xr[c * L + k] - mean;
+        ss += d * d;
+      }
+    }
+  }
+  const float inv = 1.0f / lcc_sqrt(lcc_block_sum(ss, sh) / (float)M + EPS);
+#pragma unroll
+  for (int c = 0; c < CPV; ++c) {
+    const int j = (threadIdx.x + c * blockDim.x) * L;
+    if (j < M) {
+      float v[L];
+#pragma unroll
+      for (int k = 0; k < L; ++k) v[k] = (xr[c * L + k] - mean) * inv;
+%[8]s      lcc_st16(y + base + j, v);
+    }
+  }
+}
+`
+
+// normRowVectors bounds normRowBody's vectors a thread (its registers).
+const normRowVectors = 8
+
 // normLanes is the lanes of normVecBody for n, or 0 when it does not apply.
 func normLanes(g *gen, n *ir.Node, dims []int64) int64 {
 	dt := g.storageOf(n.Args[0])
@@ -373,6 +433,21 @@ func lowerNorm(g *gen, n *ir.Node) error {
 				name, []string{"*=", "+="}[i])
 		}
 		bs := pow2(m/l, 32, 256)
+		if cpv := (m/l + bs - 1) / bs; cpv <= normRowVectors {
+			// The row in registers: x (or the residual's operands, their sum stored to
+			// x) loaded once.
+			load := "      lcc_ld16(x + base + j, xr + c * L);\n"
+			if add != nil {
+				load = "      lcc_ld16(ra + base + j, xr + c * L);\n      lcc_ld16(rb + base + j, a);\n" +
+					"#pragma unroll\n      for (int k = 0; k < L; ++k) xr[c * L + k] += a[k];\n" +
+					"      lcc_st16(x + base + j, xr + c * L);\n"
+			}
+			body := fmt.Sprintf(normRowBody, n.Op, m, x.Type, rms, clit.Float(n.AttrFloat("eps")), bs,
+				signature(params), indent(apply.String(), 1), l, load, cpv)
+			g.emit(kernelSpec{op: n.Op.String(), body: body, grid: [3]uint32{uint32(rows), 1, 1},
+				block: [3]uint32{uint32(bs), 1, 1}, params: params, args: args})
+			return nil
+		}
 		body := fmt.Sprintf(normVecBody, n.Op, m, x.Type, rms, clit.Float(n.AttrFloat("eps")), bs,
 			signature(params), apply.String(), l, preVec)
 		g.emit(kernelSpec{op: n.Op.String(), body: body, grid: [3]uint32{uint32(rows), 1, 1},
