@@ -205,8 +205,13 @@ var passOrder = [...]struct{ a, b string }{
 	{"fuse-cross-entropy", "autodiff"},
 	{"shard-sequence", "autodiff"},
 	{"insert-loss", "autodiff"},
-	// sum-concats merges the zero pads of slice gradients that autodiff writes.
+	// sum-concats merges the zero pads of slice gradients that autodiff writes,
+	// and sink-concats moves the elementwise ops around every concat into it.
 	{"autodiff", "sum-concats"},
+	{"sum-concats", "sink-concats"},
+	{"autodiff", "sink-concats"},
+	{"sink-concats", "insert-checkpoints"},
+	{"sink-concats", "fuse"},
 	// each rank's weight gradients are partial sums until all-reduced.
 	{"autodiff", "all-reduce-gradients"},
 	// checkpoints recompute forward values the backward reads...
@@ -503,7 +508,7 @@ type pipeline struct {
 // Pipeline returns the passes of a compile for target t with options o, in the
 // order they run: match-attention, match-norms, dilate-attention, cancel-transposes,
 // cleanup, insert-loss, fuse-cross-entropy, shard-sequence, autodiff,
-// all-reduce-gradients, sum-concats, cleanup, insert-checkpoints, codegen (each only
+// all-reduce-gradients, sum-concats, sink-concats, cleanup, insert-checkpoints, codegen (each only
 // where the options call for it). It is the one pass list of lcc compile, lcc check
 // (o.Forward) and lcc train.
 func Pipeline(t targets.Target, o Options) ([]passes.Pass, error) {
@@ -607,6 +612,7 @@ func (p *pipeline) table() []stage {
 	plains(passes.EliminateDeadCode)
 	add(p.gradTail()...)
 	plains(passes.SumConcats)
+	plains(passes.SinkConcats)
 	plains(passes.Cleanup...)
 	policy := o.Checkpoint
 	if policy == "" {

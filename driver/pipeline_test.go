@@ -50,9 +50,9 @@ func TestPipelineLists(t *testing.T) {
 		want string
 	}{
 		{"step", h200, Options{}, "match-attention match-norms cancel-transposes cse dce insert-loss fuse-cross-entropy dce autodiff " +
-			"sum-concats cse dce insert-checkpoints dce codegen"},
+			"sum-concats sink-concats cse dce insert-checkpoints dce codegen"},
 		{"cpu step", cpu, Options{Loss: "cross-entropy"}, "match-attention match-norms cancel-transposes cse dce insert-loss " +
-			"fuse-cross-entropy dce autodiff sum-concats cse dce insert-checkpoints dce"},
+			"fuse-cross-entropy dce autodiff sum-concats sink-concats cse dce insert-checkpoints dce"},
 		{"inference", h200, Options{Loss: "none"}, "match-attention match-norms cancel-transposes cse dce codegen"},
 		{"check", h200, Options{Forward: true, Attention: dil}, "match-attention match-norms dilate-attention cancel-transposes cse dce"},
 		{"check grads", h200, Options{Objective: &Objective{Loss: "loss"}}, "autodiff"},
@@ -60,7 +60,7 @@ func TestPipelineLists(t *testing.T) {
 			ShardMode: passes.ShardRing}, "shard-sequence autodiff all-reduce-gradients"},
 		{"sharded dilated", h200, Options{Attention: dil, Ranks: 4, ShardMode: passes.ShardDilated},
 			"match-attention match-norms dilate-attention cancel-transposes cse dce insert-loss fuse-cross-entropy dce shard-sequence " +
-				"autodiff all-reduce-gradients sum-concats cse dce insert-checkpoints dce codegen"},
+				"autodiff all-reduce-gradients sum-concats sink-concats cse dce insert-checkpoints dce codegen"},
 	} {
 		ps, err := Pipeline(tc.t, tc.o)
 		if err != nil {
@@ -87,6 +87,7 @@ shard-sequence ranks=2 mode=dilated
 autodiff
 all-reduce-gradients ranks=2
 sum-concats
+sink-concats
 cse
 dce
 insert-checkpoints policy=layers
