@@ -173,15 +173,25 @@ func sameParts(c, d *ir.Node) bool {
 
 // slicedElementwise is the elementwise node whose result x a slice or split
 // reads, when only slices and splits read it (so that once they are all
-// rewritten it is gone) and it is no output; nil otherwise.
+// rewritten it is gone), all their parts have one shape (so that the parts'
+// ops fuse into one kernel, as f's one op was) and x is no output; nil
+// otherwise.
 func slicedElementwise(e *Editor, x *ir.Value) *ir.Node {
 	f := x.Def
 	if f == nil || !f.Op.Info().Elementwise || len(f.Results) != 1 || e.IsOutput(x) {
 		return nil
 	}
+	var shape []int64
 	for _, u := range e.Uses(x) {
 		if u.Op != ir.OpSlice && u.Op != ir.OpSplit {
 			return nil
+		}
+		for _, r := range u.Results {
+			if shape == nil {
+				shape = r.Type.Shape
+			} else if !slices.Equal(shape, r.Type.Shape) {
+				return nil
+			}
 		}
 	}
 	return f
