@@ -54,7 +54,8 @@ func sinkConcatPatterns() []Pattern {
 type span struct{ lo, hi int64 }
 
 // axisOf is the axis of an operand of rank r that lines up with axis ax of a
-// result of rank rank (numpy broadcasting aligns the trailing dims), or −1.
+// result of rank rank (numpy broadcasting aligns the trailing dims); negative
+// where the operand has no such axis.
 func axisOf(ax, rank, r int) int { return ax - (rank - r) }
 
 // cuttable says whether operand a of a result of rank rank, whose axis ax is
