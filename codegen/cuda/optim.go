@@ -86,25 +86,9 @@ template <class T> __device__ __forceinline__ bool optim_aligned4(const T* p) {
   return ((unsigned long long)p & (4 * sizeof(T) - 1)) == 0;
 }
 
-// optim_block_sum adds one fp64 value a thread: a butterfly in each warp, then
-// every warp the warps' sums the same way. A fixed order, and every lane ends
-// with the same bits (a + b = b + a): deterministic. Called once a kernel.
-__device__ __forceinline__ double optim_warp_sum(double v) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
-__device__ __forceinline__ double optim_block_sum(double v, double* sh) {
-  const int lane = threadIdx.x & 31, nw = blockDim.x >> 5;
-  v = optim_warp_sum(v);
-  if (lane == 0) sh[threadIdx.x >> 5] = v;
-  __syncthreads();
-  return optim_warp_sum(lane < nw ? sh[lane] : 0.0);
-}
-
 // The sum of squares reads four gradients an access where they are aligned
 // (the chunk's start and length: every chunk but a tensor's ragged last one),
-// into four fp64 sums a thread, then optim_block_sum: deterministic, and the
+// into four fp64 sums a thread, then lcc_block_sum: deterministic, and the
 // same order in every run. Without micro-steps (micro = 1) the division is left
 // out: x/1 is x in IEEE arithmetic, so the bits are the same.
 extern "C" __global__ void @SUMSQ@(const unsigned long long* gptr, const int* ck,
@@ -133,7 +117,7 @@ extern "C" __global__ void @SUMSQ@(const unsigned long long* gptr, const int* ck
       acc += (double)__fmul_rn(x, x);
     }
   }
-  acc = optim_block_sum(acc, sh);
+  acc = lcc_block_sum(acc, sh);
   if (threadIdx.x == 0) partial[blockIdx.x] = acc;
 }
 
@@ -141,7 +125,7 @@ extern "C" __global__ void @NORM@(const double* partial, int n, double max_norm,
   __shared__ double sh[32];
   // Each thread sums a strided share into four sums, each in order (four loads
   // in flight: a billion-parameter model has 10^5 partials), then the four in
-  // a fixed order and optim_block_sum: deterministic.
+  // a fixed order and lcc_block_sum: deterministic.
   const int bd = blockDim.x;
   double a0 = 0.0, a1 = 0.0, a2 = 0.0, a3 = 0.0;
   int j = threadIdx.x;
@@ -154,7 +138,7 @@ extern "C" __global__ void @NORM@(const double* partial, int n, double max_norm,
   if (j < n) a0 += partial[j];
   if (j + bd < n) a1 += partial[j + bd];
   if (j + 2 * bd < n) a2 += partial[j + 2 * bd];
-  const double acc = optim_block_sum((a0 + a1) + (a2 + a3), sh);
+  const double acc = lcc_block_sum((a0 + a1) + (a2 + a3), sh);
   if (threadIdx.x == 0) {
     const double norm = sqrt(acc);
     double coef = 1.0;

@@ -99,7 +99,7 @@ __device__ __forceinline__ long long lcc_ipow(long long a, long long b) {
   while (b > 0) { if (b & 1) r *= a; a *= a; b >>= 1; }
   return r;
 }
-__device__ __forceinline__ float lcc_warp_sum(float v) {
+template <class T> __device__ __forceinline__ T lcc_warp_sum(T v) {
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
   return v;
 }
@@ -122,20 +122,20 @@ __device__ __forceinline__ T lcc_block_reduce(T v, T* sh, F f) {
   __syncthreads();
   return r;
 }
-// lcc_block_sum is lcc_block_reduce's float sum with two barriers instead of one
-// a level: each warp adds its 32 values in a butterfly (lcc_warp_sum), then
-// every warp adds the warps' sums the same way. The order is fixed and every
-// lane ends with the same bits (a + b = b + a), so the result does not depend on
-// scheduling. blockDim.x must be a multiple of 32 up to 1024; sh must hold 32
-// floats.
-__device__ __forceinline__ float lcc_block_sum(float v, float* sh) {
+// lcc_block_sum is lcc_block_reduce's sum (float or double) with two barriers
+// instead of one a level: each warp adds its 32 values in a butterfly
+// (lcc_warp_sum), then every warp adds the warps' sums the same way. The order
+// is fixed and every lane ends with the same bits (a + b = b + a), so the result
+// does not depend on scheduling. blockDim.x must be a multiple of 32 up to 1024;
+// sh must hold 32 values.
+template <class T> __device__ __forceinline__ T lcc_block_sum(T v, T* sh) {
   const int lane = threadIdx.x & 31, nw = blockDim.x >> 5;
   v = lcc_warp_sum(v);
   if (nw == 1) return v;
   __syncthreads();  // the warps are done reading the last call's sums
   if (lane == 0) sh[threadIdx.x >> 5] = v;
   __syncthreads();
-  return lcc_warp_sum(lane < nw ? sh[lane] : 0.0f);
+  return lcc_warp_sum(lane < nw ? sh[lane] : T(0));
 }
 #endif // LCC_PRELUDE
 `

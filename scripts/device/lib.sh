@@ -12,11 +12,23 @@ AB_SHAPES=("--T 8192 --H 24 --Hkv 8 --D 128" "--T 8192 --H 32 --Hkv 4 --D 64" "-
 # elapsed prints the seconds since the call began.
 elapsed() { echo "t=$(( $(date +%s) - T0 ))"; }
 
-# flash_tests TIMEOUT RUN runs perf/flash's GPU tests matching RUN, then shows any failure.
-flash_tests() {
-	( cd perf/flash && LCC_REQUIRE_GPU=1 timeout "$1" /tmp/bins/perf_flash.test -test.run "$2" -test.v > "$OUT/logs/pflash.log" 2>&1
-	  echo "pflash rc=$? pass $(grep -c -- '--- PASS' "$OUT/logs/pflash.log") fail $(grep -c -- '--- FAIL' "$OUT/logs/pflash.log")" )
-	grep -B2 -A8 -- "--- FAIL" "$OUT/logs/pflash.log" | head -30
+# gpu_tests DIR BIN LOG TIMEOUT RUN runs /tmp/bins/BIN's GPU tests matching RUN in package
+# folder DIR, logs them to $OUT/logs/LOG.log, then shows any failure.
+gpu_tests() {
+	local log="$OUT/logs/$3.log"
+	( cd "$1" && LCC_REQUIRE_GPU=1 timeout "$4" "/tmp/bins/$2" -test.run "$5" -test.v > "$log" 2>&1
+	  echo "$3 rc=$? pass $(grep -c -- '--- PASS' "$log") fail $(grep -c -- '--- FAIL' "$log")" )
+	grep -B2 -A8 -- "--- FAIL" "$log" | head -30
+}
+
+# flash_tests TIMEOUT RUN runs perf/flash's GPU tests matching RUN.
+flash_tests() { gpu_tests perf/flash perf_flash.test pflash "$1" "$2"; }
+
+# export_bg SCRIPT ARGS... runs an anchor's export (.gpu/b/anchors/SCRIPT) in the background,
+# logged to $OUT/logs/export-SCRIPT.log; wait for it with `wait $!` or `wait`.
+export_bg() {
+	local log="$OUT/logs/export-$1.log"
+	( python3 ".gpu/b/anchors/$1" "${@:2}" > "$log" 2>&1; echo "export $1 rc=$?" >> "$log" ) &
 }
 
 # sanitize TOOL... runs compute-sanitizer's tools over three tier-2 flash tests.

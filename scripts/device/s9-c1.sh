@@ -6,28 +6,23 @@
 # .gpu/b/anchors; run with carry [".gpu/b"].
 mkdir -p /tmp/bins /tmp/l /tmp/f && tar -C /tmp/bins -xJf .gpu/b/bins.tar.xz
 . scripts/device/lib.sh
-( python3 .gpu/b/anchors/hf_llama.py export /tmp/l > "$OUT/logs/export1b.log" 2>&1; echo "export1b rc=$?" >> "$OUT/logs/export1b.log" ) &
-E1=$!
-( python3 .gpu/b/anchors/flagship.py export /tmp/f > "$OUT/logs/exportf.log" 2>&1; echo "exportf rc=$?" >> "$OUT/logs/exportf.log" ) &
-E2=$!
-( cd runtime/exec && LCC_REQUIRE_GPU=1 timeout 100 /tmp/bins/exec.test -test.run 'TestGPUFlagshipViews|TestGPUFusedKernels|TestGPUResidualNorms|TestGPUElementwiseTails|TestGPUFamilies|TestGPURMSNormGrad' -test.v > "$OUT/logs/exec.log" 2>&1
-  echo "exec rc=$? pass $(grep -c -- '--- PASS' "$OUT/logs/exec.log") fail $(grep -c -- '--- FAIL' "$OUT/logs/exec.log")" )
-grep -B2 -A10 -- "--- FAIL" "$OUT/logs/exec.log" | head -30
-( cd train && LCC_REQUIRE_GPU=1 timeout 90 /tmp/bins/train.test -test.run 'TestGPUCUDAGraph$|TestGPUFusedStep|TestGPUCheckBF16Flash' -test.v > "$OUT/logs/train.log" 2>&1
-  echo "train rc=$? pass $(grep -c -- '--- PASS' "$OUT/logs/train.log") fail $(grep -c -- '--- FAIL' "$OUT/logs/train.log")" )
+export_bg hf_llama.py export /tmp/l; E1=$!
+export_bg flagship.py export /tmp/f; E2=$!
+gpu_tests runtime/exec exec.test exec 100 'TestGPUFlagshipViews|TestGPUFusedKernels|TestGPUResidualNorms|TestGPUElementwiseTails|TestGPUFamilies|TestGPURMSNormGrad'
+gpu_tests train train.test train 90 'TestGPUCUDAGraph$|TestGPUFusedStep|TestGPUCheckBF16Flash'
 # rotate_half models against PyTorch's gradients, on the GPU, fp32 and bf16.
 for m in hf_llama_gqa_sdpa hf_llama_gqa_eager hf_llama_gqa_d128_sdpa; do for p in fp32 bf16; do
 	timeout 60 /tmp/bins/lcc check testdata/hf/$m.onnx --ref testdata/hf/$m.ref.safetensors --grads --device=cuda --precision=$p > "$OUT/logs/check-$m-$p.log" 2>&1
 	echo "check $m $p rc=$? $(grep -E '^max_rel_err' "$OUT/logs/check-$m-$p.log")"
 done; done
 elapsed
-wait $E1; tail -1 "$OUT/logs/export1b.log"
+wait $E1; tail -1 "$OUT/logs/export-hf_llama.py.log"
 for b in base lcc base lcc; do
 	timeout 60 /tmp/bins/$b train /tmp/l/llama_1b.onnx --device=cuda --precision=bf16 --data=synthetic:copy --seq-len 8192 --batch 1 --steps 12 > "$OUT/logs/l1b-$b.log" 2>&1; echo "$b 1b rc=$?"; grep -E "median|^trained" "$OUT/logs/l1b-$b.log" | cut -c1-160
 done
 timeout 80 python3 .gpu/b/anchors/hf_llama.py train --T 8192 --steps 10 > "$OUT/logs/hf1b.log" 2>&1; echo "hf 1b rc=$?"; tail -1 "$OUT/logs/hf1b.log" | cut -c1-200
 elapsed
-wait $E2; tail -1 "$OUT/logs/exportf.log"
+wait $E2; tail -1 "$OUT/logs/export-flagship.py.log"
 F="train /tmp/f/flagship.onnx --device=cuda --precision=bf16 --data=synthetic:copy --seq-len 4096 --batch 1"
 for b in lcc lccP lcc lccP; do
 	timeout 60 /tmp/bins/$b $F --steps 30 > "$OUT/logs/f4k-$b.log" 2>&1; echo "$b flagship 4k rc=$?"; grep -E "median" "$OUT/logs/f4k-$b.log" | cut -c1-100

@@ -332,9 +332,9 @@ __device__ __forceinline__ void fa_red64(unsigned long long* p, float x, float m
 // exactly into hi = rint(v·2^−K) and lo = v − hi·2^K, |lo| ≤ 2^(K−1), integers
 // both, so that the fp32 adds are exact and their order does not matter.
 __device__ __forceinline__ void fa_red2f(float* p, float x0, float x1, float mul) {
-  const float v0 = rintf(x0 * mul), v1 = rintf(x1 * mul);
-  const float h0 = rintf(v0 * (1.0f / (float)(1 << FA_DQK))), h1 = rintf(v1 * (1.0f / (float)(1 << FA_DQK)));
-  const float l0 = fmaf(-h0, (float)(1 << FA_DQK), v0), l1 = fmaf(-h1, (float)(1 << FA_DQK), v1);
+  const float u = (float)(1 << FA_DQK), v0 = rintf(x0 * mul), v1 = rintf(x1 * mul);
+  const float h0 = rintf(v0 * (1.0f / u)), h1 = rintf(v1 * (1.0f / u));
+  const float l0 = fmaf(-h0, u, v0), l1 = fmaf(-h1, u, v1);
   asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};\n" :: "l"(p), "f"(h0), "f"(l0), "f"(h1), "f"(l1) : "memory");
 }
 #endif

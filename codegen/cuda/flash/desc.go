@@ -315,8 +315,6 @@ func (d Desc) Defaults() Desc {
 	return d
 }
 
-// Dilated reports whether d is a LongNet branch (rows selected with a stride or
-// in segments shorter than the sequence).
 // SegmentRows is the rows a segment of w positions selects at dilation r
 // from a sequence of t: ⌈min(w, t)/r⌉, where w ≤ 0 means the whole sequence.
 func SegmentRows(w, t int64, r int) int64 {
@@ -343,6 +341,8 @@ func (d Desc) keyRows() int64 {
 	return d.S
 }
 
+// Dilated reports whether d is a LongNet branch (rows selected with a stride or
+// in segments shorter than the sequence).
 func (d Desc) Dilated() bool { return d.R > 1 || (d.W > 0 && d.W < d.T) }
 
 // Members is the dK/dV launches of d: d itself, or, for a dilated branch with

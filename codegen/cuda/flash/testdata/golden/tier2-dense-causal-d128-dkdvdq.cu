@@ -327,9 +327,9 @@ __device__ __forceinline__ void fa_red64(unsigned long long* p, float x, float m
 // exactly into hi = rint(v·2^−K) and lo = v − hi·2^K, |lo| ≤ 2^(K−1), integers
 // both, so that the fp32 adds are exact and their order does not matter.
 __device__ __forceinline__ void fa_red2f(float* p, float x0, float x1, float mul) {
-  const float v0 = rintf(x0 * mul), v1 = rintf(x1 * mul);
-  const float h0 = rintf(v0 * (1.0f / (float)(1 << FA_DQK))), h1 = rintf(v1 * (1.0f / (float)(1 << FA_DQK)));
-  const float l0 = fmaf(-h0, (float)(1 << FA_DQK), v0), l1 = fmaf(-h1, (float)(1 << FA_DQK), v1);
+  const float u = (float)(1 << FA_DQK), v0 = rintf(x0 * mul), v1 = rintf(x1 * mul);
+  const float h0 = rintf(v0 * (1.0f / u)), h1 = rintf(v1 * (1.0f / u));
+  const float l0 = fmaf(-h0, u, v0), l1 = fmaf(-h1, u, v1);
   asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};\n" :: "l"(p), "f"(h0), "f"(l0), "f"(h1), "f"(l1) : "memory");
 }
 #endif
@@ -351,7 +351,7 @@ __device__ __forceinline__ void fa_wg_dq(float* d, unsigned long long da, unsign
     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
     : "l"(da), "l"(db), "r"(acc) : "memory");
 }
-extern "C" __global__ void __launch_bounds__(256, 1) attention_flash_dkdvdq_32c01f62a566a576(FA_OT* __restrict__ dk, FA_OT* __restrict__ dv,
+extern "C" __global__ void __launch_bounds__(256, 1) attention_flash_dkdvdq_5fbae116b2ff2ed6(FA_OT* __restrict__ dk, FA_OT* __restrict__ dv,
     const fa_bf16* __restrict__ q, const fa_bf16* __restrict__ k, const fa_bf16* __restrict__ v,
     const fa_bf16* __restrict__ dout, const float* __restrict__ lse, const float* __restrict__ delta,
     unsigned* __restrict__ ws FA_DOCS_ARG) {
