@@ -252,12 +252,13 @@ func lowerFlash(g *gen, n *ir.Node, d flash.Desc) error {
 	if n.Op == ir.OpDilatedAttention {
 		return lowerFlashDilated(g, n, d)
 	}
+	d.Views = g.flashViews(n)
 	k, err := flash.Forward(d)
 	if err != nil {
 		return err
 	}
 	q, kk, v := n.Args[0], n.Args[1], n.Args[2]
-	g.emitFlash(k, g.withDocs(n, []int{g.ids[n.Results[0]], g.ids[n.Results[1]], g.ids[q], g.ids[kk], g.ids[v]}))
+	g.emitFlash(k, g.withDocs(n, []int{g.ids[n.Results[0]], g.ids[n.Results[1]], g.bufOf(q), g.bufOf(kk), g.bufOf(v)}))
 	return nil
 }
 
@@ -271,6 +272,7 @@ func lowerFlashGrad(g *gen, n *ir.Node, d flash.Desc) error {
 	}
 	q, k, v, o, lse, do := n.Args[0], n.Args[1], n.Args[2], n.Args[3], n.Args[4], n.Args[5]
 	dq, dk, dv := n.Results[0], n.Results[1], n.Results[2]
+	d.Views = g.flashViews(n)
 	delta := g.temp(tensor.F32, d.B, int64(d.Hq), d.T)
 	kd, err := flash.Delta(d)
 	if err != nil {
@@ -280,7 +282,7 @@ func lowerFlashGrad(g *gen, n *ir.Node, d flash.Desc) error {
 	if err != nil {
 		return err
 	}
-	id := func(x *ir.Value) int { return g.ids[x] }
+	id := g.bufOf // a view's root, or the value's own buffer (attention_views.go)
 	g.emitFlash(kd, []int{delta, id(o), id(do)})
 	if d.Defaults().Fused() {
 		kb, err := flash.DQBound(d)

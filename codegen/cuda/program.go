@@ -234,6 +234,9 @@ type gen struct {
 	// of them that a concat's operand producer writes (view.go).
 	views  map[*ir.Value]view
 	placed map[*ir.Value]bool
+	// flashNodes marks the attention nodes on the flash kernels, which read
+	// views and write placed values too (attention_views.go).
+	flashNodes map[*ir.Node]bool
 	// resid maps a norm (or norm gradient) to the residual add its kernel
 	// absorbs; absorbed marks those adds (residual.go).
 	resid    map[*ir.Node]*ir.Node

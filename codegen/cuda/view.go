@@ -150,6 +150,7 @@ func (g *gen) planViews() {
 			cand[r] = !g.outputs[r]
 		}
 	}
+	g.planFlash()
 	for changed := true; changed; {
 		changed = false
 		g.views = map[*ir.Value]view{}
@@ -173,8 +174,9 @@ func (g *gen) planViews() {
 				g.views[r] = w
 			}
 		}
+		cover := g.flashCover(cand)
 		for v, ok := range cand {
-			if ok && !g.readInPlace(v, cand) {
+			if ok && !g.readInPlace(v, cand, cover) {
 				cand[v], changed = false, true
 			}
 		}
@@ -200,12 +202,18 @@ func (g *gen) planViews() {
 }
 
 // readInPlace reports whether every use of v reads it through its view: an
-// elementwise kernel, a concat or split (their copies read views), or a view
-// op whose results are all (still) candidates.
-func (g *gen) readInPlace(v *ir.Value, cand map[*ir.Value]bool) bool {
+// elementwise kernel, a concat or split (their copies read views), a view op
+// whose results are all (still) candidates, or a flash kernel whose reads
+// cover the view's buffer (attention_views.go).
+func (g *gen) readInPlace(v *ir.Value, cand map[*ir.Value]bool, cover map[*ir.Value]int64) bool {
 	for _, u := range g.uses[v] {
 		switch {
 		case readsElementwise(u), u.Op == ir.OpConcat, u.Op == ir.OpSplit:
+		case g.readsFlash(u, v):
+			root := g.viewOf(v).root
+			if cover[root] < prod(root.Type.Shape) {
+				return false
+			}
 		case readViewOps[u.Op]:
 			for _, r := range u.Results {
 				if !cand[r] {
@@ -220,8 +228,8 @@ func (g *gen) readInPlace(v *ir.Value, cand map[*ir.Value]bool) bool {
 }
 
 // place gives a, an operand of concat c, the region of c's buffer it fills,
-// when a's producer can write there: an elementwise kernel, a concat, or a
-// reshape of either, with c the one use of a (and of every value on the way).
+// when a's producer can write there: an elementwise kernel, a concat, the
+// flash backward (its dq, dk and dv), or a reshape of one of those, with c the one use of a (and of every value on the way).
 func (g *gen) place(a *ir.Value, c *ir.Node, region view) {
 	if a.Def == nil || g.outputs[a] || len(g.uses[a]) != 1 || g.uses[a][0] != c {
 		return
@@ -232,6 +240,12 @@ func (g *gen) place(a *ir.Value, c *ir.Node, region view) {
 	switch n := a.Def; {
 	case readsElementwise(n), n.Op == ir.OpConcat:
 		g.views[a], g.placed[a] = region, true
+	case g.flashNodes[n] && n.Op == ir.OpAttentionGrad && a.Index <= 2:
+		// dq, dk or dv, written by the flash backward where the region is
+		// (attention_views.go).
+		if _, ok := flashLayout(a, region); ok {
+			g.views[a], g.placed[a] = region, true
+		}
 	case n.Op == ir.OpReshape:
 		x := n.Args[0]
 		st, ok := reshapeStrides(a.Type.Shape, region.st, x.Type.Shape)

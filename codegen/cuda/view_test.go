@@ -7,6 +7,7 @@ import (
 
 	codegen "github.com/lcc-dev/lcc/codegen/cuda"
 	"github.com/lcc-dev/lcc/codegen/cuda/cudatest"
+	"github.com/lcc-dev/lcc/driver"
 	"github.com/lcc-dev/lcc/driver/drivertest"
 	"github.com/lcc-dev/lcc/ir"
 	"github.com/lcc-dev/lcc/tensor"
@@ -16,9 +17,10 @@ import (
 // movement in the flagship's training step (llamagen's layout of flagship.py):
 // no slice kernels (RoPE reads its halves in place), one split per layer (v
 // out of the qkv projection, for attention; q and k and the w13 halves are read
-// in place), one concat copy per layer (dv into the qkv gradient; RoPE's
-// backward and SwiGLU's write their parts of the gradients in place), and no
-// elementwise kernel for the residual adds (the norms beside them do them).
+// in place), one concat copy per layer in f32 (dv into the qkv gradient; RoPE's
+// backward and SwiGLU's write their parts of the gradients in place) and none in
+// bf16 (the flash backward writes dv there too), and no elementwise kernel for
+// the residual adds (the norms beside them do them).
 func TestFlagshipViews(t *testing.T) {
 	c := drivertest.FlagshipSteps["fused"]
 	f := drivertest.FlagshipStep(t, c)
@@ -32,14 +34,44 @@ func TestFlagshipViews(t *testing.T) {
 			fams[s.Op]++
 		}
 		l := int(c.Layers)
-		if fams["slice"] != 0 || fams["split"] != l || fams["concat"] != l || fams["full"] > 1 {
-			t.Errorf("%v: launches per family %v; want no slice, %d split and concat, at most one full", st, fams, l)
+		concats := l
+		if st == tensor.BF16 {
+			concats = 0
+		}
+		if fams["slice"] != 0 || fams["split"] != l || fams["concat"] != concats || fams["full"] > 1 {
+			t.Errorf("%v: launches per family %v; want no slice, %d split, %d concat, at most one full", st, fams, l, concats)
 		}
 		// Per layer RoPE of q and k, SwiGLU, and their backward (the residual adds
 		// run inside the norms), plus the RoPE table.
 		if fams["elementwise"] != 6*l+1 {
 			t.Errorf("%v: %d elementwise launches, want %d (%v)", st, fams["elementwise"], 6*l+1, fams)
 		}
+	}
+}
+
+// TestFlashViewsGPT2 checks that GPT-2's attention reads q, k and v where its
+// fused c_attn projection wrote them and writes their gradients into the
+// projection's gradient: in bf16 (the flash kernels) no split or concat copies;
+// in f32 (the scalar kernels, which take their own buffers) one a tensor.
+func TestFlashViewsGPT2(t *testing.T) {
+	f := drivertest.CompiledStep(t, "../../testdata/hf/hf_gpt2.onnx", driver.Bindings{SeqLen: 64, Batch: 2})
+	for _, st := range []tensor.DType{tensor.F32, tensor.BF16} {
+		p, err := codegen.Build(f, codegen.Options{Arch: "compute_80", Storage: st})
+		if err != nil {
+			t.Fatal(err)
+		}
+		fams := map[string]int{}
+		for _, s := range p.Plan.Steps {
+			fams[s.Op]++
+		}
+		want := 6 // 2 layers × q, k, v
+		if st == tensor.BF16 {
+			want = 0
+		}
+		if fams["split"] != want || fams["concat"] != want {
+			t.Errorf("%v: %d split and %d concat launches, want %d each", st, fams["split"], fams["concat"], want)
+		}
+		checkReadsWritten(t, "hf_gpt2/"+st.String(), p)
 	}
 }
 

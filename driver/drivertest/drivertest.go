@@ -76,6 +76,26 @@ func FlagshipStep(t testing.TB, c llamagen.Config) *ir.Func {
 	return res.Func
 }
 
+// CompiledStep is the program lcc train compiles for the model at path with
+// bindings b (its loss, no checkpoints, the h200x1 pipeline). It fails t on an
+// error.
+func CompiledStep(t testing.TB, path string, b driver.Bindings) *ir.Func {
+	t.Helper()
+	f, err := driver.Load(path, b)
+	if err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	tg, err := targets.Lookup("h200x1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := driver.Compile(f, driver.CompileOptions{Target: tg, Options: driver.Options{Loss: "auto", Checkpoint: "none"}})
+	if err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	return res.Func
+}
+
 // RandomInputs draws every parameter of f without data from rng, in parameter
 // order: standard normal floats, and integers (token ids, labels) below intBelow.
 func RandomInputs(f *ir.Func, rng *rand.Rand, intBelow int64) map[string]*tensor.Tensor {

@@ -27,7 +27,10 @@ F="train /tmp/f/flagship.onnx --device=cuda --precision=bf16 --data=synthetic:co
 for b in lcc lccP lcc lccP; do
 	timeout 60 /tmp/bins/$b $F --steps 30 > "$OUT/logs/f4k-$b.log" 2>&1; echo "$b flagship 4k rc=$?"; grep -E "median" "$OUT/logs/f4k-$b.log" | cut -c1-100
 done
-for b in lcc lccP; do timeout 60 /tmp/bins/$b $F --steps 12 --profile 2>&1 | grep -E "^  (rms_norm_grad|rms_norm_grad.scale) " | tail -2; done
+for b in lcc lccP; do timeout 60 /tmp/bins/$b $F --steps 12 --profile > "$OUT/logs/prof-$b.log" 2>&1; grep -E "^  (rms_norm_grad|rms_norm_grad.scale|concat|slice|split|transpose) " "$OUT/logs/prof-$b.log" | tail -6; done
+# The exported flagship's step as lcc plans it: which copies the views left (graph and launch plan).
+timeout 60 /tmp/bins/lcc compile /tmp/f/flagship.onnx --precision bf16 --seq-len 4096 -o /tmp/fc > "$OUT/logs/fc.log" 2>&1; echo "compile rc=$?"
+mkdir -p "$OUT/fc" && cp /tmp/fc/graph.lcc /tmp/fc/launch_plan.json /tmp/fc/report.json "$OUT/fc/"
 left=$(( 560 - ($(date +%s) - T0) ))
 [ $left -gt 100 ] && { timeout $left python3 .gpu/b/anchors/flagship.py train --T 4096 --attn dense --ce naive --steps 20 --compile > "$OUT/logs/pf4kc.log" 2>&1; echo "compile rc=$?"; tail -1 "$OUT/logs/pf4kc.log" | cut -c1-200; }
 elapsed

@@ -55,15 +55,19 @@ extern "C" __global__ void __launch_bounds__(256, 1) @KERNEL@(FA_OT* __restrict_
   const long long qtiles = (qend + FA_BR - 1) / FA_BR;
   const int nit = qtiles > it0 ? (int)(qtiles - it0) : 0;
   const int nitems = FA_GW * nit;
-  const long long qrs = (long long)FA_HQ * FA_DG * FA_R, krs = (long long)FA_HKV * FA_DG * FA_R;
+  // Row strides (times the dilation): q's, k's and v's (Desc.Views), and ors of
+  // dO and of the dQ sum, which are their own buffers.
+  const long long qrs = FA_QRS * FA_R, krs = FA_KRS * FA_R, vrs = FA_VRS * FA_R;
+  const long long ors = (long long)FA_HQ * FA_DG * FA_R;
   // loadq queues work item w (query head h0 + w / nit, query tile it0 + w % nit)
   // into stage st.
 #define loadq(w, st) do { \
     const int h_ = h0 + (w) / nit; \
     const long long qq_ = (it0 + (w) % nit) * FA_BR; \
     const long long qo_ = ((b * FA_T + qp0) * FA_HQ + h_) * FA_DG, lo_ = (b * FA_HQ + h_) * FA_LT + qp0; \
-    fa_load_tile<FA_BR, 256>(sQ + (st) * FA_BR * FA_D, q + qo_, qrs, qq_, qn, tid); \
-    fa_load_tile<FA_BR, 256>(sO + (st) * FA_BR * FA_D, dout + qo_, qrs, qq_, qn, tid); \
+    const long long qv_ = FA_AT(Q, b, qp0, h_); \
+    fa_load_tile<FA_BR, 256>(sQ + (st) * FA_BR * FA_D, q + qv_, qrs, qq_, qn, tid); \
+    fa_load_tile<FA_BR, 256>(sO + (st) * FA_BR * FA_D, dout + qo_, ors, qq_, qn, tid); \
     if (tid < FA_BR) { \
       const bool ok_ = qq_ + tid < qn; \
       fa_cp4(fa_smem(sL + (st) * FA_BR + tid), lse + lo_ + (ok_ ? (qq_ + tid) * FA_R : 0), ok_); \
@@ -73,8 +77,8 @@ extern "C" __global__ void __launch_bounds__(256, 1) @KERNEL@(FA_OT* __restrict_
       fa_cp4(fa_smem(sDl + (st) * FA_BR + t_), delta + lo_ + (ok_ ? (qq_ + t_) * FA_R : 0), ok_); \
     } \
   } while (0)
-  fa_load_tile<FA_BC, 256>(sK, k + ((b * FA_S + kp0) * FA_HKV + hk) * FA_DG, krs, k0, kn, tid);
-  fa_load_tile<FA_BC, 256>(sV, v + ((b * FA_S + kp0) * FA_HKV + hk) * FA_DG, krs, k0, kn, tid);
+  fa_load_tile<FA_BC, 256>(sK, k + FA_AT(K, b, kp0, hk), krs, k0, kn, tid);
+  fa_load_tile<FA_BC, 256>(sV, v + FA_AT(V, b, kp0, hk), vrs, k0, kn, tid);
 #pragma unroll
   for (int s = 0; s < FA_STAGES - 1; ++s) {
     if (s < nitems) loadq(s, s);
@@ -228,7 +232,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) @KERNEL@(FA_OT* __restrict_
           float lo, hi;
           fa_quad_spread(dq[mi][nt][2 * r], dq[mi][nt][2 * r + 1], qd, &lo, &hi);
           if (row >= qn) continue;
-          unsigned long long* p = dg + row * qrs + wc * (FA_D / 4) + nt * 8 + qd;
+          unsigned long long* p = dg + row * ors + wc * (FA_D / 4) + nt * 8 + qd;
           fa_red64(p, lo * FA_SCALE, dqmul);
           fa_red64(p + 4, hi * FA_SCALE, dqmul);
         }
@@ -244,8 +248,12 @@ extern "C" __global__ void __launch_bounds__(256, 1) @KERNEL@(FA_OT* __restrict_
 #if FA_SPLIT
       // This head's parts of dK and dV, [B, S, Hq, D] fp32 each, stored.
       const long long off = ((b * FA_S + kp0 + row * FA_R) * FA_HQ + h0) * FA_DG + wd * (FA_D / 2) + c2;
-#else
+#elif FA_ACC
       const long long off = ((b * FA_S + kp0 + row * FA_R) * FA_HKV + hk) * FA_DG + wd * (FA_D / 2) + c2;
+#else
+      // dK and dV where they live (Desc.Views).
+      const long long offk = FA_AT(DK, b, kp0 + row * FA_R, hk) + wd * (FA_D / 2) + c2;
+      const long long offv = FA_AT(DV, b, kp0 + row * FA_R, hk) + wd * (FA_D / 2) + c2;
 #endif
 #pragma unroll
       for (int nt = 0; nt < FA_DN; ++nt) {
@@ -270,8 +278,8 @@ extern "C" __global__ void __launch_bounds__(256, 1) @KERNEL@(FA_OT* __restrict_
         *pk = x;
         *pv = y;
 #else
-        *(unsigned*)(dk + off + nt * 8) = fa_pack(dka[mi][nt][2 * r] * FA_SCALE, dka[mi][nt][2 * r + 1] * FA_SCALE);
-        *(unsigned*)(dv + off + nt * 8) = fa_pack(dva[mi][nt][2 * r], dva[mi][nt][2 * r + 1]);
+        *(unsigned*)(dk + offk + nt * 8) = fa_pack(dka[mi][nt][2 * r] * FA_SCALE, dka[mi][nt][2 * r + 1] * FA_SCALE);
+        *(unsigned*)(dv + offv + nt * 8) = fa_pack(dva[mi][nt][2 * r], dva[mi][nt][2 * r + 1]);
 #endif
       }
     }
@@ -355,12 +363,27 @@ extern "C" __global__ void __launch_bounds__(256) @KERNEL@(unsigned* __restrict_
   if (which == 3) {
     for (long long i = i0; i < FA_B * FA_HQ * FA_LT; i += stride) m = max(m, __float_as_uint(delta[i]) & 0x7fffffffu);
   } else {
+#if FA_KVVIEW
+    // Rows of w 8-element words, r0 words apart, batches of rows rb words
+    // apart (k and v where they live: Desc.Views).
+    const long long w = (which == 0 ? FA_HQ : FA_HKV) * FA_DG / 8, rows = which == 0 ? FA_T : FA_S;
+    const long long r0 = which == 0 ? w : which == 1 ? FA_KRS / 8 : FA_VRS / 8;
+    const long long rb = which == 0 ? FA_T * w : which == 1 ? FA_KBS / 8 : FA_VBS / 8;
+    const uint4* x = (const uint4*)(which == 0 ? dout : which == 1 ? k + FA_KO : v + FA_VO);
+    const long long n = FA_B * rows * w;
+    for (long long i = i0; i < n; i += stride) {
+      const long long r = i / w, bb = r / rows;
+      const uint4 u = x[bb * rb + (r - bb * rows) * r0 + (i - r * w)];
+      m = fa_hmax(u.x, fa_hmax(u.y, fa_hmax(u.z, fa_hmax(u.w, m))));
+    }
+#else
     const uint4* x = (const uint4*)(which == 0 ? dout : which == 1 ? k : v);
     const long long n = (which == 0 ? FA_NQ : FA_B * FA_S * FA_HKV * FA_DG) / 8;
     for (long long i = i0; i < n; i += stride) {
       const uint4 w = x[i];
       m = fa_hmax(w.x, fa_hmax(w.y, fa_hmax(w.z, fa_hmax(w.w, m))));
     }
+#endif
   }
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) m = max(m, __shfl_xor_sync(0xffffffffu, m, o));
@@ -394,7 +417,9 @@ const dqConvertSrc = `extern "C" __global__ void __launch_bounds__(256) @KERNEL@
     c = (float)((double)x[i + 1] * inv);
 #endif
   }
-  *(unsigned*)(dq + i) = fa_pack(a, c);
+  // Element i of [B, T, Hq·D] where dq lives (Desc.Views).
+  const long long bt = i / (FA_HQ * FA_DG);
+  *(unsigned*)(dq + FA_AT(DQ, bt / FA_T, bt % FA_T, 0) + i % (FA_HQ * FA_DG)) = fa_pack(a, c);
 }
 `
 
@@ -414,7 +439,8 @@ const dkvReduceSrc = `extern "C" __global__ void __launch_bounds__(256) @KERNEL@
     const float2 a = *(const float2*)(pk + m * FA_DG), b = *(const float2*)(pv + m * FA_DG);
     sk.x += a.x, sk.y += a.y, sv.x += b.x, sv.y += b.y;
   }
-  *(unsigned*)(dk + e) = fa_pack(sk.x, sk.y);
-  *(unsigned*)(dv + e) = fa_pack(sv.x, sv.y);
+  const long long ob = bs / FA_S, os = bs % FA_S;  // where dk and dv live (Desc.Views)
+  *(unsigned*)(dk + FA_AT(DK, ob, os, hk) + c) = fa_pack(sk.x, sk.y);
+  *(unsigned*)(dv + FA_AT(DV, ob, os, hk) + c) = fa_pack(sv.x, sv.y);
 }
 `

@@ -17,6 +17,7 @@
 package flash
 
 import (
+	"errors"
 	"fmt"
 	"math"
 
@@ -120,6 +121,77 @@ type Desc struct {
 	// ceil(rows/BwdBc). Tier 2's sum is exact only up to a count of adds
 	// (dqLowBits), so the count sets its unit.
 	DQAdds int64
+	// Views places q, k and v (read) and dq, dk and dv (written) inside larger
+	// buffers: codegen's read views and placed values, so that a fused qkv
+	// projection's q, k and v are read where its GEMM wrote them and their
+	// gradients are written into the qkv gradient, with no copies. The zero
+	// value is each tensor's own buffer. Dense attention with the fused
+	// backward only: not a dilated branch, a ring block nor the split dQ.
+	Views Views
+}
+
+// Views says where q, k, v, dq, dk and dv live (Desc.Views).
+type Views struct{ Q, K, V, DQ, DK, DV Layout }
+
+// Layout is where a [B, rows, heads, D] tensor of the attention op lives:
+// element (b, t, h, d) is element Off + b·Batch + t·Row + h·D + d of the buffer
+// the kernel is given. A head's D elements and a row's heads stay contiguous,
+// as a projection's output has them. The zero Layout is the tensor's own
+// buffer, row-major.
+type Layout struct{ Off, Row, Batch int64 }
+
+// own reports whether l is the tensor's own buffer.
+func (l Layout) own() bool { return l == Layout{} }
+
+// of fills in the row-major strides of a tensor of rows × heads × d where l
+// leaves them zero.
+func (l Layout) of(rows int64, heads, d int) Layout {
+	if l.Row == 0 {
+		l.Row = int64(heads) * int64(d)
+	}
+	if l.Batch == 0 {
+		l.Batch = rows * l.Row
+	}
+	return l
+}
+
+// layouts are q's, k's, v's, dq's, dk's and dv's layouts with their strides
+// filled in, in that order (the header's FA_Q*, FA_K*, ... macros).
+func (d Desc) layouts() [6]Layout {
+	w := d.Views
+	return [6]Layout{w.Q.of(d.T, d.Hq, d.D), w.K.of(d.S, d.Hkv, d.D), w.V.of(d.S, d.Hkv, d.D),
+		w.DQ.of(d.T, d.Hq, d.D), w.DK.of(d.S, d.Hkv, d.D), w.DV.of(d.S, d.Hkv, d.D)}
+}
+
+// viewed reports whether any tensor of d lives in another's buffer.
+func (d Desc) viewed() bool { return d.Views != Views{} }
+
+// checkViews says why d's views cannot be run, or nil.
+func (d Desc) checkViews() error {
+	if !d.viewed() {
+		return nil
+	}
+	if d.Accumulate || d.Dilated() || d.QPos != 0 || d.KPos != 0 || !d.Fused() {
+		return errors.New("views of q, k, v and their gradients: dense attention with the fused backward only")
+	}
+	names := [6]string{"q", "k", "v", "dq", "dk", "dv"}
+	for i, l := range d.layouts() {
+		heads := d.Hq
+		if i%3 != 0 {
+			heads = d.Hkv
+		}
+		rows := d.T
+		if i%3 != 0 {
+			rows = d.S
+		}
+		// The kernels move 16 bytes at a time: every row starts on 8 elements.
+		if l.Off < 0 || l.Off%8 != 0 || l.Row%8 != 0 || l.Batch%8 != 0 || l.Row < int64(heads)*int64(d.D) ||
+			(d.B > 1 && l.Batch < rows*l.Row) {
+			return fmt.Errorf("view of %s (offset %d, rows %d apart, batches %d apart): want multiples of 8 "+
+				"that keep the rows and batches apart", names[i], l.Off, l.Row, l.Batch)
+		}
+	}
+	return nil
 }
 
 // DQMode is how the backward computes dQ.
@@ -463,6 +535,9 @@ func (d Desc) Check() error {
 	}
 	if d.DQ < DQAuto || d.DQ > DQSplit {
 		return fmt.Errorf("dQ mode %d: want auto, fused or split", d.DQ)
+	}
+	if err := d.checkViews(); err != nil {
+		return err
 	}
 	if d.Tier == 2 && d.Fused() && (d.BwdBr != 64 || d.BwdBc != 128) {
 		return fmt.Errorf("tier 2 fused backward tiles %d×%d: the two warpgroups take 64 queries × 128 keys", d.BwdBr, d.BwdBc)

@@ -52,6 +52,13 @@ func variants() []Desc {
 		Desc{B: 1, T: 777, S: 777, Hq: 4, Hkv: 1, D: 64, Causal: true, SplitHeads: true, Tier: 2, Window: 100},
 		Desc{B: 1, T: 1000, S: 1000, Hq: 6, Hkv: 2, D: 96, Causal: true, SplitHeads: true, Docs: true},
 		Desc{B: 2, T: 300, S: 517, Hq: 4, Hkv: 2, D: 256, SplitHeads: true})
+	// Views: q, k and v read from one packed qkv buffer (rows of 8·128 with a
+	// gap), their gradients written into another; with split heads too.
+	qkv := func(off int64) Layout { return Layout{Off: off, Row: 8*128 + 8, Batch: 1000 * (8*128 + 8)} }
+	views := Views{Q: qkv(0), K: qkv(4 * 128), V: qkv(6 * 128), DQ: qkv(0), DK: qkv(4 * 128), DV: qkv(6 * 128)}
+	ds = append(ds,
+		Desc{B: 2, T: 1000, S: 1000, Hq: 4, Hkv: 2, D: 128, Causal: true, Views: views},
+		Desc{B: 2, T: 1000, S: 1000, Hq: 4, Hkv: 2, D: 128, Causal: true, SplitHeads: true, Tier: 2, Views: views})
 	return ds
 }
 

@@ -25,10 +25,10 @@ const fwdSrc = `extern "C" __global__ void __launch_bounds__(FA_NT) @KERNEL@(FA_
   const long long* dsr = FA_DSR(b);
   int j0, nkt;
   fa_keys(q0, kn, dsr, &j0, &nkt);
-  const long long qrs = (long long)FA_HQ * FA_DG * FA_R, krs = (long long)FA_HKV * FA_DG * FA_R;
-  const fa_bf16* qg = q + ((b * FA_T + qp0) * FA_HQ + h) * FA_DG;
-  const fa_bf16* kg = k + ((b * FA_S + kp0) * FA_HKV + hk) * FA_DG;
-  const fa_bf16* vg = v + ((b * FA_S + kp0) * FA_HKV + hk) * FA_DG;
+  const long long qrs = FA_QRS * FA_R, krs = FA_KRS * FA_R, vrs = FA_VRS * FA_R;
+  const fa_bf16* qg = q + FA_AT(Q, b, qp0, h);
+  const fa_bf16* kg = k + FA_AT(K, b, kp0, hk);
+  const fa_bf16* vg = v + FA_AT(V, b, kp0, hk);
   fa_load_tile<FA_BR, FA_NT>(sQ, qg, qrs, q0, qn, tid);
 #pragma unroll
   for (int s = 0; s < FA_STAGES - 1; ++s) {
@@ -36,7 +36,7 @@ const fwdSrc = `extern "C" __global__ void __launch_bounds__(FA_NT) @KERNEL@(FA_
     if (js < nkt) {
       const int st = js % FA_STAGES;
       fa_load_tile<FA_BC, FA_NT>(sK + st * FA_BC * FA_D, kg, krs, (long long)js * FA_BC, kn, tid);
-      fa_load_tile<FA_BC, FA_NT>(sV + st * FA_BC * FA_D, vg, krs, (long long)js * FA_BC, kn, tid);
+      fa_load_tile<FA_BC, FA_NT>(sV + st * FA_BC * FA_D, vg, vrs, (long long)js * FA_BC, kn, tid);
     }
     fa_commit();
   }
@@ -86,7 +86,7 @@ const fwdSrc = `extern "C" __global__ void __launch_bounds__(FA_NT) @KERNEL@(FA_
       if (jn < nkt) {
         const int st = jn % FA_STAGES;
         fa_load_tile<FA_BC, FA_NT>(sK + st * FA_BC * FA_D, kg, krs, (long long)jn * FA_BC, kn, tid);
-        fa_load_tile<FA_BC, FA_NT>(sV + st * FA_BC * FA_D, vg, krs, (long long)jn * FA_BC, kn, tid);
+        fa_load_tile<FA_BC, FA_NT>(sV + st * FA_BC * FA_D, vg, vrs, (long long)jn * FA_BC, kn, tid);
       }
       fa_commit();
     }

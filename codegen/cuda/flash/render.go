@@ -61,16 +61,19 @@ type view struct {
 	Kind       string
 	BR, BC, NT int
 	Acc        bool
-	N          int64  // convert, fill: element count
-	Fill       uint32 // fill: the word
-	DQF        bool   // the fused dQ sum is split-float pairs (Desc.dqSplitFloat)
-	DQK        int    // and their low word's bits (Desc.dqLowBits)
+	N          int64     // convert, fill: element count
+	Fill       uint32    // fill: the word
+	DQF        bool      // the fused dQ sum is split-float pairs (Desc.dqSplitFloat)
+	DQK        int       // and their low word's bits (Desc.dqLowBits)
+	L          [6]Layout // Desc.layouts: q, k, v, dq, dk, dv
+	KVView     bool      // k or v lives in another tensor's buffer
 }
 
 var funcs = template.FuncMap{
-	"b":    func(v bool) int { return map[bool]int{false: 0, true: 1}[v] },
-	"flit": clit.Float,
-	"sl2":  func(s float64) string { return clit.Float(s * math.Log2E) },
+	"names": func() []string { return []string{"Q", "K", "V", "DQ", "DK", "DV"} },
+	"b":     func(v bool) int { return map[bool]int{false: 0, true: 1}[v] },
+	"flit":  clit.Float,
+	"sl2":   func(s float64) string { return clit.Float(s * math.Log2E) },
 	"wdense": func(d Desc) int64 {
 		if d.Dilated() {
 			return d.W
@@ -121,6 +124,13 @@ var header = template.Must(template.New("header").Funcs(funcs).Parse(
 #define FA_N {{.N}}LL
 #define FA_NQ ({{.B}}LL * {{.T}}LL * {{.Hq}} * {{.D}})
 #define FA_FILL {{.Fill}}u
+{{range $i, $n := names}}{{with index $.L $i}}#define FA_{{$n}}O {{.Off}}LL
+#define FA_{{$n}}RS {{.Row}}LL
+#define FA_{{$n}}BS {{.Batch}}LL
+{{end}}{{end}}#define FA_KVVIEW {{b .KVView}}
+// FA_AT(X, b, t, h) is where head h of row t of batch b starts in tensor X's
+// buffer (Desc.Views).
+#define FA_AT(X, b, t, h) (FA_##X##O + (b) * FA_##X##BS + (long long)(t) * FA_##X##RS + (long long)(h) * FA_DG)
 {{if .DQF}}#define FA_DQF 1
 #define FA_DQK {{.DQK}}
 {{end}}{{if .Acc}}typedef float FA_OT;{{else}}typedef unsigned short FA_OT;{{end}}
@@ -130,6 +140,8 @@ func render(v view, body string) string {
 	if v.Kind == "dkdvq" || v.Kind == "dqconvert" { // the kernels of the fused dQ sum
 		v.DQF, v.DQK = v.Desc.dqSplitFloat(), v.Desc.dqLowBits()
 	}
+	v.L = v.Desc.layouts()
+	v.KVView = !v.Desc.Views.K.own() || !v.Desc.Views.V.own()
 	var buf bytes.Buffer
 	if err := header.Execute(&buf, v); err != nil {
 		panic("flash: header template: " + err.Error()) // the template is static

@@ -33,6 +33,28 @@
 #define FA_N 0LL
 #define FA_NQ (1LL * 1000LL * 4 * 128)
 #define FA_FILL 0u
+#define FA_QO 0LL
+#define FA_QRS 512LL
+#define FA_QBS 512000LL
+#define FA_KO 0LL
+#define FA_KRS 512LL
+#define FA_KBS 512000LL
+#define FA_VO 0LL
+#define FA_VRS 512LL
+#define FA_VBS 512000LL
+#define FA_DQO 0LL
+#define FA_DQRS 512LL
+#define FA_DQBS 512000LL
+#define FA_DKO 0LL
+#define FA_DKRS 512LL
+#define FA_DKBS 512000LL
+#define FA_DVO 0LL
+#define FA_DVRS 512LL
+#define FA_DVBS 512000LL
+#define FA_KVVIEW 0
+// FA_AT(X, b, t, h) is where head h of row t of batch b starts in tensor X's
+// buffer (Desc.Views).
+#define FA_AT(X, b, t, h) (FA_##X##O + (b) * FA_##X##BS + (long long)(t) * FA_##X##RS + (long long)(h) * FA_DG)
 typedef unsigned short FA_OT;
 // lcc_head_offset is LongNet's head offset o(h) (lcc ir.HeadOffset).
 #ifndef LCC_HEAD_OFFSET
@@ -277,7 +299,7 @@ __device__ __forceinline__ void fa_red2f(float* p, float x0, float x1, float mul
 #define FA_KM (FA_BC / 64)
 #define FA_DN (FA_D / 16)
 #define FA_QN (FA_D / 32)
-extern "C" __global__ void __launch_bounds__(256, 1) attention_flash_dkdvdq_4a9eee7ca2797cfe(FA_OT* __restrict__ dk, FA_OT* __restrict__ dv,
+extern "C" __global__ void __launch_bounds__(256, 1) attention_flash_dkdvdq_44f2b90bccfdbe71(FA_OT* __restrict__ dk, FA_OT* __restrict__ dv,
     const fa_bf16* __restrict__ q, const fa_bf16* __restrict__ k, const fa_bf16* __restrict__ v,
     const fa_bf16* __restrict__ dout, const float* __restrict__ lse, const float* __restrict__ delta,
     unsigned* __restrict__ ws FA_DOCS_ARG) {
@@ -312,15 +334,19 @@ extern "C" __global__ void __launch_bounds__(256, 1) attention_flash_dkdvdq_4a9e
   const long long qtiles = (qend + FA_BR - 1) / FA_BR;
   const int nit = qtiles > it0 ? (int)(qtiles - it0) : 0;
   const int nitems = FA_GW * nit;
-  const long long qrs = (long long)FA_HQ * FA_DG * FA_R, krs = (long long)FA_HKV * FA_DG * FA_R;
+  // Row strides (times the dilation): q's, k's and v's (Desc.Views), and ors of
+  // dO and of the dQ sum, which are their own buffers.
+  const long long qrs = FA_QRS * FA_R, krs = FA_KRS * FA_R, vrs = FA_VRS * FA_R;
+  const long long ors = (long long)FA_HQ * FA_DG * FA_R;
   // loadq queues work item w (query head h0 + w / nit, query tile it0 + w % nit)
   // into stage st.
 #define loadq(w, st) do { \
     const int h_ = h0 + (w) / nit; \
     const long long qq_ = (it0 + (w) % nit) * FA_BR; \
     const long long qo_ = ((b * FA_T + qp0) * FA_HQ + h_) * FA_DG, lo_ = (b * FA_HQ + h_) * FA_LT + qp0; \
-    fa_load_tile<FA_BR, 256>(sQ + (st) * FA_BR * FA_D, q + qo_, qrs, qq_, qn, tid); \
-    fa_load_tile<FA_BR, 256>(sO + (st) * FA_BR * FA_D, dout + qo_, qrs, qq_, qn, tid); \
+    const long long qv_ = FA_AT(Q, b, qp0, h_); \
+    fa_load_tile<FA_BR, 256>(sQ + (st) * FA_BR * FA_D, q + qv_, qrs, qq_, qn, tid); \
+    fa_load_tile<FA_BR, 256>(sO + (st) * FA_BR * FA_D, dout + qo_, ors, qq_, qn, tid); \
     if (tid < FA_BR) { \
       const bool ok_ = qq_ + tid < qn; \
       fa_cp4(fa_smem(sL + (st) * FA_BR + tid), lse + lo_ + (ok_ ? (qq_ + tid) * FA_R : 0), ok_); \
@@ -330,8 +356,8 @@ extern "C" __global__ void __launch_bounds__(256, 1) attention_flash_dkdvdq_4a9e
       fa_cp4(fa_smem(sDl + (st) * FA_BR + t_), delta + lo_ + (ok_ ? (qq_ + t_) * FA_R : 0), ok_); \
     } \
   } while (0)
-  fa_load_tile<FA_BC, 256>(sK, k + ((b * FA_S + kp0) * FA_HKV + hk) * FA_DG, krs, k0, kn, tid);
-  fa_load_tile<FA_BC, 256>(sV, v + ((b * FA_S + kp0) * FA_HKV + hk) * FA_DG, krs, k0, kn, tid);
+  fa_load_tile<FA_BC, 256>(sK, k + FA_AT(K, b, kp0, hk), krs, k0, kn, tid);
+  fa_load_tile<FA_BC, 256>(sV, v + FA_AT(V, b, kp0, hk), vrs, k0, kn, tid);
 #pragma unroll
   for (int s = 0; s < FA_STAGES - 1; ++s) {
     if (s < nitems) loadq(s, s);
@@ -485,7 +511,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) attention_flash_dkdvdq_4a9e
           float lo, hi;
           fa_quad_spread(dq[mi][nt][2 * r], dq[mi][nt][2 * r + 1], qd, &lo, &hi);
           if (row >= qn) continue;
-          unsigned long long* p = dg + row * qrs + wc * (FA_D / 4) + nt * 8 + qd;
+          unsigned long long* p = dg + row * ors + wc * (FA_D / 4) + nt * 8 + qd;
           fa_red64(p, lo * FA_SCALE, dqmul);
           fa_red64(p + 4, hi * FA_SCALE, dqmul);
         }
@@ -501,8 +527,12 @@ extern "C" __global__ void __launch_bounds__(256, 1) attention_flash_dkdvdq_4a9e
 #if FA_SPLIT
       // This head's parts of dK and dV, [B, S, Hq, D] fp32 each, stored.
       const long long off = ((b * FA_S + kp0 + row * FA_R) * FA_HQ + h0) * FA_DG + wd * (FA_D / 2) + c2;
-#else
+#elif FA_ACC
       const long long off = ((b * FA_S + kp0 + row * FA_R) * FA_HKV + hk) * FA_DG + wd * (FA_D / 2) + c2;
+#else
+      // dK and dV where they live (Desc.Views).
+      const long long offk = FA_AT(DK, b, kp0 + row * FA_R, hk) + wd * (FA_D / 2) + c2;
+      const long long offv = FA_AT(DV, b, kp0 + row * FA_R, hk) + wd * (FA_D / 2) + c2;
 #endif
 #pragma unroll
       for (int nt = 0; nt < FA_DN; ++nt) {
@@ -527,8 +557,8 @@ extern "C" __global__ void __launch_bounds__(256, 1) attention_flash_dkdvdq_4a9e
         *pk = x;
         *pv = y;
 #else
-        *(unsigned*)(dk + off + nt * 8) = fa_pack(dka[mi][nt][2 * r] * FA_SCALE, dka[mi][nt][2 * r + 1] * FA_SCALE);
-        *(unsigned*)(dv + off + nt * 8) = fa_pack(dva[mi][nt][2 * r], dva[mi][nt][2 * r + 1]);
+        *(unsigned*)(dk + offk + nt * 8) = fa_pack(dka[mi][nt][2 * r] * FA_SCALE, dka[mi][nt][2 * r + 1] * FA_SCALE);
+        *(unsigned*)(dv + offv + nt * 8) = fa_pack(dva[mi][nt][2 * r], dva[mi][nt][2 * r + 1]);
 #endif
       }
     }

@@ -33,6 +33,28 @@
 #define FA_N 0LL
 #define FA_NQ (1LL * 1000LL * 4 * 128)
 #define FA_FILL 0u
+#define FA_QO 0LL
+#define FA_QRS 512LL
+#define FA_QBS 512000LL
+#define FA_KO 0LL
+#define FA_KRS 512LL
+#define FA_KBS 512000LL
+#define FA_VO 0LL
+#define FA_VRS 512LL
+#define FA_VBS 512000LL
+#define FA_DQO 0LL
+#define FA_DQRS 512LL
+#define FA_DQBS 512000LL
+#define FA_DKO 0LL
+#define FA_DKRS 512LL
+#define FA_DKBS 512000LL
+#define FA_DVO 0LL
+#define FA_DVRS 512LL
+#define FA_DVBS 512000LL
+#define FA_KVVIEW 0
+// FA_AT(X, b, t, h) is where head h of row t of batch b starts in tensor X's
+// buffer (Desc.Views).
+#define FA_AT(X, b, t, h) (FA_##X##O + (b) * FA_##X##BS + (long long)(t) * FA_##X##RS + (long long)(h) * FA_DG)
 typedef unsigned short FA_OT;
 // lcc_head_offset is LongNet's head offset o(h) (lcc ir.HeadOffset).
 #ifndef LCC_HEAD_OFFSET
@@ -223,7 +245,7 @@ __device__ __forceinline__ void fa_load_tile(fa_bf16* s, const fa_bf16* g, long 
     fa_cp16(fa_smem(s + fa_swz(r, ch * 8)), src, ok);
   }
 }
-extern "C" __global__ void __launch_bounds__(FA_NT) attention_flash_dq_1cdde760b11c087f(FA_OT* __restrict__ dq,
+extern "C" __global__ void __launch_bounds__(FA_NT) attention_flash_dq_2315cb5e1796d732(FA_OT* __restrict__ dq,
     const fa_bf16* __restrict__ q, const fa_bf16* __restrict__ k, const fa_bf16* __restrict__ v,
     const fa_bf16* __restrict__ dout, const float* __restrict__ lse, const float* __restrict__ delta) {
   extern __shared__ __align__(128) unsigned char fa_sh[];

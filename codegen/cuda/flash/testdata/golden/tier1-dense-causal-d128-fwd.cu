@@ -33,6 +33,28 @@
 #define FA_N 0LL
 #define FA_NQ (1LL * 1000LL * 4 * 128)
 #define FA_FILL 0u
+#define FA_QO 0LL
+#define FA_QRS 512LL
+#define FA_QBS 512000LL
+#define FA_KO 0LL
+#define FA_KRS 512LL
+#define FA_KBS 512000LL
+#define FA_VO 0LL
+#define FA_VRS 512LL
+#define FA_VBS 512000LL
+#define FA_DQO 0LL
+#define FA_DQRS 512LL
+#define FA_DQBS 512000LL
+#define FA_DKO 0LL
+#define FA_DKRS 512LL
+#define FA_DKBS 512000LL
+#define FA_DVO 0LL
+#define FA_DVRS 512LL
+#define FA_DVBS 512000LL
+#define FA_KVVIEW 0
+// FA_AT(X, b, t, h) is where head h of row t of batch b starts in tensor X's
+// buffer (Desc.Views).
+#define FA_AT(X, b, t, h) (FA_##X##O + (b) * FA_##X##BS + (long long)(t) * FA_##X##RS + (long long)(h) * FA_DG)
 typedef unsigned short FA_OT;
 // lcc_head_offset is LongNet's head offset o(h) (lcc ir.HeadOffset).
 #ifndef LCC_HEAD_OFFSET
@@ -223,7 +245,7 @@ __device__ __forceinline__ void fa_load_tile(fa_bf16* s, const fa_bf16* g, long 
     fa_cp16(fa_smem(s + fa_swz(r, ch * 8)), src, ok);
   }
 }
-extern "C" __global__ void __launch_bounds__(FA_NT) attention_flash_fwd_2603cfa4f44b1fef(FA_OT* __restrict__ o, float* __restrict__ lse,
+extern "C" __global__ void __launch_bounds__(FA_NT) attention_flash_fwd_e58cf3861787bc52(FA_OT* __restrict__ o, float* __restrict__ lse,
     const fa_bf16* __restrict__ q, const fa_bf16* __restrict__ k, const fa_bf16* __restrict__ v FA_DOCS_ARG) {
   extern __shared__ __align__(128) unsigned char fa_sh[];
   fa_bf16* sQ = (fa_bf16*)fa_sh;
@@ -241,10 +263,10 @@ extern "C" __global__ void __launch_bounds__(FA_NT) attention_flash_fwd_2603cfa4
   const long long* dsr = FA_DSR(b);
   int j0, nkt;
   fa_keys(q0, kn, dsr, &j0, &nkt);
-  const long long qrs = (long long)FA_HQ * FA_DG * FA_R, krs = (long long)FA_HKV * FA_DG * FA_R;
-  const fa_bf16* qg = q + ((b * FA_T + qp0) * FA_HQ + h) * FA_DG;
-  const fa_bf16* kg = k + ((b * FA_S + kp0) * FA_HKV + hk) * FA_DG;
-  const fa_bf16* vg = v + ((b * FA_S + kp0) * FA_HKV + hk) * FA_DG;
+  const long long qrs = FA_QRS * FA_R, krs = FA_KRS * FA_R, vrs = FA_VRS * FA_R;
+  const fa_bf16* qg = q + FA_AT(Q, b, qp0, h);
+  const fa_bf16* kg = k + FA_AT(K, b, kp0, hk);
+  const fa_bf16* vg = v + FA_AT(V, b, kp0, hk);
   fa_load_tile<FA_BR, FA_NT>(sQ, qg, qrs, q0, qn, tid);
 #pragma unroll
   for (int s = 0; s < FA_STAGES - 1; ++s) {
@@ -252,7 +274,7 @@ extern "C" __global__ void __launch_bounds__(FA_NT) attention_flash_fwd_2603cfa4
     if (js < nkt) {
       const int st = js % FA_STAGES;
       fa_load_tile<FA_BC, FA_NT>(sK + st * FA_BC * FA_D, kg, krs, (long long)js * FA_BC, kn, tid);
-      fa_load_tile<FA_BC, FA_NT>(sV + st * FA_BC * FA_D, vg, krs, (long long)js * FA_BC, kn, tid);
+      fa_load_tile<FA_BC, FA_NT>(sV + st * FA_BC * FA_D, vg, vrs, (long long)js * FA_BC, kn, tid);
     }
     fa_commit();
   }
@@ -302,7 +324,7 @@ extern "C" __global__ void __launch_bounds__(FA_NT) attention_flash_fwd_2603cfa4
       if (jn < nkt) {
         const int st = jn % FA_STAGES;
         fa_load_tile<FA_BC, FA_NT>(sK + st * FA_BC * FA_D, kg, krs, (long long)jn * FA_BC, kn, tid);
-        fa_load_tile<FA_BC, FA_NT>(sV + st * FA_BC * FA_D, vg, krs, (long long)jn * FA_BC, kn, tid);
+        fa_load_tile<FA_BC, FA_NT>(sV + st * FA_BC * FA_D, vg, vrs, (long long)jn * FA_BC, kn, tid);
       }
       fa_commit();
     }

@@ -33,6 +33,28 @@
 #define FA_N 0LL
 #define FA_NQ (1LL * 1000LL * 4 * 128)
 #define FA_FILL 0u
+#define FA_QO 0LL
+#define FA_QRS 512LL
+#define FA_QBS 512000LL
+#define FA_KO 0LL
+#define FA_KRS 512LL
+#define FA_KBS 512000LL
+#define FA_VO 0LL
+#define FA_VRS 512LL
+#define FA_VBS 512000LL
+#define FA_DQO 0LL
+#define FA_DQRS 512LL
+#define FA_DQBS 512000LL
+#define FA_DKO 0LL
+#define FA_DKRS 512LL
+#define FA_DKBS 512000LL
+#define FA_DVO 0LL
+#define FA_DVRS 512LL
+#define FA_DVBS 512000LL
+#define FA_KVVIEW 0
+// FA_AT(X, b, t, h) is where head h of row t of batch b starts in tensor X's
+// buffer (Desc.Views).
+#define FA_AT(X, b, t, h) (FA_##X##O + (b) * FA_##X##BS + (long long)(t) * FA_##X##RS + (long long)(h) * FA_DG)
 #define FA_DQF 1
 #define FA_DQK 21
 typedef unsigned short FA_OT;
@@ -351,7 +373,7 @@ __device__ __forceinline__ void fa_wg_dq(float* d, unsigned long long da, unsign
     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
     : "l"(da), "l"(db), "r"(acc) : "memory");
 }
-extern "C" __global__ void __launch_bounds__(256, 1) attention_flash_dkdvdq_5fbae116b2ff2ed6(FA_OT* __restrict__ dk, FA_OT* __restrict__ dv,
+extern "C" __global__ void __launch_bounds__(256, 1) attention_flash_dkdvdq_5a62938bb703f41d(FA_OT* __restrict__ dk, FA_OT* __restrict__ dv,
     const fa_bf16* __restrict__ q, const fa_bf16* __restrict__ k, const fa_bf16* __restrict__ v,
     const fa_bf16* __restrict__ dout, const float* __restrict__ lse, const float* __restrict__ delta,
     unsigned* __restrict__ ws FA_DOCS_ARG) {
@@ -391,7 +413,10 @@ extern "C" __global__ void __launch_bounds__(256, 1) attention_flash_dkdvdq_5fba
   const long long qtiles = (qend + FA_BR - 1) / FA_BR;
   const int nit = qtiles > it0 ? (int)(qtiles - it0) : 0;
   const int nitems = FA_GW * nit;
-  const long long qrs = (long long)FA_HQ * FA_DG * FA_R, krs = (long long)FA_HKV * FA_DG * FA_R;
+  // Row strides (times the dilation): q's, k's and v's (Desc.Views), and ors of
+  // dO and of the dQ sum, which are their own buffers.
+  const long long qrs = FA_QRS * FA_R, krs = FA_KRS * FA_R, vrs = FA_VRS * FA_R;
+  const long long ors = (long long)FA_HQ * FA_DG * FA_R;
   // The items: query tiles it0..qtiles − 1 of each head of the group. With one
   // head the walk goes forward from the diagonal. With a group it goes
   // query-major from the last tile down, so that the CTAs of a wave read the
@@ -410,8 +435,9 @@ extern "C" __global__ void __launch_bounds__(256, 1) attention_flash_dkdvdq_5fba
     const int h_ = (hh); \
     const long long qq_ = (ii) * FA_BR; \
     const long long qo_ = ((b * FA_T + qp0) * FA_HQ + h_) * FA_DG, lo_ = (b * FA_HQ + h_) * FA_LT + qp0; \
-    fa_load_tile90<FA_BR, 256>(sQ + (st) * FA_BR * FA_D, q + qo_, qrs, qq_, qn, tid); \
-    fa_load_tile90<FA_BR, 256>(sO + (st) * FA_BR * FA_D, dout + qo_, qrs, qq_, qn, tid); \
+    const long long qv_ = FA_AT(Q, b, qp0, h_); \
+    fa_load_tile90<FA_BR, 256>(sQ + (st) * FA_BR * FA_D, q + qv_, qrs, qq_, qn, tid); \
+    fa_load_tile90<FA_BR, 256>(sO + (st) * FA_BR * FA_D, dout + qo_, ors, qq_, qn, tid); \
     if (tid < FA_BR) { \
       const bool ok_ = qq_ + tid < qn; \
       fa_cp4(fa_smem(sL + (st) * FA_BR + tid), lse + lo_ + (ok_ ? (qq_ + tid) * FA_R : 0), ok_); \
@@ -421,8 +447,8 @@ extern "C" __global__ void __launch_bounds__(256, 1) attention_flash_dkdvdq_5fba
       fa_cp4(fa_smem(sDl + (st) * FA_BR + t_), delta + lo_ + (ok_ ? (qq_ + t_) * FA_R : 0), ok_); \
     } \
   } while (0)
-  fa_load_tile90<FA_BC, 256>(sK, k + ((b * FA_S + kp0) * FA_HKV + hk) * FA_DG, krs, k0, kn, tid);
-  fa_load_tile90<FA_BC, 256>(sV, v + ((b * FA_S + kp0) * FA_HKV + hk) * FA_DG, krs, k0, kn, tid);
+  fa_load_tile90<FA_BC, 256>(sK, k + FA_AT(K, b, kp0, hk), krs, k0, kn, tid);
+  fa_load_tile90<FA_BC, 256>(sV, v + FA_AT(V, b, kp0, hk), vrs, k0, kn, tid);
   int lh = h0;  // the next load's head and query tile
   long long li = ifirst;
 #pragma unroll
@@ -466,7 +492,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) attention_flash_dkdvdq_5fba
     for (int r = 0; r < 2; ++r) {
       const long long row = q00 + (warp & 3) * 16 + g + r * 8;
       if (row >= qn) continue;
-      float* p = dg + row * qrs * 2;
+      float* p = dg + row * ors * 2;
 #pragma unroll
       for (int nt = 0; nt < FA_D / 16; ++nt) {
         if (wg * (FA_D / 2) + nt * 8 >= FA_DG) break;  // a padded head dim's zero columns
@@ -582,8 +608,12 @@ extern "C" __global__ void __launch_bounds__(256, 1) attention_flash_dkdvdq_5fba
 #if FA_SPLIT
     // This head's parts of dK and dV, [B, S, Hq, D] fp32 each, stored.
     const long long off = ((b * FA_S + kp0 + row * FA_R) * FA_HQ + h0) * FA_DG + c2;
-#else
+#elif FA_ACC
     const long long off = ((b * FA_S + kp0 + row * FA_R) * FA_HKV + hk) * FA_DG + c2;
+#else
+    // dK and dV where they live (Desc.Views).
+    const long long offk = FA_AT(DK, b, kp0 + row * FA_R, hk) + c2;
+    const long long offv = FA_AT(DV, b, kp0 + row * FA_R, hk) + c2;
 #endif
 #pragma unroll
     for (int nt = 0; nt < FA_D / 8; ++nt) {
@@ -608,8 +638,8 @@ extern "C" __global__ void __launch_bounds__(256, 1) attention_flash_dkdvdq_5fba
       *pk = x;
       *pv = y;
 #else
-      *(unsigned*)(dk + off + nt * 8) = fa_pack(dka[nt * 4 + 2 * r] * FA_SCALE, dka[nt * 4 + 2 * r + 1] * FA_SCALE);
-      *(unsigned*)(dv + off + nt * 8) = fa_pack(dva[nt * 4 + 2 * r], dva[nt * 4 + 2 * r + 1]);
+      *(unsigned*)(dk + offk + nt * 8) = fa_pack(dka[nt * 4 + 2 * r] * FA_SCALE, dka[nt * 4 + 2 * r + 1] * FA_SCALE);
+      *(unsigned*)(dv + offv + nt * 8) = fa_pack(dva[nt * 4 + 2 * r], dva[nt * 4 + 2 * r + 1]);
 #endif
     }
   }

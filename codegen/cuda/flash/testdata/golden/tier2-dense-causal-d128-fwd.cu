@@ -33,6 +33,28 @@
 #define FA_N 0LL
 #define FA_NQ (1LL * 1000LL * 4 * 128)
 #define FA_FILL 0u
+#define FA_QO 0LL
+#define FA_QRS 512LL
+#define FA_QBS 512000LL
+#define FA_KO 0LL
+#define FA_KRS 512LL
+#define FA_KBS 512000LL
+#define FA_VO 0LL
+#define FA_VRS 512LL
+#define FA_VBS 512000LL
+#define FA_DQO 0LL
+#define FA_DQRS 512LL
+#define FA_DQBS 512000LL
+#define FA_DKO 0LL
+#define FA_DKRS 512LL
+#define FA_DKBS 512000LL
+#define FA_DVO 0LL
+#define FA_DVRS 512LL
+#define FA_DVBS 512000LL
+#define FA_KVVIEW 0
+// FA_AT(X, b, t, h) is where head h of row t of batch b starts in tensor X's
+// buffer (Desc.Views).
+#define FA_AT(X, b, t, h) (FA_##X##O + (b) * FA_##X##BS + (long long)(t) * FA_##X##RS + (long long)(h) * FA_DG)
 typedef unsigned short FA_OT;
 // lcc_head_offset is LongNet's head offset o(h) (lcc ir.HeadOffset).
 #ifndef LCC_HEAD_OFFSET
@@ -295,7 +317,7 @@ __device__ __forceinline__ void fa_wg_o(float* d, const unsigned* a, unsigned lo
     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(acc) : "memory");
 }
-extern "C" __global__ void __launch_bounds__(FA_NT, 1) attention_flash_fwd_ff26ded5706b689d(FA_OT* __restrict__ o, float* __restrict__ lse,
+extern "C" __global__ void __launch_bounds__(FA_NT, 1) attention_flash_fwd_2aea8739461be3ff(FA_OT* __restrict__ o, float* __restrict__ lse,
     const fa_bf16* __restrict__ q, const fa_bf16* __restrict__ k, const fa_bf16* __restrict__ v FA_DOCS_ARG) {
   extern __shared__ __align__(1024) unsigned char fa_sh[];
   fa_bf16* sQ = (fa_bf16*)fa_sh;
@@ -318,10 +340,10 @@ extern "C" __global__ void __launch_bounds__(FA_NT, 1) attention_flash_fwd_ff26d
   const long long* dsr = FA_DSR(b);
   int j0, nkt;
   fa_keys(q0, kn, dsr, &j0, &nkt);
-  const long long qrs = (long long)FA_HQ * FA_DG * FA_R, krs = (long long)FA_HKV * FA_DG * FA_R;
-  const fa_bf16* qg = q + ((b * FA_T + qp0) * FA_HQ + h) * FA_DG;
-  const fa_bf16* kg = k + ((b * FA_S + kp0) * FA_HKV + hk) * FA_DG;
-  const fa_bf16* vg = v + ((b * FA_S + kp0) * FA_HKV + hk) * FA_DG;
+  const long long qrs = FA_QRS * FA_R, krs = FA_KRS * FA_R, vrs = FA_VRS * FA_R;
+  const fa_bf16* qg = q + FA_AT(Q, b, qp0, h);
+  const fa_bf16* kg = k + FA_AT(K, b, kp0, hk);
+  const fa_bf16* vg = v + FA_AT(V, b, kp0, hk);
   fa_load_tile90<FA_BR, FA_NT>(sQ, qg, qrs, q0, qn, tid);
   // Tiles run FA_STAGES − 2 ahead: P·V of tile j is still reading its stage
   // while tile j + 1's S is computed, so the loads issued then must not land in
@@ -332,7 +354,7 @@ extern "C" __global__ void __launch_bounds__(FA_NT, 1) attention_flash_fwd_ff26d
     if (js < nkt) {
       const int st = js % FA_STAGES;
       fa_load_tile90<FA_BC, FA_NT>(sK + st * FA_BC * FA_D, kg, krs, (long long)js * FA_BC, kn, tid);
-      fa_load_tile90<FA_BC, FA_NT>(sV + st * FA_BC * FA_D, vg, krs, (long long)js * FA_BC, kn, tid);
+      fa_load_tile90<FA_BC, FA_NT>(sV + st * FA_BC * FA_D, vg, vrs, (long long)js * FA_BC, kn, tid);
     }
     fa_commit();
   }
@@ -362,7 +384,7 @@ extern "C" __global__ void __launch_bounds__(FA_NT, 1) attention_flash_fwd_ff26d
       if (jn < nkt) {
         const int st = jn % FA_STAGES;
         fa_load_tile90<FA_BC, FA_NT>(sK + st * FA_BC * FA_D, kg, krs, (long long)jn * FA_BC, kn, tid);
-        fa_load_tile90<FA_BC, FA_NT>(sV + st * FA_BC * FA_D, vg, krs, (long long)jn * FA_BC, kn, tid);
+        fa_load_tile90<FA_BC, FA_NT>(sV + st * FA_BC * FA_D, vg, vrs, (long long)jn * FA_BC, kn, tid);
       }
       fa_commit();
     }
