@@ -46,8 +46,12 @@ func sinkConcatPatterns() []Pattern {
 		Pattern{Name: "slice-of-elementwise", Root: ir.OpSlice, Rewrite: sliceOfElementwise},
 		// split(f(a, b)) -> f(slice(a), slice(b))… when only slices and splits read f
 		Pattern{Name: "split-of-elementwise", Root: ir.OpSplit, Rewrite: splitOfElementwise},
-		// slice(concat(a, b)) -> a when the slice is exactly a part
-		Pattern{Name: "slice-of-concat", Root: ir.OpSlice, Rewrite: sliceOfConcat})
+		// slice(concat(a, b)) -> a, or a slice of a, when the slice lies within a
+		Pattern{Name: "slice-of-concat", Root: ir.OpSlice, Rewrite: sliceOfConcat},
+		// What sinking a sum into zero-padded concats leaves: slices of the
+		// pads (slice(full v) -> full v) and additions of them (x+0 -> x).
+		Pattern{Name: "slice-of-full", Root: ir.OpSlice, Rewrite: sliceOfFull},
+		Pattern{Name: "add-zero", Root: ir.OpAdd, Rewrite: addZero})
 }
 
 // span is the range [lo, hi) of one axis.
@@ -278,8 +282,9 @@ func splitOfElementwise(e *Editor, n *ir.Node, b *ir.Builder) bool {
 	return true
 }
 
-// sliceOfConcat rewrites a slice that is exactly one part of a concat, along
-// its axis with a unit step, as that part.
+// sliceOfConcat rewrites a slice of a concat along its axis, with a unit
+// step, that lies within one part as that part (when it is exactly the part)
+// or as the slice of it.
 func sliceOfConcat(e *Editor, n *ir.Node, b *ir.Builder) bool {
 	c := n.Args[0].Def
 	if c == nil || c.Op != ir.OpConcat {
@@ -295,11 +300,27 @@ func sliceOfConcat(e *Editor, n *ir.Node, b *ir.Builder) bool {
 	}
 	var off int64
 	for _, p := range c.Args {
-		if (span{off, off + p.Type.Shape[ax]}) == spans[0] {
+		in := span{spans[0].lo - off, spans[0].hi - off}
+		switch {
+		case in == span{0, p.Type.Shape[ax]}:
 			e.Replace(n.Result(), p)
+			return true
+		case in.lo >= 0 && in.hi <= p.Type.Shape[ax] && in.lo < in.hi:
+			e.Replace(n.Result(), b.Apply1(ir.OpSlice, ir.A("axes", []int64{int64(ax)}, "starts", []int64{in.lo},
+				"ends", []int64{in.hi}, "steps", []int64{1}), p))
 			return true
 		}
 		off += p.Type.Shape[ax]
 	}
 	return false
+}
+
+// sliceOfFull rewrites a slice of a full as a full of the slice's type.
+func sliceOfFull(e *Editor, n *ir.Node, b *ir.Builder) bool {
+	x := n.Args[0].Def
+	if x == nil || x.Op != ir.OpFull {
+		return false
+	}
+	e.Replace(n.Result(), b.Full(n.Result().Type, x.AttrFloat("value")))
+	return true
 }
