@@ -252,7 +252,11 @@ func lowerFlash(g *gen, n *ir.Node, d flash.Desc) error {
 	if n.Op == ir.OpDilatedAttention {
 		return lowerFlashDilated(g, n, d)
 	}
-	d.Views = g.flashViews(n)
+	views, err := g.flashViews(n)
+	if err != nil {
+		return err
+	}
+	d.Views = views
 	k, err := flash.Forward(d)
 	if err != nil {
 		return err
@@ -272,7 +276,11 @@ func lowerFlashGrad(g *gen, n *ir.Node, d flash.Desc) error {
 	}
 	q, k, v, o, lse, do := n.Args[0], n.Args[1], n.Args[2], n.Args[3], n.Args[4], n.Args[5]
 	dq, dk, dv := n.Results[0], n.Results[1], n.Results[2]
-	d.Views = g.flashViews(n)
+	views, err := g.flashViews(n)
+	if err != nil {
+		return err
+	}
+	d.Views = views
 	delta := g.temp(tensor.F32, d.B, int64(d.Hq), d.T)
 	kd, err := flash.Delta(d)
 	if err != nil {

@@ -1,6 +1,8 @@
 package cuda
 
 import (
+	"fmt"
+
 	"github.com/lcc-dev/lcc/codegen/cuda/flash"
 	"github.com/lcc-dev/lcc/ir"
 )
@@ -107,7 +109,8 @@ func (g *gen) flashCover(cand map[*ir.Value]bool) map[*ir.Value]int64 {
 // flashViews are the layouts of n's q, k and v (and of dq, dk and dv for the
 // gradient) where they are views; a tensor in its own buffer keeps the zero
 // Layout, so such kernels are the same bytes as without views.
-func (g *gen) flashViews(n *ir.Node) flash.Views {
+func (g *gen) flashViews(n *ir.Node) (flash.Views, error) {
+	var bad *ir.Value
 	at := func(v *ir.Value) flash.Layout {
 		w, ok := g.views[v]
 		if !ok {
@@ -115,7 +118,7 @@ func (g *gen) flashViews(n *ir.Node) flash.Views {
 		}
 		l, ok := flashLayout(v, w)
 		if !ok {
-			panic("lcc: BUG: attention " + n.Name + " reads a view the flash kernels cannot index")
+			bad = v
 		}
 		return l
 	}
@@ -123,7 +126,10 @@ func (g *gen) flashViews(n *ir.Node) flash.Views {
 	if n.Op == ir.OpAttentionGrad {
 		vs.DQ, vs.DK, vs.DV = at(n.Results[0]), at(n.Results[1]), at(n.Results[2])
 	}
-	return vs
+	if bad != nil {
+		return flash.Views{}, fmt.Errorf("lcc: BUG: attention %q: %v is a view the flash kernels cannot index", n.Name, bad.Type)
+	}
+	return vs, nil
 }
 
 // bufOf is the buffer a kernel is given for v: its view's root, or its own.

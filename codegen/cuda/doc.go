@@ -22,7 +22,9 @@
 //     elementwise kernels, and elementwise results (or concats) whose one use is
 //     a concat, get no buffer of their own: kernels index the root buffer in
 //     place, so RoPE, SwiGLU and their gradients move no data around the qkv and
-//     w13 projections;
+//     w13 projections; the flash attention kernels read q, k and v as views and
+//     write dq, dk and dv into a concat too, where the views they read cover
+//     their buffer (attention_views.go);
 //   - recomputation in the consumer (recompute.go): an elementwise value only
 //     elementwise kernels read, a few ops from stored values, is computed again
 //     by its readers instead of stored (SwiGLU's sigmoid and silu in the
