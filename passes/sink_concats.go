@@ -300,17 +300,12 @@ func sliceOfConcat(e *Editor, n *ir.Node, b *ir.Builder) bool {
 	}
 	var off int64
 	for _, p := range c.Args {
-		in := span{spans[0].lo - off, spans[0].hi - off}
-		switch {
-		case in == span{0, p.Type.Shape[ax]}:
-			e.Replace(n.Result(), p)
-			return true
-		case in.lo >= 0 && in.hi <= p.Type.Shape[ax] && in.lo < in.hi:
-			e.Replace(n.Result(), b.Apply1(ir.OpSlice, ir.A("axes", []int64{int64(ax)}, "starts", []int64{in.lo},
-				"ends", []int64{in.hi}, "steps", []int64{1}), p))
+		in, size := span{spans[0].lo - off, spans[0].hi - off}, p.Type.Shape[ax]
+		if in.lo >= 0 && in.hi <= size && in.lo < in.hi {
+			e.Replace(n.Result(), partOf(b, p, ax, p.Type.Rank(), size, in))
 			return true
 		}
-		off += p.Type.Shape[ax]
+		off += size
 	}
 	return false
 }

@@ -16,19 +16,13 @@ import (
 // SumConcats rewrites sums of concats with equal boundaries into concats of sums
 // and drops additions of zeros.
 var SumConcats = Register(withDoc(Rewrite("sum-concats", sumConcatPatterns, 0),
-	"add(concat(a…), concat(b…)) -> concat(add(a, b)…) at equal boundaries; x+0 -> x; slices of a concat within a part, and of a full"))
+	"add(concat(a…), concat(b…)) -> concat(add(a, b)…) at equal boundaries; x+0 -> x"))
 
 var sumConcatPatterns = []Pattern{
 	// add(concat(a1..an), concat(b1..bn)) -> concat(add(a1,b1)..add(an,bn)) at equal boundaries
 	{Name: "add-concats", Root: ir.OpAdd, Rewrite: addConcats},
 	// add(x, full 0) -> x, add(full 0, x) -> x (same type)
 	{Name: "add-zero", Root: ir.OpAdd, Rewrite: addZero},
-	// slice(concat(a, b)) -> a, or a slice of a, when the slice lies within a:
-	// the pads' zeros, once the sums have moved into the parts (a fused qkv
-	// projection's three slices pad their cotangents differently)
-	{Name: "slice-of-concat", Root: ir.OpSlice, Rewrite: sliceOfConcat},
-	// slice(full v) -> full v
-	{Name: "slice-of-full", Root: ir.OpSlice, Rewrite: sliceOfFull},
 }
 
 func addConcats(e *Editor, n *ir.Node, b *ir.Builder) bool {

@@ -60,7 +60,7 @@ func flashLayout(v *ir.Value, w view) (flash.Layout, bool) {
 	if s[0] == 1 {
 		l.Batch = s[1] * l.Row
 	}
-	if l.Off%8 != 0 || l.Row%8 != 0 || l.Batch%8 != 0 || l.Row < s[2]*s[3] || l.Batch < s[1]*l.Row {
+	if l.Check(s[0], s[1], int(s[2]), int(s[3])) != nil {
 		return flash.Layout{}, false
 	}
 	return l, true

@@ -229,7 +229,8 @@ func (g *gen) readInPlace(v *ir.Value, cand map[*ir.Value]bool, cover map[*ir.Va
 
 // place gives a, an operand of concat c, the region of c's buffer it fills,
 // when a's producer can write there: an elementwise kernel, a concat, the
-// flash backward (its dq, dk and dv), or a reshape of one of those, with c the one use of a (and of every value on the way).
+// flash backward (its dq, dk and dv), or a reshape of one of those, with c the
+// one use of a (and of every value on the way).
 func (g *gen) place(a *ir.Value, c *ir.Node, region view) {
 	if a.Def == nil || g.outputs[a] || len(g.uses[a]) != 1 || g.uses[a][0] != c {
 		return
@@ -240,7 +241,7 @@ func (g *gen) place(a *ir.Value, c *ir.Node, region view) {
 	switch n := a.Def; {
 	case readsElementwise(n), n.Op == ir.OpConcat:
 		g.views[a], g.placed[a] = region, true
-	case g.flashNodes[n] && n.Op == ir.OpAttentionGrad && a.Index <= 2:
+	case g.flashNodes[n] && n.Op == ir.OpAttentionGrad:
 		// dq, dk or dv, written by the flash backward where the region is
 		// (attention_views.go).
 		if _, ok := flashLayout(a, region); ok {

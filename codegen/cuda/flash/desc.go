@@ -166,6 +166,9 @@ func (d Desc) layouts() [6]Layout {
 // viewed reports whether any tensor of d lives in another's buffer.
 func (d Desc) viewed() bool { return d.Views != Views{} }
 
+// viewNames are the tensors of Views, in layouts' order.
+var viewNames = [6]string{"q", "k", "v", "dq", "dk", "dv"}
+
 // checkViews says why d's views cannot be run, or nil.
 func (d Desc) checkViews() error {
 	if !d.viewed() {
@@ -174,22 +177,26 @@ func (d Desc) checkViews() error {
 	if d.Accumulate || d.Dilated() || d.QPos != 0 || d.KPos != 0 || !d.Fused() {
 		return errors.New("views of q, k, v and their gradients: dense attention with the fused backward only")
 	}
-	names := [6]string{"q", "k", "v", "dq", "dk", "dv"}
 	for i, l := range d.layouts() {
-		heads := d.Hq
-		if i%3 != 0 {
-			heads = d.Hkv
+		rows, heads := d.T, d.Hq
+		if i%3 != 0 { // k, v, dk, dv
+			rows, heads = d.S, d.Hkv
 		}
-		rows := d.T
-		if i%3 != 0 {
-			rows = d.S
+		if err := l.Check(d.B, rows, heads, d.D); err != nil {
+			return fmt.Errorf("view of %s: %w", viewNames[i], err)
 		}
-		// The kernels move 16 bytes at a time: every row starts on 8 elements.
-		if l.Off < 0 || l.Off%8 != 0 || l.Row%8 != 0 || l.Batch%8 != 0 || l.Row < int64(heads)*int64(d.D) ||
-			(d.B > 1 && l.Batch < rows*l.Row) {
-			return fmt.Errorf("view of %s (offset %d, rows %d apart, batches %d apart): want multiples of 8 "+
-				"that keep the rows and batches apart", names[i], l.Off, l.Row, l.Batch)
-		}
+	}
+	return nil
+}
+
+// Check says why the kernels cannot index a [batch, rows, heads, d] tensor
+// laid out as l (strides filled in), or nil: they move 16 bytes at a time, so
+// every row starts on 8 elements, and rows and batches must not overlap.
+func (l Layout) Check(batch, rows int64, heads, d int) error {
+	if l.Off < 0 || l.Off%8 != 0 || l.Row%8 != 0 || l.Batch%8 != 0 || l.Row < int64(heads)*int64(d) ||
+		(batch > 1 && l.Batch < rows*l.Row) {
+		return fmt.Errorf("offset %d, rows %d apart, batches %d apart: want multiples of 8 "+
+			"that keep the rows and batches apart", l.Off, l.Row, l.Batch)
 	}
 	return nil
 }

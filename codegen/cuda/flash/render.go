@@ -66,11 +66,12 @@ type view struct {
 	DQF        bool      // the fused dQ sum is split-float pairs (Desc.dqSplitFloat)
 	DQK        int       // and their low word's bits (Desc.dqLowBits)
 	L          [6]Layout // Desc.layouts: q, k, v, dq, dk, dv
+	Names      [6]string // their names (viewNames)
 	KVView     bool      // k or v lives in another tensor's buffer
 }
 
 var funcs = template.FuncMap{
-	"names": func() []string { return []string{"Q", "K", "V", "DQ", "DK", "DV"} },
+	"upper": strings.ToUpper,
 	"b":     func(v bool) int { return map[bool]int{false: 0, true: 1}[v] },
 	"flit":  clit.Float,
 	"sl2":   func(s float64) string { return clit.Float(s * math.Log2E) },
@@ -124,9 +125,9 @@ var header = template.Must(template.New("header").Funcs(funcs).Parse(
 #define FA_N {{.N}}LL
 #define FA_NQ ({{.B}}LL * {{.T}}LL * {{.Hq}} * {{.D}})
 #define FA_FILL {{.Fill}}u
-{{range $i, $n := names}}{{with index $.L $i}}#define FA_{{$n}}O {{.Off}}LL
-#define FA_{{$n}}RS {{.Row}}LL
-#define FA_{{$n}}BS {{.Batch}}LL
+{{range $i, $n := .Names}}{{with index $.L $i}}#define FA_{{upper $n}}O {{.Off}}LL
+#define FA_{{upper $n}}RS {{.Row}}LL
+#define FA_{{upper $n}}BS {{.Batch}}LL
 {{end}}{{end}}#define FA_KVVIEW {{b .KVView}}
 // FA_AT(X, b, t, h) is where head h of row t of batch b starts in tensor X's
 // buffer (Desc.Views).
@@ -140,7 +141,7 @@ func render(v view, body string) string {
 	if v.Kind == "dkdvq" || v.Kind == "dqconvert" { // the kernels of the fused dQ sum
 		v.DQF, v.DQK = v.Desc.dqSplitFloat(), v.Desc.dqLowBits()
 	}
-	v.L = v.Desc.layouts()
+	v.L, v.Names = v.Desc.layouts(), viewNames
 	v.KVView = !v.Desc.Views.K.own() || !v.Desc.Views.V.own()
 	var buf bytes.Buffer
 	if err := header.Execute(&buf, v); err != nil {
